@@ -1,0 +1,13 @@
+//! # dynres-core
+//!
+//! The protocol kernel of dynres: deterministic, sans-I/O state machines for process
+//! sets (psets), resource changes and spawn handshakes. No sockets, threads or clocks:
+//! the driver feeds events and the current time in and drains outputs.
+//!
+//! Every normative rule implemented here is numbered in `spec/` (e.g. `PSET-3`) and the
+//! code cites those IDs next to where it enforces them.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
