@@ -11,3 +11,9 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+pub mod process;
+pub mod time;
+
+pub use process::{Namespace, ProcessId, Rank};
+pub use time::{Duration, Instant};
