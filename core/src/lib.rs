@@ -13,6 +13,7 @@
 extern crate alloc;
 
 pub mod process;
+pub mod pset;
 pub mod time;
 
 pub use process::{Namespace, ProcessId, Rank};
