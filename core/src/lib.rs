@@ -14,6 +14,7 @@ extern crate alloc;
 
 pub mod process;
 pub mod pset;
+pub mod slots;
 pub mod time;
 
 pub use process::{Namespace, ProcessId, Rank};

@@ -352,7 +352,9 @@ impl PsetRegistry {
             },
             Origin::Runtime => match target {
                 Some(t) if t.domain() == Domain::Rte && !t.is_delta() => Ok(t.clone()),
-                Some(t) if self.live(t).is_ok_and(|p| !p.attrs.active) => Ok(t.clone()),
+                // Naming an existing pset: only as a new version of pset1, and
+                // `new_version` refuses active ones (`PSET-13`).
+                Some(t) if self.live(t).is_ok() => Ok(t.clone()),
                 Some(t) => Err(PsetError::NotPermitted {
                     name: t.clone(),
                     why: "the runtime writes only in mpi://rte/ or to inactive psets",
