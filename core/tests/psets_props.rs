@@ -79,7 +79,6 @@ proptest! {
 // ----- the registry over random request sequences -----
 
 const APP: &str = "app1";
-const POOL: usize = 6;
 
 fn pid(rank: u32) -> ProcessId {
     ProcessId::new(Namespace::new("job"), rank)

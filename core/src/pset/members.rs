@@ -166,27 +166,35 @@ impl MemberSet {
             return None;
         }
         let mut parts = Vec::with_capacity(sizes.len());
-        // `carry` holds the bits of the current word not yet handed to a part.
+        // `carry` holds the bits of word `w` not yet handed to a part.
         let mut w = 0;
         let mut carry = self.words.first().copied().unwrap_or(0);
         for &size in sizes {
-            let mut part = Vec::new();
+            let (start, first) = (w, carry);
             let mut need = size;
-            while need > 0 {
-                let ones = carry.count_ones() as usize;
-                if ones <= need {
-                    push_at(&mut part, w, carry);
-                    need -= ones;
-                    w += 1;
-                    carry = self.words.get(w).copied().unwrap_or(0);
-                } else {
-                    let head = lowest_bits(carry, need);
-                    push_at(&mut part, w, head);
-                    carry &= !head;
-                    need = 0;
-                }
+            // Skip over whole words this part takes entirely; copy them in one go below.
+            while need > 0 && carry.count_ones() as usize <= need {
+                need -= carry.count_ones() as usize;
+                w += 1;
+                carry = self.words.get(w).copied().unwrap_or(0);
             }
-            parts.push(MemberSet::from_words(part));
+            let mut part = Vec::with_capacity(w + 1);
+            part.resize(start, 0);
+            if w > start {
+                part.push(first);
+                part.extend_from_slice(&self.words[start + 1..w]);
+            }
+            if need > 0 {
+                let head = lowest_bits(carry, need);
+                part.push(head);
+                carry &= !head;
+            }
+            let mut set = MemberSet {
+                words: part,
+                len: size,
+            };
+            set.trim();
+            parts.push(set);
         }
         Some(parts)
     }
@@ -235,15 +243,6 @@ impl fmt::Debug for MemberSet {
 
 fn split(index: u32) -> (usize, u32) {
     (index as usize / WORD_BITS, index % WORD_BITS as u32)
-}
-
-/// Writes `word` at position `w` of a part under construction (parts are built front to
-/// back, so the gap before `w` is zero-filled).
-fn push_at(part: &mut Vec<u64>, w: usize, word: u64) {
-    if part.len() <= w {
-        part.resize(w + 1, 0);
-    }
-    part[w] |= word;
 }
 
 /// The `n` lowest set bits of `word` (`n` < popcount).
