@@ -5,7 +5,7 @@ use alloc::string::String;
 
 use super::name::PsetName;
 
-/// Key of the size attribute (MPI-4).
+/// Key of the size attribute (MPI-4): the member count, never stored (`PSET-15`).
 pub const MPI_SIZE: &str = "mpi_size";
 /// Key of the version attribute (`PSET-10`).
 pub const MPI_PS_VERSION: &str = "mpi_ps_version";

@@ -42,7 +42,8 @@ impl PsetRegistry {
     }
 
     /// Def. 4, X_a(op(S, U)) for a pset `S` and a delta pset `U`: inactive psets of U's
-    /// application that share a member with U or strictly contain S (`PSET-34`).
+    /// application that share a member with U or strictly contain S (`PSET-23`); the
+    /// psets an op with delta `U` is also applied to (`PSET-34`).
     pub fn recursively_affected(
         &self,
         s: &PsetName,

@@ -70,7 +70,7 @@ pub enum PsetOp {
         /// The change.
         attrs: AttrUpdate,
     },
-    /// SPLIT a pset into parts (the thesis' §6.3.3 gap for task graphs).
+    /// SPLIT a pset into parts (the thesis' §6.3.3 gap for task graphs; `PSET-36`).
     Split {
         /// The pset to split.
         pset: PsetName,

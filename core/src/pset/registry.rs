@@ -4,7 +4,8 @@
 //! Requests that change psets go through `apply`/`apply_batch` (in `ops`) or the
 //! runtime-only definitions here. Every write goes through [`PsetRegistry::put`], which
 //! journals the previous value, so a failing request leaves the registry exactly as it
-//! was (`PSET-40`).
+//! was (`PSET-40`). Methods take `&mut self`: the master applies requests one at a time
+//! (`PSET-42`).
 
 use alloc::borrow::Cow;
 use alloc::collections::BTreeMap;
