@@ -105,14 +105,21 @@ impl SlotMap {
         &self.slots
     }
 
-    /// Node index of a slot.
-    pub fn node_of(&self, slot: u32) -> u32 {
-        (self.starts.partition_point(|&s| s <= slot) - 1) as u32
+    /// Node index of a slot (`None` past the last slot).
+    pub fn node_of(&self, slot: u32) -> Option<u32> {
+        if slot as usize >= self.slots.len() {
+            return None;
+        }
+        // `starts[0] == 0 <= slot`, so the partition point is at least 1.
+        Some((self.starts.partition_point(|&s| s <= slot) - 1) as u32)
     }
 
     /// Whether any slot of `node` is occupied or leaving (the node belongs to the job).
     pub fn is_allocated(&self, node: u32) -> bool {
-        let (a, b) = (self.starts[node as usize], self.starts[node as usize + 1]);
+        let n = node as usize;
+        let (Some(&a), Some(&b)) = (self.starts.get(n), self.starts.get(n + 1)) else {
+            return false;
+        };
         self.slots[a as usize..b as usize]
             .iter()
             .any(|s| *s != SlotState::Free)
@@ -156,7 +163,7 @@ impl SlotMap {
         let mut free_slots = (0..self.slots.len()).filter(|&i| self.slots[i] == SlotState::Free);
         let chosen: Vec<usize> = free_slots.by_ref().take(pids.len()).collect();
         for (pid, slot) in pids.iter().zip(chosen) {
-            let node = self.node_of(slot as u32);
+            let node = self.node_of(slot as u32).unwrap_or_default();
             if !self.is_allocated(node) && !new_nodes.contains(&node) {
                 new_nodes.push(node);
             }
@@ -213,7 +220,7 @@ impl SlotMap {
             .slot_of(pid)
             .ok_or_else(|| SlotError::NotPlaced(pid.clone()))?;
         self.slots[slot as usize] = SlotState::Free;
-        let node = self.node_of(slot);
+        let node = self.node_of(slot).unwrap_or_default();
         Ok((!self.is_allocated(node)).then_some(node))
     }
 }
@@ -272,6 +279,8 @@ mod tests {
         assert_eq!(released, [3]);
         assert_eq!(m.allocated_nodes(), [0, 1, 2]);
         assert_eq!(m.free_count(), 16 - 10);
+        assert_eq!((m.node_of(15), m.node_of(16)), (Some(3), None));
+        assert!(!m.is_allocated(99));
     }
 
     #[test]
