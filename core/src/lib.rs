@@ -14,6 +14,7 @@ extern crate alloc;
 
 pub mod process;
 pub mod pset;
+pub mod rc;
 pub mod slots;
 pub mod time;
 

@@ -43,7 +43,7 @@ pub struct Placement {
 }
 
 /// Why a slot request failed. Nothing changes when it does.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum SlotError {
     /// Not enough free slots.
     #[error("{wanted} slots wanted, {free} free")]
@@ -137,6 +137,13 @@ impl SlotMap {
         self.slots.iter().filter(|s| **s == SlotState::Free).count()
     }
 
+    /// Whether `pid` runs and is not leaving.
+    pub fn is_running(&self, pid: &ProcessId) -> bool {
+        self.slots
+            .iter()
+            .any(|s| matches!(s, SlotState::Occupied(p) if p == pid))
+    }
+
     /// The slot `pid` holds, if any.
     pub fn slot_of(&self, pid: &ProcessId) -> Option<u32> {
         self.slots
@@ -180,12 +187,22 @@ impl SlotMap {
     /// The `k` processes on the highest occupied slots, highest first (`SLOT-2`).
     /// Chooses only; nothing changes until [`SlotMap::mark_leaving`].
     pub fn victims(&self, k: usize) -> Result<Vec<ProcessId>, SlotError> {
+        self.victims_where(k, |_| true)
+    }
+
+    /// Like [`SlotMap::victims`], among the processes `eligible` accepts (e.g. one
+    /// application's).
+    pub fn victims_where(
+        &self,
+        k: usize,
+        eligible: impl Fn(&ProcessId) -> bool,
+    ) -> Result<Vec<ProcessId>, SlotError> {
         let running: Vec<&ProcessId> = self
             .slots
             .iter()
             .rev()
             .filter_map(|s| match s {
-                SlotState::Occupied(p) => Some(p),
+                SlotState::Occupied(p) if eligible(p) => Some(p),
                 _ => None,
             })
             .collect();

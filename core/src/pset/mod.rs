@@ -13,6 +13,7 @@ mod members;
 mod name;
 mod ops;
 mod registry;
+mod rollback;
 mod table;
 
 pub use attrs::{
@@ -24,4 +25,5 @@ pub use members::MemberSet;
 pub use name::{DELTA_SUBDOMAIN, Domain, MAX_NAME_LEN, MAX_SEGMENT_LEN, NameError, PsetName};
 pub use ops::{OpOutcome, PsetOp, SetOp, SplitBy};
 pub use registry::{Origin, Pset, PsetRegistry};
+pub use rollback::RollbackReport;
 pub use table::ProcessTable;
