@@ -112,6 +112,9 @@ pub(crate) struct Change {
     pub waiters: Vec<(Route, Waiter)>,
     /// Who asked for the change (gets the refusal if it fails when dequeued).
     pub requester: Option<Route>,
+    /// Decided and every process it had to get rid of is gone: kept only to answer
+    /// late accepts and confirms consistently (`RC-1`).
+    pub done: bool,
 }
 
 /// What a parked reply is waiting for.
@@ -277,9 +280,10 @@ impl Master {
         &self.procs
     }
 
-    /// Every change still tracked, by delta pset.
+    /// Every change still in progress (undecided, or decided with processes still to
+    /// go), by delta pset.
     pub fn changes(&self) -> impl Iterator<Item = &ChangeInfo> {
-        self.changes.values().map(|c| &c.info)
+        self.changes.values().filter(|c| !c.done).map(|c| &c.info)
     }
 
     /// The status of the change named by `delta` (`Null` if unknown).
@@ -327,7 +331,8 @@ impl Master {
                     .changes
                     .values()
                     .map(|c| &c.info)
-                    .filter(|i| i.status != RcStatus::Finalized);
+                    .filter(|i| i.status != RcStatus::Finalized)
+                    .filter(|i| !self.changes[&i.delta].done);
                 let answer = super::query::answer(queryable, app, &route.pid, bound.as_ref());
                 self.reply(&route, ClientReply::Query(answer));
             }

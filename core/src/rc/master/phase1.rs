@@ -234,6 +234,7 @@ impl Master {
                 exited: BTreeSet::new(),
                 waiters: Vec::new(),
                 requester,
+                done: false,
             },
         );
         tracing::debug!(%delta, kind = ?req.kind, "change announced");

@@ -404,10 +404,11 @@ impl Master {
         self.forget_if_done(delta);
     }
 
-    /// A decided change is forgotten once every process it had to get rid of is gone;
-    /// an aborted one then stops being queryable.
+    /// A decided change is done once every process it had to get rid of is gone; an
+    /// aborted one then stops being queryable. Its record stays (without the snapshot)
+    /// so late accepts and confirms get the same decision (`RC-1`).
     fn forget_if_done(&mut self, delta: &PsetName) {
-        let Some(c) = self.changes.get(delta) else {
+        let Some(c) = self.changes.get_mut(delta) else {
             return;
         };
         let gone: &[ProcessId] = match c.info.status {
@@ -415,15 +416,17 @@ impl Master {
             RcStatus::Aborted => &c.info.added,
             _ => return,
         };
-        if gone.iter().all(|p| c.exited.contains(p)) {
-            let aborted = c.info.status == RcStatus::Aborted;
-            self.changes.remove(delta);
-            if aborted {
-                self.broadcast(ToDaemon::Change {
-                    delta: delta.clone(),
-                    info: None,
-                });
-            }
+        if c.done || !gone.iter().all(|p| c.exited.contains(p)) {
+            return;
+        }
+        c.done = true;
+        c.snapshot = crate::pset::PsetRegistry::new();
+        c.procs_before.clear();
+        if c.info.status == RcStatus::Aborted {
+            self.broadcast(ToDaemon::Change {
+                delta: delta.clone(),
+                info: None,
+            });
         }
     }
 
