@@ -13,7 +13,9 @@
 extern crate alloc;
 
 pub mod process;
+pub mod spawn;
 pub mod time;
+pub mod wire;
 
 pub use process::{Namespace, ProcessId, Rank};
 pub use time::{Duration, Instant};
