@@ -95,6 +95,7 @@ pub struct Handshake {
     peer_dgram: Option<Addr>,
     dgram: Option<Reliable>,
     stream_up: bool,
+    stream_closed: bool,
     reader: FrameReader,
     backlog: Vec<Vec<u8>>,
     remote: Option<GroupHeader>,
@@ -141,6 +142,7 @@ impl Handshake {
             peer_dgram: None,
             dgram: None,
             stream_up: false,
+            stream_closed: false,
             reader: FrameReader::new(),
             backlog: Vec::new(),
             remote: None,
@@ -267,6 +269,13 @@ impl Handshake {
         }
     }
 
+    fn close_stream(&mut self) {
+        if self.stream_up && !self.stream_closed {
+            self.stream_closed = true;
+            self.out.push_back(Output::CloseStream);
+        }
+    }
+
     fn send(&mut self, now: Instant, msg: &HsMsg, via: Transport) -> Result<(), SpawnError> {
         let bytes = msg.encode();
         match via {
@@ -301,12 +310,16 @@ impl Handshake {
     }
 
     fn on_datagram(&mut self, now: Instant, from: Addr, bytes: &[u8]) -> Result<(), SpawnError> {
-        match self.dgram.as_mut() {
+        // SPAWN-10: work on a copy of the reliability layer and commit only if the
+        // datagram and every message it completes are well-formed.
+        let mut next = match self.dgram.as_ref() {
             Some(r) => {
                 if self.peer_dgram.as_ref() != Some(&from) {
                     return Err(SpawnError::UnknownPeer);
                 }
-                r.on_datagram(bytes)?;
+                let mut next = r.clone();
+                next.on_datagram(bytes)?;
+                next
             }
             None => {
                 if self.phase != Phase::Listening
@@ -336,19 +349,19 @@ impl Handshake {
                 };
                 let mut r = Reliable::new(session, self.cfg.datagram);
                 r.on_frame(frame)?;
-                self.dgram = Some(r);
-                self.peer_dgram = Some(from);
+                r
             }
+        };
+        let mut msgs = Vec::new();
+        while let Some(payload) = next.poll_recv() {
+            msgs.push(HsMsg::decode(&payload)?);
         }
-        let mut result = Ok(());
-        while let Some(payload) = self.dgram.as_mut().and_then(Reliable::poll_recv) {
-            match HsMsg::decode(&payload) {
-                Ok(msg) => self.on_msg(now, msg),
-                // Passed the checksum yet does not decode: a broken peer. Dropped.
-                Err(e) => result = Err(e.into()),
-            }
+        self.dgram = Some(next);
+        self.peer_dgram = Some(from);
+        for m in msgs {
+            self.on_msg(now, m);
         }
-        result
+        Ok(())
     }
 
     fn on_stream(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SpawnError> {
@@ -364,7 +377,7 @@ impl Handshake {
             .map(|(h, body)| HsMsg::decode_body(h.msg_type, &body))
             .collect::<Result<Vec<_>, _>>()?;
         self.reader = reader;
-        if !self.stream_up {
+        if !self.stream_up && !self.stream_closed {
             self.stream_up = true;
             for bytes in core::mem::take(&mut self.backlog) {
                 self.out.push_back(Output::SendStream { bytes });
@@ -628,11 +641,9 @@ impl Handshake {
                 },
             });
         }
-        if self.stream_up {
-            // Everything this side sends was written before Done; the stream was only
-            // for bootstrapping.
-            self.out.push_back(Output::CloseStream);
-        }
+        // Everything this side sends was written before Done; the stream was only for
+        // bootstrapping.
+        self.close_stream();
         debug!(session, "handshake: done");
         self.phase = Phase::Done;
         self.out.push_back(Output::Ready(ig.clone()));
@@ -669,9 +680,7 @@ impl Handshake {
                 },
             });
         }
-        if self.stream_up {
-            self.out.push_back(Output::CloseStream);
-        }
+        self.close_stream();
         self.phase = Phase::Failed;
         self.out.push_back(Output::Failed(error.clone()));
         self.result = Some(Err(error));

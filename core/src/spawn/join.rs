@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use crate::time::Instant;
 use crate::wire::WireError;
 
+use super::datagram::DgramFrame;
 use super::handshake::{Handshake, HandshakeConfig, Phase};
 use super::msg::JoinPort;
 use super::port::PortName;
@@ -93,6 +94,10 @@ impl Join {
                         max: MAX_HELD as u64,
                     }
                     .into());
+                }
+                if let Input::Datagram { bytes, .. } = &held {
+                    // Check what can be checked now: corruption is reported at once.
+                    DgramFrame::decode(bytes)?;
                 }
                 self.held.push(held);
                 Ok(())

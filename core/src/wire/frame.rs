@@ -73,15 +73,15 @@ pub fn decode_frame(input: &[u8]) -> Result<(FrameHeader, &[u8]), WireError> {
     Ok((header, body))
 }
 
+/// A frame split off a stream: its header, its body, and the bytes it took.
+pub type SplitFrame<'a> = (FrameHeader, &'a [u8], usize);
+
 /// Splits the first complete frame off a byte stream.
 ///
 /// `Ok(None)` means more bytes are needed; `Ok(Some((header, body, used)))` hands out a
 /// frame and how many bytes of `input` it took. A frame longer than `max_body` is an
 /// error at once, so a peer cannot make the reader buffer without bound.
-pub fn split_frame(
-    input: &[u8],
-    max_body: u32,
-) -> Result<Option<(FrameHeader, &[u8], usize)>, WireError> {
+pub fn split_frame(input: &[u8], max_body: u32) -> Result<Option<SplitFrame<'_>>, WireError> {
     if input.len() < HEADER_LEN {
         // Check what is there already, so garbage is rejected without waiting.
         if input.len() >= 2 && input[..2] != MAGIC {

@@ -11,7 +11,9 @@ pub mod prim;
 pub mod types;
 
 pub use error::WireError;
-pub use frame::{FrameHeader, HEADER_LEN, MAGIC, VERSION, decode_frame, encode_frame, split_frame};
+pub use frame::{
+    FrameHeader, HEADER_LEN, MAGIC, SplitFrame, VERSION, decode_frame, encode_frame, split_frame,
+};
 
 /// The result of a wire parser: remaining input and the value, or a [`WireError`].
 pub type PResult<'a, T> = nom::IResult<&'a [u8], T, WireError>;
@@ -23,7 +25,7 @@ pub fn parse_all<'a, T>(
     parser: impl FnOnce(&'a [u8]) -> PResult<'a, T>,
 ) -> Result<T, WireError> {
     match parser(input) {
-        Ok((rest, v)) if rest.is_empty() => Ok(v),
+        Ok(([], v)) => Ok(v),
         Ok((rest, _)) => Err(WireError::TrailingBytes { extra: rest.len() }),
         Err(nom::Err::Error(e) | nom::Err::Failure(e)) => Err(e),
         // Complete parsers never ask for more input; treat it as truncation anyway.

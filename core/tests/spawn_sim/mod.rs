@@ -71,6 +71,8 @@ impl Faults {
     };
 }
 
+// Test-only: a handful of machines per world, boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Machine {
     Spawn(SpawnParent),
     Hs(Handshake),
@@ -98,6 +100,12 @@ impl Machine {
             Machine::Hs(m) => m.poll_timeout(),
             Machine::Join(m) => m.poll_timeout(),
         }
+    }
+    pub fn handle_for_test(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        self.handle(now, input)
+    }
+    pub fn poll_output_for_test(&mut self) -> Option<Output> {
+        self.poll_output()
     }
     pub fn handshake(&self) -> Option<&Handshake> {
         match self {
@@ -594,6 +602,20 @@ impl Sim {
             }
         }
         self.process_outputs(to);
+    }
+
+    /// Schedules one datagram for `to`, as if sent by `from`, bypassing the faults.
+    pub fn inject_datagram(&mut self, to: usize, from: Addr, bytes: Vec<u8>) {
+        let at = self.now + Duration(1);
+        self.schedule(
+            at,
+            Event::Datagram {
+                to,
+                from,
+                bytes,
+                corrupted: false,
+            },
+        );
     }
 
     /// Runs until nothing is scheduled and no timer is armed.
