@@ -175,3 +175,80 @@ impl SpawnParent {
         &self.hs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spawn::{Addr, Bootstrap, GroupHeader, HandshakeConfig};
+    use alloc::vec;
+
+    #[test]
+    fn environment_round_trips_and_rejects_partial_sets() {
+        // SPAWN-3
+        let port = PortName::parse("dynres:1:dgram:01:02:3").unwrap();
+        let env = SpawnEnv {
+            parent_port: port,
+            group_id: 77,
+            size: 5,
+        };
+        let vars = env.to_env();
+        let back = SpawnEnv::from_env(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        assert_eq!(back, Ok(Some(env)));
+        assert_eq!(SpawnEnv::from_env([("PATH", "/bin")]), Ok(None));
+        assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, vars[0].1.as_str())]).is_err());
+        assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, "nonsense")]).is_err());
+    }
+
+    #[test]
+    fn launch_comes_first_and_failure_kills_once() {
+        // SPAWN-3, SPAWN-8
+        let h = GroupHeader {
+            group_id: 1,
+            size: 1,
+            context_id: 1,
+        };
+        let port = PortName {
+            boot: Bootstrap::Datagram,
+            dgram: Addr(vec![1]),
+            stream: Addr(vec![2]),
+            tag: 0,
+        };
+        let cfg = SpawnConfig {
+            handshake: HandshakeConfig::new(h, vec![Addr(vec![9])]),
+            port,
+            maxprocs: 4,
+            child_namespace: Namespace::new("kids"),
+            child_group_id: 2,
+        };
+        let mut p = SpawnParent::new(Instant(0), cfg.clone()).unwrap();
+        assert!(matches!(
+            p.poll_output(),
+            Some(Output::Launch { count: 4, .. })
+        ));
+        assert_eq!(p.poll_output(), None);
+        let deadline = p.poll_timeout().unwrap();
+        p.handle(deadline, Input::Timeout).unwrap();
+        let outs: Vec<Output> = core::iter::from_fn(|| p.poll_output()).collect();
+        assert_eq!(
+            outs.iter()
+                .filter(|o| matches!(o, Output::Kill { .. }))
+                .count(),
+            1
+        );
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, Output::Failed(SpawnError::Timeout { .. })))
+        );
+        p.handle(
+            deadline,
+            Input::LaunchFailed {
+                reason: "late".into(),
+            },
+        )
+        .unwrap();
+        assert_eq!(p.poll_output(), None, "a decided spawn stays decided");
+        assert_eq!(p.poll_timeout(), None);
+        let bad = SpawnConfig { maxprocs: 0, ..cfg };
+        assert!(SpawnParent::new(Instant(0), bad).is_err());
+    }
+}

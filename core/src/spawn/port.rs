@@ -307,6 +307,21 @@ mod tests {
         assert_ne!(a.tag, b.tag);
     }
 
+    #[test]
+    fn hybrid_rule_by_group_size() {
+        // SPAWN-9
+        let h = Bootstrap::Hybrid { threshold: 8 };
+        assert_eq!(h.hello_transport(), Transport::Datagram);
+        assert_eq!(h.endpoint_transport(8, 1), Transport::Datagram);
+        assert_eq!(h.endpoint_transport(1, 9), Transport::Stream);
+        assert_eq!(h.endpoint_transport(9, 9), Transport::Stream);
+        assert_eq!(Bootstrap::Stream.hello_transport(), Transport::Stream);
+        assert_eq!(
+            Bootstrap::Datagram.endpoint_transport(1000, 1000),
+            Transport::Datagram
+        );
+    }
+
     proptest! {
         #[test]
         fn round_trip(dg in proptest::collection::vec(any::<u8>(), 1..64),
