@@ -615,6 +615,7 @@ impl Handshake {
     }
 
     fn check_done(&mut self) {
+        // SPAWN-16: Done needs the peer's table and the peer's ack of ours.
         if self.phase != Phase::Endpoints || !self.peer_has_ours {
             return;
         }
