@@ -53,8 +53,12 @@ fn accept_connect(sim: &mut Sim, boot: Bootstrap, s: u32, c: u32) -> (usize, usi
         context_id: client_ctx.allocate().unwrap(),
     };
     let ceps = endpoints(2, c, 20);
-    let client =
-        Handshake::connect(sim.now, parsed, hs_config(ch, ceps.clone(), &sim.child_cfg)).unwrap();
+    let mut ccfg = hs_config(ch, ceps.clone(), &sim.child_cfg);
+    if s % 2 == 0 {
+        // The client numbers its attempts itself.
+        ccfg.session = Some(0xA77E_0000 + u64::from(c));
+    }
+    let client = Handshake::connect(sim.now, parsed, ccfg).unwrap();
     let ci = sim.add_root(
         "client",
         Machine::Hs(client),
@@ -77,6 +81,12 @@ fn accept_connect_between_independent_jobs() {
         let sig = sim.assert_group_connected(si, ci);
         let cig = sim.assert_group_connected(ci, si);
         assert_eq!((sig.role, cig.role), (Role::Acceptor, Role::Initiator));
+        let want_session = if s % 2 == 0 {
+            0xA77E_0000 + u64::from(c)
+        } else {
+            2
+        };
+        assert_eq!(sig.session, want_session);
 
         // SPAWN-15: every process of both groups computes the same merged order.
         let high_s = seed % 2 == 0;

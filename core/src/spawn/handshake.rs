@@ -48,6 +48,10 @@ pub struct HandshakeConfig {
     pub datagram: DatagramConfig,
     /// Acceptor only: accept only this remote (group id, size), e.g. a spawn's children.
     pub expect_remote: Option<(u64, u32)>,
+    /// Initiator only: the session id of this attempt; `None` uses `local.group_id`.
+    /// A group that connects more than once should give each attempt its own id so a
+    /// late datagram of one attempt can never be taken for another (SPAWN-11).
+    pub session: Option<u64>,
 }
 
 impl HandshakeConfig {
@@ -60,6 +64,7 @@ impl HandshakeConfig {
             timeout: Duration::from_secs(10),
             datagram: DatagramConfig::default(),
             expect_remote: None,
+            session: None,
         }
     }
 
@@ -154,8 +159,9 @@ impl Handshake {
             out: VecDeque::new(),
         };
         if role == Role::Initiator {
-            // SPAWN-11: the session is the initiator's group id, unique in its job.
-            let session = hs.cfg.local.group_id;
+            // SPAWN-11: the session is the initiator's group id (unique in its job) unless
+            // the caller numbers its attempts itself.
+            let session = hs.cfg.session.unwrap_or(hs.cfg.local.group_id);
             hs.session = Some(session);
             let via = hs.port.boot.hello_transport();
             match via {
