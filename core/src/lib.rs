@@ -12,6 +12,7 @@
 
 extern crate alloc;
 
+pub mod bugs;
 pub mod process;
 pub mod pset;
 pub mod rc;

@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use crate::process::ProcessId;
 
 /// A node and how many processes it may run.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeSpec {
     /// Host name.
     pub name: String,
@@ -21,7 +21,7 @@ pub struct NodeSpec {
 }
 
 /// The state of one slot.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SlotState {
     /// Nobody runs here.
     Free,
@@ -32,7 +32,7 @@ pub enum SlotState {
 }
 
 /// Where one new process goes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Placement {
     /// The process.
     pub pid: ProcessId,
@@ -43,7 +43,7 @@ pub struct Placement {
 }
 
 /// Why a slot request failed. Nothing changes when it does.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 pub enum SlotError {
     /// Not enough free slots.
     #[error("{wanted} slots wanted, {free} free")]
@@ -70,7 +70,7 @@ pub enum SlotError {
 }
 
 /// The job's slots, in their total order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotMap {
     nodes: Vec<NodeSpec>,
     /// First slot index of each node, plus the total at the end.

@@ -17,7 +17,7 @@ pub const MPI_PS_ACTIVE: &str = "mpi_ps_active";
 pub const SCHED_PREFIX: &str = "mpi_ps_sched_";
 
 /// The attributes cached on a pset, except `mpi_size` which is its member count.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Attributes {
     /// `mpi_ps_version`: 0 at creation, +1 whenever the members change.
     pub version: u64,
@@ -54,7 +54,7 @@ impl Attributes {
 
 /// Attributes an operation request may set on its result (the thesis' info keys).
 /// Anything left out is inherited from `pset1` (`PSET-31`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AttrUpdate {
     /// New value of `mpi_ps_active`, if any.
     pub active: Option<bool>,
@@ -84,7 +84,7 @@ impl AttrUpdate {
 }
 
 /// The value of one attribute, as `get_pset_info` returns it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AttrValue {
     /// An integer attribute (`mpi_size`, `mpi_ps_version`, `mpi_ps_epoch`).
     Int(u64),
@@ -95,7 +95,7 @@ pub enum AttrValue {
 }
 
 /// Everything a process can learn about a pset in one look-up.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PsetInfo {
     /// The pset's canonical name.
     pub name: PsetName,

@@ -8,7 +8,7 @@ use super::name::{NameError, PsetName};
 use crate::process::ProcessId;
 
 /// Why a pset request was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 pub enum PsetError {
     /// A name did not parse.
     #[error("bad pset name: {0}")]

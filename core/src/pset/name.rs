@@ -54,7 +54,7 @@ pub struct PsetName {
 }
 
 /// Why a string is not a pset name. Offsets are byte offsets into the input.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 pub enum NameError {
     /// The name does not start with `mpi://`.
     #[error("pset name must start with \"mpi://\"")]

@@ -36,7 +36,7 @@ impl SetOp {
 }
 
 /// How SPLIT partitions a pset.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SplitBy {
     /// Consecutive parts of these sizes, in process-table order (rank creation order).
     /// Every size is at least 1 and they add up to the pset's size.
@@ -48,7 +48,7 @@ pub enum SplitBy {
 }
 
 /// One pset request.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PsetOp {
     /// `pset_create_op(op, pset1, pset2)` with an optional preferred result name.
     Set {
@@ -84,7 +84,7 @@ pub enum PsetOp {
 }
 
 /// What a successful request did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OpOutcome {
     /// The result pset(s): one for set ops and NULL, one per part for SPLIT.
     pub results: Vec<PsetName>,

@@ -23,7 +23,7 @@ use super::table::ProcessTable;
 use crate::process::ProcessId;
 
 /// Who is asking: the runtime itself, or an application process.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Origin {
     /// The runtime (master): may define psets in `mpi://rte/…`.
     Runtime,
@@ -47,7 +47,7 @@ impl Origin {
 }
 
 /// One live pset.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Pset {
     /// Members, as indices into the registry's process table.
     pub members: MemberSet,
@@ -56,14 +56,14 @@ pub struct Pset {
 }
 
 /// A name's state: live, or pruned (kept so the name is never reused, `PSET-5`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Slot {
     Live(Pset),
     Pruned,
 }
 
 /// One journalled write, undone in reverse order when a request fails.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Undo {
     Slot(PsetName, Option<Slot>),
     Generated(u64),
@@ -71,7 +71,7 @@ pub(crate) enum Undo {
 }
 
 /// All psets of one job.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PsetRegistry {
     pub(crate) table: ProcessTable,
     pub(crate) psets: BTreeMap<PsetName, Slot>,

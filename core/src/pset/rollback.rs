@@ -8,7 +8,7 @@ use super::name::{Domain, PsetName};
 use super::registry::{Pset, PsetRegistry, Slot};
 
 /// What a rollback changed, for replicating it to the daemons.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RollbackReport {
     /// Psets whose membership was restored (as a new version).
     pub restored: Vec<PsetName>,
@@ -48,5 +48,12 @@ impl PsetRegistry {
         }
         self.commit();
         report
+    }
+
+    /// Sets a version directly: only the planted bug `RollbackOldVersions` does this.
+    pub(crate) fn force_version(&mut self, name: &PsetName, version: u64) {
+        if let Some(Slot::Live(p)) = self.psets.get_mut(name) {
+            p.attrs.version = version;
+        }
     }
 }

@@ -13,7 +13,7 @@ use crate::process::{Namespace, ProcessId, Rank};
 ///
 /// Namespaces are stored once; an entry is a (namespace slot, rank) pair, so a table of
 /// 1 M processes costs a few tens of MB rather than one string per process.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProcessTable {
     namespaces: Vec<Namespace>,
     entries: Vec<(u32, Rank)>,

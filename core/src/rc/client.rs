@@ -20,7 +20,7 @@ use crate::time::{Duration, Instant};
 pub type CallId = u64;
 
 /// An API call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientCall {
     /// `get_res_change` (Lst. 6.1).
     GetResChange {
@@ -81,7 +81,7 @@ pub enum ClientCall {
 }
 
 /// What an accept returns to the process that called it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AcceptResult {
     /// `Pending` until decided, then `Finalized`.
     pub status: RcStatus,
@@ -94,7 +94,7 @@ pub struct AcceptResult {
 }
 
 /// The result of a call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CallResult {
     /// Of `GetResChange`.
     ResChange(QueryAnswer),
@@ -117,7 +117,7 @@ pub enum CallResult {
 }
 
 /// What a client is told.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientInput {
     /// The application makes a call.
     Call {
@@ -136,7 +136,7 @@ pub enum ClientInput {
 }
 
 /// What a client wants done.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientOutput {
     /// Send this request to the local daemon.
     Request {
@@ -155,7 +155,7 @@ pub enum ClientOutput {
 }
 
 /// Where a multi-step call is.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Step {
     /// A one-request call.
     Single(CallId),
@@ -180,7 +180,7 @@ enum Step {
 }
 
 /// See the module doc.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Client {
     pid: ProcessId,
     next_req: ReqId,

@@ -70,6 +70,7 @@ pub struct Daemon {
     job: BTreeSet<ProcessId>,
     local: BTreeSet<ProcessId>,
     out: VecDeque<DaemonOutput>,
+    bugs: crate::bugs::Bugs,
 }
 
 impl Daemon {
@@ -82,7 +83,14 @@ impl Daemon {
             job: BTreeSet::new(),
             local: BTreeSet::new(),
             out: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
         }
+    }
+
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
     }
 
     /// Its node.
@@ -148,7 +156,11 @@ impl Daemon {
                 members,
                 attrs,
             } => {
-                self.psets.insert(name, (members, attrs));
+                let stale =
+                    self.bugs.has(crate::bugs::Bug::StaleReplica) && self.psets.contains_key(&name);
+                if !stale {
+                    self.psets.insert(name, (members, attrs));
+                }
             }
             ToDaemon::PrunePset { name } => {
                 self.psets.remove(&name);

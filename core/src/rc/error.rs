@@ -8,7 +8,7 @@ use crate::pset::{PsetError, PsetName};
 use crate::slots::SlotError;
 
 /// A refused or failed resource-change request.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 pub enum RcError {
     /// A pset request failed.
     #[error(transparent)]
@@ -70,7 +70,7 @@ pub enum RcError {
 }
 
 /// `PsetError` boxed so that `RcError` stays small.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 #[error("{0}")]
 pub struct PsetErrorBox(pub alloc::boxed::Box<PsetError>);
 

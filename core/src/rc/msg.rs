@@ -12,7 +12,7 @@ use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use crate::time::Duration;
 
 /// What a client asks of the runtime.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientRequest {
     /// `get_res_change(bound)`: answered by the local daemon (`RC-4`).
     Query {
@@ -73,7 +73,7 @@ pub enum ClientRequest {
 }
 
 /// The runtime's answer to a [`ClientRequest`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientReply {
     /// To `Query`.
     Query(QueryAnswer),
@@ -96,7 +96,7 @@ pub enum ClientReply {
 }
 
 /// Daemon → master.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ToMaster {
     /// A client request the daemon cannot answer locally.
     Forward {
@@ -116,7 +116,7 @@ pub enum ToMaster {
 
 /// Master → daemon. The link is ordered, so a daemon sees a change's pset, job data and
 /// announcement before the launch of its processes (`RC-3`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ToDaemon {
     /// Define or update a pset in the replica (`PRTE_DYNRES_DEFINE_PSET`).
     DefinePset {
@@ -170,7 +170,7 @@ pub enum ToDaemon {
 }
 
 /// Where the master sends a message.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Envelope {
     /// The daemon.
     pub to: NodeId,

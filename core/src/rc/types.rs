@@ -63,7 +63,7 @@ impl RcStatus {
 
 /// A request to change the resources of an application (the `RES_CHANGE_DEFINE` event
 /// or `request_res_change`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChangeRequest {
     /// The application to change.
     pub app: String,
@@ -114,7 +114,7 @@ impl ChangeRequest {
 }
 
 /// A change as the runtime replicates it to every daemon: what queries answer from.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChangeInfo {
     /// The application.
     pub app: String,
@@ -142,7 +142,7 @@ impl ChangeInfo {
 }
 
 /// The answer to `get_res_change` (thesis Lst. 6.1).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QueryAnswer {
     /// `None` is `MPI_RC_NULL`: no change for this query.
     pub kind: Option<RcType>,
@@ -170,7 +170,7 @@ impl QueryAnswer {
 }
 
 /// What an accept call learns (thesis Lst. 6.5).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AcceptOutcome {
     /// The change's status after this accept: `Pending` until it is decided.
     pub status: RcStatus,

@@ -161,6 +161,8 @@ pub struct Master {
     pub(crate) lookups: Vec<(String, Instant, Route)>,
     pub(crate) fences: BTreeMap<PsetName, Fence>,
     pub(crate) out: VecDeque<MasterOutput>,
+    /// Planted bugs (always empty in shipped builds).
+    pub(crate) bugs: crate::bugs::Bugs,
 }
 
 impl Master {
@@ -180,6 +182,7 @@ impl Master {
             lookups: Vec::new(),
             fences: BTreeMap::new(),
             out: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
             cfg,
         };
         let mut apps: Vec<(String, Vec<ProcessId>)> = Vec::new();
@@ -265,6 +268,16 @@ impl Master {
         changes.chain(lookups).chain(fences).min()
     }
 
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+    }
+
+    pub(crate) fn bug(&self, bug: crate::bugs::Bug) -> bool {
+        self.bugs.has(bug)
+    }
+
     /// The pset registry (for status displays and checks).
     pub fn registry(&self) -> &PsetRegistry {
         &self.registry
@@ -284,6 +297,21 @@ impl Master {
     /// go), by delta pset.
     pub fn changes(&self) -> impl Iterator<Item = &ChangeInfo> {
         self.changes.values().filter(|c| !c.done).map(|c| &c.info)
+    }
+
+    /// Every change the master has announced, decided ones included.
+    pub fn all_changes(&self) -> impl Iterator<Item = &ChangeInfo> {
+        self.changes.values().map(|c| &c.info)
+    }
+
+    /// The accepts recorded for a change: bound pset → new pset (`RC-8`).
+    pub fn accepts(&self, delta: &PsetName) -> Option<&BTreeMap<PsetName, PsetName>> {
+        self.changes.get(delta).map(|c| &c.accepted)
+    }
+
+    /// The new processes that confirmed a change (`RC-9`).
+    pub fn confirmed(&self, delta: &PsetName) -> Option<&BTreeSet<ProcessId>> {
+        self.changes.get(delta).map(|c| &c.confirmed)
     }
 
     /// The status of the change named by `delta` (`Null` if unknown).

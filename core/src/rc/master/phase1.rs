@@ -5,6 +5,7 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use super::{Change, Master, MasterOutput, Route};
+use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::RcError;
@@ -129,6 +130,24 @@ impl Master {
         let mut registry = self.registry.clone();
         let mut slots = self.slots.clone();
         let first_rank = self.next_rank;
+        // Planted: the counter is rolled back with an aborted change.
+        let first_rank = match self
+            .changes
+            .values()
+            .rev()
+            .find(|c| c.info.status == RcStatus::Aborted)
+        {
+            Some(c)
+                if self.bug(Bug::ReuseRankAfterAbort)
+                    && c.info
+                        .added
+                        .last()
+                        .is_some_and(|p| p.rank + 1 == first_rank) =>
+            {
+                c.info.added.first().map_or(first_rank, |p| p.rank)
+            }
+            _ => first_rank,
+        };
         let added: Vec<ProcessId> = (0..adds)
             .map(|i| ProcessId::new(self.cfg.namespace.clone(), first_rank.saturating_add(i)))
             .collect();
@@ -208,6 +227,9 @@ impl Master {
             added: added.clone(),
             removed: info.removed.clone(),
         });
+        if self.bug(Bug::AnnounceAfterLaunch) {
+            self.launch(&added);
+        }
         self.broadcast(ToDaemon::Change {
             delta: delta.clone(),
             info: Some(info.clone()),
@@ -219,7 +241,9 @@ impl Master {
             delta: delta.clone(),
             status: RcStatus::Announced,
         });
-        self.launch(&added);
+        if !self.bug(Bug::AnnounceAfterLaunch) {
+            self.launch(&added);
+        }
         self.in_flight.insert(req.app.clone(), delta.clone());
         self.changes.insert(
             delta.clone(),

@@ -5,6 +5,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::{Master, MasterOutput, Route, Waiter};
+use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::RcError;
@@ -59,7 +60,8 @@ impl Master {
                     }
                 }
                 // SUB is decided by its accepts alone: one per X_c(U) member (RC-8).
-                if kind == RcType::Sub && all_in {
+                let planted = kind != RcType::Sub && self.bug(Bug::FinalizeOnAccept);
+                if (kind == RcType::Sub && all_in) || planted {
                     self.finalize(now, &delta);
                 } else if kind != RcType::Sub {
                     self.maybe_finalize(now, &delta);
@@ -166,6 +168,7 @@ impl Master {
     /// A new process confirms (Lst. 6.6) after its lookup and fence; `ok = false` aborts
     /// the change. The reply waits for the decision (`RC-9`).
     pub(crate) fn confirm(&mut self, now: Instant, route: Route, delta: PsetName, ok: bool) {
+        let late_confirm_bug = self.bug(Bug::ConfirmAfterAbort);
         let Some(change) = self.changes.get_mut(&delta) else {
             self.reply(
                 &route,
@@ -180,6 +183,14 @@ impl Master {
         }
         match change.info.status {
             RcStatus::Finalized => return self.reply(&route, ClientReply::Confirmed(Ok(()))),
+            RcStatus::Aborted if ok && late_confirm_bug => {
+                change.info.status = RcStatus::Finalized;
+                self.out.push_back(MasterOutput::Status {
+                    delta,
+                    status: RcStatus::Finalized,
+                });
+                return self.reply(&route, ClientReply::Confirmed(Ok(())));
+            }
             RcStatus::Aborted => {
                 return self.reply(&route, ClientReply::Confirmed(Err(RcError::Aborted(delta))));
             }
@@ -218,10 +229,13 @@ impl Master {
     pub(crate) fn finalize(&mut self, now: Instant, delta: &PsetName) {
         self.set_status(delta, RcStatus::Finalized);
         let _ = self.publish(now, &confirm_key(delta), String::from("success"), false);
+        let keep_deadline = self.bug(Bug::AbortAfterFinalize);
         let Some(change) = self.changes.get_mut(delta) else {
             return;
         };
-        change.deadline = None;
+        if !keep_deadline {
+            change.deadline = None;
+        }
         let removed = change.info.removed.clone();
         let added = change.info.added.clone();
         let app = change.info.app.clone();
@@ -235,6 +249,11 @@ impl Master {
             .filter(|p| self.slots.is_running(p))
             .cloned()
             .collect();
+        if self.bug(Bug::FreeSlotBeforeExit) {
+            for p in &still_running {
+                let _ = self.slots.free(p);
+            }
+        }
         let _ = self.slots.mark_leaving(&still_running);
         // WORLD follows the job (runtime-managed, PSET-13).
         self.update_world(delta, &added, &removed);
@@ -292,7 +311,18 @@ impl Master {
         let snapshot = change.snapshot.clone();
         self.procs = change.procs_before.clone();
         // Psets: membership as before, as new versions; psets made since, pruned.
-        let report = self.registry.roll_back_app(&snapshot, &app);
+        let report = if self.bug(Bug::SkipRollback) {
+            crate::pset::RollbackReport::default()
+        } else {
+            self.registry.roll_back_app(&snapshot, &app)
+        };
+        if self.bug(Bug::RollbackOldVersions) {
+            for name in &report.restored {
+                if let Ok(v) = snapshot.get(name).map(|p| p.attrs.version) {
+                    self.registry.force_version(name, v);
+                }
+            }
+        }
         for name in report.restored.iter().chain(&report.pruned) {
             self.broadcast_pset(name);
         }
@@ -312,7 +342,9 @@ impl Master {
             .cloned()
             .collect();
         let _ = self.slots.mark_leaving(&running);
-        self.kill(&running);
+        if !self.bug(Bug::NoKillOnAbort) {
+            self.kill(&running);
+        }
         self.fail_waiting_on(delta);
         self.answer_waiters(delta);
         self.in_flight.remove(&app);
@@ -440,6 +472,17 @@ impl Master {
             .map(|(d, _)| d.clone())
             .collect();
         for delta in due {
+            let finalized = self.status(&delta) == RcStatus::Finalized;
+            if finalized && self.bug(Bug::AbortAfterFinalize) {
+                let c = self.changes.get_mut(&delta).expect("present");
+                c.deadline = None;
+                c.info.status = RcStatus::Aborted;
+                self.out.push_back(MasterOutput::Status {
+                    delta,
+                    status: RcStatus::Aborted,
+                });
+                continue;
+            }
             self.abort(now, &delta, "the change was not decided in time");
         }
         let graced: Vec<PsetName> = self
