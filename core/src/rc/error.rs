@@ -67,6 +67,78 @@ pub enum RcError {
     /// A client call was made in a state that does not allow it.
     #[error("client: {0}")]
     Client(&'static str),
+    /// The peer refused with this code; `detail` is its message.
+    ///
+    /// This is how an error whose payload cannot cross the wire as data (a nested
+    /// `PsetError`/`SlotError`, a `&'static str` reason) arrives: as its
+    /// [`code`](RcError::code) and its `Display` text (`spec/wire.md`, "Errors on the
+    /// wire"). It also carries codes a newer peer may define.
+    #[error("refused by the peer (code {code}): {detail}")]
+    Refused {
+        /// The peer's [`RcError::code`] of the original error.
+        code: u16,
+        /// The peer's message (the original error's `Display` text).
+        detail: String,
+    },
+}
+
+impl RcError {
+    /// Code of [`RcError::Pset`].
+    pub const CODE_PSET: u16 = 1;
+    /// Code of [`RcError::Slots`].
+    pub const CODE_SLOTS: u16 = 2;
+    /// Code of [`RcError::BadRequest`].
+    pub const CODE_BAD_REQUEST: u16 = 3;
+    /// Code of [`RcError::NoSuchChange`].
+    pub const CODE_NO_SUCH_CHANGE: u16 = 4;
+    /// Code of [`RcError::Aborted`].
+    pub const CODE_ABORTED: u16 = 5;
+    /// Code of [`RcError::AlreadyFinalized`].
+    pub const CODE_ALREADY_FINALIZED: u16 = 6;
+    /// Code of [`RcError::NotBound`].
+    pub const CODE_NOT_BOUND: u16 = 7;
+    /// Code of [`RcError::NewPsetMismatch`].
+    pub const CODE_NEW_PSET_MISMATCH: u16 = 8;
+    /// Code of [`RcError::QueueFull`].
+    pub const CODE_QUEUE_FULL: u16 = 9;
+    /// Code of [`RcError::ReservedKey`].
+    pub const CODE_RESERVED_KEY: u16 = 10;
+    /// Code of [`RcError::KeyExists`].
+    pub const CODE_KEY_EXISTS: u16 = 11;
+    /// Code of [`RcError::NoSuchKey`].
+    pub const CODE_NO_SUCH_KEY: u16 = 12;
+    /// Code of [`RcError::Timeout`].
+    pub const CODE_TIMEOUT: u16 = 13;
+    /// Code of [`RcError::NotPermitted`].
+    pub const CODE_NOT_PERMITTED: u16 = 14;
+    /// Code of [`RcError::Client`].
+    pub const CODE_CLIENT: u16 = 15;
+
+    /// A stable number for the kind of error, the same on every peer (`spec/wire.md`).
+    ///
+    /// Codes are never reused or renumbered: they are what survives the wire when the
+    /// payload does not. [`RcError::Refused`] reports the code it carries, so `code()`
+    /// of an error is the same before and after it crossed the wire.
+    pub fn code(&self) -> u16 {
+        match self {
+            RcError::Pset(_) => Self::CODE_PSET,
+            RcError::Slots(_) => Self::CODE_SLOTS,
+            RcError::BadRequest(_) => Self::CODE_BAD_REQUEST,
+            RcError::NoSuchChange(_) => Self::CODE_NO_SUCH_CHANGE,
+            RcError::Aborted(_) => Self::CODE_ABORTED,
+            RcError::AlreadyFinalized(_) => Self::CODE_ALREADY_FINALIZED,
+            RcError::NotBound { .. } => Self::CODE_NOT_BOUND,
+            RcError::NewPsetMismatch { .. } => Self::CODE_NEW_PSET_MISMATCH,
+            RcError::QueueFull(_) => Self::CODE_QUEUE_FULL,
+            RcError::ReservedKey(_) => Self::CODE_RESERVED_KEY,
+            RcError::KeyExists(_) => Self::CODE_KEY_EXISTS,
+            RcError::NoSuchKey(_) => Self::CODE_NO_SUCH_KEY,
+            RcError::Timeout => Self::CODE_TIMEOUT,
+            RcError::NotPermitted(_) => Self::CODE_NOT_PERMITTED,
+            RcError::Client(_) => Self::CODE_CLIENT,
+            RcError::Refused { code, .. } => *code,
+        }
+    }
 }
 
 /// `PsetError` boxed so that `RcError` stays small.

@@ -16,6 +16,7 @@ pub mod master;
 mod msg;
 pub mod query;
 mod types;
+pub mod wire;
 
 pub use client::{AcceptResult, CallId, CallResult, Client, ClientCall, ClientInput, ClientOutput};
 pub use daemon::{Daemon, DaemonInput, DaemonOutput};
