@@ -3,7 +3,7 @@
 
 /// `0x01xx`: spawn / accept-connect / join handshakes and the datagram bootstrap.
 pub const SPAWN_RANGE: core::ops::RangeInclusive<u16> = 0x0100..=0x01ff;
-/// `0x02xx`: resource-change messages (specified by issue 3).
+/// `0x02xx`: resource-change messages (`spec/wire.md`, `rc::wire`).
 pub const RESOURCE_CHANGE_RANGE: core::ops::RangeInclusive<u16> = 0x0200..=0x02ff;
 /// `0x03xx`: pset operations.
 pub const PSET_RANGE: core::ops::RangeInclusive<u16> = 0x0300..=0x03ff;
