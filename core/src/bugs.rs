@@ -27,6 +27,10 @@ pub enum Bug {
     NoKillOnAbort,
     /// Abort a change whose deadline passes even though it was finalized (`RC-1`).
     AbortAfterFinalize,
+    /// Bump the version on an attribute-only (NULL) update (`PSET-10`).
+    VersionBumpOnAttrUpdate,
+    /// Skip the recursive application to X_a when pset2 is a delta (`PSET-34`).
+    LoseRecursiveApplication,
 }
 
 /// A set of planted bugs (empty in every shipped build).

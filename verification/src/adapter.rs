@@ -99,6 +99,28 @@ pub struct MasterState {
     pub now: Instant,
     /// Every `Status` output, in order.
     pub log: Vec<(PsetName, RcStatus)>,
+    /// Steps after which some pset's version did not rise by exactly one per membership
+    /// change (`PSET-10`), as seen by comparing the registry before and after each step.
+    pub version_violations: u32,
+}
+
+type VersionView = std::collections::BTreeMap<PsetName, (dynres_core::pset::MemberSet, u64)>;
+
+fn versions(m: &Master) -> VersionView {
+    m.registry()
+        .live_psets()
+        .map(|(n, p)| (n.clone(), (p.members.clone(), p.attrs.version)))
+        .collect()
+}
+
+/// `PSET-10` across one master step: unchanged members keep their version, changed ones
+/// rise (by one per change; a batch may change a pset more than once in one step).
+fn version_step_ok(before: &VersionView, m: &Master) -> bool {
+    m.registry().live_psets().all(|(n, p)| match before.get(n) {
+        Some((members, v)) if *members == p.members => p.attrs.version == *v,
+        Some((_, v)) => p.attrs.version > *v,
+        None => true,
+    })
 }
 
 /// A daemon actor's state.
@@ -127,6 +149,8 @@ pub enum Phase {
 /// The application step of a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
+    /// Root: its start-up pset requests are out.
+    Setup,
     /// Nothing out (root: waiting for its next poll).
     Idle,
     /// A query is out.
@@ -312,6 +336,11 @@ impl RcNode {
             return;
         };
         let root = PsetName::app_root(APP).expect("valid name");
+        if st.step == Step::Setup {
+            st.step = Step::Idle;
+            Self::poll_later(st, o);
+            return;
+        }
         match (role, result) {
             (Role::Root, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
                 (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
@@ -404,6 +433,7 @@ impl Actor for RcNode {
                     master,
                     now: Instant::ZERO,
                     log: Vec::new(),
+                    version_violations: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
                 RcState::Master(Box::new(st))
@@ -439,15 +469,20 @@ impl Actor for RcNode {
 
     fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
         match (&self.actor, state.to_mut(), msg) {
-            (RcActor::Master(..), RcState::Master(st), RcMsg::Request(req)) => {
-                let _ = st.master.handle(st.now, MasterInput::RequestChange(req));
-                drain_master(&self.layout, st, o);
-            }
-            (RcActor::Master(..), RcState::Master(st), RcMsg::ToMaster(msg)) => {
-                let node = self.layout.node(src);
-                let _ = st
-                    .master
-                    .handle(st.now, MasterInput::FromDaemon { node, msg });
+            (RcActor::Master(..), RcState::Master(st), msg) => {
+                let input = match msg {
+                    RcMsg::Request(req) => MasterInput::RequestChange(req),
+                    RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
+                        node: self.layout.node(src),
+                        msg,
+                    },
+                    _ => return,
+                };
+                let before = versions(&st.master);
+                let _ = st.master.handle(st.now, input);
+                if !version_step_ok(&before, &st.master) {
+                    st.version_violations += 1;
+                }
                 drain_master(&self.layout, st, o);
             }
             (RcActor::Daemon(..), RcState::Daemon(st), msg) => {
@@ -477,7 +512,26 @@ impl Actor for RcNode {
                     st.client = Some(Client::new(pid.clone()));
                     st.daemon = Some(src);
                     match role {
-                        Role::Root => Self::poll_later(st, o),
+                        Role::Root => {
+                            // What applications do at start: a scheduling hint (NULL) and
+                            // an inactive pset the runtime keeps consistent (PSET-34).
+                            let root = PsetName::app_root(APP).expect("valid name");
+                            let all = PsetName::parse("mpi://app/app/all").expect("valid name");
+                            let ops = vec![
+                                PsetOp::Null {
+                                    target: root.clone(),
+                                    attrs: AttrUpdate::none().with_sched("mpi_ps_sched_poll", "1"),
+                                },
+                                PsetOp::Set {
+                                    op: SetOp::Union,
+                                    pset1: root.clone(),
+                                    pset2: PsetName::self_set(),
+                                    target: Some(all),
+                                    attrs: AttrUpdate::active(false),
+                                },
+                            ];
+                            self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
+                        }
                         Role::Member => {}
                         Role::New { may_crash } => {
                             if *may_crash {
@@ -528,7 +582,11 @@ impl Actor for RcNode {
             (RcState::Master(st), RcTimer::Master) => {
                 if let Some(t) = st.master.poll_timeout() {
                     st.now = st.now.max(t);
+                    let before = versions(&st.master);
                     let _ = st.master.handle(st.now, MasterInput::Timeout);
+                    if !version_step_ok(&before, &st.master) {
+                        st.version_violations += 1;
+                    }
                 }
                 drain_master(&self.layout, st, o);
             }

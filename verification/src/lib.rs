@@ -7,4 +7,5 @@
 
 pub mod adapter;
 pub mod models;
+pub mod planted;
 pub mod run;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dynres_verification::models::pr_configs;
+use dynres_verification::planted::{corpus, hunt};
 use dynres_verification::run::{Outcome, check};
 
 #[derive(Parser)]
@@ -33,6 +34,9 @@ enum Cmd {
         /// Only configurations whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// Print the counterexample of every caught planted bug.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Serve stateright's Explorer for one configuration on 127.0.0.1:3000.
     Explore {
@@ -44,7 +48,12 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Check { tier, json, only } => run_check(tier, json, only),
+        Cmd::Check {
+            tier,
+            json,
+            only,
+            verbose,
+        } => run_check(tier, json, only, verbose),
         Cmd::Explore { config } => {
             let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
                 eprintln!("dynres-verification: no configuration named {config:?}");
@@ -60,7 +69,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_check(tier: Tier, json: Option<std::path::PathBuf>, only: Option<String>) -> ExitCode {
+fn run_check(
+    tier: Tier,
+    json: Option<std::path::PathBuf>,
+    only: Option<String>,
+    verbose: bool,
+) -> ExitCode {
     let max_states = match tier {
         Tier::Pr => 5_000_000,
         Tier::Nightly => 50_000_000,
@@ -95,6 +109,35 @@ fn run_check(tier: Tier, json: Option<std::path::PathBuf>, only: Option<String>)
         }
         outcomes.push(o);
     }
+    println!();
+    println!(
+        "{:<28} {:<40} {:>10} {:>8}  result",
+        "planted bug", "must fail", "states", "seconds"
+    );
+    let mut hunts = Vec::new();
+    for planted in corpus() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !planted.config.contains(o.as_str()))
+        {
+            continue;
+        }
+        let h = hunt(&planted, threads);
+        let result = if h.caught { "caught" } else { "MISSED" };
+        println!(
+            "{:<28} {:<40} {:>10} {:>8.2}  {result}",
+            format!("{:?}", planted.bug),
+            planted.property,
+            h.states,
+            h.seconds
+        );
+        if verbose && h.caught {
+            println!("{}", h.trace);
+        }
+        hunts.push(h);
+    }
+    let caught = hunts.iter().filter(|h| h.caught).count();
+    println!("planted bugs caught: {caught}/{}", hunts.len());
     if let Some(path) = json {
         let rows: Vec<String> = outcomes
             .iter()
@@ -110,7 +153,7 @@ fn run_check(tier: Tier, json: Option<std::path::PathBuf>, only: Option<String>)
             return ExitCode::from(2);
         }
     }
-    if outcomes.iter().all(Outcome::passed) {
+    if outcomes.iter().all(Outcome::passed) && hunts.iter().all(|h| h.caught) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

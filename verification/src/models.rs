@@ -252,6 +252,67 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "RC-14 replicas match the master when quiet",
+            |_, s| {
+                if s.network.len() != 0 {
+                    return true;
+                }
+                let m = &master(s).master;
+                daemons(s).all(|d| {
+                    m.registry().live_psets().all(|(n, p)| {
+                        d.daemon
+                            .pset(n)
+                            .is_some_and(|(_, a)| a.version == p.attrs.version)
+                    })
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-12 ABORTED => added processes killed",
+            |model, s| {
+                if s.network.len() != 0 {
+                    return true;
+                }
+                let m = &master(s).master;
+                let aborted: Vec<&ProcessId> = m
+                    .all_changes()
+                    .filter(|c| c.status == RcStatus::Aborted)
+                    .flat_map(|c| c.added.iter())
+                    .collect();
+                let pids = model.actors.iter().filter_map(|a| match &a.actor {
+                    RcActor::Proc { pid, .. } => Some(pid),
+                    _ => None,
+                });
+                pids.zip(procs(s))
+                    .all(|(pid, p)| p.phase != Phase::Running || !aborted.contains(&pid))
+            },
+        )
+        .property(
+            Expectation::Always,
+            "PSET-10 versions rise exactly with membership",
+            |_, s| master(s).version_violations == 0,
+        )
+        .property(
+            Expectation::Always,
+            "PSET-34 inactive psets follow a finalized SUB",
+            |_, s| {
+                let m = &master(s).master;
+                let reg = m.registry();
+                m.all_changes()
+                    .filter(|c| c.status == RcStatus::Finalized && !c.removed.is_empty())
+                    .all(|c| {
+                        reg.live_psets()
+                            .filter(|(n, p)| n.in_app_domain(APP) && !p.attrs.active)
+                            .all(|(n, _)| {
+                                let members = reg.members(&Origin::Runtime, n).unwrap_or_default();
+                                c.removed.iter().all(|r| !members.contains(r))
+                            })
+                    })
+            },
+        )
+        .property(
+            Expectation::Always,
             "PSET-20 ranks are never reused",
             |_, s| procs(s).all(|p| !p.relaunched),
         )
@@ -277,6 +338,10 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                 m.all_changes().count() > 0 && m.all_changes().all(|c| c.status.is_final())
             },
         );
+    // The "when quiet" properties above are vacuous unless quiet states exist.
+    model = model.property(Expectation::Sometimes, "the network drains", |_, s| {
+        s.network.len() == 0
+    });
     for outcome in reachable {
         model = match outcome {
             RcStatus::Finalized => {

@@ -194,7 +194,7 @@ impl PsetRegistry {
             results: alloc::vec![name.clone()],
             ..OpOutcome::default()
         };
-        if pset2.is_delta() {
+        if pset2.is_delta() && !self.bugs.has(crate::bugs::Bug::LoseRecursiveApplication) {
             // `PSET-34`: the same op on every recursively affected pset, computed
             // against pset1's members before the op.
             let app = pset2.app().unwrap_or_default();
@@ -267,6 +267,9 @@ impl PsetRegistry {
         let mut pset = self.live(target)?.clone();
         // Attributes only: never the version (`PSET-10`, `PSET-33`).
         pset.attrs.apply(update);
+        if self.bugs.has(crate::bugs::Bug::VersionBumpOnAttrUpdate) {
+            pset.attrs.version += 1;
+        }
         self.put(target.clone(), Slot::Live(pset));
         Ok(())
     }

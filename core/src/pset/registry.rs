@@ -81,6 +81,8 @@ pub struct PsetRegistry {
     /// Counter behind generated result names (`mpi://app/{app}/op/{n}`).
     pub(crate) generated: u64,
     pub(crate) journal: Vec<Undo>,
+    /// Planted bugs (always empty in shipped builds).
+    pub(crate) bugs: crate::bugs::Bugs,
 }
 
 impl PsetRegistry {

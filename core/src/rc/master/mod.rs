@@ -272,6 +272,7 @@ impl Master {
     #[cfg(feature = "planted-bugs")]
     pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
         self.bugs = bugs;
+        self.registry.bugs = bugs;
     }
 
     pub(crate) fn bug(&self, bug: crate::bugs::Bug) -> bool {
