@@ -6,6 +6,7 @@
 //! `check` command that runs them all.
 
 pub mod adapter;
+pub mod golden;
 pub mod models;
 pub mod planted;
 pub mod run;

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dynres_verification::golden;
 use dynres_verification::models::pr_configs;
 use dynres_verification::planted::{corpus, hunt};
 use dynres_verification::run::{Outcome, check};
@@ -34,6 +35,12 @@ enum Cmd {
         /// Only configurations whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// Rewrite the golden state counts from this run (commit the diff with the change).
+        #[arg(long)]
+        bless: bool,
+        /// Worker threads (1 gives repeatable state counts for the golden file).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         /// Print the counterexample of every caught planted bug.
         #[arg(long)]
         verbose: bool,
@@ -53,7 +60,9 @@ fn main() -> ExitCode {
             json,
             only,
             verbose,
-        } => run_check(tier, json, only, verbose),
+            threads,
+            bless,
+        } => run_check(tier, json, only, verbose, threads, bless),
         Cmd::Explore { config } => {
             let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
                 eprintln!("dynres-verification: no configuration named {config:?}");
@@ -74,12 +83,13 @@ fn run_check(
     json: Option<std::path::PathBuf>,
     only: Option<String>,
     verbose: bool,
+    threads: usize,
+    bless: bool,
 ) -> ExitCode {
     let max_states = match tier {
         Tier::Pr => 5_000_000,
         Tier::Nightly => 50_000_000,
     };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "{:<28} {:>12} {:>6} {:>9}  result",
         "config", "states", "depth", "seconds"
@@ -109,6 +119,7 @@ fn run_check(
         }
         outcomes.push(o);
     }
+    let golden_ok = golden::compare(&outcomes, threads, bless, only.is_some());
     println!();
     println!(
         "{:<28} {:<40} {:>10} {:>8}  result",
@@ -153,7 +164,7 @@ fn run_check(
             return ExitCode::from(2);
         }
     }
-    if outcomes.iter().all(Outcome::passed) && hunts.iter().all(|h| h.caught) {
+    if golden_ok && outcomes.iter().all(Outcome::passed) && hunts.iter().all(|h| h.caught) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -1,0 +1,108 @@
+//! Golden unique-state counts (`verification/golden.txt`): a protocol change that alters
+//! a model's state space must update the file in the same commit, and that diff is what a
+//! reviewer reads. Counts are compared only for single-threaded runs, whose DFS is
+//! repeatable; multi-threaded runs can count a few states differently.
+
+use std::collections::BTreeMap;
+
+use crate::run::Outcome;
+
+/// The golden file's path.
+pub const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/golden.txt");
+
+/// Parses `name states` lines; `#` starts a comment.
+pub fn parse(text: &str) -> BTreeMap<String, usize> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Renders outcomes as the golden file.
+pub fn render(outcomes: &[Outcome]) -> String {
+    let mut out = String::from(
+        "# Unique states per model configuration (exhaustive DFS, --threads 1).\n\
+         # Regenerate with: cargo run --release -p dynres-verification -- check --bless\n",
+    );
+    for o in outcomes {
+        out.push_str(&format!("{} {}\n", o.name, o.states));
+    }
+    out
+}
+
+/// Compares (or, with `bless`, rewrites) the golden counts; prints every mismatch.
+/// Returns whether the gate may pass.
+pub fn compare(outcomes: &[Outcome], threads: usize, bless: bool, partial: bool) -> bool {
+    if bless {
+        if threads != 1 || partial {
+            eprintln!("golden: --bless needs a full run with --threads 1");
+            return false;
+        }
+        return match std::fs::write(PATH, render(outcomes)) {
+            Ok(()) => {
+                println!("golden: wrote {PATH}");
+                true
+            }
+            Err(e) => {
+                eprintln!("golden: cannot write {PATH}: {e}");
+                false
+            }
+        };
+    }
+    if threads != 1 {
+        println!("golden: skipped (counts are compared only with --threads 1)");
+        return true;
+    }
+    let golden = match std::fs::read_to_string(PATH) {
+        Ok(t) => parse(&t),
+        Err(e) => {
+            eprintln!("golden: cannot read {PATH}: {e}");
+            return false;
+        }
+    };
+    let mut ok = true;
+    for o in outcomes {
+        match golden.get(&o.name) {
+            Some(&n) if n == o.states => {}
+            Some(&n) => {
+                ok = false;
+                println!(
+                    "golden: {} explored {} states, golden says {n}: if the protocol change is intended, rerun with --bless and commit golden.txt",
+                    o.name, o.states
+                );
+            }
+            None => {
+                ok = false;
+                println!("golden: {} has no golden count: rerun with --bless", o.name);
+            }
+        }
+    }
+    if ok {
+        println!("golden: all {} state counts match", outcomes.len());
+    }
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_reads_what_render_writes() {
+        let o = Outcome {
+            name: "m".into(),
+            states: 42,
+            depth: 3,
+            seconds: 0.0,
+            failures: vec![],
+            truncated: false,
+        };
+        let text = render(&[o]);
+        assert_eq!(parse(&text).get("m"), Some(&42));
+        assert!(parse("# only a comment\n\nbad line\n").is_empty());
+    }
+}
