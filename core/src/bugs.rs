@@ -31,6 +31,17 @@ pub enum Bug {
     VersionBumpOnAttrUpdate,
     /// Skip the recursive application to X_a when pset2 is a delta (`PSET-34`).
     LoseRecursiveApplication,
+    /// `ContextIds::allocate` hands out the smallest id without skipping live ones, so two
+    /// concurrent handshakes of one job share a context id (`SPAWN-5`).
+    ReuseLiveContextId,
+    /// The datagram layer delivers a message again when a duplicate of one of its
+    /// segments arrives after delivery (`SPAWN-11`, `SPAWN-12`).
+    AcceptDuplicateDatagramTwice,
+    /// A failed spawn does not kill the children it launched (`SPAWN-8`).
+    NoKillOnSpawnFailure,
+    /// The acceptor's HelloAck carries the initiator's triple instead of its own, so the
+    /// two sides disagree on the inter-group (`SPAWN-4`).
+    HelloAckEchoesPeerTriple,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -199,6 +199,7 @@ pub struct Reliable {
     delivered: BTreeSet<u32>,
     to_send: VecDeque<Vec<u8>>,
     inbox: VecDeque<Vec<u8>>,
+    bugs: crate::bugs::Bugs,
 }
 
 impl Reliable {
@@ -213,7 +214,14 @@ impl Reliable {
             delivered: BTreeSet::new(),
             to_send: VecDeque::new(),
             inbox: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
         }
+    }
+
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
     }
 
     /// Payload bytes per segment under the configured MTU.
@@ -302,7 +310,11 @@ impl Reliable {
                     index: s.index,
                 }
                 .encode();
-                if self.delivered.contains(&s.msg_seq) {
+                if self.delivered.contains(&s.msg_seq)
+                    && !self
+                        .bugs
+                        .has(crate::bugs::Bug::AcceptDuplicateDatagramTwice)
+                {
                     // Already delivered: re-acknowledge so the sender stops, nothing else.
                     self.to_send.push_back(ack);
                     return Ok(());

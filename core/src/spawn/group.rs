@@ -56,6 +56,7 @@ pub struct ContextIds {
     first: u32,
     limit: u32,
     live: BTreeSet<u32>,
+    bugs: crate::bugs::Bugs,
 }
 
 impl ContextIds {
@@ -66,14 +67,21 @@ impl ContextIds {
             first,
             limit,
             live: BTreeSet::new(),
+            bugs: crate::bugs::Bugs::NONE,
         }
+    }
+
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
     }
 
     /// The smallest free id, now live.
     pub fn allocate(&mut self) -> Result<u32, SpawnError> {
         let mut id = self.first;
         for &l in self.live.range(self.first..) {
-            if l != id {
+            if l != id || self.bugs.has(crate::bugs::Bug::ReuseLiveContextId) {
                 break;
             }
             id += 1;

@@ -111,6 +111,7 @@ pub struct Handshake {
     deadline: Instant,
     result: Option<Result<InterGroup, SpawnError>>,
     out: VecDeque<Output>,
+    bugs: crate::bugs::Bugs,
 }
 
 impl Handshake {
@@ -157,6 +158,7 @@ impl Handshake {
             peer_has_ours: false,
             result: None,
             out: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
         };
         if role == Role::Initiator {
             // SPAWN-11: the session is the initiator's group id (unique in its job) unless
@@ -199,6 +201,16 @@ impl Handshake {
         };
         self.flush_dgram();
         r
+    }
+
+    /// Plants bugs for the verification crate's corpus (also into the datagram layer,
+    /// now and whenever one is created later).
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+        if let Some(r) = self.dgram.as_mut() {
+            r.plant(bugs);
+        }
     }
 
     /// The next thing the driver must do.
@@ -354,6 +366,8 @@ impl Handshake {
                     }
                 };
                 let mut r = Reliable::new(session, self.cfg.datagram);
+                #[cfg(feature = "planted-bugs")]
+                r.plant(self.bugs);
                 r.on_frame(frame)?;
                 r
             }
@@ -518,7 +532,11 @@ impl Handshake {
         self.endpoints_via = Some(via);
         let ack = HsMsg::HelloAck {
             session,
-            header: self.cfg.local,
+            header: if self.bugs.has(crate::bugs::Bug::HelloAckEchoesPeerTriple) {
+                header
+            } else {
+                self.cfg.local
+            },
             endpoints_via: via,
         };
         if let Err(e) = self.send(now, &ack, self.port.boot.hello_transport()) {

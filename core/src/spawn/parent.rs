@@ -101,6 +101,7 @@ pub struct SpawnParent {
     count: u32,
     killed: bool,
     out: VecDeque<Output>,
+    bugs: crate::bugs::Bugs,
 }
 
 impl SpawnParent {
@@ -129,7 +130,15 @@ impl SpawnParent {
             count: cfg.maxprocs,
             killed: false,
             out,
+            bugs: crate::bugs::Bugs::NONE,
         })
+    }
+
+    /// Plants bugs for the verification crate's corpus (also into the handshake inside).
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+        self.hs.plant(bugs);
     }
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
@@ -149,7 +158,7 @@ impl SpawnParent {
         while let Some(o) = self.hs.poll_output() {
             let failed = matches!(o, Output::Failed(_));
             self.out.push_back(o);
-            if failed && !self.killed {
+            if failed && !self.killed && !self.bugs.has(crate::bugs::Bug::NoKillOnSpawnFailure) {
                 // SPAWN-8: no child outlives a failed spawn.
                 self.killed = true;
                 self.out.push_back(Output::Kill {
