@@ -100,6 +100,7 @@ mod tests {
             seconds: 0.0,
             failures: vec![],
             truncated: false,
+            notes: vec![],
         };
         let text = render(&[o]);
         assert_eq!(parse(&text).get("m"), Some(&42));

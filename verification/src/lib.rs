@@ -2,7 +2,8 @@
 //!
 //! The merge gate a protocol engineer runs before merging: stateright models built from
 //! `dynres-core`'s own state machines (see [`adapter`]), the model configurations and
-//! their properties named by spec IDs (see [`models`]), golden state counts, and the
+//! their properties named by spec IDs (see [`models`]), the spawn / accept-connect
+//! handshakes run the same way (see [`spawn_model`], [`spawn_configs`]), golden state counts, and the
 //! `check` command that runs them all.
 
 pub mod adapter;
@@ -10,3 +11,5 @@ pub mod golden;
 pub mod models;
 pub mod planted;
 pub mod run;
+pub mod spawn_configs;
+pub mod spawn_model;

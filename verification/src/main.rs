@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dynres_verification::golden;
 use dynres_verification::models::pr_configs;
 use dynres_verification::planted::{corpus, hunt};
-use dynres_verification::run::{Outcome, check};
+use dynres_verification::run::{Outcome, check, check_spawn};
+use dynres_verification::spawn_configs;
 
 #[derive(Parser)]
 #[command(about = "Model-check dynres' kernel before merging a protocol change")]
@@ -64,13 +65,20 @@ fn main() -> ExitCode {
             bless,
         } => run_check(tier, json, only, verbose, threads, bless),
         Cmd::Explore { config } => {
-            let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
+            use stateright::Model;
+            if let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) {
+                eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+                let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+            } else if let Some(cfg) = spawn_configs::pr_configs()
+                .into_iter()
+                .find(|c| c.name == config)
+            {
+                eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+                let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+            } else {
                 eprintln!("dynres-verification: no configuration named {config:?}");
                 return ExitCode::from(2);
-            };
-            use stateright::Model;
-            eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
-            let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+            }
             loop {
                 std::thread::park();
             }
@@ -95,14 +103,24 @@ fn run_check(
         "config", "states", "depth", "seconds"
     );
     let mut outcomes: Vec<Outcome> = Vec::new();
-    for cfg in pr_configs() {
-        if only
-            .as_ref()
-            .is_some_and(|o| !cfg.name.contains(o.as_str()))
-        {
-            continue;
-        }
-        let o = check(&cfg, max_states, threads);
+    let skip = |name: &str| only.as_ref().is_some_and(|o| !name.contains(o.as_str()));
+    // Resource-change configurations, then the spawn / accept-connect ones.
+    let runs = pr_configs()
+        .into_iter()
+        .filter(|c| !skip(c.name))
+        .map(|c| Box::new(move || check(&c, max_states, threads)) as Box<dyn Fn() -> Outcome>)
+        .chain(
+            spawn_configs::pr_configs()
+                .into_iter()
+                .filter(|c| !skip(c.name))
+                .map(|c| {
+                    Box::new(move || check_spawn(&c, max_states, threads))
+                        as Box<dyn Fn() -> Outcome>
+                }),
+        )
+        .collect::<Vec<_>>();
+    for run in runs {
+        let o = run();
         let result = if o.truncated {
             "BOUND HIT (state budget)".to_string()
         } else if o.passed() {
@@ -114,6 +132,9 @@ fn run_check(
             "{:<28} {:>12} {:>6} {:>9.2}  {result}",
             o.name, o.states, o.depth, o.seconds
         );
+        for note in &o.notes {
+            println!("  {note}");
+        }
         for (prop, trace) in &o.failures {
             println!("  property {prop:?} violated:\n{trace}");
         }

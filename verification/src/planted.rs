@@ -3,13 +3,15 @@
 //! property that guards against it (`spec/verification.md` §4).
 
 use std::collections::BTreeSet;
+use std::hash::Hash;
 use std::time::Instant;
 
 use dynres_core::bugs::{Bug, Bugs};
 use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::models::{RcConfig, pr_configs};
-use crate::run::render_trace;
+use crate::run::render_path;
+use crate::spawn_configs::{self, SpawnModelConfig};
 
 /// One bug, where to plant it and what must catch it.
 #[derive(Clone, Debug)]
@@ -91,6 +93,26 @@ pub fn corpus() -> Vec<Planted> {
             "rc-sub-1n-3e",
             "PSET-34 inactive psets follow a finalized SUB",
         ),
+        p(
+            ReuseLiveContextId,
+            "spawn-two-concurrent",
+            "SPAWN-5 live context ids are unique",
+        ),
+        p(
+            AcceptDuplicateDatagramTwice,
+            "spawn-connect-dgram-dup",
+            "SPAWN-11 SPAWN-12 datagram delivery is exactly once and as sent",
+        ),
+        p(
+            NoKillOnSpawnFailure,
+            "spawn-connect-stream",
+            "SPAWN-8 a failed spawn kills its children",
+        ),
+        p(
+            HelloAckEchoesPeerTriple,
+            "spawn-connect-stream",
+            "SPAWN-4 both roots agree on the inter-group",
+        ),
     ]
 }
 
@@ -111,15 +133,30 @@ pub struct Hunt {
 
 /// Plants one bug and searches for the expected counterexample.
 pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
+    let bugs = Bugs::NONE.with(planted.bug);
+    if let Some(base) = spawn_configs::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = SpawnModelConfig { bugs, ..base };
+        return hunt_in(planted, cfg.model(), &cfg.labels(), threads);
+    }
     let base = pr_configs()
         .into_iter()
         .find(|c| c.name == planted.config)
         .expect("corpus names existing configurations");
-    let cfg = RcConfig {
-        bugs: Bugs::NONE.with(planted.bug),
-        ..base
-    };
+    let cfg = RcConfig { bugs, ..base };
     let model = cfg.model();
+    let labels = crate::run::rc_labels(&model);
+    hunt_in(planted, model, &labels, threads)
+}
+
+fn hunt_in<M>(planted: &Planted, model: M, labels: &[String], threads: usize) -> Hunt
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
     let started = Instant::now();
     let checker = model
         .clone()
@@ -135,6 +172,8 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         caught: found.is_some(),
         seconds,
         states: checker.unique_state_count(),
-        trace: found.map(|p| render_trace(&model, p)).unwrap_or_default(),
+        trace: found
+            .map(|p| render_path(&model, p, labels))
+            .unwrap_or_default(),
     }
 }

@@ -2,9 +2,12 @@
 
 use std::time::{Duration, Instant};
 
+use std::hash::Hash;
+
 use stateright::{Checker, Expectation, Model};
 
 use crate::models::{RcConfig, RcModel};
+use crate::spawn_configs::SpawnModelConfig;
 
 /// The outcome of checking one configuration.
 #[derive(Clone, Debug)]
@@ -21,6 +24,8 @@ pub struct Outcome {
     pub failures: Vec<(String, String)>,
     /// Whether exploration stopped at the state budget instead of finishing.
     pub truncated: bool,
+    /// Bounds that cut paths (printed under the row; a cut is never silent).
+    pub notes: Vec<String>,
 }
 
 impl Outcome {
@@ -34,6 +39,37 @@ impl Outcome {
 /// reported, never silent).
 pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();
+    let labels = rc_labels(&model);
+    check_model(cfg.name, model, &labels, max_states, threads)
+}
+
+/// [`check`] for a spawn configuration; reports how often its in-flight cap cut a path.
+pub fn check_spawn(cfg: &SpawnModelConfig, max_states: usize, threads: usize) -> Outcome {
+    let model = cfg.model();
+    let cuts = model.cfg.cuts.clone();
+    let mut o = check_model(cfg.name, model.clone(), &cfg.labels(), max_states, threads);
+    let n = cuts.load(std::sync::atomic::Ordering::Relaxed);
+    if let Some(cap) = model.cfg.max_in_flight {
+        o.notes.push(format!(
+            "bound: at most {cap} messages in flight cut {n} transitions"
+        ));
+    }
+    o
+}
+
+/// Exhaustive DFS of any model; `labels` name the actors in counterexamples.
+pub fn check_model<M>(
+    name: &str,
+    model: M,
+    labels: &[String],
+    max_states: usize,
+    threads: usize,
+) -> Outcome
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
     let started = Instant::now();
     let checker = model
         .clone()
@@ -53,7 +89,7 @@ pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
         };
         if failed {
             let trace = match found {
-                Some(path) => render_trace(&model, path),
+                Some(path) => render_path(&model, path, labels),
                 None => String::from("    (never reached: the model cannot reach this outcome)\n"),
             };
             failures.push((p.name.to_string(), trace));
@@ -61,12 +97,13 @@ pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     }
     let states = checker.unique_state_count();
     Outcome {
-        name: cfg.name.to_string(),
+        name: name.to_string(),
         states,
         depth: checker.max_depth(),
         seconds,
         failures,
         truncated: states >= max_states,
+        notes: Vec::new(),
     }
 }
 
@@ -75,25 +112,45 @@ pub fn render_trace(
     model: &RcModel,
     path: stateright::Path<<RcModel as Model>::State, <RcModel as Model>::Action>,
 ) -> String {
+    render_path(model, path, &rc_labels(model))
+}
+
+/// A counterexample of any model, actors named by `labels` (index = actor id).
+pub fn render_path<M: Model>(
+    model: &M,
+    path: stateright::Path<M::State, M::Action>,
+    labels: &[String],
+) -> String
+where
+    M::Action: std::fmt::Debug,
+{
     let mut out = String::new();
     for (i, action) in path.into_actions().iter().enumerate() {
         let line = model.format_action(action).replace("Id(", "actor ");
-        out.push_str(&format!("    {i:>3}. {}\n", describe(&line, model)));
+        out.push_str(&format!("    {i:>3}. {}\n", describe(&line, labels)));
     }
     out
 }
 
-fn describe(action: &str, model: &RcModel) -> String {
-    // Actions read "Deliver { src: Id(3), dst: Id(0), msg: … }"; name the actors.
-    let mut s = action.to_string();
-    for (ix, a) in model.actors.iter().enumerate().rev() {
-        let label = match &a.actor {
+/// Actor labels of a resource-change model.
+pub fn rc_labels(model: &RcModel) -> Vec<String> {
+    model
+        .actors
+        .iter()
+        .map(|a| match &a.actor {
             crate::adapter::RcActor::Master(..) => "master".to_string(),
             crate::adapter::RcActor::Scheduler(_) => "scheduler".to_string(),
             crate::adapter::RcActor::Daemon(n, _) => format!("daemon{}", n.0),
             crate::adapter::RcActor::Proc { pid, .. } => format!("rank{}", pid.rank),
-        };
-        s = s.replace(&format!("actor {ix})"), &label);
+        })
+        .collect()
+}
+
+fn describe(action: &str, labels: &[String]) -> String {
+    // Actions read "Deliver { src: Id(3), dst: Id(0), msg: … }"; name the actors.
+    let mut s = action.to_string();
+    for (ix, label) in labels.iter().enumerate().rev() {
+        s = s.replace(&format!("actor {ix})"), label);
     }
     s
 }

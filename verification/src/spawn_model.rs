@@ -1,0 +1,658 @@
+//! Runs `dynres-core`'s own spawn / accept / connect machines as stateright actors.
+//!
+//! Every root is the shipped [`Handshake`] (`accept` or `connect`) or [`SpawnParent`];
+//! every non-root rank is the shipped [`Member`]. An actor's `on_msg` / `on_timeout`
+//! feeds the machine with `handle`, then drains `poll_output` into stateright sends and
+//! re-arms one timer per machine from `poll_timeout` (`spec/spawn.md` §4–5). Nothing of
+//! the protocol is decided here. What *is* written here is the driver and the
+//! environment of `spec/spawn.md` §5:
+//!
+//! - one actor is one job's process holding the job's [`ContextIds`] and one or more
+//!   root machines ("slots"); it allocates each root's context id before the machine
+//!   starts and gives it back when the machine reports `Failed` (the handle is dropped);
+//! - the group's non-root ranks are [`Member`]s in the same actor: `ToMember` is fed to
+//!   them at once (the group's channel is reliable and ordered; delivering at once is one
+//!   of its interleavings);
+//! - addresses are `[actor, slot, 0]` (datagram) and `[actor, slot, 1]` (stream), so a
+//!   `SendDatagram { to }` is routed to the actor and slot named by `to`; streams are
+//!   stateright messages on an ordered network, and `CloseStream` becomes the peer's
+//!   `StreamClosed` after everything written before it;
+//! - the operating system: `Launch` starts the child job's actor (it reads its
+//!   environment with [`SpawnEnv::from_env`] and connects to the parent's port), `Kill`
+//!   kills it (a kill that overtakes the launch cancels it);
+//! - time: each machine's deadline is a nondeterministic timer that, when it fires,
+//!   advances the process clock to that deadline and feeds `Input::Timeout`.
+//!
+//! For the datagram properties the receiver also keeps a *shadow* copy of core's own
+//! [`Reliable`] fed with exactly the datagrams its handshake accepted: the handshake's
+//! reliability layer is private, and the shadow (same code, same planted bugs) shows what
+//! it delivered. The sender's segments are recorded as sent, so a property can compare.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+
+use dynres_core::bugs::Bugs;
+use dynres_core::spawn::datagram::{DgramFrame, Reliable};
+use dynres_core::spawn::{
+    Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
+    Input, InterGroup, Member, Output, PortName, Role, SpawnConfig, SpawnEnv, SpawnParent,
+};
+use dynres_core::{Duration, Instant, Namespace};
+use stateright::actor::{Actor, Id, Out, model_timeout};
+
+/// Index of a root machine inside its actor.
+pub type Slot = u8;
+
+/// The datagram address of `slot` in actor `actor`.
+pub fn dgram_addr(actor: usize, slot: Slot) -> Addr {
+    Addr(vec![actor as u8, slot, 0])
+}
+
+/// The stream address of `slot` in actor `actor`.
+pub fn stream_addr(actor: usize, slot: Slot) -> Addr {
+    Addr(vec![actor as u8, slot, 1])
+}
+
+/// The port a root of `actor` / `slot` listens on (`tag` = slot).
+pub fn port_of(actor: usize, slot: Slot, boot: Bootstrap) -> PortName {
+    PortName {
+        boot,
+        dgram: dgram_addr(actor, slot),
+        stream: stream_addr(actor, slot),
+        tag: u32::from(slot),
+    }
+}
+
+/// Endpoint table of a group: `len`-byte addresses, long enough that tables of two ranks
+/// need two datagram segments at the model's MTU.
+pub fn endpoints(group_id: u64, size: u32, len: usize) -> Vec<Addr> {
+    (0..size)
+        .map(|r| {
+            let mut a = vec![group_id as u8, r as u8];
+            a.resize(len.max(2), 0xe0);
+            Addr(a)
+        })
+        .collect()
+}
+
+/// What one root machine of an actor is.
+#[derive(Clone, Debug)]
+pub enum RootSpec {
+    /// `Handshake::accept` on this slot's port.
+    Accept {
+        /// Local group id.
+        group_id: u64,
+        /// Local group size (rank 0 is the root).
+        size: u32,
+    },
+    /// `SpawnParent` on this slot's port, launching the child job `child`.
+    Spawn {
+        /// Local (parent) group id.
+        group_id: u64,
+        /// Local group size.
+        size: u32,
+        /// Children to launch.
+        maxprocs: u32,
+        /// The children's actor.
+        child: usize,
+        /// The children's group id.
+        child_group_id: u64,
+    },
+    /// `Handshake::connect` to the port of (actor, slot), given as its text form.
+    Connect {
+        /// Local group id.
+        group_id: u64,
+        /// Local group size.
+        size: u32,
+        /// The acceptor's actor and slot.
+        to: (usize, Slot),
+    },
+    /// A spawned child root: starts at `Launch`, reads its environment, connects.
+    Child,
+}
+
+/// Parameters every root of a model shares.
+#[derive(Clone, Copy, Debug)]
+pub struct HsParams {
+    /// The bootstrap of every port.
+    pub boot: Bootstrap,
+    /// Handshake deadline.
+    pub timeout: Duration,
+    /// Datagram layer (MTU, rto, retries).
+    pub datagram: DatagramConfig,
+    /// Bytes per endpoint address.
+    pub endpoint_len: usize,
+}
+
+/// One actor: one job's process.
+#[derive(Clone, Debug)]
+pub struct SpawnNode {
+    /// Label in traces.
+    pub label: &'static str,
+    /// Its root machines, one per slot.
+    pub roots: Vec<RootSpec>,
+    /// Shared parameters.
+    pub params: HsParams,
+    /// Planted bugs (none for the clean gate).
+    pub bugs: Bugs,
+}
+
+/// Messages between actors.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SpawnMsg {
+    /// One datagram on the bootstrap datagram endpoints.
+    Datagram {
+        /// Destination address (names actor and slot).
+        to: Addr,
+        /// Source address.
+        from: Addr,
+        /// The datagram.
+        bytes: Vec<u8>,
+    },
+    /// Bytes on the bootstrap stream between two slots.
+    Stream {
+        /// Receiving slot.
+        to: Slot,
+        /// Sending slot.
+        from: Slot,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// The sender closed the bootstrap stream (EOF after everything written before).
+    StreamClosed {
+        /// Receiving slot.
+        to: Slot,
+    },
+    /// The OS starts the child job with this environment.
+    Launch {
+        /// Variables added by the spawn.
+        env: Vec<(String, String)>,
+    },
+    /// The OS kills the child job.
+    Kill,
+}
+
+fn describe_hs(bytes: &[u8]) -> String {
+    match HsMsg::decode(bytes) {
+        Ok(m) => describe_msg(&m),
+        Err(e) => format!("undecodable ({e})"),
+    }
+}
+
+fn describe_msg(m: &HsMsg) -> String {
+    match m {
+        HsMsg::Hello { session, header } => format!("Hello s{session} {header:?}"),
+        HsMsg::HelloAck { session, header, .. } => format!("HelloAck s{session} {header:?}"),
+        HsMsg::Endpoints { session, endpoints } => {
+            format!("Endpoints s{session} ({} ranks)", endpoints.len())
+        }
+        HsMsg::EndpointsAck { session } => format!("EndpointsAck s{session}"),
+        HsMsg::Abort { session, reason } => format!("Abort s{session} {reason:?}"),
+    }
+}
+
+// Readable traces: datagrams and stream bytes are shown decoded.
+impl fmt::Debug for SpawnMsg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnMsg::Datagram { to, bytes, .. } => {
+                let what = match DgramFrame::decode(bytes) {
+                    Ok(DgramFrame::Segment(s)) if s.count == 1 => {
+                        format!("msg{} {}", s.msg_seq, describe_hs(&s.payload))
+                    }
+                    Ok(DgramFrame::Segment(s)) => {
+                        format!("msg{} segment {}/{}", s.msg_seq, s.index + 1, s.count)
+                    }
+                    Ok(DgramFrame::Ack { msg_seq, index, .. }) => {
+                        format!("ack msg{msg_seq} segment {}", index + 1)
+                    }
+                    Err(e) => format!("corrupt datagram ({e})"),
+                };
+                write!(f, "Datagram(to slot {}: {what})", to.0.get(1).unwrap_or(&0))
+            }
+            SpawnMsg::Stream { to, bytes, .. } => {
+                write!(f, "Stream(to slot {to}: {})", describe_hs(bytes))
+            }
+            SpawnMsg::StreamClosed { to } => write!(f, "StreamClosed(to slot {to})"),
+            SpawnMsg::Launch { .. } => write!(f, "Launch"),
+            SpawnMsg::Kill => write!(f, "Kill"),
+        }
+    }
+}
+
+/// The one timer of a root machine.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlotTimer(pub Slot);
+
+/// A root machine: a handshake or a spawn parent around one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Machine {
+    /// `Handshake::accept` / `Handshake::connect`.
+    Hs(Box<Handshake>),
+    /// `SpawnParent`.
+    Spawn(Box<SpawnParent>),
+}
+
+impl Machine {
+    fn handle(&mut self, now: Instant, input: Input) -> bool {
+        match self {
+            Machine::Hs(h) => h.handle(now, input).is_ok(),
+            Machine::Spawn(p) => p.handle(now, input).is_ok(),
+        }
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        match self {
+            Machine::Hs(h) => h.poll_output(),
+            Machine::Spawn(p) => p.poll_output(),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Machine::Hs(h) => h.poll_timeout(),
+            Machine::Spawn(p) => p.poll_timeout(),
+        }
+    }
+
+    /// The handshake inside.
+    pub fn hs(&self) -> &Handshake {
+        match self {
+            Machine::Hs(h) => h,
+            Machine::Spawn(p) => p.handshake(),
+        }
+    }
+}
+
+/// One root's state: its machine, its members and what the driver observed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RootState {
+    /// The machine (`None`: a child not launched yet, or killed).
+    pub machine: Option<Machine>,
+    /// Local group header (set when the machine starts).
+    pub local: Option<GroupHeader>,
+    /// Non-root ranks `1..size`.
+    pub members: Vec<Member>,
+    /// The inter-group the application holds: set by `Ready`, dropped by `Failed`.
+    pub handle: Option<InterGroup>,
+    /// `Launch` outputs seen.
+    pub launches: u8,
+    /// `Kill` outputs seen.
+    pub kills: u8,
+    /// Child only: the OS killed this job.
+    pub killed: bool,
+    /// The bootstrap stream's other end (actor, slot), once known.
+    pub stream_peer: Option<(Id, Slot)>,
+    /// This side closed the bootstrap stream.
+    pub stream_closed: bool,
+    /// Shadow of the handshake's datagram layer (see the module doc).
+    pub shadow: Option<Reliable>,
+    /// Messages the datagram layer delivered, in order.
+    pub delivered: Vec<Vec<u8>>,
+    /// Segments this root put on the wire: (message, index, count, payload).
+    pub sent: BTreeSet<(u32, u16, u16, Vec<u8>)>,
+}
+
+impl RootState {
+    fn new() -> Self {
+        RootState {
+            machine: None,
+            local: None,
+            members: Vec::new(),
+            handle: None,
+            launches: 0,
+            kills: 0,
+            killed: false,
+            stream_peer: None,
+            stream_closed: false,
+            shadow: None,
+            delivered: Vec::new(),
+            sent: BTreeSet::new(),
+        }
+    }
+
+    /// The message `msg_seq` as this root sent it, if all its segments went out.
+    pub fn sent_message(&self, msg_seq: u32) -> Option<Vec<u8>> {
+        let segs: Vec<&(u32, u16, u16, Vec<u8>)> =
+            self.sent.iter().filter(|s| s.0 == msg_seq).collect();
+        let count = segs.first()?.2;
+        if segs.len() != usize::from(count) {
+            return None;
+        }
+        Some(segs.iter().flat_map(|s| s.3.iter().copied()).collect())
+    }
+
+    /// Sequence numbers of the messages this root sent.
+    pub fn sent_seqs(&self) -> BTreeSet<u32> {
+        self.sent.iter().map(|s| s.0).collect()
+    }
+}
+
+/// One job's process: clock, context-id allocator, root machines.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct JobState {
+    /// The process clock, advanced only by deadline timers.
+    pub now: Instant,
+    /// The job's context ids (SPAWN-5).
+    pub ctx: ContextIds,
+    /// One per slot.
+    pub roots: Vec<RootState>,
+}
+
+/// First context id for inter-groups (below: the job's own communicators).
+pub const FIRST_CONTEXT_ID: u32 = 1;
+/// Context ids `FIRST_CONTEXT_ID..CONTEXT_ID_LIMIT` are available.
+pub const CONTEXT_ID_LIMIT: u32 = 16;
+
+impl SpawnNode {
+    fn hs_config(&self, local: GroupHeader) -> HandshakeConfig {
+        let mut cfg = HandshakeConfig::new(
+            local,
+            endpoints(local.group_id, local.size, self.params.endpoint_len),
+        );
+        cfg.timeout = self.params.timeout;
+        cfg.datagram = self.params.datagram;
+        cfg
+    }
+
+    fn start_members(root: &mut RootState, role: Role, local: GroupHeader, len: usize) {
+        let eps = endpoints(local.group_id, local.size, len);
+        root.members = (1..local.size)
+            .map(|r| Member::new(role, r, local, eps.clone()))
+            .collect();
+        root.local = Some(local);
+    }
+
+    /// Starts the machine of `slot` (not for children, which wait for `Launch`).
+    fn start(&self, me: usize, job: &mut JobState, slot: Slot) {
+        let now = job.now;
+        let boot = self.params.boot;
+        let len = self.params.endpoint_len;
+        let spec = &self.roots[usize::from(slot)];
+        let (group_id, size) = match spec {
+            RootSpec::Accept { group_id, size }
+            | RootSpec::Spawn { group_id, size, .. }
+            | RootSpec::Connect { group_id, size, .. } => (*group_id, *size),
+            RootSpec::Child => return,
+        };
+        let Ok(context_id) = job.ctx.allocate() else {
+            tracing::warn!("model: context ids exhausted");
+            return;
+        };
+        let local = GroupHeader {
+            group_id,
+            size,
+            context_id,
+        };
+        let cfg = self.hs_config(local);
+        let machine = match spec {
+            RootSpec::Accept { .. } => {
+                Handshake::accept(now, port_of(me, slot, boot), cfg).map(|h| Machine::Hs(h.into()))
+            }
+            RootSpec::Connect { to, .. } => {
+                // The client learns the port as text (SPAWN-1).
+                let text = port_of(to.0, to.1, boot).to_string();
+                PortName::parse(&text)
+                    .and_then(|p| Handshake::connect(now, p, cfg))
+                    .map(|h| Machine::Hs(h.into()))
+            }
+            RootSpec::Spawn {
+                maxprocs,
+                child_group_id,
+                ..
+            } => SpawnParent::new(
+                now,
+                SpawnConfig {
+                    handshake: cfg,
+                    port: port_of(me, slot, boot),
+                    maxprocs: *maxprocs,
+                    child_namespace: Namespace::new(format!("child{child_group_id}")),
+                    child_group_id: *child_group_id,
+                },
+            )
+            .map(|p| Machine::Spawn(p.into())),
+            RootSpec::Child => return,
+        };
+        let mut machine = machine.expect("model configurations are valid");
+        match &mut machine {
+            Machine::Hs(h) => h.plant(self.bugs),
+            Machine::Spawn(p) => p.plant(self.bugs),
+        }
+        let role = machine.hs().role();
+        let root = &mut job.roots[usize::from(slot)];
+        Self::start_members(root, role, local, len);
+        root.machine = Some(machine);
+    }
+
+    /// A launched child: read the environment, allocate a context id, connect.
+    fn start_child(&self, job: &mut JobState, slot: Slot, env: &[(String, String)]) {
+        let vars = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let Ok(Some(env)) = SpawnEnv::from_env(vars) else {
+            tracing::warn!("model: child launched without a usable spawn environment");
+            return;
+        };
+        let Ok(context_id) = job.ctx.allocate() else {
+            return;
+        };
+        let local = GroupHeader {
+            group_id: env.group_id,
+            size: env.size,
+            context_id,
+        };
+        let cfg = self.hs_config(local);
+        let Ok(mut h) = Handshake::connect(job.now, env.parent_port, cfg) else {
+            return;
+        };
+        h.plant(self.bugs);
+        let root = &mut job.roots[usize::from(slot)];
+        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len);
+        root.machine = Some(Machine::Hs(h.into()));
+    }
+
+    /// Carries out everything the machine of `slot` asks for, then re-arms its timer.
+    fn drain(&self, me: usize, job: &mut JobState, slot: Slot, o: &mut Out<Self>) {
+        let now = job.now;
+        let root = &mut job.roots[usize::from(slot)];
+        let Some(machine) = root.machine.as_mut() else {
+            o.cancel_timer(SlotTimer(slot));
+            return;
+        };
+        while let Some(out) = machine.poll_output() {
+            match out {
+                Output::SendDatagram { to, bytes } => {
+                    if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
+                        root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
+                    }
+                    let dst = Id::from(usize::from(to.0[0]));
+                    let from = dgram_addr(me, slot);
+                    o.send(dst, SpawnMsg::Datagram { to, from, bytes });
+                }
+                Output::OpenStream { to } => {
+                    root.stream_peer = Some((Id::from(usize::from(to.0[0])), to.0[1]));
+                }
+                Output::SendStream { bytes } => match root.stream_peer {
+                    Some((peer, to)) if !root.stream_closed => o.send(
+                        peer,
+                        SpawnMsg::Stream {
+                            to,
+                            from: slot,
+                            bytes,
+                        },
+                    ),
+                    _ => tracing::warn!("model: stream bytes without an open stream dropped"),
+                },
+                Output::CloseStream => {
+                    if let (Some((peer, to)), false) = (root.stream_peer, root.stream_closed) {
+                        o.send(peer, SpawnMsg::StreamClosed { to });
+                    }
+                    root.stream_closed = true;
+                }
+                Output::SendJoin { .. } => {}
+                Output::Launch { env, .. } => {
+                    root.launches += 1;
+                    if let RootSpec::Spawn { child, .. } = &self.roots[usize::from(slot)] {
+                        o.send(Id::from(*child), SpawnMsg::Launch { env });
+                    }
+                }
+                Output::Kill { .. } => {
+                    root.kills += 1;
+                    if let RootSpec::Spawn { child, .. } = &self.roots[usize::from(slot)] {
+                        o.send(Id::from(*child), SpawnMsg::Kill);
+                    }
+                }
+                Output::ToMember { member, msg } => {
+                    if let Some(m) = root.members.get_mut(member as usize - 1) {
+                        let _ = m.handle(now, msg);
+                        // What members tell their application is read back through
+                        // `Member::intergroup` / `Member::error`.
+                        while m.poll_output().is_some() {}
+                    }
+                }
+                Output::Ready(ig) => root.handle = Some(ig),
+                Output::Failed(_) => {
+                    // The application drops the attempt's handle, and with it the
+                    // context id the driver allocated for it (SPAWN-5).
+                    root.handle = None;
+                    if let Some(local) = root.local {
+                        let _ = job.ctx.release(local.context_id);
+                    }
+                }
+            }
+        }
+        match machine.poll_timeout() {
+            Some(_) => o.set_timer(SlotTimer(slot), model_timeout()),
+            None => o.cancel_timer(SlotTimer(slot)),
+        }
+    }
+
+    /// Feeds a datagram to `slot` and mirrors what its layer delivers.
+    fn on_datagram(&self, job: &mut JobState, slot: Slot, from: Addr, bytes: Vec<u8>) {
+        let now = job.now;
+        let root = &mut job.roots[usize::from(slot)];
+        let Some(machine) = root.machine.as_mut() else {
+            return;
+        };
+        let input = Input::Datagram {
+            from,
+            bytes: bytes.clone(),
+        };
+        if !machine.handle(now, input) {
+            // Rejected: the machine is unchanged (SPAWN-10), so the shadow is too.
+            return;
+        }
+        if root.shadow.is_none() {
+            if let Some(session) = machine.hs().session() {
+                let mut r = Reliable::new(session, self.params.datagram);
+                r.plant(self.bugs);
+                root.shadow = Some(r);
+            }
+        }
+        if let Some(r) = root.shadow.as_mut() {
+            if r.on_datagram(&bytes).is_ok() {
+                while r.poll_send().is_some() {}
+                while let Some(m) = r.poll_recv() {
+                    root.delivered.push(m);
+                }
+            }
+        }
+    }
+}
+
+impl Actor for SpawnNode {
+    type Msg = SpawnMsg;
+    type Timer = SlotTimer;
+    type State = JobState;
+    type Storage = ();
+    type Random = ();
+
+    fn on_start(&self, id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> JobState {
+        let mut ctx = ContextIds::new(FIRST_CONTEXT_ID, CONTEXT_ID_LIMIT);
+        ctx.plant(self.bugs);
+        let mut job = JobState {
+            now: Instant::ZERO,
+            ctx,
+            roots: self.roots.iter().map(|_| RootState::new()).collect(),
+        };
+        let me = usize::from(id);
+        for slot in 0..self.roots.len() as Slot {
+            self.start(me, &mut job, slot);
+            self.drain(me, &mut job, slot, o);
+        }
+        job
+    }
+
+    fn on_msg(&self, id: Id, state: &mut Cow<JobState>, src: Id, msg: SpawnMsg, o: &mut Out<Self>) {
+        let me = usize::from(id);
+        let job = state.to_mut();
+        match msg {
+            SpawnMsg::Datagram { to, from, bytes } => {
+                let slot = to.0[1];
+                if usize::from(slot) < job.roots.len() {
+                    self.on_datagram(job, slot, from, bytes);
+                    self.drain(me, job, slot, o);
+                }
+            }
+            SpawnMsg::Stream { to, from, bytes } => {
+                let Some(root) = job.roots.get_mut(usize::from(to)) else {
+                    return;
+                };
+                // The acceptor learns the stream's other end from its first bytes.
+                root.stream_peer.get_or_insert((src, from));
+                if let Some(m) = root.machine.as_mut() {
+                    let _ = m.handle(job.now, Input::Stream { bytes });
+                }
+                self.drain(me, job, to, o);
+            }
+            SpawnMsg::StreamClosed { to } => {
+                let Some(root) = job.roots.get_mut(usize::from(to)) else {
+                    return;
+                };
+                if let Some(m) = root.machine.as_mut() {
+                    let _ = m.handle(job.now, Input::StreamClosed);
+                }
+                self.drain(me, job, to, o);
+            }
+            SpawnMsg::Launch { env } => {
+                for slot in 0..self.roots.len() as Slot {
+                    let root = &job.roots[usize::from(slot)];
+                    let child = matches!(self.roots[usize::from(slot)], RootSpec::Child);
+                    // A duplicate launch (duplicating network) or one after the kill
+                    // starts nothing.
+                    if child && root.machine.is_none() && !root.killed {
+                        self.start_child(job, slot, &env);
+                        self.drain(me, job, slot, o);
+                    }
+                }
+            }
+            SpawnMsg::Kill => {
+                for slot in 0..self.roots.len() as Slot {
+                    if matches!(self.roots[usize::from(slot)], RootSpec::Child) {
+                        let root = &mut job.roots[usize::from(slot)];
+                        root.killed = true;
+                        root.machine = None;
+                        root.members.clear();
+                        root.handle = None;
+                        o.cancel_timer(SlotTimer(slot));
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_timeout(&self, id: Id, state: &mut Cow<JobState>, timer: &SlotTimer, o: &mut Out<Self>) {
+        let me = usize::from(id);
+        let job = state.to_mut();
+        let slot = timer.0;
+        let Some(root) = job.roots.get_mut(usize::from(slot)) else {
+            return;
+        };
+        if let Some(m) = root.machine.as_mut() {
+            if let Some(t) = m.poll_timeout() {
+                job.now = job.now.max(t);
+                let _ = m.handle(job.now, Input::Timeout);
+            }
+        }
+        self.drain(me, job, slot, o);
+    }
+}
