@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use dynres_core::Duration;
 use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::SEGMENT_OVERHEAD;
 use dynres_core::spawn::{Bootstrap, DatagramConfig, Phase};
-use dynres_core::Duration;
-use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
 use stateright::Expectation;
+use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
 
 use crate::spawn_model::{HsParams, JobState, RootSpec, RootState, Slot, SpawnNode};
 
@@ -255,9 +255,8 @@ impl SpawnModelConfig {
                 "SPAWN-8 every terminal state is decided",
                 |_, s| {
                     !terminal(s)
-                        || all_roots(s).all(|r| {
-                            matches!(phase(r), None | Some(Phase::Done | Phase::Failed))
-                        })
+                        || all_roots(s)
+                            .all(|r| matches!(phase(r), None | Some(Phase::Done | Phase::Failed)))
                 },
             );
         if spawns {
@@ -312,8 +311,7 @@ impl SpawnModelConfig {
                                 == rx.delivered.len();
                             let seqs = tx.sent_seqs();
                             once && rx.delivered.iter().all(|d| {
-                                seqs.iter()
-                                    .any(|q| tx.sent_message(*q).as_ref() == Some(d))
+                                seqs.iter().any(|q| tx.sent_message(*q).as_ref() == Some(d))
                             })
                         })
                     })
@@ -330,14 +328,16 @@ impl SpawnModelConfig {
                             .any(|&(i, a)| ready(root(s, i)) && ready(root(s, a)))
                     })
                 }
-                Reach::AllReady => {
-                    model.property(Expectation::Sometimes, "reach every handshake ready", |m, s| {
+                Reach::AllReady => model.property(
+                    Expectation::Sometimes,
+                    "reach every handshake ready",
+                    |m, s| {
                         m.cfg
                             .pairs
                             .iter()
                             .all(|&(i, a)| ready(root(s, i)) && ready(root(s, a)))
-                    })
-                }
+                    },
+                ),
                 Reach::Failed => model.property(Expectation::Sometimes, "reach FAILED", |_, s| {
                     all_roots(s).any(|r| phase(r) == Some(Phase::Failed))
                 }),
@@ -409,26 +409,45 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
         SpawnModelConfig {
             name: "spawn-connect-dgram-dup",
             actors: vec![
-                ("parent", vec![spawn(1, 1, 2, 1, 2)]),
-                ("children", vec![RootSpec::Child]),
+                (
+                    "server",
+                    vec![RootSpec::Accept {
+                        group_id: 1,
+                        size: 1,
+                    }],
+                ),
+                (
+                    "client",
+                    vec![RootSpec::Connect {
+                        group_id: 2,
+                        size: 2,
+                        to: (0, 0),
+                    }],
+                ),
             ],
-            params: dgram_params(2),
+            params: dgram_params(1),
             net: Net::Duplicating,
-            reach: &[BothReady, Failed, ChildrenKilled, Segmented],
+            reach: &[BothReady, Failed, Segmented],
             bugs: Bugs::NONE,
         },
         SpawnModelConfig {
             name: "spawn-connect-dgram-lossy",
             actors: vec![
-                ("server", vec![RootSpec::Accept {
-                    group_id: 1,
-                    size: 1,
-                }]),
-                ("client", vec![RootSpec::Connect {
-                    group_id: 2,
-                    size: 2,
-                    to: (0, 0),
-                }]),
+                (
+                    "server",
+                    vec![RootSpec::Accept {
+                        group_id: 1,
+                        size: 1,
+                    }],
+                ),
+                (
+                    "client",
+                    vec![RootSpec::Connect {
+                        group_id: 2,
+                        size: 2,
+                        to: (0, 0),
+                    }],
+                ),
             ],
             params: dgram_params(1),
             net: Net::Lossy { max_in_flight: 3 },
@@ -448,4 +467,44 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             bugs: Bugs::NONE,
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planted::{corpus, hunt};
+    use crate::run::check_spawn;
+
+    fn config(name: &str) -> SpawnModelConfig {
+        pr_configs()
+            .into_iter()
+            .find(|c| c.name == name)
+            .expect("configuration exists")
+    }
+
+    #[test]
+    fn stream_spawn_passes_and_reaches_every_outcome() {
+        let o = check_spawn(&config("spawn-connect-stream"), 100_000, 1);
+        assert!(o.passed(), "{:?}", o.failures);
+        assert!(o.states > 1);
+    }
+
+    #[test]
+    fn stream_spawn_bugs_are_caught() {
+        for p in corpus()
+            .into_iter()
+            .filter(|p| p.config == "spawn-connect-stream")
+        {
+            let h = hunt(&p, 1);
+            assert!(h.caught, "{:?} not caught", p.bug);
+            assert!(!h.trace.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_model_cut_too_small_fails_loudly() {
+        // A state budget that stops the search is reported as a failure, never a pass.
+        let o = check_spawn(&config("spawn-connect-stream"), 1, 1);
+        assert!(!o.passed());
+    }
 }

@@ -183,7 +183,9 @@ fn describe_hs(bytes: &[u8]) -> String {
 fn describe_msg(m: &HsMsg) -> String {
     match m {
         HsMsg::Hello { session, header } => format!("Hello s{session} {header:?}"),
-        HsMsg::HelloAck { session, header, .. } => format!("HelloAck s{session} {header:?}"),
+        HsMsg::HelloAck {
+            session, header, ..
+        } => format!("HelloAck s{session} {header:?}"),
         HsMsg::Endpoints { session, endpoints } => {
             format!("Endpoints s{session} ({} ranks)", endpoints.len())
         }
