@@ -143,7 +143,7 @@ fn run_check(
     let golden_ok = golden::compare(&outcomes, threads, bless, only.is_some());
     println!();
     println!(
-        "{:<28} {:<40} {:>10} {:>8}  result",
+        "{:<28} {:<64} {:>10} {:>8}  result",
         "planted bug", "must fail", "states", "seconds"
     );
     let mut hunts = Vec::new();
@@ -157,7 +157,7 @@ fn run_check(
         let h = hunt(&planted, threads);
         let result = if h.caught { "caught" } else { "MISSED" };
         println!(
-            "{:<28} {:<40} {:>10} {:>8.2}  {result}",
+            "{:<28} {:<64} {:>10} {:>8.2}  {result}",
             format!("{:?}", planted.bug),
             planted.property,
             h.states,

@@ -504,7 +504,9 @@ impl SpawnNode {
                     }
                 }
                 Output::ToMember { member, msg } => {
-                    if let Some(m) = root.members.get_mut(member as usize - 1) {
+                    // Members are ranks 1..size (the root is rank 0).
+                    let ix = (member as usize).checked_sub(1);
+                    if let Some(m) = ix.and_then(|i| root.members.get_mut(i)) {
                         let _ = m.handle(now, msg);
                         // What members tell their application is read back through
                         // `Member::intergroup` / `Member::error`.
