@@ -42,6 +42,9 @@ pub enum Bug {
     /// The acceptor's HelloAck carries the initiator's triple instead of its own, so the
     /// two sides disagree on the inter-group (`SPAWN-4`).
     HelloAckEchoesPeerTriple,
+    /// A root reports `Ready` once it has the peer's table, without waiting for the
+    /// peer's acknowledgement of its own (`SPAWN-16`).
+    ReadyWithoutPeerAck,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -113,6 +113,11 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-connect-stream",
             "SPAWN-4 both roots agree on the inter-group",
         ),
+        p(
+            ReadyWithoutPeerAck,
+            "spawn-connect-stream",
+            "SPAWN-16 Done implies the peer has our triple and table",
+        ),
     ]
 }
 

@@ -235,17 +235,17 @@ impl SpawnModelConfig {
             )
             .property(
                 Expectation::Always,
-                "SPAWN-16 Done implies the peer holds our triple",
+                "SPAWN-16 Done implies the peer has our triple and table",
                 |m, s| {
                     m.cfg.pairs.iter().all(|&(i, a)| {
                         [(i, a), (a, i)].into_iter().all(|(x, y)| {
                             let (rx, ry) = (root(s, x), root(s, y));
+                            // A killed child has nothing to check.
                             let (Some(mx), Some(my)) = (&rx.machine, &ry.machine) else {
                                 return true;
                             };
                             mx.hs().phase() != Phase::Done
-                                || (my.hs().remote() == rx.local
-                                    && my.hs().phase() >= Phase::Endpoints)
+                                || (my.hs().remote() == rx.local && ry.heard_endpoints)
                         })
                     })
                 },

@@ -294,6 +294,8 @@ pub struct RootState {
     pub delivered: Vec<Vec<u8>>,
     /// Segments this root put on the wire: (message, index, count, payload).
     pub sent: BTreeSet<(u32, u16, u16, Vec<u8>)>,
+    /// The machine accepted an input carrying the peer's `Endpoints` (SPAWN-16).
+    pub heard_endpoints: bool,
 }
 
 impl RootState {
@@ -311,6 +313,7 @@ impl RootState {
             shadow: None,
             delivered: Vec::new(),
             sent: BTreeSet::new(),
+            heard_endpoints: false,
         }
     }
 
@@ -556,6 +559,9 @@ impl SpawnNode {
             if r.on_datagram(&bytes).is_ok() {
                 while r.poll_send().is_some() {}
                 while let Some(m) = r.poll_recv() {
+                    if matches!(HsMsg::decode(&m), Ok(HsMsg::Endpoints { .. })) {
+                        root.heard_endpoints = true;
+                    }
                     root.delivered.push(m);
                 }
             }
@@ -604,7 +610,11 @@ impl Actor for SpawnNode {
                 // The acceptor learns the stream's other end from its first bytes.
                 root.stream_peer.get_or_insert((src, from));
                 if let Some(m) = root.machine.as_mut() {
-                    let _ = m.handle(job.now, Input::Stream { bytes });
+                    // Each stream message is one encoded frame (one `SendStream`).
+                    let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
+                    if m.handle(job.now, Input::Stream { bytes }) && endpoints {
+                        root.heard_endpoints = true;
+                    }
                 }
                 self.drain(me, job, to, o);
             }

@@ -640,7 +640,8 @@ impl Handshake {
 
     fn check_done(&mut self) {
         // SPAWN-16: Done needs the peer's table and the peer's ack of ours.
-        if self.phase != Phase::Endpoints || !self.peer_has_ours {
+        let acked = self.peer_has_ours || self.bugs.has(crate::bugs::Bug::ReadyWithoutPeerAck);
+        if self.phase != Phase::Endpoints || !acked {
             return;
         }
         let (Some(remote), Some(remote_endpoints)) = (self.remote, self.remote_endpoints.clone())
