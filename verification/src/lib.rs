@@ -9,4 +9,5 @@ pub mod adapter;
 pub mod golden;
 pub mod models;
 pub mod planted;
+pub mod pset_model;
 pub mod run;

@@ -5,10 +5,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dynres_verification::golden;
 use dynres_verification::models::pr_configs;
 use dynres_verification::planted::{corpus, hunt};
 use dynres_verification::run::{Outcome, check};
+use dynres_verification::{golden, pset_model};
 
 #[derive(Parser)]
 #[command(about = "Model-check dynres' kernel before merging a protocol change")]
@@ -103,20 +103,18 @@ fn run_check(
             continue;
         }
         let o = check(&cfg, max_states, threads);
-        let result = if o.truncated {
-            "BOUND HIT (state budget)".to_string()
-        } else if o.passed() {
-            "ok".to_string()
-        } else {
-            format!("FAIL ({})", o.failures.len())
-        };
-        println!(
-            "{:<28} {:>12} {:>6} {:>9.2}  {result}",
-            o.name, o.states, o.depth, o.seconds
-        );
-        for (prop, trace) in &o.failures {
-            println!("  property {prop:?} violated:\n{trace}");
+        print_row(&o);
+        outcomes.push(o);
+    }
+    for cfg in pset_model::pr_configs() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !cfg.name.contains(o.as_str()))
+        {
+            continue;
         }
+        let o = pset_model::check(&cfg, max_states, threads);
+        print_row(&o);
         outcomes.push(o);
     }
     let golden_ok = golden::compare(&outcomes, threads, bless, only.is_some());
@@ -168,5 +166,23 @@ fn run_check(
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// One table row, then the readable trace of every failed property.
+fn print_row(o: &Outcome) {
+    let result = if o.truncated {
+        "BOUND HIT (state budget)".to_string()
+    } else if o.passed() {
+        "ok".to_string()
+    } else {
+        format!("FAIL ({})", o.failures.len())
+    };
+    println!(
+        "{:<28} {:>12} {:>6} {:>9.2}  {result}",
+        o.name, o.states, o.depth, o.seconds
+    );
+    for (prop, trace) in &o.failures {
+        println!("  property {prop:?} violated:\n{trace}");
     }
 }

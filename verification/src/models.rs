@@ -88,7 +88,12 @@ impl RcConfig {
                 },
             };
             let polls = if rank == 0 { self.polls } else { 0 };
-            model = model.actor(node(RcActor::Proc { pid, role, polls }));
+            model = model.actor(node(RcActor::Proc {
+                pid,
+                role,
+                polls,
+                script: Vec::new(),
+            }));
         }
         let model = model.init_network(Network::new_ordered([]));
         add_properties(model, self.reachable)
