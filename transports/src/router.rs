@@ -1,0 +1,5 @@
+//! placeholder
+/// p
+pub struct Router;
+/// p
+pub struct PeerRef;

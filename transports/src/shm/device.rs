@@ -1,0 +1,815 @@
+//! The shared-memory [`Device`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+use std::time::{Duration, Instant};
+
+use super::layout::{Inbox, SLOT_CLOSED, SLOT_OPEN};
+use super::ring::{Consumer, Producer, RawStorage};
+use super::segment::{self, SEGMENT_PREFIX, pid_alive};
+use super::waiter::{WaitOutcome, calibrated_spins};
+use crate::addr::{PeerAddrs, ShmAddr};
+use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+use crate::error::{Result, TransportError};
+use crate::header::{MsgHeader, RECORD_HEADER_LEN};
+use crate::matching::{Matcher, Sink};
+use crate::sync::Ordering;
+
+/// Tunables of the shared-memory device.
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// Connection slots in our inbox (peers that can send to us at once).
+    pub slots: usize,
+    /// Bytes per ring (power of two, at least 64 KiB).
+    pub ring_bytes: usize,
+    /// Messages up to this size are copied as one record; larger ones stream.
+    pub eager_threshold: usize,
+    /// How often a blocked wait re-checks that its peers are alive.
+    pub liveness_interval: Duration,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self {
+            slots: 64,
+            ring_bytes: 256 * 1024,
+            eager_threshold: 8 * 1024,
+            liveness_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Receive-side state of one connection.
+enum Rx {
+    Idle,
+    Payload {
+        header: MsgHeader,
+        sink: Sink,
+        got: usize,
+    },
+}
+
+struct PendingSend {
+    handle: SendHandle,
+    header: MsgHeader,
+    payload: Vec<u8>,
+    header_sent: bool,
+    sent: usize,
+}
+
+struct Conn {
+    peer_pid: u32,
+    peer_name: String,
+    /// The peer's inbox (where our outgoing ring lives, and its futex word).
+    peer: Inbox,
+    out: Producer<RawStorage>,
+    /// Our slot in the peer's inbox.
+    out_slot: usize,
+    /// The ring the peer writes to us, once it has opened it.
+    inbound: Option<(usize, Consumer<RawStorage>)>,
+    rx: Rx,
+    tx: VecDeque<PendingSend>,
+    /// A peer that closed or died: remaining receives on it fail with this.
+    dead: Option<TransportError>,
+}
+
+/// Shared-memory device. See the [module docs](super).
+pub struct ShmDevice {
+    cfg: ShmConfig,
+    spins: u32,
+    addr: ShmAddr,
+    /// Our inbox (declared before `conns` is irrelevant: conns map peers, not this).
+    inbox: Option<Inbox>,
+    conns: HashMap<ConnId, Conn>,
+    by_name: HashMap<String, ConnId>,
+    /// Which of our inbox slots feed which connection.
+    slot_conn: Vec<Option<ConnId>>,
+    seen_gen: u32,
+    accepted: VecDeque<ConnId>,
+    matcher: Matcher,
+    next_conn: u64,
+    next_send: u64,
+    send_done: HashMap<SendHandle, Result<()>>,
+    scratch: Vec<u8>,
+    last_liveness: Instant,
+}
+
+static SEGMENT_COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
+
+impl ShmDevice {
+    /// Creates this process' inbox and sweeps segments left by dead processes.
+    pub fn new(cfg: ShmConfig) -> Result<Self> {
+        assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
+        assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
+        segment::reap_stale();
+        let n = SEGMENT_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{SEGMENT_PREFIX}{}-{n}", std::process::id());
+        let inbox = Inbox::create(&name, cfg.slots, cfg.ring_bytes)?;
+        tracing::debug!(segment = %name, "shm inbox created");
+        Ok(Self {
+            spins: calibrated_spins(),
+            addr: ShmAddr {
+                host_id: ShmAddr::local_host_id(),
+                pid: std::process::id(),
+                segment: name,
+            },
+            slot_conn: vec![None; cfg.slots],
+            cfg,
+            inbox: Some(inbox),
+            conns: HashMap::new(),
+            by_name: HashMap::new(),
+            seen_gen: 0,
+            accepted: VecDeque::new(),
+            matcher: Matcher::default(),
+            next_conn: 0,
+            next_send: 0,
+            send_done: HashMap::new(),
+            scratch: vec![0; 64 * 1024],
+            last_liveness: Instant::now(),
+        })
+    }
+
+    /// Our shared-memory address.
+    pub fn addr(&self) -> &ShmAddr {
+        &self.addr
+    }
+
+    /// The spin budget in use (calibrated block+wake cost in spin iterations).
+    pub fn spins(&self) -> u32 {
+        self.spins
+    }
+
+    fn inbox(&self) -> Result<&Inbox> {
+        self.inbox.as_ref().ok_or(TransportError::Finalized)
+    }
+
+    /// Opens a connection to the inbox `name` (owned by `pid`).
+    fn open_conn(&mut self, name: &str) -> Result<ConnId> {
+        if let Some(c) = self.by_name.get(name) {
+            return Ok(*c);
+        }
+        let peer = Inbox::open(name)?;
+        let out_slot = peer.claim(&self.addr.segment)?;
+        // SAFETY: the ring lives in `peer`'s mapping, which the Conn keeps alive as long
+        // as the producer (same struct, dropped together); we hold the slot's claim, so
+        // we are its only producer.
+        let out = unsafe {
+            let (ctrl, data) = peer.ring(out_slot);
+            Producer::new(ctrl, data)
+        };
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.conns.insert(
+            id,
+            Conn {
+                peer_pid: peer.owner_pid(),
+                peer_name: name.to_owned(),
+                peer,
+                out,
+                out_slot,
+                inbound: None,
+                rx: Rx::Idle,
+                tx: VecDeque::new(),
+                dead: None,
+            },
+        );
+        self.by_name.insert(name.to_owned(), id);
+        tracing::debug!(peer = name, conn = id.0, "shm connection opened");
+        Ok(id)
+    }
+
+    /// Scans our inbox for newly opened slots and attaches them to connections.
+    fn scan_slots(&mut self) -> Result<usize> {
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        let gen_now = inbox.header().conn_gen.0.load(Ordering::Acquire);
+        if gen_now == self.seen_gen {
+            return Ok(0);
+        }
+        self.seen_gen = gen_now;
+        let mut found = Vec::new();
+        for i in 0..inbox.nslots() {
+            if self.slot_conn[i].is_none()
+                && inbox.slot(i).state.load(Ordering::Acquire) == SLOT_OPEN
+            {
+                found.push((i, inbox.sender_name(i)));
+            }
+        }
+        let mut events = 0;
+        for (i, name) in found {
+            let known = self.by_name.get(&name).copied();
+            let conn = match known {
+                Some(c) => c,
+                None => match self.open_conn(&name) {
+                    Ok(c) => {
+                        self.accepted.push_back(c);
+                        c
+                    }
+                    Err(e) => {
+                        // The sender vanished before we could open its inbox.
+                        tracing::warn!(peer = %name, error = %e, "cannot open sender inbox");
+                        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+                        let pid = inbox.slot(i).pid.load(Ordering::Relaxed);
+                        if !pid_alive(pid) {
+                            inbox.free_slot(i);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+            // SAFETY: our own mapping outlives every connection (finalize drops conns
+            // first); the sender's claim makes us the only consumer of slot `i`.
+            let cons = unsafe {
+                let (ctrl, data) = inbox.ring(i);
+                Consumer::new(ctrl, data)
+            };
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.inbound = Some((i, cons));
+                self.slot_conn[i] = Some(conn);
+                events += 1;
+            }
+        }
+        Ok(events)
+    }
+
+    /// Drains every inbound ring into the matcher.
+    fn drain_all(&mut self) -> usize {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        let mut events = 0;
+        for id in ids {
+            events += self.drain(id);
+        }
+        events
+    }
+
+    /// Drains one connection's inbound ring (records and payload chunks).
+    fn drain(&mut self, id: ConnId) -> usize {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return 0;
+        };
+        let Some((_, cons)) = c.inbound.as_mut() else {
+            return 0;
+        };
+        let mut events = 0;
+        let mut wake_sender = false;
+        loop {
+            let avail = cons.available();
+            if avail == 0 {
+                break;
+            }
+            // A producer sleeps only when less than a quarter is free; wake it once we
+            // free space from a ring that was more than half full.
+            if avail > cons_cap(&c.out) / 2 {
+                wake_sender = true;
+            }
+            match &mut c.rx {
+                Rx::Idle => {
+                    let mut hb = [0u8; RECORD_HEADER_LEN];
+                    if !cons.pop_exact(&mut hb) {
+                        break;
+                    }
+                    let header = MsgHeader::from_record(&hb);
+                    let sink = self.matcher.incoming(id, header);
+                    if header.len == 0 {
+                        self.matcher.finish(sink);
+                        events += 1;
+                    } else {
+                        c.rx = Rx::Payload {
+                            header,
+                            sink,
+                            got: 0,
+                        };
+                    }
+                }
+                Rx::Payload { header, sink, got } => {
+                    let len = header.len as usize;
+                    let n = if let Some(win) = self.matcher.posted_window(*sink) {
+                        // Fast path: straight from the ring into the user's buffer.
+                        cons.pop_some(&mut win[*got..len])
+                    } else {
+                        let want = (len - *got).min(self.scratch.len());
+                        let n = cons.pop_some(&mut self.scratch[..want]);
+                        self.matcher.append(*sink, *got, &self.scratch[..n]);
+                        n
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    *got += n;
+                    if *got == len {
+                        self.matcher.finish(*sink);
+                        c.rx = Rx::Idle;
+                        events += 1;
+                    }
+                }
+            }
+        }
+        if wake_sender && c.peer.header().wait.0.notify() {
+            c.peer.header().running.0.store(1, Ordering::Relaxed);
+        }
+        events
+    }
+
+    /// Pushes queued sends on every connection.
+    fn push_all_pending(&mut self) -> usize {
+        let mut events = 0;
+        let eager = self.cfg.eager_threshold;
+        for c in self.conns.values_mut() {
+            while let Some(p) = c.tx.front_mut() {
+                let before = (p.header_sent, p.sent);
+                let done = push_message(
+                    &mut c.out,
+                    &p.header,
+                    &p.payload,
+                    eager,
+                    &mut p.header_sent,
+                    &mut p.sent,
+                );
+                if (p.header_sent, p.sent) != before {
+                    notify_peer(&c.peer);
+                }
+                if !done {
+                    break;
+                }
+                let p = c.tx.pop_front().expect("front exists");
+                self.send_done.insert(p.handle, Ok(()));
+                events += 1;
+            }
+        }
+        events
+    }
+
+    /// Checks peers for death or close; fails what depended on them.
+    fn check_peers(&mut self) -> Result<usize> {
+        self.last_liveness = Instant::now();
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        let mut events = 0;
+        for id in ids {
+            let (pid, closed) = {
+                let c = &self.conns[&id];
+                if c.dead.is_some() {
+                    continue;
+                }
+                let inbox = self.inbox()?;
+                let closed = c.inbound.as_ref().is_some_and(|(slot, _)| {
+                    inbox.slot(*slot).state.load(Ordering::Acquire) == SLOT_CLOSED
+                });
+                (c.peer_pid, closed)
+            };
+            let alive = pid_alive(pid);
+            if alive && !closed {
+                continue;
+            }
+            // Deliver whatever it managed to send completely before going away.
+            events += self.drain(id);
+            let c = self.conns.get_mut(&id).expect("id from keys");
+            let mid_message = matches!(c.rx, Rx::Payload { .. });
+            let err = if alive {
+                TransportError::PeerClosed {
+                    conn: id.0,
+                    mid_message,
+                }
+            } else {
+                TransportError::PeerDied {
+                    conn: id.0,
+                    pid,
+                    mid_message,
+                }
+            };
+            tracing::info!(conn = id.0, pid, error = %err, "shm peer gone");
+            if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+                self.matcher.abort(sink, &err);
+            }
+            for p in c.tx.drain(..) {
+                self.send_done.insert(p.handle, Err(err.duplicate()));
+            }
+            self.matcher.fail_conn(id, &err);
+            if let Some((slot, _)) = c.inbound.take() {
+                self.slot_conn[slot] = None;
+                if let Some(inbox) = self.inbox.as_ref() {
+                    inbox.free_slot(slot);
+                }
+            }
+            if !alive {
+                // Its owner cannot unlink it any more: we do (cleanup on peer crash).
+                segment::unlink(&c.peer_name);
+            }
+            c.dead = Some(err);
+            events += 1;
+        }
+        Ok(events)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
+        let c = self
+            .conns
+            .get_mut(&id)
+            .ok_or(TransportError::UnknownConn(id.0))?;
+        match &c.dead {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(c),
+        }
+    }
+
+    /// Spin-then-block until any inbound ring has data, a slot opens, a queued send can
+    /// move, or `timeout` passes.
+    fn block(&mut self, timeout: Duration, need_space: bool) -> WaitOutcome {
+        let Some(inbox) = self.inbox.as_ref() else {
+            return WaitOutcome::Ready;
+        };
+        let h = inbox.header();
+        let seen_gen = self.seen_gen;
+        let conns = &mut self.conns;
+        let peer_running = || conns_running(conns);
+        // Evaluate liveness of the producers before borrowing `conns` mutably below.
+        let running = peer_running();
+        let ready = || {
+            h.conn_gen.0.load(Ordering::Acquire) != seen_gen
+                || conns.values_mut().any(|c| {
+                    c.inbound.as_ref().is_some_and(|(_, r)| r.has_data())
+                        || ((need_space || !c.tx.is_empty()) && c.out.free() >= c.out.cap() / 4)
+                })
+        };
+        h.wait.0.wait_until(
+            self.spins,
+            || running,
+            ready,
+            Some(timeout),
+            Some(&h.running.0),
+        )
+    }
+}
+
+fn conns_running(conns: &HashMap<ConnId, Conn>) -> bool {
+    conns
+        .values()
+        .any(|c| c.dead.is_none() && c.peer.header().running.0.load(Ordering::Relaxed) != 0)
+}
+
+fn cons_cap(out: &Producer<RawStorage>) -> usize {
+    // Both directions use rings of their owner's size; ours are the same config in
+    // practice, and the check is only a wake-up heuristic on top of the futex protocol.
+    out.cap()
+}
+
+fn notify_peer(peer: &Inbox) {
+    if peer.header().wait.0.notify() {
+        // We just woke it: it is about to run, so its peers may spin on it again.
+        peer.header().running.0.store(1, Ordering::Relaxed);
+    }
+}
+
+/// Pushes as much of one message as fits. Returns whether it is complete.
+fn push_message(
+    out: &mut Producer<RawStorage>,
+    header: &MsgHeader,
+    payload: &[u8],
+    eager: usize,
+    header_sent: &mut bool,
+    sent: &mut usize,
+) -> bool {
+    if !*header_sent {
+        let rec = header.to_record();
+        if payload.len() <= eager {
+            if out.push_all(&[&rec, payload]) {
+                *header_sent = true;
+                *sent = payload.len();
+                return true;
+            }
+            return false;
+        }
+        if !out.push_all(&[&rec]) {
+            return false;
+        }
+        *header_sent = true;
+    }
+    // Stream in chunks of at least a quarter ring, so a slow reader does not turn the
+    // transfer into many tiny copies.
+    while *sent < payload.len() {
+        let free = out.free();
+        let left = payload.len() - *sent;
+        if free < left.min(out.cap() / 4) {
+            return false;
+        }
+        *sent += out.push_some(&payload[*sent..]);
+    }
+    true
+}
+
+impl Device for ShmDevice {
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Shm
+    }
+
+    fn local_address(&self, into: &mut PeerAddrs) {
+        into.shm = Some(self.addr.clone());
+    }
+
+    fn reaches(&self, peer: &PeerAddrs) -> bool {
+        peer.shm
+            .as_ref()
+            .is_some_and(|s| s.host_id == self.addr.host_id)
+    }
+
+    fn connect(&mut self, peer: &PeerAddrs) -> Result<ConnId> {
+        let Some(s) = peer.shm.as_ref().filter(|s| s.host_id == self.addr.host_id) else {
+            return Err(TransportError::BadAddress {
+                kind: DeviceKind::Shm,
+                reason: "peer has no shared-memory address on this host".into(),
+            });
+        };
+        self.inbox()?;
+        self.open_conn(&s.segment)
+    }
+
+    fn accept(&mut self) -> Result<Option<ConnId>> {
+        self.scan_slots()?;
+        Ok(self.accepted.pop_front())
+    }
+
+    fn isend(&mut self, conn: ConnId, header: MsgHeader, payload: Vec<u8>) -> Result<SendHandle> {
+        let eager = self.cfg.eager_threshold;
+        self.next_send += 1;
+        let handle = SendHandle(self.next_send);
+        let header = MsgHeader {
+            len: payload.len() as u64,
+            ..header
+        };
+        let c = self.conn_mut(conn)?;
+        let mut p = PendingSend {
+            handle,
+            header,
+            payload,
+            header_sent: false,
+            sent: 0,
+        };
+        if c.tx.is_empty() {
+            let done = push_message(
+                &mut c.out,
+                &header,
+                &p.payload,
+                eager,
+                &mut p.header_sent,
+                &mut p.sent,
+            );
+            if p.header_sent {
+                notify_peer(&c.peer);
+            }
+            if done {
+                self.send_done.insert(handle, Ok(()));
+                return Ok(handle);
+            }
+        }
+        c.tx.push_back(p);
+        Ok(handle)
+    }
+
+    fn test_send(&mut self, handle: SendHandle) -> Result<bool> {
+        match self.send_done.remove(&handle) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn send(
+        &mut self,
+        conn: ConnId,
+        header: MsgHeader,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let eager = self.cfg.eager_threshold;
+        let header = MsgHeader {
+            len: payload.len() as u64,
+            ..header
+        };
+        let (mut header_sent, mut sent) = (false, 0);
+        loop {
+            let c = self.conn_mut(conn)?;
+            if c.tx.is_empty() {
+                let before = (header_sent, sent);
+                let done = push_message(
+                    &mut c.out,
+                    &header,
+                    payload,
+                    eager,
+                    &mut header_sent,
+                    &mut sent,
+                );
+                if (header_sent, sent) != before {
+                    notify_peer(&c.peer);
+                }
+                if done {
+                    return Ok(());
+                }
+            }
+            // Keep our own inbound rings moving: the peer may be blocked sending to us.
+            self.progress()?;
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::Timeout(timeout, "ring space for a send"));
+            }
+            let slice = (deadline - now).min(self.cfg.liveness_interval);
+            if self.block(slice, true) == WaitOutcome::TimedOut {
+                self.check_peers()?;
+            }
+        }
+    }
+
+    fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
+        if let Some(c) = spec.conn {
+            self.conn_mut(c)?;
+        }
+        Ok(self.matcher.post(spec, buf))
+    }
+
+    fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
+        self.matcher.take(handle)
+    }
+
+    fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader> {
+        self.matcher.probe(spec)
+    }
+
+    fn progress(&mut self) -> Result<usize> {
+        let mut events = self.scan_slots()?;
+        events += self.drain_all();
+        events += self.push_all_pending();
+        if self.last_liveness.elapsed() >= self.cfg.liveness_interval {
+            events += self.check_peers()?;
+        }
+        Ok(events)
+    }
+
+    fn wait_activity(&mut self, timeout: Duration) -> Result<()> {
+        let slice = timeout.min(self.cfg.liveness_interval);
+        if self.block(slice, false) == WaitOutcome::TimedOut {
+            self.check_peers()?;
+        }
+        Ok(())
+    }
+
+    fn disconnect(&mut self, conn: ConnId) -> Result<()> {
+        let c = self
+            .conns
+            .remove(&conn)
+            .ok_or(TransportError::UnknownConn(conn.0))?;
+        self.by_name.remove(&c.peer_name);
+        // Tell the receiver this ring will carry nothing more.
+        c.peer
+            .slot(c.out_slot)
+            .state
+            .store(SLOT_CLOSED, Ordering::Release);
+        notify_peer(&c.peer);
+        if let Some((slot, _)) = c.inbound {
+            if let Some(inbox) = self.inbox.as_ref() {
+                // Recycle the slot only once its producer is done; otherwise leave it
+                // attached to the dead id so a still-writing peer cannot collide with a
+                // new claimer.
+                let st = inbox.slot(slot).state.load(Ordering::Acquire);
+                if st == SLOT_CLOSED || !pid_alive(c.peer_pid) {
+                    self.slot_conn[slot] = None;
+                    inbox.free_slot(slot);
+                }
+            }
+        }
+        let err = TransportError::PeerClosed {
+            conn: conn.0,
+            mid_message: false,
+        };
+        self.matcher.fail_conn(conn, &err);
+        for p in c.tx {
+            self.send_done.insert(p.handle, Err(err.duplicate()));
+        }
+        Ok(())
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.disconnect(id)?;
+        }
+        // Dropping the inbox unmaps and unlinks it.
+        self.inbox = None;
+        Ok(())
+    }
+}
+
+impl Drop for ShmDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize() {
+            tracing::warn!(error = %e, "shm finalize on drop failed");
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::device::{accept_blocking, recv_blocking, wait_send};
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn pair() -> (ShmDevice, ShmDevice, ConnId, ConnId) {
+        let mut a = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut b = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut pb = PeerAddrs::default();
+        b.local_address(&mut pb);
+        let ab = a.connect(&pb).unwrap();
+        let ba = accept_blocking(&mut b, T).unwrap();
+        (a, b, ab, ba)
+    }
+
+    fn hdr(tag: u64) -> MsgHeader {
+        MsgHeader {
+            source: 1,
+            tag,
+            context_id: 0,
+            len: 0,
+        }
+    }
+
+    #[test]
+    fn eager_and_large_messages_arrive_intact_in_order() {
+        let (mut a, mut b, ab, _) = pair();
+        let big: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i * 7) as u8).collect();
+        let h1 = a.isend(ab, hdr(1), b"small".to_vec()).unwrap();
+        assert!(a.test_send(h1).unwrap(), "eager send completes at once");
+        let h2 = a.isend(ab, hdr(2), big.clone()).unwrap();
+        let r1 = recv_blocking(&mut b, RecvSpec::default(), vec![0; 16], T).unwrap();
+        assert_eq!((r1.header.tag, &r1.data[..]), (1, &b"small"[..]));
+        // The large message cannot fit the ring: it needs both sides to progress.
+        let rh = b
+            .post_recv(RecvSpec::default(), vec![0; big.len()])
+            .unwrap();
+        let got = loop {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if let Some(r) = b.test_recv(rh).unwrap() {
+                break r;
+            }
+        };
+        wait_send(&mut a, h2, T).unwrap();
+        assert_eq!(got.header.len, big.len() as u64);
+        assert!(got.data == big);
+    }
+
+    #[test]
+    fn replies_reuse_the_connection_and_tags_select() {
+        let (mut a, mut b, ab, ba) = pair();
+        a.send(ab, hdr(5), b"five", T).unwrap();
+        a.send(ab, hdr(6), b"six", T).unwrap();
+        let spec6 = RecvSpec {
+            tag: Some(6),
+            ..RecvSpec::default()
+        };
+        assert_eq!(
+            recv_blocking(&mut b, spec6, vec![0; 8], T).unwrap().data,
+            b"six"
+        );
+        let mut pa = PeerAddrs::default();
+        a.local_address(&mut pa);
+        assert_eq!(b.connect(&pa).unwrap(), ba, "accepted connection is reused");
+        b.send(ba, hdr(7), b"back", T).unwrap();
+        assert_eq!(
+            recv_blocking(&mut a, RecvSpec::default(), vec![0; 8], T)
+                .unwrap()
+                .data,
+            b"back"
+        );
+        assert_eq!(
+            recv_blocking(&mut b, RecvSpec::default(), vec![0; 8], T)
+                .unwrap()
+                .data,
+            b"five"
+        );
+    }
+
+    #[test]
+    fn finalize_unlinks_and_peer_sees_close() {
+        let (mut a, mut b, ab, ba) = pair();
+        let name = b.addr().segment.clone();
+        a.send(ab, hdr(1), b"last", T).unwrap();
+        a.finalize().unwrap();
+        assert!(
+            !std::path::Path::new("/dev/shm")
+                .join(&a.addr().segment)
+                .exists()
+        );
+        assert_eq!(
+            recv_blocking(&mut b, RecvSpec::default(), vec![0; 8], T)
+                .unwrap()
+                .data,
+            b"last"
+        );
+        let spec = RecvSpec {
+            conn: Some(ba),
+            ..RecvSpec::default()
+        };
+        let e = recv_blocking(&mut b, spec, vec![0; 8], T).unwrap_err();
+        assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+        drop(b);
+        assert!(!std::path::Path::new("/dev/shm").join(name).exists());
+    }
+}

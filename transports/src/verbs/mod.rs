@@ -1,0 +1,1 @@
+//! InfiniBand verbs device (feature `verbs`).
