@@ -10,7 +10,8 @@
 //! wakes only if `sleepers != 0`. The waiter reads `seq`, re-checks its condition,
 //! registers in `sleepers`, and sleeps only while `seq` is unchanged (the futex compares
 //! atomically with going to sleep). With SeqCst on `seq` and `sleepers` either the
-//! notifier sees the sleeper, or the sleeper sees the new `seq`.
+//! notifier sees the sleeper, or the sleeper sees the new `seq`. The notifier reads
+//! `sleepers` with an RMW so this holds under acquire/release reasoning too.
 
 use std::time::Duration;
 
@@ -55,7 +56,11 @@ impl WaitWord {
     /// whether a sleeper had to be woken.
     pub fn notify(&self) -> bool {
         self.seq.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) != 0 {
+        // An RMW rather than a load: an RMW reads the latest value in the modification
+        // order, so this pairs with the sleeper's `fetch_add` through release/acquire
+        // alone (loom models SeqCst loads as merely acquire, and found the lost wake-up
+        // a plain load allows there).
+        if self.sleepers.fetch_add(0, Ordering::SeqCst) != 0 {
             self.wake_all();
             true
         } else {
@@ -150,7 +155,9 @@ impl WaitWord {
     #[cfg(loom)]
     fn block(&self, ticket: u32, _timeout: Option<Duration>) -> bool {
         let g = self.lock.lock().unwrap();
-        if self.seq.load(Ordering::SeqCst) == ticket {
+        // The kernel compares under its bucket lock after a full barrier; an RMW read
+        // is the model's equivalent.
+        if self.seq.fetch_add(0, Ordering::SeqCst) == ticket {
             drop(self.cv.wait(g).unwrap());
         }
         true
