@@ -431,6 +431,12 @@ fn main() {
     pin(0);
     println!("| device | measure | device median | raw median | device/raw |");
     println!("|---|---|---|---|---|");
+    let sleeps = dynres_transports::shm::waiter::sleep_count();
     report("shm", run_shm());
+    eprintln!(
+        "shm: spin budget {} iterations, futex sleeps in the driver: {}",
+        dynres_transports::shm::waiter::calibrated_spins(),
+        dynres_transports::shm::waiter::sleep_count() - sleeps
+    );
     report("tcp", run_tcp());
 }

@@ -63,7 +63,26 @@ impl Matcher {
                 let r = deliver(u.conn, u.header, &u.data, buf);
                 self.done.insert(handle, r);
             }
-            Some(i) => self.unexpected[i].claimed_by = Some((handle, buf)),
+            Some(i) => {
+                // Still arriving: the rest goes straight into the user's buffer.
+                let u = &mut self.unexpected[i];
+                let len = u.header.len as usize;
+                if len > buf.len() {
+                    self.done.insert(
+                        handle,
+                        Err(TransportError::Truncated {
+                            len: u.header.len,
+                            capacity: buf.len(),
+                        }),
+                    );
+                } else {
+                    let mut buf = buf;
+                    buf.truncate(len);
+                    buf[..u.data.len()].copy_from_slice(&u.data);
+                    u.data = Vec::new();
+                    u.claimed_by = Some((handle, buf));
+                }
+            }
             None => self.posted.push(Posted { handle, spec, buf }),
         }
         handle
@@ -108,7 +127,8 @@ impl Matcher {
         self.unexpected.push_back(Unexpected {
             conn,
             header,
-            data: Vec::with_capacity(header.len.min(1 << 20) as usize),
+            // Grown on demand: a large message may stay in the fabric until matched.
+            data: Vec::new(),
             complete: header.len == 0,
             claimed_by: None,
             id,
@@ -128,18 +148,35 @@ impl Matcher {
             }
             Sink::Unexpected(id) => {
                 if let Some(u) = self.unexpected.iter_mut().find(|u| u.id == id) {
-                    u.data.extend_from_slice(bytes);
+                    match &mut u.claimed_by {
+                        Some((_, buf)) => buf[offset..offset + bytes.len()].copy_from_slice(bytes),
+                        None => u.data.extend_from_slice(bytes),
+                    }
                 }
             }
             Sink::Discard => {}
         }
     }
 
+    /// Whether some posted receive could take a message arriving on `conn` (used to
+    /// decide whether a large unmatched message may wait in the fabric).
+    pub(crate) fn has_posted_for(&self, conn: ConnId) -> bool {
+        self.posted
+            .iter()
+            .any(|p| p.spec.conn.is_none_or(|c| c == conn))
+    }
+
     /// The posted buffer being filled for `sink` (the zero-copy fast path).
     pub(crate) fn posted_window(&mut self, sink: Sink) -> Option<&mut [u8]> {
         match sink {
             Sink::Posted(h) => self.active.get_mut(&h).map(|(_, _, b)| b.as_mut_slice()),
-            _ => None,
+            Sink::Unexpected(id) => self
+                .unexpected
+                .iter_mut()
+                .find(|u| u.id == id)
+                .and_then(|u| u.claimed_by.as_mut())
+                .map(|(_, b)| b.as_mut_slice()),
+            Sink::Discard => None,
         }
     }
 
@@ -157,8 +194,9 @@ impl Matcher {
                 };
                 if self.unexpected[i].claimed_by.is_some() {
                     let u = self.unexpected.remove(i).expect("index from position");
-                    let (h, buf) = u.claimed_by.expect("checked");
-                    self.done.insert(h, deliver(u.conn, u.header, &u.data, buf));
+                    let (h, data) = u.claimed_by.expect("checked");
+                    let (conn, header) = (u.conn, u.header);
+                    self.done.insert(h, Ok(Received { header, conn, data }));
                 } else {
                     self.unexpected[i].complete = true;
                 }

@@ -71,6 +71,9 @@ struct Conn {
     tx: VecDeque<PendingSend>,
     /// A peer that closed or died: remaining receives on it fail with this.
     dead: Option<TransportError>,
+    /// A large message nobody has asked for yet is waiting in the ring (rendezvous:
+    /// it is copied once, into the receive buffer, when a receive is posted).
+    stalled: bool,
 }
 
 /// Shared-memory device. See the [module docs](super).
@@ -171,6 +174,7 @@ impl ShmDevice {
                 rx: Rx::Idle,
                 tx: VecDeque::new(),
                 dead: None,
+                stalled: false,
             },
         );
         self.by_name.insert(name.to_owned(), id);
@@ -247,21 +251,17 @@ impl ShmDevice {
         let Some(c) = self.conns.get_mut(&id) else {
             return 0;
         };
-        let Some((_, cons)) = c.inbound.as_mut() else {
+        let Some((slot, cons)) = c.inbound.as_mut() else {
             return 0;
         };
+        let slot = *slot;
         let mut events = 0;
-        let mut wake_sender = false;
+        let mut popped = false;
         loop {
-            let avail = cons.available();
-            if avail == 0 {
+            if cons.available() == 0 {
                 break;
             }
-            // A producer sleeps only when less than a quarter is free; wake it once we
-            // free space from a ring that was more than half full.
-            if avail > cons_cap(&c.out) / 2 {
-                wake_sender = true;
-            }
+            popped = true;
             match &mut c.rx {
                 Rx::Idle => {
                     let mut hb = [0u8; RECORD_HEADER_LEN];
@@ -285,7 +285,16 @@ impl ShmDevice {
                     let len = header.len as usize;
                     let n = if let Some(win) = self.matcher.posted_window(*sink) {
                         // Fast path: straight from the ring into the user's buffer.
-                        cons.pop_some(&mut win[*got..len])
+                        let end = len.min(*got + stream_chunk(self.cfg.ring_bytes));
+                        cons.pop_some(&mut win[*got..end])
+                    } else if len > self.cfg.eager_threshold
+                        && matches!(sink, Sink::Unexpected(_))
+                        && !self.matcher.has_posted_for(id)
+                    {
+                        // Rendezvous: leave it in the ring until a receive is posted,
+                        // unless a posted receive is waiting behind it.
+                        c.stalled = true;
+                        break;
                     } else {
                         let want = (len - *got).min(self.scratch.len());
                         let n = cons.pop_some(&mut self.scratch[..want]);
@@ -304,8 +313,12 @@ impl ShmDevice {
                 }
             }
         }
-        if wake_sender && c.peer.header().wait.0.notify() {
-            c.peer.header().running.0.store(1, Ordering::Relaxed);
+        if popped {
+            if let Some(inbox) = self.inbox.as_ref() {
+                if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+                    notify_peer(&c.peer);
+                }
+            }
         }
         events
     }
@@ -418,6 +431,12 @@ impl ShmDevice {
             return WaitOutcome::Ready;
         };
         let h = inbox.header();
+        // Ask receivers of rings we wait on for space to wake us when they drain.
+        for c in self.conns.values() {
+            if c.dead.is_none() && (need_space || !c.tx.is_empty()) {
+                c.peer.slot(c.out_slot).waiting.swap(1, Ordering::AcqRel);
+            }
+        }
         let seen_gen = self.seen_gen;
         let conns = &mut self.conns;
         let peer_running = || conns_running(conns);
@@ -426,8 +445,9 @@ impl ShmDevice {
         let ready = || {
             h.conn_gen.0.load(Ordering::Acquire) != seen_gen
                 || conns.values_mut().any(|c| {
-                    c.inbound.as_ref().is_some_and(|(_, r)| r.has_data())
-                        || ((need_space || !c.tx.is_empty()) && c.out.free() >= c.out.cap() / 4)
+                    (!c.stalled && c.inbound.as_ref().is_some_and(|(_, r)| r.has_data()))
+                        || ((need_space || !c.tx.is_empty())
+                            && c.out.free() >= stream_chunk(c.out.cap()))
                 })
         };
         h.wait.0.wait_until(
@@ -446,17 +466,16 @@ fn conns_running(conns: &HashMap<ConnId, Conn>) -> bool {
         .any(|c| c.dead.is_none() && c.peer.header().running.0.load(Ordering::Relaxed) != 0)
 }
 
-fn cons_cap(out: &Producer<RawStorage>) -> usize {
-    // Both directions use rings of their owner's size; ours are the same config in
-    // practice, and the check is only a wake-up heuristic on top of the futex protocol.
-    out.cap()
-}
-
 fn notify_peer(peer: &Inbox) {
     if peer.header().wait.0.notify() {
         // We just woke it: it is about to run, so its peers may spin on it again.
         peer.header().running.0.store(1, Ordering::Relaxed);
     }
+}
+
+/// Granularity of streamed payload copies (both directions).
+fn stream_chunk(cap: usize) -> usize {
+    cap / 8
 }
 
 /// Pushes as much of one message as fits. Returns whether it is complete.
@@ -483,15 +502,16 @@ fn push_message(
         }
         *header_sent = true;
     }
-    // Stream in chunks of at least a quarter ring, so a slow reader does not turn the
-    // transfer into many tiny copies.
+    // Stream in chunks of an eighth of the ring, published one by one, so the reader
+    // copies chunk k out while we copy chunk k+1 in (a whole-ring copy would serialise
+    // the two sides); never wait for less than a chunk, to avoid tiny copies.
+    let chunk = stream_chunk(out.cap());
     while *sent < payload.len() {
-        let free = out.free();
         let left = payload.len() - *sent;
-        if free < left.min(out.cap() / 4) {
+        if out.free() < left.min(chunk) {
             return false;
         }
-        *sent += out.push_some(&payload[*sent..]);
+        *sent += out.push_some(&payload[*sent..*sent + left.min(chunk)]);
     }
     true
 }
@@ -620,6 +640,10 @@ impl Device for ShmDevice {
     fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
         if let Some(c) = spec.conn {
             self.conn_mut(c)?;
+        }
+        // A new receive may be what a stalled large message waits for.
+        for c in self.conns.values_mut() {
+            c.stalled = false;
         }
         Ok(self.matcher.post(spec, buf))
     }

@@ -51,6 +51,10 @@ pub struct Slot {
     pub state: AtomicU32,
     /// Sender pid.
     pub pid: AtomicU32,
+    /// Set by the sender before it sleeps for ring space; the receiver swaps it to 0
+    /// after freeing space and wakes the sender if it was set (both RMWs, so one of
+    /// them always sees the other).
+    pub waiting: AtomicU32,
     name_len: AtomicU32,
     name: [u8; NAME_MAX],
     /// The ring's control block.
@@ -102,6 +106,7 @@ impl Inbox {
                     .write(Slot {
                         state: AtomicU32::new(SLOT_FREE),
                         pid: AtomicU32::new(0),
+                        waiting: AtomicU32::new(0),
                         name_len: AtomicU32::new(0),
                         name: [0; NAME_MAX],
                         ring: RingControl::new(),
@@ -239,6 +244,7 @@ impl Inbox {
         let s = self.slot(i);
         s.ring.reset();
         s.pid.store(0, Ordering::Relaxed);
+        s.waiting.store(0, Ordering::Relaxed);
         s.name_len.store(0, Ordering::Relaxed);
         s.state.store(SLOT_FREE, Ordering::Release);
     }

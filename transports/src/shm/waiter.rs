@@ -17,6 +17,16 @@ use std::time::Duration;
 
 use crate::sync::{AtomicU32, Ordering, spin_hint};
 
+#[cfg(not(loom))]
+static SLEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process blocked in the futex (a diagnostic for benchmarks: a
+/// well-tuned spin keeps it near zero under ping-pong).
+#[cfg(not(loom))]
+pub fn sleep_count() -> u64 {
+    SLEEPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The futex word pair one process waits on; lives in that process' shared segment.
 #[repr(C)]
 pub struct WaitWord {
@@ -100,6 +110,8 @@ impl WaitWord {
             if let Some(r) = my_running {
                 r.store(0, Ordering::Relaxed);
             }
+            #[cfg(not(loom))]
+            SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let woke = self.block(ticket, timeout);
             if let Some(r) = my_running {
                 r.store(1, Ordering::Relaxed);
