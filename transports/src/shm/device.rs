@@ -837,3 +837,56 @@ mod tests {
         assert!(!std::path::Path::new("/dev/shm").join(name).exists());
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod rendezvous_tests {
+    use super::*;
+    use crate::device::{accept_blocking, recv_blocking};
+
+    /// A large message nobody asked for may wait in the ring, but never in front of a
+    /// receive that is waiting for a later message from the same sender.
+    #[test]
+    fn stalled_large_message_does_not_block_a_later_small_one() {
+        let t = Duration::from_secs(10);
+        let mut a = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut b = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut pb = PeerAddrs::default();
+        b.local_address(&mut pb);
+        let ab = a.connect(&pb).unwrap();
+        accept_blocking(&mut b, t).unwrap();
+        let h = |tag| MsgHeader {
+            source: 1,
+            tag,
+            context_id: 0,
+            len: 0,
+        };
+        let big = vec![3u8; 1 << 20];
+        let s1 = a.isend(ab, h(1), big.clone()).unwrap();
+        let s2 = a.isend(ab, h(2), b"small".to_vec()).unwrap();
+        // Let the big one reach the ring and stall there (no receive posted).
+        for _ in 0..100 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        let small = b
+            .post_recv(
+                RecvSpec {
+                    tag: Some(2),
+                    ..RecvSpec::default()
+                },
+                vec![0; 8],
+            )
+            .unwrap();
+        let got = loop {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if let Some(r) = b.test_recv(small).unwrap() {
+                break r;
+            }
+        };
+        assert_eq!(got.data, b"small");
+        let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; 1 << 20], t).unwrap();
+        assert!(r.header.tag == 1 && r.data == big);
+        assert!(a.test_send(s1).unwrap() && a.test_send(s2).unwrap());
+    }
+}
