@@ -150,13 +150,13 @@ pub fn parse_hello(payload: &[u8]) -> Result<SocketAddr, FramingError> {
         .map_err(|e: std::net::AddrParseError| FramingError::BadHello(e.to_string()))
 }
 
+/// A decoded frame: header and payload.
+pub type Frame = (FrameHeader, Vec<u8>);
+
 /// Decodes a complete byte stream into frames (header, payload); trailing bytes that
 /// do not yet form a frame are returned as the remainder length. Used by the fuzz
 /// target and tests; the TCP device parses incrementally with [`parse_header`].
-pub fn decode_stream(
-    mut input: &[u8],
-    max_len: u64,
-) -> Result<(Vec<(FrameHeader, Vec<u8>)>, usize), FramingError> {
+pub fn decode_stream(mut input: &[u8], max_len: u64) -> Result<(Vec<Frame>, usize), FramingError> {
     let mut frames = Vec::new();
     while !input.is_empty() {
         let Some(h) = parse_header(input, max_len)? else {
