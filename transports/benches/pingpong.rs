@@ -4,7 +4,8 @@
 //! TCP ping-pong / stream. Prints medians and the device/raw ratio as a Markdown table.
 //!
 //! `cargo bench -p dynres-transports --bench pingpong` (env `DYNRES_BENCH_ROUNDS`,
-//! default 3, and `DYNRES_BENCH_MB`, bandwidth volume per round, default 256).
+//! default 3; `DYNRES_BENCH_MB`, bandwidth volume per round, default 256;
+//! `DYNRES_BENCH_ONLY=shm|tcp` to run one device).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -431,12 +432,17 @@ fn main() {
     pin(0);
     println!("| device | measure | device median | raw median | device/raw |");
     println!("|---|---|---|---|---|");
-    let sleeps = dynres_transports::shm::waiter::sleep_count();
-    report("shm", run_shm());
-    eprintln!(
-        "shm: spin budget {} iterations, futex sleeps in the driver: {}",
-        dynres_transports::shm::waiter::calibrated_spins(),
-        dynres_transports::shm::waiter::sleep_count() - sleeps
-    );
-    report("tcp", run_tcp());
+    let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only == "shm" {
+        let sleeps = dynres_transports::shm::waiter::sleep_count();
+        report("shm", run_shm());
+        eprintln!(
+            "shm: spin budget {} iterations, futex sleeps in the driver: {}",
+            dynres_transports::shm::waiter::calibrated_spins(),
+            dynres_transports::shm::waiter::sleep_count() - sleeps
+        );
+    }
+    if only.is_empty() || only == "tcp" {
+        report("tcp", run_tcp());
+    }
 }

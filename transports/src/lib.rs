@@ -18,6 +18,7 @@ pub mod addr;
 pub mod device;
 pub mod error;
 pub mod header;
+mod idmap;
 mod matching;
 pub mod router;
 pub mod shm;

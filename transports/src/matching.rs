@@ -3,11 +3,12 @@
 //! streamed into — the posted user buffer when one matches (the fast path), otherwise
 //! an unexpected-message buffer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::device::{ConnId, Received, RecvHandle, RecvSpec};
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
+use crate::idmap::IdMap;
 
 struct Posted {
     handle: RecvHandle,
@@ -43,9 +44,9 @@ pub(crate) struct Matcher {
     next_unexpected: u64,
     posted: Vec<Posted>,
     /// Incoming messages whose posted buffer is being filled.
-    active: HashMap<RecvHandle, (ConnId, MsgHeader, Vec<u8>)>,
+    active: IdMap<RecvHandle, (ConnId, MsgHeader, Vec<u8>)>,
     unexpected: VecDeque<Unexpected>,
-    done: HashMap<RecvHandle, Result<Received>>,
+    done: IdMap<RecvHandle, Result<Received>>,
 }
 
 impl Matcher {

@@ -12,6 +12,7 @@ use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
 use crate::error::{Result, TransportError};
 use crate::header::{MsgHeader, RECORD_HEADER_LEN};
+use crate::idmap::IdMap;
 use crate::matching::{Matcher, Sink};
 use crate::sync::Ordering;
 
@@ -42,6 +43,8 @@ impl Default for ShmConfig {
 /// Receive-side state of one connection.
 enum Rx {
     Idle,
+    /// Padding after a record, so the next header starts a cache line.
+    Pad(usize),
     Payload {
         header: MsgHeader,
         sink: Sink,
@@ -83,7 +86,10 @@ pub struct ShmDevice {
     addr: ShmAddr,
     /// Our inbox (declared before `conns` is irrelevant: conns map peers, not this).
     inbox: Option<Inbox>,
-    conns: HashMap<ConnId, Conn>,
+    conns: IdMap<ConnId, Conn>,
+    /// Keys of `conns`, kept in step, so hot loops need not allocate.
+    ids: Vec<ConnId>,
+    progress_calls: u32,
     by_name: HashMap<String, ConnId>,
     /// Which of our inbox slots feed which connection.
     slot_conn: Vec<Option<ConnId>>,
@@ -92,7 +98,7 @@ pub struct ShmDevice {
     matcher: Matcher,
     next_conn: u64,
     next_send: u64,
-    send_done: HashMap<SendHandle, Result<()>>,
+    send_done: IdMap<SendHandle, Result<()>>,
     scratch: Vec<u8>,
     last_liveness: Instant,
 }
@@ -119,14 +125,16 @@ impl ShmDevice {
             slot_conn: vec![None; cfg.slots],
             cfg,
             inbox: Some(inbox),
-            conns: HashMap::new(),
+            conns: IdMap::default(),
+            ids: Vec::new(),
+            progress_calls: 0,
             by_name: HashMap::new(),
             seen_gen: 0,
             accepted: VecDeque::new(),
             matcher: Matcher::default(),
             next_conn: 0,
             next_send: 0,
-            send_done: HashMap::new(),
+            send_done: IdMap::default(),
             scratch: vec![0; 64 * 1024],
             last_liveness: Instant::now(),
         })
@@ -178,6 +186,7 @@ impl ShmDevice {
             },
         );
         self.by_name.insert(name.to_owned(), id);
+        self.ids.push(id);
         tracing::debug!(peer = name, conn = id.0, "shm connection opened");
         Ok(id)
     }
@@ -238,10 +247,9 @@ impl ShmDevice {
 
     /// Drains every inbound ring into the matcher.
     fn drain_all(&mut self) -> usize {
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         let mut events = 0;
-        for id in ids {
-            events += self.drain(id);
+        for i in 0..self.ids.len() {
+            events += self.drain(self.ids[i]);
         }
         events
     }
@@ -273,6 +281,7 @@ impl ShmDevice {
                     if header.len == 0 {
                         self.matcher.finish(sink);
                         events += 1;
+                        c.rx = Rx::Pad(pad_for(0));
                     } else {
                         c.rx = Rx::Payload {
                             header,
@@ -307,8 +316,18 @@ impl ShmDevice {
                     *got += n;
                     if *got == len {
                         self.matcher.finish(*sink);
-                        c.rx = Rx::Idle;
+                        c.rx = Rx::Pad(pad_for(len));
                         events += 1;
+                    }
+                }
+                Rx::Pad(n) => {
+                    let k = cons.pop_some(&mut self.scratch[..*n]);
+                    if k == 0 && *n > 0 {
+                        break;
+                    }
+                    *n -= k;
+                    if *n == 0 {
+                        c.rx = Rx::Idle;
                     }
                 }
             }
@@ -355,7 +374,7 @@ impl ShmDevice {
     /// Checks peers for death or close; fails what depended on them.
     fn check_peers(&mut self) -> Result<usize> {
         self.last_liveness = Instant::now();
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        let ids = self.ids.clone();
         let mut events = 0;
         for id in ids {
             let (pid, closed) = {
@@ -460,7 +479,7 @@ impl ShmDevice {
     }
 }
 
-fn conns_running(conns: &HashMap<ConnId, Conn>) -> bool {
+fn conns_running(conns: &IdMap<ConnId, Conn>) -> bool {
     conns
         .values()
         .any(|c| c.dead.is_none() && c.peer.header().running.0.load(Ordering::Relaxed) != 0)
@@ -478,7 +497,18 @@ fn stream_chunk(cap: usize) -> usize {
     cap / 8
 }
 
-/// Pushes as much of one message as fits. Returns whether it is complete.
+/// Records start on cache lines: a small message then costs the reader one data line
+/// (plus the head index), as in a bare flag-and-buffer exchange.
+const RECORD_ALIGN: usize = 64;
+static PAD: [u8; RECORD_ALIGN] = [0; RECORD_ALIGN];
+
+/// Padding after a record of header + `payload` bytes.
+fn pad_for(payload: usize) -> usize {
+    (RECORD_ALIGN - (RECORD_HEADER_LEN + payload) % RECORD_ALIGN) % RECORD_ALIGN
+}
+
+/// Pushes as much of one message as fits. Returns whether it is complete. `sent`
+/// counts payload plus trailing padding.
 fn push_message(
     out: &mut Producer<RawStorage>,
     header: &MsgHeader,
@@ -487,12 +517,13 @@ fn push_message(
     header_sent: &mut bool,
     sent: &mut usize,
 ) -> bool {
+    let pad = pad_for(payload.len());
     if !*header_sent {
         let rec = header.to_record();
         if payload.len() <= eager {
-            if out.push_all(&[&rec, payload]) {
+            if out.push_all(&[&rec, payload, &PAD[..pad]]) {
                 *header_sent = true;
-                *sent = payload.len();
+                *sent = payload.len() + pad;
                 return true;
             }
             return false;
@@ -506,12 +537,18 @@ fn push_message(
     // copies chunk k out while we copy chunk k+1 in (a whole-ring copy would serialise
     // the two sides); never wait for less than a chunk, to avoid tiny copies.
     let chunk = stream_chunk(out.cap());
-    while *sent < payload.len() {
-        let left = payload.len() - *sent;
+    let total = payload.len() + pad;
+    while *sent < total {
+        let left = total - *sent;
         if out.free() < left.min(chunk) {
             return false;
         }
-        *sent += out.push_some(&payload[*sent..*sent + left.min(chunk)]);
+        *sent += if *sent < payload.len() {
+            let k = (payload.len() - *sent).min(chunk);
+            out.push_some(&payload[*sent..*sent + k])
+        } else {
+            out.push_some(&PAD[..left])
+        };
     }
     true
 }
@@ -660,7 +697,12 @@ impl Device for ShmDevice {
         let mut events = self.scan_slots()?;
         events += self.drain_all();
         events += self.push_all_pending();
-        if self.last_liveness.elapsed() >= self.cfg.liveness_interval {
+        // Reading the clock on every call would cost more than the rest of a
+        // shared-memory receive; look at it every 256 calls.
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.progress_calls % 256 == 0
+            && self.last_liveness.elapsed() >= self.cfg.liveness_interval
+        {
             events += self.check_peers()?;
         }
         Ok(events)
@@ -680,6 +722,7 @@ impl Device for ShmDevice {
             .remove(&conn)
             .ok_or(TransportError::UnknownConn(conn.0))?;
         self.by_name.remove(&c.peer_name);
+        self.ids.retain(|i| *i != conn);
         // Tell the receiver this ring will carry nothing more.
         c.peer
             .slot(c.out_slot)
