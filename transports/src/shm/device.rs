@@ -635,7 +635,7 @@ impl Device for ShmDevice {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let mut deadline: Option<Instant> = None;
         let eager = self.cfg.eager_threshold;
         let header = MsgHeader {
             len: payload.len() as u64,
@@ -664,6 +664,7 @@ impl Device for ShmDevice {
             // Keep our own inbound rings moving: the peer may be blocked sending to us.
             self.progress()?;
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
                 return Err(TransportError::Timeout(timeout, "ring space for a send"));
             }
