@@ -24,6 +24,9 @@ const CHUNK: usize = 1024 * 1024;
 const T: Duration = Duration::from_secs(60);
 
 fn iters(size: usize) -> usize {
+    if std::env::var("DYNRES_BENCH_NO_LATENCY").is_ok() {
+        return 1;
+    }
     (64 * 1024 * 1024 / size.max(4096)).clamp(64, 20_000)
 }
 
