@@ -170,11 +170,11 @@ fn spec(conn: ConnId) -> RecvSpec {
 /// Device round trip as the initiator; returns the receive buffer for reuse.
 fn dev_ping(dev: &mut dyn Device, c: ConnId, out: &[u8], back: Vec<u8>) -> Vec<u8> {
     dev.send(c, hdr(out.len()), out, T).expect("send");
-    recv_blocking(dev, spec(c), back, T).expect("recv").data
+    dev.recv(spec(c), back, T).expect("recv").data
 }
 
 fn dev_pong(dev: &mut dyn Device, c: ConnId, buf: Vec<u8>) -> Vec<u8> {
-    let r = recv_blocking(dev, spec(c), buf, T).expect("recv");
+    let r = dev.recv(spec(c), buf, T).expect("recv");
     dev.send(c, hdr(r.data.len()), &r.data, T).expect("send");
     r.data
 }
@@ -280,7 +280,7 @@ fn drive(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) -
         for _ in 0..n {
             dev.send(c, hdr(CHUNK), &out, T).expect("stream send");
         }
-        let ack = recv_blocking(dev, spec(c), vec![0; 1], T).expect("ack");
+        let ack = dev.recv(spec(c), vec![0; 1], T).expect("ack");
         assert_eq!(ack.data.len(), 1);
         res.bw.0.push(gb / t.elapsed().as_secs_f64());
     }

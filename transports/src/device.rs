@@ -107,8 +107,19 @@ pub trait Device: Send {
     /// goes straight into it; an earlier unexpected message is delivered at once.
     fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle>;
 
+    /// Blocking receive into `buf`, for at most about `timeout`. The default posts the
+    /// buffer and drives [`Device::progress`]; a device may override it with a fast
+    /// path that keeps the same matching rules.
+    fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
+        recv_blocking(self, spec, buf, timeout)
+    }
+
     /// The completed receive, if done (returned once).
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>>;
+
+    /// Withdraws a posted receive that no message has matched yet (true), so a timed-out
+    /// receive does not swallow a later message. False once a message is matched to it.
+    fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool>;
 
     /// Header of the first complete unexpected message matching `spec`, if any.
     fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader>;
@@ -168,6 +179,12 @@ pub fn recv_blocking<D: Device + ?Sized>(
         let now = Instant::now();
         let end = *deadline.get_or_insert(now + timeout.saturating_sub(first_wait));
         if now >= end {
+            if !dev.cancel_recv(h)? {
+                // Matched meanwhile: it may be complete already.
+                if let Some(r) = dev.test_recv(h)? {
+                    return Ok(r);
+                }
+            }
             return Err(TransportError::Timeout(timeout, "a receive"));
         }
         dev.wait_activity((end - now).min(Duration::from_millis(50)))?;

@@ -159,6 +159,12 @@ impl Matcher {
         }
     }
 
+    /// Whether nothing is queued that a new message on `conn` would have to be ordered
+    /// against: no posted receive and no unexpected message from `conn`.
+    pub(crate) fn quiet_for(&self, conn: ConnId) -> bool {
+        self.posted.is_empty() && !self.unexpected.iter().any(|u| u.conn == conn)
+    }
+
     /// Whether some posted receive could take a message arriving on `conn` (used to
     /// decide whether a large unmatched message may wait in the fabric).
     pub(crate) fn has_posted_for(&self, conn: ConnId) -> bool {
@@ -234,6 +240,18 @@ impl Matcher {
         self.posted = keep;
         for p in dead {
             self.done.insert(p.handle, Err(err.duplicate()));
+        }
+    }
+
+    /// Withdraws a receive that no message has matched yet. Returns false if it is
+    /// already matched (being filled, or done).
+    pub(crate) fn cancel(&mut self, h: RecvHandle) -> bool {
+        match self.posted.iter().position(|p| p.handle == h) {
+            Some(i) => {
+                self.posted.remove(i);
+                true
+            }
+            None => false,
         }
     }
 

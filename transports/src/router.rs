@@ -247,6 +247,13 @@ impl Router {
             }
             let now = Instant::now();
             if now >= deadline {
+                if let Some((dev, h)) = posted {
+                    if !self.devices[dev].cancel_recv(h)? {
+                        if let Some(r) = self.devices[dev].test_recv(h)? {
+                            return Ok(r);
+                        }
+                    }
+                }
                 return Err(TransportError::Timeout(timeout, "a routed receive"));
             }
             let wait = (deadline - now).min(slice);

@@ -9,7 +9,9 @@ use super::ring::{Consumer, Producer, RawStorage};
 use super::segment::{self, SEGMENT_PREFIX, pid_alive};
 use super::waiter::{WaitOutcome, calibrated_spins};
 use crate::addr::{PeerAddrs, ShmAddr};
-use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+use crate::device::{
+    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+};
 use crate::error::{Result, TransportError};
 use crate::header::{MsgHeader, RECORD_HEADER_LEN};
 use crate::idmap::IdMap;
@@ -443,6 +445,65 @@ impl ShmDevice {
         }
     }
 
+    /// Receive fast path for the common blocking case: a receive on one connection
+    /// with nothing else queued. Spins (for the calibrated budget) on that ring and, if
+    /// a matching eager record arrives, copies it straight into `buf` without going
+    /// through the matching queues. Anything else — no message within the spin, a
+    /// non-matching or large message, pending sends — returns the buffer untouched
+    /// (`Ok(Err(buf))`) for the general path, so the matching rules stay the same.
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Result<Received, Vec<u8>>> {
+        let Some(id) = spec.conn else {
+            return Ok(Err(buf));
+        };
+        if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.tx.is_empty()) {
+            return Ok(Err(buf));
+        }
+        let eager = self.cfg.eager_threshold;
+        let spins = self.spins;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(Err(buf));
+        };
+        if c.dead.is_some() || !matches!(c.rx, Rx::Idle) {
+            return Ok(Err(buf));
+        }
+        let Some((slot, cons)) = c.inbound.as_mut() else {
+            return Ok(Err(buf));
+        };
+        let mut hb = [0u8; RECORD_HEADER_LEN];
+        let mut tries = 0u32;
+        while !cons.peek_exact(&mut hb) {
+            tries += 1;
+            if tries > spins {
+                return Ok(Err(buf));
+            }
+            crate::sync::spin_hint();
+        }
+        let header = MsgHeader::from_record(&hb);
+        let len = header.len as usize;
+        let record = RECORD_HEADER_LEN + len + pad_for(len);
+        if !spec.matches(id, &header) || len > eager || len > buf.len() || cons.available() < record
+        {
+            return Ok(Err(buf));
+        }
+        let mut buf = buf;
+        buf.truncate(len);
+        cons.pop_exact(&mut hb);
+        cons.pop_exact(&mut buf);
+        let pad = pad_for(len);
+        cons.pop_exact(&mut self.scratch[..pad]);
+        let slot = *slot;
+        if let Some(inbox) = self.inbox.as_ref() {
+            if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+                notify_peer(&c.peer);
+            }
+        }
+        Ok(Ok(Received {
+            header,
+            conn: id,
+            data: buf,
+        }))
+    }
+
     /// Spin-then-block until any inbound ring has data, a slot opens, a queued send can
     /// move, or `timeout` passes.
     fn block(&mut self, timeout: Duration, need_space: bool) -> WaitOutcome {
@@ -686,8 +747,19 @@ impl Device for ShmDevice {
         Ok(self.matcher.post(spec, buf))
     }
 
+    fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
+        match self.recv_fast(&spec, buf)? {
+            Ok(r) => Ok(r),
+            Err(buf) => recv_blocking(self, spec, buf, timeout),
+        }
+    }
+
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
         self.matcher.take(handle)
+    }
+
+    fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool> {
+        Ok(self.matcher.cancel(handle))
     }
 
     fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader> {
@@ -932,5 +1004,52 @@ mod rendezvous_tests {
         let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; 1 << 20], t).unwrap();
         assert!(r.header.tag == 1 && r.data == big);
         assert!(a.test_send(s1).unwrap() && a.test_send(s2).unwrap());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod fast_path_tests {
+    use super::*;
+    use crate::device::accept_blocking;
+
+    /// The receive fast path must not consume a message that does not match, and must
+    /// keep per-connection order with messages that went through the queues.
+    #[test]
+    fn fast_path_keeps_matching_rules() {
+        let t = Duration::from_secs(10);
+        let mut a = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut b = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut pb = PeerAddrs::default();
+        b.local_address(&mut pb);
+        let ab = a.connect(&pb).unwrap();
+        let ba = accept_blocking(&mut b, t).unwrap();
+        let h = |tag| MsgHeader {
+            source: 1,
+            tag,
+            context_id: 0,
+            len: 0,
+        };
+        let on = |tag| RecvSpec {
+            conn: Some(ba),
+            tag: Some(tag),
+            ..RecvSpec::default()
+        };
+        a.send(ab, h(1), b"one", t).unwrap();
+        let e = b
+            .recv(on(2), vec![0; 8], Duration::from_millis(30))
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Timeout(..)), "{e}");
+        a.send(ab, h(2), b"two", t).unwrap();
+        assert_eq!(b.recv(on(2), vec![0; 8], t).unwrap().data, b"two");
+        assert_eq!(b.recv(on(1), vec![0; 8], t).unwrap().data, b"one");
+        for i in 0..100u64 {
+            a.send(ab, h(3), &i.to_le_bytes(), t).unwrap();
+            let r = b.recv(on(3), vec![0; 8], t).unwrap();
+            assert_eq!(r.data, i.to_le_bytes());
+        }
+        assert!(matches!(
+            b.recv(on(3), vec![0; 1], Duration::from_millis(1)),
+            Err(TransportError::Timeout(..))
+        ));
     }
 }

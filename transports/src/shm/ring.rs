@@ -273,6 +273,20 @@ impl<S: RingStorage> Consumer<S> {
         true
     }
 
+    /// Copies the next `dst.len()` bytes without consuming them, if available.
+    pub fn peek_exact(&mut self, dst: &mut [u8]) -> bool {
+        if self.available() < dst.len() {
+            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            if ((self.cached_head - self.tail) as usize) < dst.len() {
+                return false;
+            }
+        }
+        // SAFETY: the Acquire load of head shows these bytes are published; we do not
+        // release them, so the producer cannot overwrite them meanwhile.
+        unsafe { copy_out(&self.data, self.tail, dst) };
+        true
+    }
+
     /// Reads up to `dst.len()` available bytes; returns how many.
     pub fn pop_some(&mut self, dst: &mut [u8]) -> usize {
         if self.available() < dst.len() {

@@ -603,6 +603,10 @@ impl Device for TcpDevice {
         self.matcher.take(handle)
     }
 
+    fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool> {
+        Ok(self.matcher.cancel(handle))
+    }
+
     fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader> {
         self.matcher.probe(spec)
     }
