@@ -270,8 +270,11 @@ fn drive(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) -
         }
         let n = bw_chunks() as u64;
         let gb = (n as f64 * CHUNK as f64) / 1e9;
+        let skip_raw = std::env::var("DYNRES_BENCH_NO_RAW_BW").is_ok();
         let t = Instant::now();
-        raw.stream_out(base, n, &out);
+        if !skip_raw {
+            raw.stream_out(base, n, &out);
+        }
         if is_shm {
             base += n;
         }
@@ -305,7 +308,9 @@ fn serve(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) {
             }
         }
         let n = bw_chunks() as u64;
-        raw.stream_in(base, n, &mut buf);
+        if std::env::var("DYNRES_BENCH_NO_RAW_BW").is_err() {
+            raw.stream_in(base, n, &mut buf);
+        }
         if is_shm {
             base += n;
         }
