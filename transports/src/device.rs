@@ -121,7 +121,8 @@ pub trait Device: Send {
     /// receive does not swallow a later message. False once a message is matched to it.
     fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool>;
 
-    /// Header of the first complete unexpected message matching `spec`, if any.
+    /// Header of the first unexpected message matching `spec`, if any (its payload may
+    /// still be arriving: a receive posted for it then completes later).
     fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader>;
 
     /// Moves data: drains incoming bytes, pushes queued sends, notices dead peers.

@@ -272,11 +272,13 @@ impl Matcher {
         }
     }
 
-    /// First complete unexpected message matching `spec`.
+    /// First unexpected message matching `spec`.
+    /// (Its header is known even while its payload is still arriving or, for a large
+    /// message, still waiting in the fabric — as with MPI's probe.)
     pub(crate) fn probe(&self, spec: &RecvSpec) -> Option<MsgHeader> {
         self.unexpected
             .iter()
-            .find(|u| u.complete && u.claimed_by.is_none() && spec.matches(u.conn, &u.header))
+            .find(|u| u.claimed_by.is_none() && spec.matches(u.conn, &u.header))
             .map(|u| u.header)
     }
 }

@@ -234,11 +234,17 @@ impl Router {
                     }
                 }
                 None => {
-                    for d in &mut self.devices {
-                        if d.probe(&spec).is_some() {
-                            let h = d.post_recv(spec, buf.take().expect("unused"))?;
-                            return d.test_recv(h)?.ok_or(TransportError::UnknownHandle(0));
-                        }
+                    // Any source: commit the buffer to the first device that has a
+                    // matching message; the receive completes there (maybe later, for a
+                    // large message still in the fabric).
+                    let hit = self
+                        .devices
+                        .iter_mut()
+                        .position(|d| d.probe(&spec).is_some());
+                    if let Some(dev) = hit {
+                        let h = self.devices[dev].post_recv(spec, buf.take().expect("unused"))?;
+                        posted = Some((dev, h));
+                        continue;
                     }
                 }
             }
@@ -384,6 +390,14 @@ mod tests {
         a.send(&p, hdr, b"welcome", t).unwrap();
         let r = late.recv(None, Some(4), 0, vec![0; 16], t).unwrap();
         assert_eq!(r.data, b"welcome");
+        // A large message is left in the ring until asked for: any-source must still
+        // find it.
+        let big = vec![9u8; 3 << 20];
+        let r = std::thread::scope(|s| {
+            s.spawn(|| a.send(&p, hdr, &big, t).unwrap());
+            late.recv(None, Some(4), 0, vec![0; big.len()], t).unwrap()
+        });
+        assert!(r.data == big);
         // Same peer seen from another host: only TCP reaches it.
         let mut remote = late.local_addrs().clone();
         if let Some(s) = remote.shm.as_mut() {
