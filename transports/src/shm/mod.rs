@@ -11,6 +11,7 @@
 //!   died unlinks it, and [`segment::reap_stale`] sweeps leftovers at start-up.
 
 pub mod layout;
+mod record;
 pub mod ring;
 pub mod segment;
 pub mod waiter;
