@@ -12,8 +12,14 @@
 
 extern crate alloc;
 
+pub mod bugs;
 pub mod process;
+pub mod pset;
+pub mod rc;
+pub mod slots;
+pub mod spawn;
 pub mod time;
+pub mod wire;
 
 pub use process::{Namespace, ProcessId, Rank};
 pub use time::{Duration, Instant};

@@ -1,6 +1,11 @@
 //! # dynres-verification
 //!
 //! The merge gate a protocol engineer runs before merging: stateright models built from
-//! `dynres-core`'s own state machines, loom tests of the shared-state parts, planted-bug
-//! checks, golden state counts and trace conformance. Filled in by issue 5.
-#![warn(missing_docs)]
+//! `dynres-core`'s own state machines (see [`adapter`]), the model configurations and
+//! their properties named by spec IDs (see [`models`]), golden state counts, and the
+//! `check` command that runs them all.
+
+pub mod adapter;
+pub mod models;
+pub mod planted;
+pub mod run;

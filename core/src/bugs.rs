@@ -1,0 +1,55 @@
+//! Planted protocol bugs: named switches that only the verification crate turns on, to
+//! prove that its models catch each one (`spec/verification.md` §4).
+//!
+//! Without the `planted-bugs` feature [`Bugs::has`] is the constant `false` and no switch
+//! can be set, so shipped builds carry none of these paths' effects.
+
+/// One planted bug. Each names the rule whose check must catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bug {
+    /// Launch new processes before announcing the change (`RC-3`).
+    AnnounceAfterLaunch,
+    /// Finalize an ADD on the accept, before the new processes confirmed (`RC-9`).
+    FinalizeOnAccept,
+    /// Hand out the ranks of an aborted change again (`PSET-20`).
+    ReuseRankAfterAbort,
+    /// Leave the application's psets as they are on abort (`RC-12`).
+    SkipRollback,
+    /// Restore the snapshot's *versions* on abort, so replicas go backwards (`RC-14`).
+    RollbackOldVersions,
+    /// Let a confirm arriving after the abort finalize the change (`RC-1`, `RC-13`).
+    ConfirmAfterAbort,
+    /// Daemons ignore updates of psets they already hold (`RC-14`).
+    StaleReplica,
+    /// Free removed processes' slots at finalization instead of at exit (`SLOT-3`).
+    FreeSlotBeforeExit,
+    /// Do not kill added processes on abort (`RC-12`).
+    NoKillOnAbort,
+    /// Abort a change whose deadline passes even though it was finalized (`RC-1`).
+    AbortAfterFinalize,
+    /// Bump the version on an attribute-only (NULL) update (`PSET-10`).
+    VersionBumpOnAttrUpdate,
+    /// Skip the recursive application to X_a when pset2 is a delta (`PSET-34`).
+    LoseRecursiveApplication,
+}
+
+/// A set of planted bugs (empty in every shipped build).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bugs(u32);
+
+impl Bugs {
+    /// No bug.
+    pub const NONE: Bugs = Bugs(0);
+
+    /// This set plus `bug`.
+    #[cfg(feature = "planted-bugs")]
+    pub fn with(self, bug: Bug) -> Bugs {
+        Bugs(self.0 | 1 << bug as u32)
+    }
+
+    /// Whether `bug` is planted. Always `false` without the `planted-bugs` feature.
+    #[inline]
+    pub fn has(self, bug: Bug) -> bool {
+        cfg!(feature = "planted-bugs") && self.0 & (1 << bug as u32) != 0
+    }
+}

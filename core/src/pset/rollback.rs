@@ -1,0 +1,59 @@
+//! Rolling an application's psets back to a snapshot when a resource change is aborted
+//! (`RC-12`). Versions keep rising: a restored membership is a new version, so
+//! replicated queries never see a version go backwards (`RC-14`).
+
+use alloc::vec::Vec;
+
+use super::name::{Domain, PsetName};
+use super::registry::{Pset, PsetRegistry, Slot};
+
+/// What a rollback changed, for replicating it to the daemons.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RollbackReport {
+    /// Psets whose membership was restored (as a new version).
+    pub restored: Vec<PsetName>,
+    /// Psets created since the snapshot, now pruned.
+    pub pruned: Vec<PsetName>,
+}
+
+impl PsetRegistry {
+    /// Restores the membership every pset of `app` (both of its domains) and
+    /// `mpi://WORLD` had in `snapshot`. Psets created since are pruned (their names stay
+    /// retired, `PSET-5`); attributes other than version are kept. This is the one place
+    /// the runtime changes active psets: the application's own phase-2 results for an
+    /// aborted change are undone with it (`RC-12`, an exception to `PSET-13`).
+    pub fn roll_back_app(&mut self, snapshot: &PsetRegistry, app: &str) -> RollbackReport {
+        let mut report = RollbackReport::default();
+        let touched: Vec<PsetName> = self
+            .live_psets()
+            .map(|(n, _)| n.clone())
+            .filter(|n| n.domain() == Domain::World || n.app() == Some(app))
+            .collect();
+        for name in touched {
+            let Ok(now) = self.live(&name) else { continue };
+            match snapshot.live(&name) {
+                Ok(then) if then.members == now.members => {}
+                Ok(then) => {
+                    let mut attrs = now.attrs.clone();
+                    attrs.version += 1;
+                    let members = then.members.clone();
+                    self.put(name.clone(), Slot::Live(Pset { members, attrs }));
+                    report.restored.push(name);
+                }
+                Err(_) => {
+                    self.put(name.clone(), Slot::Pruned);
+                    report.pruned.push(name);
+                }
+            }
+        }
+        self.commit();
+        report
+    }
+
+    /// Sets a version directly: only the planted bug `RollbackOldVersions` does this.
+    pub(crate) fn force_version(&mut self, name: &PsetName, version: u64) {
+        if let Some(Slot::Live(p)) = self.psets.get_mut(name) {
+            p.attrs.version = version;
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! A daemon: one per node. Keeps a replica of the psets and queryable changes so that
+//! queries are answered locally, forwards everything else to the master, and launches,
+//! kills and reports its local processes (thesis §7.3–7.4.3; `spec/resource-change.md`
+//! §5).
+
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::vec::Vec;
+
+use super::error::RcError;
+use super::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
+use super::query;
+use super::types::{ChangeInfo, NodeId, ReqId};
+use crate::process::ProcessId;
+use crate::pset::{Attributes, Domain, PsetName};
+use crate::time::Instant;
+
+/// What a daemon is told.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DaemonInput {
+    /// A message from the master (in the order the master sent them).
+    FromMaster(ToDaemon),
+    /// A request from a local client.
+    FromClient {
+        /// The client (authenticated by the driver's control socket).
+        from: ProcessId,
+        /// Its request id.
+        req: ReqId,
+        /// The request.
+        request: ClientRequest,
+    },
+    /// A local process exited.
+    Exited {
+        /// The process.
+        pid: ProcessId,
+    },
+}
+
+/// What a daemon wants done.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DaemonOutput {
+    /// Send to the master.
+    ToMaster(ToMaster),
+    /// Answer a local client.
+    ToClient {
+        /// The client.
+        to: ProcessId,
+        /// Its request id.
+        req: ReqId,
+        /// The reply.
+        reply: ClientReply,
+    },
+    /// Start these processes here (their namespace and rank go in their environment).
+    Launch {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+    /// Kill these local processes (SIGKILL); report their exit as usual.
+    Kill {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+}
+
+/// See the module doc.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Daemon {
+    node: NodeId,
+    psets: BTreeMap<PsetName, (Vec<ProcessId>, Attributes)>,
+    changes: BTreeMap<PsetName, ChangeInfo>,
+    job: BTreeSet<ProcessId>,
+    local: BTreeSet<ProcessId>,
+    out: VecDeque<DaemonOutput>,
+    bugs: crate::bugs::Bugs,
+}
+
+impl Daemon {
+    /// The daemon of `node`, with an empty replica (the master fills it).
+    pub fn new(node: NodeId) -> Self {
+        Daemon {
+            node,
+            psets: BTreeMap::new(),
+            changes: BTreeMap::new(),
+            job: BTreeSet::new(),
+            local: BTreeSet::new(),
+            out: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
+        }
+    }
+
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+    }
+
+    /// Its node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Processes running here.
+    pub fn local(&self) -> &BTreeSet<ProcessId> {
+        &self.local
+    }
+
+    /// The replica's view of a pset: members and attributes.
+    pub fn pset(&self, name: &PsetName) -> Option<&(Vec<ProcessId>, Attributes)> {
+        self.psets.get(name)
+    }
+
+    /// The replica's queryable changes.
+    pub fn changes(&self) -> impl Iterator<Item = &ChangeInfo> {
+        self.changes.values()
+    }
+
+    /// Feeds one input. Refuses requests from processes that do not run here.
+    pub fn handle(&mut self, _now: Instant, input: DaemonInput) -> Result<(), RcError> {
+        match input {
+            DaemonInput::FromMaster(msg) => self.on_master(msg),
+            DaemonInput::FromClient { from, req, request } => {
+                if !self.local.contains(&from) {
+                    let reply = ClientReply::Published(Err(RcError::NotPermitted(from.clone())));
+                    self.out.push_back(DaemonOutput::ToClient {
+                        to: from.clone(),
+                        req,
+                        reply,
+                    });
+                    return Err(RcError::NotPermitted(from));
+                }
+                self.on_client(from, req, request);
+            }
+            DaemonInput::Exited { pid } => {
+                if self.local.remove(&pid) {
+                    self.out
+                        .push_back(DaemonOutput::ToMaster(ToMaster::Exited { pid }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_output(&mut self) -> Option<DaemonOutput> {
+        self.out.pop_front()
+    }
+
+    /// Daemons arm no timers: every deadline is kept by the master.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn on_master(&mut self, msg: ToDaemon) {
+        match msg {
+            ToDaemon::DefinePset {
+                name,
+                members,
+                attrs,
+            } => {
+                let stale =
+                    self.bugs.has(crate::bugs::Bug::StaleReplica) && self.psets.contains_key(&name);
+                if !stale {
+                    self.psets.insert(name, (members, attrs));
+                }
+            }
+            ToDaemon::PrunePset { name } => {
+                self.psets.remove(&name);
+            }
+            ToDaemon::JobData { added, removed } => {
+                self.job.extend(added);
+                for p in &removed {
+                    self.job.remove(p);
+                }
+            }
+            ToDaemon::Change { delta, info } => match info {
+                Some(info) => {
+                    self.changes.insert(delta, info);
+                }
+                None => {
+                    self.changes.remove(&delta);
+                }
+            },
+            ToDaemon::Launch { procs } => {
+                self.local.extend(procs.iter().cloned());
+                self.out.push_back(DaemonOutput::Launch { procs });
+            }
+            ToDaemon::Kill { procs } => {
+                let procs: Vec<ProcessId> = procs
+                    .into_iter()
+                    .filter(|p| self.local.contains(p))
+                    .collect();
+                if !procs.is_empty() {
+                    self.out.push_back(DaemonOutput::Kill { procs });
+                }
+            }
+            ToDaemon::Reply { to, req, reply } => {
+                self.out
+                    .push_back(DaemonOutput::ToClient { to, req, reply });
+            }
+        }
+    }
+
+    fn on_client(&mut self, from: ProcessId, req: ReqId, request: ClientRequest) {
+        let reply = match &request {
+            ClientRequest::Query { bound } => {
+                let app = self.app_of(&from);
+                ClientReply::Query(query::answer(
+                    self.changes.values(),
+                    app,
+                    &from,
+                    bound.as_ref(),
+                ))
+            }
+            ClientRequest::PsetInfo { name } => ClientReply::PsetInfo(self.info(&from, name)),
+            _ => {
+                self.out
+                    .push_back(DaemonOutput::ToMaster(ToMaster::Forward {
+                        from,
+                        req,
+                        request,
+                    }));
+                return;
+            }
+        };
+        self.out.push_back(DaemonOutput::ToClient {
+            to: from,
+            req,
+            reply,
+        });
+    }
+
+    fn info(&self, from: &ProcessId, name: &PsetName) -> Result<(usize, Attributes), RcError> {
+        if name.domain() == Domain::SelfSet {
+            let _ = from;
+            return Ok((1, Attributes::new(0, true)));
+        }
+        self.psets
+            .get(name)
+            .map(|(m, a)| (m.len(), a.clone()))
+            .ok_or_else(|| crate::pset::PsetError::NotFound(name.clone()).into())
+    }
+
+    /// The caller's application: the app root holding it, else the change adding it.
+    fn app_of(&self, pid: &ProcessId) -> Option<&str> {
+        self.psets
+            .iter()
+            .find(|(n, (m, _))| n.is_app_root() && m.contains(pid))
+            .and_then(|(n, _)| n.app())
+            .or_else(|| {
+                self.changes
+                    .values()
+                    .find(|c| c.includes(pid))
+                    .map(|c| c.app.as_str())
+            })
+    }
+}

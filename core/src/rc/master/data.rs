@@ -1,0 +1,148 @@
+//! The publish/lookup data server and fences, run at the master (thesis §6.4.2 uses
+//! PMIx publish/lookup/fence; `RC-16`).
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::phase3::accept_key;
+use super::{Fence, Master, Route};
+use crate::pset::PsetName;
+use crate::rc::error::RcError;
+use crate::rc::msg::ClientReply;
+use crate::rc::types::RcStatus;
+use crate::time::{Duration, Instant};
+
+/// Whether applications may not publish `key` themselves: the protocol's own keys.
+fn is_reserved(key: &str) -> bool {
+    key.ends_with(":accept") || key.ends_with(":confirm")
+}
+
+impl Master {
+    /// Publishes a key; never overwrites. `from_client` keys may not be the protocol's.
+    pub(crate) fn publish(
+        &mut self,
+        _now: Instant,
+        key: &str,
+        value: String,
+        from_client: bool,
+    ) -> Result<(), RcError> {
+        if from_client && is_reserved(key) {
+            return Err(RcError::ReservedKey(String::from(key)));
+        }
+        if self.data.contains_key(key) {
+            return Err(RcError::KeyExists(String::from(key)));
+        }
+        self.data.insert(String::from(key), value.clone());
+        let (hit, rest): (Vec<_>, Vec<_>) = core::mem::take(&mut self.lookups)
+            .into_iter()
+            .partition(|(k, _, _)| k == key);
+        self.lookups = rest;
+        for (_, _, route) in hit {
+            self.reply(&route, ClientReply::Lookup(Ok(value.clone())));
+        }
+        Ok(())
+    }
+
+    /// Looks a key up, parking the request until it is published or `wait` passes.
+    /// The accept key of an aborted change fails at once (`RC-12`).
+    pub(crate) fn lookup(
+        &mut self,
+        now: Instant,
+        route: Route,
+        key: String,
+        wait: Option<Duration>,
+    ) {
+        if let Some(v) = self.data.get(&key) {
+            let v = v.clone();
+            return self.reply(&route, ClientReply::Lookup(Ok(v)));
+        }
+        if let Some(err) = self.aborted_key(&key) {
+            return self.reply(&route, ClientReply::Lookup(Err(err)));
+        }
+        match wait {
+            Some(w) => self.lookups.push((key, now + w, route)),
+            None => self.reply(&route, ClientReply::Lookup(Err(RcError::NoSuchKey(key)))),
+        }
+    }
+
+    fn aborted_key(&self, key: &str) -> Option<RcError> {
+        self.changes
+            .iter()
+            .find(|(d, c)| c.info.status == RcStatus::Aborted && accept_key(d) == key)
+            .map(|(d, _)| RcError::Aborted(d.clone()))
+    }
+
+    /// Enters the caller into the fence over `pset`; when every member is in, all are
+    /// released (`RC-16`).
+    pub(crate) fn fence(&mut self, now: Instant, route: Route, pset: PsetName, timeout: Duration) {
+        let origin = self.origin(&route.pid);
+        let members = match self.registry.members(&origin, &pset) {
+            Ok(m) => m,
+            Err(e) => return self.reply(&route, ClientReply::Fence(Err(e.into()))),
+        };
+        if !members.contains(&route.pid) {
+            let err = RcError::NotPermitted(route.pid.clone());
+            return self.reply(&route, ClientReply::Fence(Err(err)));
+        }
+        let fence = self.fences.entry(pset.clone()).or_insert_with(|| Fence {
+            members: members.into_iter().collect::<BTreeSet<_>>(),
+            arrived: BTreeMap::new(),
+            deadline: now + timeout,
+        });
+        fence.arrived.insert(route.pid.clone(), route);
+        if fence.members.iter().all(|m| fence.arrived.contains_key(m)) {
+            let done = self.fences.remove(&pset).expect("present");
+            for route in done.arrived.into_values() {
+                self.reply(&route, ClientReply::Fence(Ok(())));
+            }
+        }
+    }
+
+    /// Fails the lookups and fences that can no longer succeed because `delta` was
+    /// aborted.
+    pub(crate) fn fail_waiting_on(&mut self, delta: &PsetName) {
+        let key = accept_key(delta);
+        let (hit, rest): (Vec<_>, Vec<_>) = core::mem::take(&mut self.lookups)
+            .into_iter()
+            .partition(|(k, _, _)| *k == key);
+        self.lookups = rest;
+        for (_, _, route) in hit {
+            self.reply(
+                &route,
+                ClientReply::Lookup(Err(RcError::Aborted(delta.clone()))),
+            );
+        }
+        if let Some(f) = self.fences.remove(delta) {
+            for route in f.arrived.into_values() {
+                self.reply(
+                    &route,
+                    ClientReply::Fence(Err(RcError::Aborted(delta.clone()))),
+                );
+            }
+        }
+    }
+
+    /// Lookups and fences past their deadline fail with `Timeout`.
+    pub(crate) fn expire_data(&mut self, now: Instant) {
+        let (due, rest): (Vec<_>, Vec<_>) = core::mem::take(&mut self.lookups)
+            .into_iter()
+            .partition(|(_, d, _)| *d <= now);
+        self.lookups = rest;
+        for (_, _, route) in due {
+            self.reply(&route, ClientReply::Lookup(Err(RcError::Timeout)));
+        }
+        let due: Vec<PsetName> = self
+            .fences
+            .iter()
+            .filter(|(_, f)| f.deadline <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for pset in due {
+            let f = self.fences.remove(&pset).expect("present");
+            for route in f.arrived.into_values() {
+                self.reply(&route, ClientReply::Fence(Err(RcError::Timeout)));
+            }
+        }
+    }
+}

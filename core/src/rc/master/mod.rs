@@ -1,0 +1,478 @@
+//! The master: pset-operation module, publish/lookup data server, resource-change
+//! controller and slot allocation, all serialized here (thesis §7.3–7.4.3;
+//! `spec/resource-change.md` §4).
+//!
+//! Sans-I/O: feed [`MasterInput`]s with the current time to [`Master::handle`], then
+//! drain [`Master::poll_output`] and arm a timer for [`Master::poll_timeout`].
+
+mod data;
+mod phase1;
+mod phase3;
+
+pub use phase3::{accept_key, confirm_key};
+
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::error::RcError;
+use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
+use super::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
+use crate::process::{Namespace, ProcessId, Rank};
+use crate::pset::{Origin, PsetName, PsetRegistry};
+use crate::slots::{NodeSpec, SlotMap};
+use crate::time::{Duration, Instant};
+
+/// How the master is set up.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MasterConfig {
+    /// The job's namespace.
+    pub namespace: Namespace,
+    /// Nodes and their slots, in the total order of `SLOT-1`.
+    pub nodes: Vec<NodeSpec>,
+    /// Applications and how many processes each starts with.
+    pub apps: Vec<(String, u32)>,
+    /// How long a change may take from announcement to a decision (`RC-10`).
+    pub change_timeout: Duration,
+    /// How long removed processes get to exit before they are killed (`RC-11`).
+    pub grace: Duration,
+    /// Most changes queued per application behind the one in flight (`RC-15`).
+    pub max_queued: usize,
+}
+
+/// What the master is told.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MasterInput {
+    /// A message from a daemon.
+    FromDaemon {
+        /// The sender.
+        node: NodeId,
+        /// The message.
+        msg: ToMaster,
+    },
+    /// A change initiated from outside (a tool or the scheduler: `RES_CHANGE_DEFINE`).
+    RequestChange(ChangeRequest),
+    /// The timer armed from [`Master::poll_timeout`] fired.
+    Timeout,
+}
+
+/// What the master wants done.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MasterOutput {
+    /// Send this message to that daemon, in order after the ones before it.
+    Send(Envelope),
+    /// A change's status moved (for tools, `dynres status`, logs).
+    Status {
+        /// The change.
+        delta: PsetName,
+        /// Its new status.
+        status: RcStatus,
+    },
+    /// An externally requested change was refused (queued ones report here too).
+    Refused {
+        /// The request.
+        request: ChangeRequest,
+        /// Why.
+        error: RcError,
+    },
+    /// A node got its first process of the job (allocate it, e.g. start its daemon).
+    NodeAllocated(NodeId),
+    /// A node has no process of the job left (it may be returned).
+    NodeReleased(NodeId),
+    /// A process that was in no change exited: the job lost it.
+    ProcessLost(ProcessId),
+}
+
+/// Where a reply goes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Route {
+    pub node: NodeId,
+    pub pid: ProcessId,
+    pub req: ReqId,
+}
+
+/// A change the master tracks until its processes are gone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Change {
+    pub info: ChangeInfo,
+    /// Registry and job data before the change (`RC-12`).
+    pub snapshot: PsetRegistry,
+    pub procs_before: BTreeMap<ProcessId, NodeId>,
+    /// Accepts received: bound pset → new pset (`RC-8`).
+    pub accepted: BTreeMap<PsetName, PsetName>,
+    /// New processes that confirmed (`RC-9`).
+    pub confirmed: BTreeSet<ProcessId>,
+    /// Decision deadline while not final.
+    pub deadline: Option<Instant>,
+    /// After FINALIZED: when leaving processes get killed (`RC-11`).
+    pub grace_deadline: Option<Instant>,
+    /// Processes of the change (removed, or added after an abort) that have exited.
+    pub exited: BTreeSet<ProcessId>,
+    /// Blocking accepts and confirms waiting for the decision.
+    pub waiters: Vec<(Route, Waiter)>,
+    /// Who asked for the change (gets the refusal if it fails when dequeued).
+    pub requester: Option<Route>,
+    /// Decided and every process it had to get rid of is gone: kept only to answer
+    /// late accepts and confirms consistently (`RC-1`).
+    pub done: bool,
+}
+
+/// What a parked reply is waiting for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Waiter {
+    /// A blocking accept for this new pset, until this deadline.
+    Accept {
+        new_pset: PsetName,
+        deadline: Instant,
+    },
+    /// A confirm: answered at the decision.
+    Confirm,
+}
+
+/// A fence in progress over a pset.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Fence {
+    pub members: BTreeSet<ProcessId>,
+    pub arrived: BTreeMap<ProcessId, Route>,
+    pub deadline: Instant,
+}
+
+/// The runtime's head: see the module doc.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Master {
+    pub(crate) cfg: MasterConfig,
+    pub(crate) registry: PsetRegistry,
+    pub(crate) slots: SlotMap,
+    /// Next rank to hand out; never decreases, not even on abort (`PSET-20`).
+    pub(crate) next_rank: Rank,
+    /// Job data: every process of the job and its node.
+    pub(crate) procs: BTreeMap<ProcessId, NodeId>,
+    /// The application of every process ever started.
+    pub(crate) app_of: BTreeMap<ProcessId, String>,
+    /// Every change by delta pset, kept until its processes are gone.
+    pub(crate) changes: BTreeMap<PsetName, Change>,
+    /// The undecided change of each application (`RC-15`).
+    pub(crate) in_flight: BTreeMap<String, PsetName>,
+    /// Requests waiting for their application's change to be decided (`RC-15`).
+    pub(crate) queue: VecDeque<(Option<Route>, ChangeRequest)>,
+    /// The publish/lookup data server.
+    pub(crate) data: BTreeMap<String, String>,
+    /// Lookups waiting for their key: (key, deadline, route).
+    pub(crate) lookups: Vec<(String, Instant, Route)>,
+    pub(crate) fences: BTreeMap<PsetName, Fence>,
+    pub(crate) out: VecDeque<MasterOutput>,
+    /// Planted bugs (always empty in shipped builds).
+    pub(crate) bugs: crate::bugs::Bugs,
+}
+
+impl Master {
+    /// Starts a job: places every application's processes in stack order, defines the
+    /// mandatory psets and tells each daemon its job data and what to launch.
+    pub fn new(cfg: MasterConfig) -> Result<Master, RcError> {
+        let mut m = Master {
+            registry: PsetRegistry::new(),
+            slots: SlotMap::new(cfg.nodes.clone()),
+            next_rank: 0,
+            procs: BTreeMap::new(),
+            app_of: BTreeMap::new(),
+            changes: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            queue: VecDeque::new(),
+            data: BTreeMap::new(),
+            lookups: Vec::new(),
+            fences: BTreeMap::new(),
+            out: VecDeque::new(),
+            bugs: crate::bugs::Bugs::NONE,
+            cfg,
+        };
+        let mut apps: Vec<(String, Vec<ProcessId>)> = Vec::new();
+        for (app, n) in m.cfg.apps.clone() {
+            if n == 0 {
+                return Err(RcError::BadRequest("an application starts with no process"));
+            }
+            let procs = m.new_ranks(n);
+            apps.push((app, procs));
+        }
+        let all: Vec<ProcessId> = apps.iter().flat_map(|(_, p)| p.iter().cloned()).collect();
+        let (placed, new_nodes) = m.slots.place(&all)?;
+        let refs: Vec<(&str, &[ProcessId])> = apps
+            .iter()
+            .map(|(a, p)| (a.as_str(), p.as_slice()))
+            .collect();
+        m.registry.start_job(&refs)?;
+        for (app, procs) in &apps {
+            for p in procs {
+                m.app_of.insert(p.clone(), app.clone());
+            }
+        }
+        for p in &placed {
+            m.procs.insert(p.pid.clone(), NodeId(p.node));
+        }
+        for n in new_nodes {
+            m.out.push_back(MasterOutput::NodeAllocated(NodeId(n)));
+        }
+        let names: Vec<PsetName> = m.registry.live_psets().map(|(n, _)| n.clone()).collect();
+        for name in names {
+            m.broadcast_pset(&name);
+        }
+        m.broadcast(ToDaemon::JobData {
+            added: all.clone(),
+            removed: Vec::new(),
+        });
+        m.launch(&all);
+        Ok(m)
+    }
+
+    /// Feeds one input. A client's bad request gets a typed reply; `Err` is only for
+    /// input the master cannot attribute (a message from an unknown node), which
+    /// changes nothing.
+    pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+        tracing::trace!(?input, "master input");
+        match input {
+            MasterInput::FromDaemon { node, .. } if node.0 as usize >= self.cfg.nodes.len() => {
+                return Err(RcError::BadRequest("message from an unknown node"));
+            }
+            MasterInput::FromDaemon { node, msg } => match msg {
+                ToMaster::Forward { from, req, request } => {
+                    let route = Route {
+                        node,
+                        pid: from,
+                        req,
+                    };
+                    self.on_request(now, route, request);
+                }
+                ToMaster::Exited { pid } => self.on_exit(now, &pid),
+            },
+            MasterInput::RequestChange(req) => self.request_change(now, None, req),
+            MasterInput::Timeout => self.on_timeout(now),
+        }
+        Ok(())
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_output(&mut self) -> Option<MasterOutput> {
+        self.out.pop_front()
+    }
+
+    /// When to call `handle(now, MasterInput::Timeout)` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let changes = self.changes.values().flat_map(|c| {
+            let waits = c.waiters.iter().filter_map(|(_, w)| match w {
+                Waiter::Accept { deadline, .. } => Some(*deadline),
+                Waiter::Confirm => None,
+            });
+            c.deadline.into_iter().chain(c.grace_deadline).chain(waits)
+        });
+        let lookups = self.lookups.iter().map(|(_, d, _)| *d);
+        let fences = self.fences.values().map(|f| f.deadline);
+        changes.chain(lookups).chain(fences).min()
+    }
+
+    /// Plants bugs for the verification crate's corpus.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+        self.registry.bugs = bugs;
+    }
+
+    pub(crate) fn bug(&self, bug: crate::bugs::Bug) -> bool {
+        self.bugs.has(bug)
+    }
+
+    /// The pset registry (for status displays and checks).
+    pub fn registry(&self) -> &PsetRegistry {
+        &self.registry
+    }
+
+    /// The slot map.
+    pub fn slots(&self) -> &SlotMap {
+        &self.slots
+    }
+
+    /// Job data: the job's processes and their nodes.
+    pub fn processes(&self) -> &BTreeMap<ProcessId, NodeId> {
+        &self.procs
+    }
+
+    /// Every change still in progress (undecided, or decided with processes still to
+    /// go), by delta pset.
+    pub fn changes(&self) -> impl Iterator<Item = &ChangeInfo> {
+        self.changes.values().filter(|c| !c.done).map(|c| &c.info)
+    }
+
+    /// Every change the master has announced, decided ones included.
+    pub fn all_changes(&self) -> impl Iterator<Item = &ChangeInfo> {
+        self.changes.values().map(|c| &c.info)
+    }
+
+    /// The accepts recorded for a change: bound pset → new pset (`RC-8`).
+    pub fn accepts(&self, delta: &PsetName) -> Option<&BTreeMap<PsetName, PsetName>> {
+        self.changes.get(delta).map(|c| &c.accepted)
+    }
+
+    /// The new processes that confirmed a change (`RC-9`).
+    pub fn confirmed(&self, delta: &PsetName) -> Option<&BTreeSet<ProcessId>> {
+        self.changes.get(delta).map(|c| &c.confirmed)
+    }
+
+    /// The status of the change named by `delta` (`Null` if unknown).
+    pub fn status(&self, delta: &PsetName) -> RcStatus {
+        self.changes
+            .get(delta)
+            .map_or(RcStatus::Null, |c| c.info.status)
+    }
+
+    // ----- shared helpers -----
+
+    fn on_request(&mut self, now: Instant, route: Route, request: ClientRequest) {
+        match request {
+            ClientRequest::PsetOp { ops } => {
+                let reply = self.pset_ops(&route.pid, &ops);
+                self.reply(&route, ClientReply::PsetOp(reply));
+            }
+            ClientRequest::Publish { key, value } => {
+                let r = self.publish(now, &key, value, true);
+                self.reply(&route, ClientReply::Published(r));
+            }
+            ClientRequest::Lookup { key, wait } => self.lookup(now, route, key, wait),
+            ClientRequest::Fence { pset, timeout } => self.fence(now, route, pset, timeout),
+            ClientRequest::Accept {
+                delta,
+                new_pset,
+                bound,
+                wait,
+            } => self.accept(now, route, delta, new_pset, bound, wait),
+            ClientRequest::Confirm { delta, ok } => self.confirm(now, route, delta, ok),
+            ClientRequest::RequestChange(req) => {
+                let ok = self.app_of.get(&route.pid) == Some(&req.app);
+                if ok {
+                    self.request_change(now, Some(route), req);
+                } else {
+                    let err = RcError::NotPermitted(route.pid.clone());
+                    self.reply(&route, ClientReply::ChangeRequested(Err(err)));
+                }
+            }
+            // Answered by daemons from their replica; a daemon that forwards them anyway
+            // gets the same answer from the master's own data.
+            ClientRequest::Query { bound } => {
+                let app = self.app_of.get(&route.pid).map(String::as_str);
+                let queryable = self
+                    .changes
+                    .values()
+                    .map(|c| &c.info)
+                    .filter(|i| i.status != RcStatus::Finalized)
+                    .filter(|i| !self.changes[&i.delta].done);
+                let answer = super::query::answer(queryable, app, &route.pid, bound.as_ref());
+                self.reply(&route, ClientReply::Query(answer));
+            }
+            ClientRequest::PsetInfo { name } => {
+                let info = self
+                    .registry
+                    .info(&self.origin(&route.pid), &name)
+                    .map(|i| (i.size, i.attrs))
+                    .map_err(RcError::from);
+                self.reply(&route, ClientReply::PsetInfo(info));
+            }
+        }
+    }
+
+    /// A client's pset request (phase 2), applied atomically here (`PSET-42`).
+    fn pset_ops(
+        &mut self,
+        pid: &ProcessId,
+        ops: &[crate::pset::PsetOp],
+    ) -> Result<Vec<crate::pset::OpOutcome>, RcError> {
+        let origin = self.origin(pid);
+        if matches!(origin, Origin::Runtime) {
+            return Err(RcError::NotPermitted(pid.clone()));
+        }
+        let outs = self.registry.apply_batch(&origin, ops)?;
+        for out in &outs {
+            for name in out.results.iter().chain(&out.recursive) {
+                self.broadcast_pset(name);
+            }
+            for name in &out.pruned {
+                self.broadcast(ToDaemon::PrunePset { name: name.clone() });
+            }
+        }
+        Ok(outs)
+    }
+
+    pub(crate) fn origin(&self, pid: &ProcessId) -> Origin {
+        match self.app_of.get(pid) {
+            Some(app) => Origin::process(app.clone(), pid.clone()),
+            None => Origin::Runtime,
+        }
+    }
+
+    pub(crate) fn new_ranks(&mut self, n: u32) -> Vec<ProcessId> {
+        let first = self.next_rank;
+        self.next_rank = self.next_rank.saturating_add(n);
+        (first..self.next_rank)
+            .map(|r| ProcessId::new(self.cfg.namespace.clone(), r))
+            .collect()
+    }
+
+    pub(crate) fn reply(&mut self, route: &Route, reply: ClientReply) {
+        self.send(
+            route.node,
+            ToDaemon::Reply {
+                to: route.pid.clone(),
+                req: route.req,
+                reply,
+            },
+        );
+    }
+
+    pub(crate) fn send(&mut self, to: NodeId, msg: ToDaemon) {
+        self.out.push_back(MasterOutput::Send(Envelope { to, msg }));
+    }
+
+    /// Sends to every daemon of the job's node list.
+    pub(crate) fn broadcast(&mut self, msg: ToDaemon) {
+        for n in 0..self.cfg.nodes.len() as u32 {
+            self.send(NodeId(n), msg.clone());
+        }
+    }
+
+    /// Replicates a pset's current members and attributes to every daemon.
+    pub(crate) fn broadcast_pset(&mut self, name: &PsetName) {
+        let Ok(pset) = self.registry.get(name) else {
+            self.broadcast(ToDaemon::PrunePset { name: name.clone() });
+            return;
+        };
+        let attrs = pset.attrs.clone();
+        let members = self
+            .registry
+            .members(&Origin::Runtime, name)
+            .unwrap_or_default();
+        self.broadcast(ToDaemon::DefinePset {
+            name: name.clone(),
+            members,
+            attrs,
+        });
+    }
+
+    /// Tells each node's daemon to launch its share of `procs`.
+    pub(crate) fn launch(&mut self, procs: &[ProcessId]) {
+        self.per_node(procs, |procs| ToDaemon::Launch { procs });
+    }
+
+    /// Tells each node's daemon to kill its share of `procs`.
+    pub(crate) fn kill(&mut self, procs: &[ProcessId]) {
+        self.per_node(procs, |procs| ToDaemon::Kill { procs });
+    }
+
+    fn per_node(&mut self, procs: &[ProcessId], msg: impl Fn(Vec<ProcessId>) -> ToDaemon) {
+        let mut by_node: BTreeMap<NodeId, Vec<ProcessId>> = BTreeMap::new();
+        for p in procs {
+            if let Some(slot) = self.slots.slot_of(p) {
+                let node = NodeId(self.slots.node_of(slot).unwrap_or_default());
+                by_node.entry(node).or_default().push(p.clone());
+            }
+        }
+        for (node, procs) in by_node {
+            self.send(node, msg(procs));
+        }
+    }
+}

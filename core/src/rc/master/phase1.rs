@@ -1,0 +1,267 @@
+//! Phase 1: initiation (thesis §6.2.2, §7.4.3; `RC-2`, `RC-3`, `RC-5`, `RC-6`,
+//! `RC-15`).
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::vec::Vec;
+
+use super::{Change, Master, MasterOutput, Route};
+use crate::bugs::Bug;
+use crate::process::ProcessId;
+use crate::pset::PsetName;
+use crate::rc::error::RcError;
+use crate::rc::msg::{ClientReply, ToDaemon};
+use crate::rc::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, RcType};
+use crate::time::Instant;
+
+impl Master {
+    /// A change request from a client (`route`) or from outside. One change per
+    /// application is undecided at a time; later ones wait in a bounded FIFO (`RC-15`).
+    pub(crate) fn request_change(
+        &mut self,
+        now: Instant,
+        route: Option<Route>,
+        req: ChangeRequest,
+    ) {
+        if self.in_flight.contains_key(&req.app) {
+            let queued = self.queue.iter().filter(|(_, r)| r.app == req.app).count();
+            if queued >= self.cfg.max_queued {
+                self.refuse(route, req, RcError::QueueFull(queued));
+            } else {
+                if let Some(r) = &route {
+                    self.reply(r, ClientReply::ChangeRequested(Ok(None)));
+                }
+                self.queue.push_back((route, req));
+            }
+            return;
+        }
+        match self.start_change(now, &req, route.clone()) {
+            Ok(delta) => {
+                if let Some(r) = &route {
+                    self.reply(r, ClientReply::ChangeRequested(Ok(Some(delta))));
+                }
+            }
+            Err(e) => self.refuse(route, req, e),
+        }
+    }
+
+    /// Starts the next queued request of `app`, if any (after its change was decided).
+    pub(crate) fn dequeue(&mut self, now: Instant, app: &str) {
+        while !self.in_flight.contains_key(app) {
+            let Some(pos) = self.queue.iter().position(|(_, r)| r.app == app) else {
+                return;
+            };
+            let Some((route, req)) = self.queue.remove(pos) else {
+                return;
+            };
+            if let Err(e) = self.start_change(now, &req, route.clone()) {
+                self.refuse(route, req, e);
+            }
+        }
+    }
+
+    fn refuse(&mut self, route: Option<Route>, request: ChangeRequest, error: RcError) {
+        tracing::debug!(?request, %error, "change refused");
+        match route {
+            Some(r) => self.reply(&r, ClientReply::ChangeRequested(Err(error))),
+            None => self.out.push_back(MasterOutput::Refused { request, error }),
+        }
+    }
+
+    /// Phase 1 in the thesis' order (`RC-3`): define the delta pset(s), update the job
+    /// data, announce the change, and only then launch new processes. All-or-nothing:
+    /// it works on copies and commits them only when every step succeeded.
+    fn start_change(
+        &mut self,
+        now: Instant,
+        req: &ChangeRequest,
+        requester: Option<Route>,
+    ) -> Result<PsetName, RcError> {
+        let root = PsetName::app_root(&req.app).map_err(crate::pset::PsetError::from)?;
+        let app_members = self.registry.get(&root)?.members.clone();
+        let (adds, removes) = match req.kind {
+            RcType::Add => (req.add, 0),
+            RcType::Sub => (0, req.sub),
+            RcType::Replace => (req.add, req.sub),
+        };
+        let removes = if req.victims.is_empty() {
+            removes
+        } else {
+            req.victims.len() as u32
+        };
+        let wants_add = matches!(req.kind, RcType::Add | RcType::Replace);
+        let wants_sub = matches!(req.kind, RcType::Sub | RcType::Replace);
+        if (wants_add && adds == 0) || (wants_sub && removes == 0) {
+            return Err(RcError::BadRequest(
+                "a change must add or remove at least one process",
+            ));
+        }
+        if !wants_sub && !req.victims.is_empty() {
+            return Err(RcError::BadRequest("only SUB and REPLACE take victims"));
+        }
+        // Victims: named ones must be running processes of the app (RC-5); otherwise
+        // stack order among the app's processes (SLOT-2).
+        let table = self.registry.table();
+        let in_app = |p: &ProcessId| table.index_of(p).is_some_and(|i| app_members.contains(i));
+        let removed: Vec<ProcessId> = if !wants_sub {
+            Vec::new()
+        } else if req.victims.is_empty() {
+            self.slots.victims_where(removes as usize, |p| in_app(p))?
+        } else {
+            let distinct: BTreeSet<&ProcessId> = req.victims.iter().collect();
+            if distinct.len() != req.victims.len() {
+                return Err(RcError::BadRequest("a victim is named twice"));
+            }
+            if let Some(p) = req
+                .victims
+                .iter()
+                .find(|p| !in_app(p) || !self.slots.is_running(p))
+            {
+                return Err(RcError::NotPermitted(p.clone()));
+            }
+            req.victims.clone()
+        };
+        if wants_sub && removed.len() as u64 >= app_members.len() as u64 && !wants_add {
+            return Err(RcError::BadRequest(
+                "a SUB may not remove every process of the app",
+            ));
+        }
+
+        // Work on copies; commit at the end.
+        let mut registry = self.registry.clone();
+        let mut slots = self.slots.clone();
+        let first_rank = self.next_rank;
+        // Planted: the counter is rolled back with an aborted change.
+        let first_rank = match self
+            .changes
+            .values()
+            .rev()
+            .find(|c| c.info.status == RcStatus::Aborted)
+        {
+            Some(c)
+                if self.bug(Bug::ReuseRankAfterAbort)
+                    && c.info
+                        .added
+                        .last()
+                        .is_some_and(|p| p.rank + 1 == first_rank) =>
+            {
+                c.info.added.first().map_or(first_rank, |p| p.rank)
+            }
+            _ => first_rank,
+        };
+        let added: Vec<ProcessId> = (0..adds)
+            .map(|i| ProcessId::new(self.cfg.namespace.clone(), first_rank.saturating_add(i)))
+            .collect();
+        let (placed, new_nodes) = slots.place(&added)?;
+        let delta = if wants_add {
+            registry.define_delta(&req.app, &added)?
+        } else {
+            registry.define_delta(&req.app, &removed)?
+        };
+        let sub_delta = if req.kind == RcType::Replace {
+            Some(registry.define_delta(&req.app, &removed)?)
+        } else {
+            None
+        };
+        // Binding (RC-6): ADD to one malleable pset, SUB to X_c(delta), REPLACE to the
+        // single pset X_c(removed) names.
+        let bound = match req.kind {
+            RcType::Add => {
+                let malleable = registry.malleable(&req.app);
+                let chosen = match &req.bound {
+                    Some(b) if malleable.contains(b) => b.clone(),
+                    Some(_) => return Err(RcError::BadRequest("the bound pset is not malleable")),
+                    None if malleable.contains(&root) => root.clone(),
+                    None => malleable
+                        .first()
+                        .cloned()
+                        .ok_or(RcError::BadRequest("the application has no malleable pset"))?,
+                };
+                alloc::vec![chosen]
+            }
+            RcType::Sub => registry.reference_counted(&delta)?,
+            RcType::Replace => {
+                let xc = registry.reference_counted(sub_delta.as_ref().unwrap_or(&delta))?;
+                if xc.len() != 1 {
+                    return Err(RcError::BadRequest(
+                        "a REPLACE must remove processes of exactly one malleable pset",
+                    ));
+                }
+                xc
+            }
+        };
+        if bound.is_empty() {
+            return Err(RcError::BadRequest(
+                "no active pset holds the processes to remove",
+            ));
+        }
+
+        // Commit.
+        let snapshot = core::mem::replace(&mut self.registry, registry);
+        self.slots = slots;
+        self.next_rank = first_rank.saturating_add(adds);
+        let procs_before = self.procs.clone();
+        for p in &placed {
+            self.procs.insert(p.pid.clone(), NodeId(p.node));
+            self.app_of.insert(p.pid.clone(), req.app.clone());
+        }
+        for p in &removed {
+            self.procs.remove(p);
+        }
+        let info = ChangeInfo {
+            app: req.app.clone(),
+            kind: req.kind,
+            delta: delta.clone(),
+            sub_delta: sub_delta.clone(),
+            bound,
+            added: added.clone(),
+            removed,
+            status: RcStatus::Announced,
+        };
+        // RC-3, in order on every daemon's ordered link: delta pset(s), job data,
+        // announcement, launch.
+        self.broadcast_pset(&delta);
+        if let Some(s) = &sub_delta {
+            self.broadcast_pset(s);
+        }
+        self.broadcast(ToDaemon::JobData {
+            added: added.clone(),
+            removed: info.removed.clone(),
+        });
+        if self.bug(Bug::AnnounceAfterLaunch) {
+            self.launch(&added);
+        }
+        self.broadcast(ToDaemon::Change {
+            delta: delta.clone(),
+            info: Some(info.clone()),
+        });
+        for n in new_nodes {
+            self.out.push_back(MasterOutput::NodeAllocated(NodeId(n)));
+        }
+        self.out.push_back(MasterOutput::Status {
+            delta: delta.clone(),
+            status: RcStatus::Announced,
+        });
+        if !self.bug(Bug::AnnounceAfterLaunch) {
+            self.launch(&added);
+        }
+        self.in_flight.insert(req.app.clone(), delta.clone());
+        self.changes.insert(
+            delta.clone(),
+            Change {
+                info,
+                snapshot,
+                procs_before,
+                accepted: BTreeMap::new(),
+                confirmed: BTreeSet::new(),
+                deadline: Some(now + self.cfg.change_timeout),
+                grace_deadline: None,
+                exited: BTreeSet::new(),
+                waiters: Vec::new(),
+                requester,
+                done: false,
+            },
+        );
+        tracing::debug!(%delta, kind = ?req.kind, "change announced");
+        Ok(delta)
+    }
+}

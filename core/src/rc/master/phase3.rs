@@ -1,0 +1,524 @@
+//! Phase 3 and the end of a change: accept, confirm, the decision, rollback, exits and
+//! the grace period (thesis §6.4.2, §7.4.3; `RC-1`, `RC-7`..`RC-13`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::{Master, MasterOutput, Route, Waiter};
+use crate::bugs::Bug;
+use crate::process::ProcessId;
+use crate::pset::PsetName;
+use crate::rc::error::RcError;
+use crate::rc::msg::{ClientReply, ToDaemon};
+use crate::rc::types::{AcceptOutcome, RcStatus, RcType};
+use crate::time::{Duration, Instant};
+
+/// The data-server key under which the accept root's new pset is published.
+pub fn accept_key(delta: &PsetName) -> String {
+    alloc::format!("{delta}:accept")
+}
+
+/// The data-server key under which the decision is published ("success"/"failure").
+pub fn confirm_key(delta: &PsetName) -> String {
+    alloc::format!("{delta}:confirm")
+}
+
+impl Master {
+    /// The root of a bound pset accepts (Lst. 6.5). Validates the accept (`RC-8`),
+    /// records it once per bound pset, publishes `{delta}:accept` for new processes, and
+    /// answers at once or, blocking, at the decision or `wait`.
+    pub(crate) fn accept(
+        &mut self,
+        now: Instant,
+        route: Route,
+        delta: PsetName,
+        new_pset: PsetName,
+        bound: Option<PsetName>,
+        wait: Option<Duration>,
+    ) {
+        match self.check_accept(&route.pid, &delta, &new_pset, bound) {
+            Err(e) => self.reply(&route, ClientReply::Accept(Err(e))),
+            Ok(None) => {
+                // Already decided: report it (polling accept).
+                let reply = self.accept_reply(&delta, &new_pset);
+                self.reply(&route, ClientReply::Accept(reply));
+            }
+            Ok(Some(bound)) => {
+                let change = self.changes.get_mut(&delta).expect("checked");
+                let first = change.accepted.is_empty();
+                change
+                    .accepted
+                    .entry(bound)
+                    .or_insert_with(|| new_pset.clone());
+                let all_in = change.accepted.len() == change.info.bound.len();
+                let kind = change.info.kind;
+                if first {
+                    self.set_status(&delta, RcStatus::Pending);
+                    if kind != RcType::Sub {
+                        let key = accept_key(&delta);
+                        let _ = self.publish(now, &key, String::from(new_pset.as_str()), false);
+                    }
+                }
+                // SUB is decided by its accepts alone: one per X_c(U) member (RC-8).
+                let planted = kind != RcType::Sub && self.bug(Bug::FinalizeOnAccept);
+                if (kind == RcType::Sub && all_in) || planted {
+                    self.finalize(now, &delta);
+                } else if kind != RcType::Sub {
+                    self.maybe_finalize(now, &delta);
+                }
+                match wait {
+                    Some(w) if !self.status(&delta).is_final() => {
+                        let deadline = now + w;
+                        let change = self.changes.get_mut(&delta).expect("checked");
+                        change
+                            .waiters
+                            .push((route, Waiter::Accept { new_pset, deadline }));
+                    }
+                    _ => {
+                        let reply = self.accept_reply(&delta, &new_pset);
+                        self.reply(&route, ClientReply::Accept(reply));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Ok(Some(bound))` for an accept to record, `Ok(None)` if the change is already
+    /// decided, `Err` for an invalid accept (`RC-8`).
+    fn check_accept(
+        &self,
+        pid: &ProcessId,
+        delta: &PsetName,
+        new_pset: &PsetName,
+        bound: Option<PsetName>,
+    ) -> Result<Option<PsetName>, RcError> {
+        let change = self
+            .changes
+            .get(delta)
+            .ok_or_else(|| RcError::NoSuchChange(delta.clone()))?;
+        if self.app_of.get(pid) != Some(&change.info.app) {
+            return Err(RcError::NotPermitted(pid.clone()));
+        }
+        if change.info.status.is_final() {
+            return Ok(None);
+        }
+        let bound = match bound {
+            Some(b) => b,
+            None if change.info.bound.len() == 1 => change.info.bound[0].clone(),
+            None => {
+                return Err(RcError::BadRequest(
+                    "this change has several bound psets: name one",
+                ));
+            }
+        };
+        if !change.info.bound.contains(&bound) {
+            return Err(RcError::NotBound {
+                delta: delta.clone(),
+                bound,
+            });
+        }
+        let origin = self.origin(pid);
+        let members = |n: &PsetName| self.registry.members(&origin, n);
+        if !members(&bound)?.contains(pid)
+            && !change.snapshot.members(&origin, &bound)?.contains(pid)
+        {
+            return Err(RcError::NotPermitted(pid.clone()));
+        }
+        let new_members = members(new_pset)?;
+        let mismatch = |why| RcError::NewPsetMismatch {
+            delta: delta.clone(),
+            new_pset: new_pset.clone(),
+            why,
+        };
+        if change.info.added.iter().any(|p| !new_members.contains(p)) {
+            return Err(mismatch("it lacks an added process"));
+        }
+        if change.info.removed.iter().any(|p| new_members.contains(p)) {
+            return Err(mismatch("it still holds a removed process"));
+        }
+        Ok(Some(bound))
+    }
+
+    fn accept_reply(
+        &self,
+        delta: &PsetName,
+        new_pset: &PsetName,
+    ) -> Result<AcceptOutcome, RcError> {
+        let change = self
+            .changes
+            .get(delta)
+            .ok_or_else(|| RcError::NoSuchChange(delta.clone()))?;
+        if change.info.status == RcStatus::Aborted {
+            return Err(RcError::Aborted(delta.clone()));
+        }
+        let new_pset = change
+            .accepted
+            .values()
+            .find(|n| *n == new_pset)
+            .or_else(|| change.accepted.values().next())
+            .cloned()
+            .unwrap_or_else(|| new_pset.clone());
+        Ok(AcceptOutcome {
+            status: change.info.status,
+            new_pset,
+            removed: change.info.removed.clone(),
+        })
+    }
+
+    /// A new process confirms (Lst. 6.6) after its lookup and fence; `ok = false` aborts
+    /// the change. The reply waits for the decision (`RC-9`).
+    pub(crate) fn confirm(&mut self, now: Instant, route: Route, delta: PsetName, ok: bool) {
+        let late_confirm_bug = self.bug(Bug::ConfirmAfterAbort);
+        let Some(change) = self.changes.get_mut(&delta) else {
+            self.reply(
+                &route,
+                ClientReply::Confirmed(Err(RcError::NoSuchChange(delta))),
+            );
+            return;
+        };
+        if !change.info.added.contains(&route.pid) {
+            let err = RcError::NotPermitted(route.pid.clone());
+            self.reply(&route, ClientReply::Confirmed(Err(err)));
+            return;
+        }
+        match change.info.status {
+            RcStatus::Finalized => return self.reply(&route, ClientReply::Confirmed(Ok(()))),
+            RcStatus::Aborted if ok && late_confirm_bug => {
+                change.info.status = RcStatus::Finalized;
+                self.out.push_back(MasterOutput::Status {
+                    delta,
+                    status: RcStatus::Finalized,
+                });
+                return self.reply(&route, ClientReply::Confirmed(Ok(())));
+            }
+            RcStatus::Aborted => {
+                return self.reply(&route, ClientReply::Confirmed(Err(RcError::Aborted(delta))));
+            }
+            _ => {}
+        }
+        change.waiters.push((route.clone(), Waiter::Confirm));
+        if !ok {
+            self.abort(now, &delta, "a new process failed to confirm");
+            return;
+        }
+        change.confirmed.insert(route.pid);
+        self.maybe_finalize(now, &delta);
+    }
+
+    /// ADD/REPLACE: FINALIZED once the accept is in and every new process confirmed
+    /// (`RC-9`).
+    fn maybe_finalize(&mut self, now: Instant, delta: &PsetName) {
+        let Some(change) = self.changes.get(delta) else {
+            return;
+        };
+        let ready = change.info.status == RcStatus::Pending
+            && !change.accepted.is_empty()
+            && change
+                .info
+                .added
+                .iter()
+                .all(|p| change.confirmed.contains(p));
+        if ready {
+            self.finalize(now, delta);
+        }
+    }
+
+    /// The decision FINALIZED (`RC-1`, `RC-11`): the job data is committed, the change
+    /// is no longer queryable, removed processes are marked leaving and get `grace` to
+    /// exit, and the application's next queued change may start.
+    pub(crate) fn finalize(&mut self, now: Instant, delta: &PsetName) {
+        self.set_status(delta, RcStatus::Finalized);
+        let _ = self.publish(now, &confirm_key(delta), String::from("success"), false);
+        let keep_deadline = self.bug(Bug::AbortAfterFinalize);
+        let Some(change) = self.changes.get_mut(delta) else {
+            return;
+        };
+        if !keep_deadline {
+            change.deadline = None;
+        }
+        let removed = change.info.removed.clone();
+        let added = change.info.added.clone();
+        let app = change.info.app.clone();
+        if !removed.is_empty() {
+            change.grace_deadline = Some(now + self.cfg.grace);
+        }
+        self.answer_waiters(delta);
+        // Removed processes keep their slots until they exit (SLOT-3).
+        let still_running: Vec<ProcessId> = removed
+            .iter()
+            .filter(|p| self.slots.is_running(p))
+            .cloned()
+            .collect();
+        if self.bug(Bug::FreeSlotBeforeExit) {
+            for p in &still_running {
+                let _ = self.slots.free(p);
+            }
+        }
+        let _ = self.slots.mark_leaving(&still_running);
+        // WORLD follows the job (runtime-managed, PSET-13).
+        self.update_world(delta, &added, &removed);
+        self.broadcast(ToDaemon::Change {
+            delta: delta.clone(),
+            info: None,
+        });
+        self.in_flight.remove(&app);
+        self.forget_if_done(delta);
+        self.dequeue(now, &app);
+    }
+
+    fn update_world(&mut self, delta: &PsetName, added: &[ProcessId], removed: &[ProcessId]) {
+        let world = PsetName::world();
+        let epoch = self.registry.get(delta).map_or(0, |p| p.attrs.epoch);
+        let Ok(current) = self.registry.get(&world).map(|p| p.members.clone()) else {
+            return;
+        };
+        let (Ok(add), Ok(sub)) = (
+            self.registry.intern_all(added),
+            self.registry.intern_all(removed),
+        ) else {
+            return;
+        };
+        let next = current.union(&add).difference(&sub);
+        if self
+            .registry
+            .runtime_set_members(&world, next, epoch)
+            .is_ok()
+        {
+            self.broadcast_pset(&world);
+        }
+    }
+
+    /// The decision ABORTED (`RC-1`, `RC-12`): added processes are killed, job data
+    /// and the application's psets go back to the snapshot, waiters learn it, and the
+    /// change stays queryable until its added processes have exited.
+    pub(crate) fn abort(&mut self, now: Instant, delta: &PsetName, why: &'static str) {
+        let Some(change) = self.changes.get(delta) else {
+            return;
+        };
+        if change.info.status.is_final() {
+            return;
+        }
+        tracing::debug!(%delta, why, "change aborted");
+        self.set_status(delta, RcStatus::Aborted);
+        let _ = self.publish(now, &confirm_key(delta), String::from("failure"), false);
+        let change = self.changes.get_mut(delta).expect("present");
+        change.deadline = None;
+        let (app, added, removed) = (
+            change.info.app.clone(),
+            change.info.added.clone(),
+            change.info.removed.clone(),
+        );
+        let snapshot = change.snapshot.clone();
+        self.procs = change.procs_before.clone();
+        // Psets: membership as before, as new versions; psets made since, pruned.
+        let report = if self.bug(Bug::SkipRollback) {
+            crate::pset::RollbackReport::default()
+        } else {
+            self.registry.roll_back_app(&snapshot, &app)
+        };
+        if self.bug(Bug::RollbackOldVersions) {
+            for name in &report.restored {
+                if let Ok(v) = snapshot.get(name).map(|p| p.attrs.version) {
+                    self.registry.force_version(name, v);
+                }
+            }
+        }
+        for name in report.restored.iter().chain(&report.pruned) {
+            self.broadcast_pset(name);
+        }
+        self.broadcast(ToDaemon::JobData {
+            added: removed,
+            removed: added.clone(),
+        });
+        let info = self.changes.get(delta).map(|c| c.info.clone());
+        self.broadcast(ToDaemon::Change {
+            delta: delta.clone(),
+            info,
+        });
+        // Added processes are killed; their slots are freed when they have exited.
+        let running: Vec<ProcessId> = added
+            .iter()
+            .filter(|p| self.slots.is_running(p))
+            .cloned()
+            .collect();
+        let _ = self.slots.mark_leaving(&running);
+        if !self.bug(Bug::NoKillOnAbort) {
+            self.kill(&running);
+        }
+        self.fail_waiting_on(delta);
+        self.answer_waiters(delta);
+        self.in_flight.remove(&app);
+        self.forget_if_done(delta);
+        self.dequeue(now, &app);
+    }
+
+    /// Replies to every blocking accept and confirm of a decided change.
+    fn answer_waiters(&mut self, delta: &PsetName) {
+        let Some(change) = self.changes.get_mut(delta) else {
+            return;
+        };
+        let waiters = core::mem::take(&mut change.waiters);
+        let status = change.info.status;
+        for (route, w) in waiters {
+            let reply = match w {
+                Waiter::Accept { new_pset, .. } => {
+                    ClientReply::Accept(self.accept_reply(delta, &new_pset))
+                }
+                Waiter::Confirm if status == RcStatus::Finalized => ClientReply::Confirmed(Ok(())),
+                Waiter::Confirm => ClientReply::Confirmed(Err(RcError::Aborted(delta.clone()))),
+            };
+            self.reply(&route, reply);
+        }
+    }
+
+    pub(crate) fn set_status(&mut self, delta: &PsetName, status: RcStatus) {
+        let Some(change) = self.changes.get_mut(delta) else {
+            return;
+        };
+        // RC-1: the only legal steps; anything else is a kernel bug, never peer input.
+        debug_assert!(
+            change.info.status.may_become(status),
+            "{:?} -> {status:?}",
+            change.info.status
+        );
+        if !change.info.status.may_become(status) {
+            return;
+        }
+        change.info.status = status;
+        self.out.push_back(MasterOutput::Status {
+            delta: delta.clone(),
+            status,
+        });
+        if !status.is_final() {
+            let info = change.info.clone();
+            self.broadcast(ToDaemon::Change {
+                delta: delta.clone(),
+                info: Some(info),
+            });
+        }
+    }
+
+    /// A process exited: its slot is freed (`SLOT-3`); a new process dying before the
+    /// decision aborts its change (`RC-10`).
+    pub(crate) fn on_exit(&mut self, now: Instant, pid: &ProcessId) {
+        if let Ok(Some(node)) = self.slots.free(pid) {
+            self.out
+                .push_back(MasterOutput::NodeReleased(crate::rc::types::NodeId(node)));
+        }
+        let owner = self
+            .changes
+            .iter()
+            .find(|(_, c)| c.info.includes(pid))
+            .map(|(d, c)| (d.clone(), c.info.status, c.info.added.contains(pid)));
+        match owner {
+            Some((delta, status, true)) if !status.is_final() => {
+                self.abort(
+                    now,
+                    &delta,
+                    "a new process exited before the change was decided",
+                );
+                self.note_exit(&delta, pid);
+            }
+            Some((delta, _, _)) => self.note_exit(&delta, pid),
+            None => {
+                if self.procs.remove(pid).is_some() {
+                    self.out.push_back(MasterOutput::ProcessLost(pid.clone()));
+                }
+            }
+        }
+        // A fence waiting for a process that is gone can never complete: it times out.
+    }
+
+    fn note_exit(&mut self, delta: &PsetName, pid: &ProcessId) {
+        if let Some(c) = self.changes.get_mut(delta) {
+            c.exited.insert(pid.clone());
+        }
+        self.forget_if_done(delta);
+    }
+
+    /// A decided change is done once every process it had to get rid of is gone; an
+    /// aborted one then stops being queryable. Its record stays (without the snapshot)
+    /// so late accepts and confirms get the same decision (`RC-1`).
+    fn forget_if_done(&mut self, delta: &PsetName) {
+        let Some(c) = self.changes.get_mut(delta) else {
+            return;
+        };
+        let gone: &[ProcessId] = match c.info.status {
+            RcStatus::Finalized => &c.info.removed,
+            RcStatus::Aborted => &c.info.added,
+            _ => return,
+        };
+        if c.done || !gone.iter().all(|p| c.exited.contains(p)) {
+            return;
+        }
+        c.done = true;
+        c.snapshot = crate::pset::PsetRegistry::new();
+        c.procs_before.clear();
+        if c.info.status == RcStatus::Aborted {
+            self.broadcast(ToDaemon::Change {
+                delta: delta.clone(),
+                info: None,
+            });
+        }
+    }
+
+    /// Deadlines: undecided changes abort (`RC-10`), removed processes past their grace
+    /// are killed (`RC-11`), blocking accepts answer "pending", lookups and fences fail.
+    pub(crate) fn on_timeout(&mut self, now: Instant) {
+        let due: Vec<PsetName> = self
+            .changes
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+            .map(|(d, _)| d.clone())
+            .collect();
+        for delta in due {
+            let finalized = self.status(&delta) == RcStatus::Finalized;
+            if finalized && self.bug(Bug::AbortAfterFinalize) {
+                let c = self.changes.get_mut(&delta).expect("present");
+                c.deadline = None;
+                c.info.status = RcStatus::Aborted;
+                self.out.push_back(MasterOutput::Status {
+                    delta,
+                    status: RcStatus::Aborted,
+                });
+                continue;
+            }
+            self.abort(now, &delta, "the change was not decided in time");
+        }
+        let graced: Vec<PsetName> = self
+            .changes
+            .iter()
+            .filter(|(_, c)| c.grace_deadline.is_some_and(|d| d <= now))
+            .map(|(d, _)| d.clone())
+            .collect();
+        for delta in graced {
+            let change = self.changes.get_mut(&delta).expect("present");
+            change.grace_deadline = None;
+            let late: Vec<ProcessId> = change
+                .info
+                .removed
+                .iter()
+                .filter(|p| !change.exited.contains(*p))
+                .cloned()
+                .collect();
+            tracing::debug!(%delta, n = late.len(), "grace period over, killing");
+            self.kill(&late);
+        }
+        let deltas: Vec<PsetName> = self.changes.keys().cloned().collect();
+        for delta in deltas {
+            let change = self.changes.get_mut(&delta).expect("present");
+            let (due, keep): (Vec<_>, Vec<_>) =
+                core::mem::take(&mut change.waiters).into_iter().partition(
+                    |(_, w)| matches!(w, Waiter::Accept { deadline, .. } if *deadline <= now),
+                );
+            change.waiters = keep;
+            for (route, w) in due {
+                if let Waiter::Accept { new_pset, .. } = w {
+                    let reply = self.accept_reply(&delta, &new_pset);
+                    self.reply(&route, ClientReply::Accept(reply));
+                }
+            }
+        }
+        self.expire_data(now);
+    }
+}

@@ -1,0 +1,179 @@
+//! Messages between the roles (`spec/resource-change.md` §3). Client ↔ daemon travel
+//! over the node-local control socket; daemon ↔ master over the runtime's ordered
+//! links. The wire encoding is in `spec/wire.md`.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::error::RcError;
+use super::types::{AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, QueryAnswer, ReqId};
+use crate::process::ProcessId;
+use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
+use crate::time::Duration;
+
+/// What a client asks of the runtime.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClientRequest {
+    /// `get_res_change(bound)`: answered by the local daemon (`RC-4`).
+    Query {
+        /// The bound pset; `None` is the caller's `mpi://app/{app}`.
+        bound: Option<PsetName>,
+    },
+    /// Size and attributes of a pset: answered by the local daemon.
+    PsetInfo {
+        /// The pset.
+        name: PsetName,
+    },
+    /// `pset_create_op`: one or several operations, applied atomically at the master.
+    PsetOp {
+        /// The operations.
+        ops: Vec<PsetOp>,
+    },
+    /// Publish a key (never overwrites).
+    Publish {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Look a key up, waiting up to `wait` for it to be published.
+    Lookup {
+        /// The key.
+        key: String,
+        /// How long to wait; `None` answers at once.
+        wait: Option<Duration>,
+    },
+    /// Barrier over the members of a pset.
+    Fence {
+        /// The pset.
+        pset: PsetName,
+        /// How long to wait for the others.
+        timeout: Duration,
+    },
+    /// The root of a bound pset accepts a change (thesis Lst. 6.5).
+    Accept {
+        /// The change.
+        delta: PsetName,
+        /// The pset to derive communication from afterwards.
+        new_pset: PsetName,
+        /// The bound pset this accept is for; `None` if the change has exactly one.
+        bound: Option<PsetName>,
+        /// Blocking accept: wait up to this long for the change to be decided.
+        wait: Option<Duration>,
+    },
+    /// A new process reports the outcome of its confirm (thesis Lst. 6.6).
+    Confirm {
+        /// The change.
+        delta: PsetName,
+        /// Whether the lookup and fence succeeded.
+        ok: bool,
+    },
+    /// The application asks for a change itself (`request_res_change`).
+    RequestChange(ChangeRequest),
+}
+
+/// The runtime's answer to a [`ClientRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClientReply {
+    /// To `Query`.
+    Query(QueryAnswer),
+    /// To `PsetInfo`: size and attributes.
+    PsetInfo(Result<(usize, Attributes), RcError>),
+    /// To `PsetOp`.
+    PsetOp(Result<Vec<OpOutcome>, RcError>),
+    /// To `Publish`.
+    Published(Result<(), RcError>),
+    /// To `Lookup`.
+    Lookup(Result<String, RcError>),
+    /// To `Fence`.
+    Fence(Result<(), RcError>),
+    /// To `Accept`.
+    Accept(Result<AcceptOutcome, RcError>),
+    /// To `Confirm`.
+    Confirmed(Result<(), RcError>),
+    /// To `RequestChange`: the delta pset, or the position in the queue.
+    ChangeRequested(Result<Option<PsetName>, RcError>),
+}
+
+/// Daemon → master.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ToMaster {
+    /// A client request the daemon cannot answer locally.
+    Forward {
+        /// The client.
+        from: ProcessId,
+        /// Its request id.
+        req: ReqId,
+        /// The request.
+        request: ClientRequest,
+    },
+    /// A local process exited (or was killed).
+    Exited {
+        /// The process.
+        pid: ProcessId,
+    },
+}
+
+/// Master → daemon. The link is ordered, so a daemon sees a change's pset, job data and
+/// announcement before the launch of its processes (`RC-3`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ToDaemon {
+    /// Define or update a pset in the replica (`PRTE_DYNRES_DEFINE_PSET`).
+    DefinePset {
+        /// The pset.
+        name: PsetName,
+        /// Its members.
+        members: Vec<ProcessId>,
+        /// Its attributes.
+        attrs: Attributes,
+    },
+    /// Drop a pset from the replica (pruned).
+    PrunePset {
+        /// The pset.
+        name: PsetName,
+    },
+    /// Processes of the job that run on this daemon's node were added or removed
+    /// (`PRTE_DAEMON_DVM_ADD/SUB_PROCS`: the job data update).
+    JobData {
+        /// Processes now placed on this node.
+        added: Vec<ProcessId>,
+        /// Processes no longer part of the job.
+        removed: Vec<ProcessId>,
+    },
+    /// Define or update a change in the replica (`PRTE_DYNRES_DEFINE_RES_CHANGE`);
+    /// `None` info removes it from queries (`PRTE_DYNRES_UNPUBLISH_RES_CHANGE`).
+    Change {
+        /// The delta pset naming the change.
+        delta: PsetName,
+        /// Its replicated state, or `None` once it is no longer queryable.
+        info: Option<ChangeInfo>,
+    },
+    /// Launch these processes on this node (`PRTE_DAEMON_DVM_ADD_LOCAL_PROCS`).
+    Launch {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+    /// Kill these local processes.
+    Kill {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+    /// Reply to a forwarded client request.
+    Reply {
+        /// The client.
+        to: ProcessId,
+        /// Its request id.
+        req: ReqId,
+        /// The reply.
+        reply: ClientReply,
+    },
+}
+
+/// Where the master sends a message.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Envelope {
+    /// The daemon.
+    pub to: NodeId,
+    /// The message.
+    pub msg: ToDaemon,
+}

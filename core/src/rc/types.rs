@@ -1,0 +1,181 @@
+//! The vocabulary of resource changes (`spec/resource-change.md` §1).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::process::ProcessId;
+use crate::pset::PsetName;
+
+/// A node of the job, as an index into the master's node list (one daemon per node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u32);
+
+/// Identifies one request of one client to the runtime, for routing the reply.
+pub type ReqId = u64;
+
+/// The type of a resource change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RcType {
+    /// Processes are added.
+    Add,
+    /// Processes are removed.
+    Sub,
+    /// Some processes are removed and others added in one change (the thesis' future
+    /// work, §6.2.3).
+    Replace,
+}
+
+/// The status of a resource change (`RC-1`): it only moves
+/// `Null → Announced → Pending → Finalized | Aborted`, and the last two are final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RcStatus {
+    /// No valid change.
+    Null,
+    /// Announced: the application must adapt.
+    Announced,
+    /// The bound pset's root accepted; waiting for confirmations or further accepts.
+    Pending,
+    /// Applied.
+    Finalized,
+    /// Given up; job data rolled back.
+    Aborted,
+}
+
+impl RcStatus {
+    /// Whether the status can no longer change.
+    pub fn is_final(self) -> bool {
+        matches!(self, RcStatus::Finalized | RcStatus::Aborted)
+    }
+
+    /// Whether `self → next` is a legal step (`RC-1`).
+    pub fn may_become(self, next: RcStatus) -> bool {
+        use RcStatus::*;
+        matches!(
+            (self, next),
+            (Null, Announced)
+                | (Announced, Pending)
+                | (Announced, Aborted)
+                | (Pending, Finalized)
+                | (Pending, Aborted)
+        )
+    }
+}
+
+/// A request to change the resources of an application (the `RES_CHANGE_DEFINE` event
+/// or `request_res_change`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChangeRequest {
+    /// The application to change.
+    pub app: String,
+    /// ADD, SUB or REPLACE.
+    pub kind: RcType,
+    /// Processes to add (ADD, REPLACE).
+    pub add: u32,
+    /// Processes to remove when no victims are named (SUB, REPLACE).
+    pub sub: u32,
+    /// Explicit victims (SUB, REPLACE); empty means stack order (`SLOT-2`).
+    pub victims: Vec<ProcessId>,
+    /// For ADD: the malleable pset to bind to; `None` picks one (`RC-6`).
+    pub bound: Option<PsetName>,
+}
+
+impl ChangeRequest {
+    /// Add `n` processes to `app`.
+    pub fn add(app: impl Into<String>, n: u32) -> Self {
+        ChangeRequest {
+            app: app.into(),
+            kind: RcType::Add,
+            add: n,
+            sub: 0,
+            victims: Vec::new(),
+            bound: None,
+        }
+    }
+
+    /// Remove `n` processes from `app`, chosen in stack order.
+    pub fn sub(app: impl Into<String>, n: u32) -> Self {
+        ChangeRequest {
+            kind: RcType::Sub,
+            add: 0,
+            sub: n,
+            ..ChangeRequest::add(app, 0)
+        }
+    }
+
+    /// Remove `remove` processes from `app` and add `add` new ones in one change.
+    pub fn replace(app: impl Into<String>, remove: u32, add: u32) -> Self {
+        ChangeRequest {
+            kind: RcType::Replace,
+            add,
+            sub: remove,
+            ..ChangeRequest::add(app, 0)
+        }
+    }
+}
+
+/// A change as the runtime replicates it to every daemon: what queries answer from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChangeInfo {
+    /// The application.
+    pub app: String,
+    /// ADD, SUB or REPLACE.
+    pub kind: RcType,
+    /// The delta pset: the added processes (ADD, REPLACE) or the removed ones (SUB).
+    pub delta: PsetName,
+    /// REPLACE only: the delta pset of the removed processes.
+    pub sub_delta: Option<PsetName>,
+    /// The bound psets: one malleable pset for ADD and REPLACE, X_c(delta) for SUB.
+    pub bound: Vec<PsetName>,
+    /// Processes added.
+    pub added: Vec<ProcessId>,
+    /// Processes removed.
+    pub removed: Vec<ProcessId>,
+    /// Current status.
+    pub status: RcStatus,
+}
+
+impl ChangeInfo {
+    /// Whether `pid` is in one of the change's delta psets.
+    pub fn includes(&self, pid: &ProcessId) -> bool {
+        self.added.contains(pid) || self.removed.contains(pid)
+    }
+}
+
+/// The answer to `get_res_change` (thesis Lst. 6.1).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueryAnswer {
+    /// `None` is `MPI_RC_NULL`: no change for this query.
+    pub kind: Option<RcType>,
+    /// The delta pset (added processes for ADD/REPLACE).
+    pub delta: Option<PsetName>,
+    /// REPLACE only: the delta of removed processes.
+    pub sub_delta: Option<PsetName>,
+    /// Whether the caller is in a delta pset of the change.
+    pub incl: bool,
+    /// The change's status (`Null` when there is none).
+    pub status: RcStatus,
+}
+
+impl QueryAnswer {
+    /// `MPI_RC_NULL`.
+    pub fn none() -> Self {
+        QueryAnswer {
+            kind: None,
+            delta: None,
+            sub_delta: None,
+            incl: false,
+            status: RcStatus::Null,
+        }
+    }
+}
+
+/// What an accept call learns (thesis Lst. 6.5).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AcceptOutcome {
+    /// The change's status after this accept: `Pending` until it is decided.
+    pub status: RcStatus,
+    /// The pset to derive communication from.
+    pub new_pset: PsetName,
+    /// The processes that must terminate once `Finalized` (SUB, REPLACE).
+    pub removed: Vec<ProcessId>,
+}

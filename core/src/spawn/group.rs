@@ -1,0 +1,346 @@
+//! Inter-groups, the job's context-id allocator, and the non-root member's side of a
+//! handshake.
+
+use alloc::collections::{BTreeSet, VecDeque};
+use alloc::vec::Vec;
+
+use crate::process::Rank;
+use crate::time::Instant;
+
+use super::SpawnError;
+use super::msg::{Addr, GroupHeader};
+
+/// Which side of the handshake a process was on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Connected to a port: a spawned child (`get_parent`), an `MPI_Comm_connect` client,
+    /// or the higher port of a join.
+    Initiator,
+    /// Owned the port: a spawning parent, an `MPI_Comm_accept` server, or the lower
+    /// port of a join.
+    Acceptor,
+}
+
+/// An inter-group as one process holds it: both groups' triples and endpoint tables.
+/// Connections to remote ranks are opened on demand from `remote_endpoints`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InterGroup {
+    /// The connection attempt that built it.
+    pub session: u64,
+    /// Which side this process was on.
+    pub role: Role,
+    /// This process's rank in the local group.
+    pub local_rank: Rank,
+    /// The local group's triple.
+    pub local: GroupHeader,
+    /// The remote group's triple, as the remote root sent it (SPAWN-4).
+    pub remote: GroupHeader,
+    /// `local_endpoints[r]`: local rank `r`'s address.
+    pub local_endpoints: Vec<Addr>,
+    /// `remote_endpoints[r]`: remote rank `r`'s address (complete, SPAWN-7).
+    pub remote_endpoints: Vec<Addr>,
+}
+
+impl InterGroup {
+    /// `MPI_Comm_disconnect`, local part: gives the context id back to the job's
+    /// allocator (SPAWN-5) and consumes the handle.
+    pub fn disconnect(self, ids: &mut ContextIds) -> Result<(), SpawnError> {
+        ids.release(self.local.context_id)
+    }
+}
+
+/// The context ids of one job's live inter-groups (SPAWN-5): allocation takes the
+/// smallest free id, so the choice is deterministic.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ContextIds {
+    first: u32,
+    limit: u32,
+    live: BTreeSet<u32>,
+}
+
+impl ContextIds {
+    /// Ids `first..limit` are available (ids below `first` belong to the job's own
+    /// intra-communicators).
+    pub fn new(first: u32, limit: u32) -> Self {
+        ContextIds {
+            first,
+            limit,
+            live: BTreeSet::new(),
+        }
+    }
+
+    /// The smallest free id, now live.
+    pub fn allocate(&mut self) -> Result<u32, SpawnError> {
+        let mut id = self.first;
+        for &l in self.live.range(self.first..) {
+            if l != id {
+                break;
+            }
+            id += 1;
+        }
+        if id >= self.limit {
+            return Err(SpawnError::ContextIdsExhausted);
+        }
+        self.live.insert(id);
+        Ok(id)
+    }
+
+    /// Frees a live id; freeing one that is not live is an error.
+    pub fn release(&mut self, id: u32) -> Result<(), SpawnError> {
+        if self.live.remove(&id) {
+            Ok(())
+        } else {
+            Err(SpawnError::ContextIdNotLive(id))
+        }
+    }
+
+    /// Whether `id` is live.
+    pub fn is_live(&self, id: u32) -> bool {
+        self.live.contains(&id)
+    }
+
+    /// Number of live ids.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+}
+
+/// What a root sends to each non-root member of its local group, over the group's
+/// existing intra-group channel (SPAWN-6).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemberMsg {
+    /// The remote group's triple (the broadcast after Hello/HelloAck).
+    RemoteGroup {
+        /// The connection attempt.
+        session: u64,
+        /// The remote group's triple.
+        remote: GroupHeader,
+    },
+    /// The remote group's endpoint table (follows `RemoteGroup`).
+    RemoteEndpoints {
+        /// The connection attempt.
+        session: u64,
+        /// `endpoints[r]`: remote rank `r`'s address.
+        endpoints: Vec<Addr>,
+    },
+    /// The handshake failed (or was revoked); drop anything received for it.
+    Failed {
+        /// The connection attempt.
+        session: u64,
+        /// Why.
+        error: SpawnError,
+    },
+}
+
+/// What a [`Member`] tells its driver.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemberOutput {
+    /// Tell the local application: inter-group ready (`MPI_Comm_spawn` /
+    /// `MPI_Comm_get_parent` / accept / connect returns).
+    Ready(InterGroup),
+    /// Tell the local application: the collective call failed; no handle exists.
+    Failed(SpawnError),
+}
+
+/// A non-root member of a group taking part in a spawn / accept / connect / join: waits
+/// for its root's [`MemberMsg`]s and assembles the inter-group.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Member {
+    role: Role,
+    rank: Rank,
+    local: GroupHeader,
+    local_endpoints: Vec<Addr>,
+    remote: Option<(u64, GroupHeader)>,
+    result: Option<Result<InterGroup, SpawnError>>,
+    out: VecDeque<MemberOutput>,
+}
+
+impl Member {
+    /// Member `rank` of the local group described by `local` / `local_endpoints`.
+    pub fn new(role: Role, rank: Rank, local: GroupHeader, local_endpoints: Vec<Addr>) -> Self {
+        Member {
+            role,
+            rank,
+            local,
+            local_endpoints,
+            remote: None,
+            result: None,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Handles one message from the root. After a failure everything is ignored; after
+    /// success only `Failed` (a revocation, SPAWN-8) has an effect. Endpoints before the
+    /// triple, or of the wrong size, are errors and change nothing.
+    pub fn handle(&mut self, _now: Instant, msg: MemberMsg) -> Result<(), SpawnError> {
+        match (&self.result, &msg) {
+            (Some(Err(_)), _)
+            | (Some(Ok(_)), MemberMsg::RemoteGroup { .. } | MemberMsg::RemoteEndpoints { .. }) => {
+                return Ok(());
+            }
+            _ => {}
+        }
+        match msg {
+            MemberMsg::RemoteGroup { session, remote } => {
+                self.remote = Some((session, remote));
+                Ok(())
+            }
+            MemberMsg::RemoteEndpoints { session, endpoints } => {
+                let Some((s, remote)) = self.remote else {
+                    return Err(SpawnError::Unexpected {
+                        what: "RemoteEndpoints before RemoteGroup",
+                    });
+                };
+                if s != session {
+                    return Err(SpawnError::WrongSession {
+                        expected: s,
+                        got: session,
+                    });
+                }
+                // SPAWN-7: a handle only ever holds a complete table.
+                if endpoints.len() != remote.size as usize {
+                    return Err(SpawnError::EndpointCount {
+                        expected: remote.size,
+                        got: endpoints.len() as u64,
+                    });
+                }
+                let ig = InterGroup {
+                    session,
+                    role: self.role,
+                    local_rank: self.rank,
+                    local: self.local,
+                    remote,
+                    local_endpoints: self.local_endpoints.clone(),
+                    remote_endpoints: endpoints,
+                };
+                self.out.push_back(MemberOutput::Ready(ig.clone()));
+                self.result = Some(Ok(ig));
+                Ok(())
+            }
+            MemberMsg::Failed { session, error } => {
+                if let Some((s, _)) = self.remote {
+                    if s != session {
+                        return Err(SpawnError::WrongSession {
+                            expected: s,
+                            got: session,
+                        });
+                    }
+                }
+                self.out.push_back(MemberOutput::Failed(error.clone()));
+                self.result = Some(Err(error));
+                Ok(())
+            }
+        }
+    }
+
+    /// The next thing to tell the application.
+    pub fn poll_output(&mut self) -> Option<MemberOutput> {
+        self.out.pop_front()
+    }
+
+    /// Members keep no timers: the root decides success or failure for the group.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// The inter-group, once ready (`MPI_Comm_get_parent` on a spawned child).
+    pub fn intergroup(&self) -> Option<&InterGroup> {
+        match &self.result {
+            Some(Ok(ig)) => Some(ig),
+            _ => None,
+        }
+    }
+
+    /// The failure, if the handshake failed.
+    pub fn error(&self) -> Option<&SpawnError> {
+        match &self.result {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn context_ids_are_lowest_free_and_unique() {
+        // SPAWN-5
+        let mut ids = ContextIds::new(1, 4);
+        assert_eq!(ids.allocate(), Ok(1));
+        assert_eq!(ids.allocate(), Ok(2));
+        assert_eq!(ids.allocate(), Ok(3));
+        assert_eq!(ids.allocate(), Err(SpawnError::ContextIdsExhausted));
+        ids.release(2).unwrap();
+        assert_eq!(ids.release(2), Err(SpawnError::ContextIdNotLive(2)));
+        assert_eq!(ids.allocate(), Ok(2));
+        assert_eq!(ids.live_count(), 3);
+    }
+
+    #[test]
+    fn member_rejects_short_tables_and_ignores_late_messages() {
+        let h = GroupHeader {
+            group_id: 1,
+            size: 2,
+            context_id: 1,
+        };
+        let mut m = Member::new(Role::Acceptor, 1, h, vec![Addr(vec![1]), Addr(vec![2])]);
+        let remote = GroupHeader {
+            group_id: 9,
+            size: 2,
+            context_id: 5,
+        };
+        assert!(
+            m.handle(
+                Instant(0),
+                MemberMsg::RemoteEndpoints {
+                    session: 9,
+                    endpoints: vec![]
+                }
+            )
+            .is_err()
+        );
+        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
+            .unwrap();
+        let before = m.clone();
+        assert!(matches!(
+            m.handle(
+                Instant(0),
+                MemberMsg::RemoteEndpoints {
+                    session: 9,
+                    endpoints: vec![Addr(vec![3])]
+                }
+            ),
+            Err(SpawnError::EndpointCount { .. })
+        ));
+        assert_eq!(m, before);
+        m.handle(
+            Instant(0),
+            MemberMsg::RemoteEndpoints {
+                session: 9,
+                endpoints: vec![Addr(vec![3]), Addr(vec![4])],
+            },
+        )
+        .unwrap();
+        assert!(matches!(m.poll_output(), Some(MemberOutput::Ready(_))));
+        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
+            .unwrap();
+        assert_eq!(m.poll_output(), None);
+        // SPAWN-8: a revocation drops the handle.
+        m.handle(
+            Instant(0),
+            MemberMsg::Failed {
+                session: 9,
+                error: SpawnError::StreamClosed,
+            },
+        )
+        .unwrap();
+        assert!(m.intergroup().is_none());
+        assert_eq!(
+            m.poll_output(),
+            Some(MemberOutput::Failed(SpawnError::StreamClosed))
+        );
+    }
+}

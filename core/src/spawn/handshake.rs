@@ -1,0 +1,695 @@
+//! One root's side of a connection: the Hello / HelloAck exchange, the broadcast to the
+//! local group, the endpoint tables, over datagram, stream or hybrid bootstrap.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use tracing::{debug, warn};
+
+use crate::process::Rank;
+use crate::time::{Duration, Instant};
+
+use super::datagram::{DatagramConfig, DgramFrame, MIN_MTU, Reliable};
+use super::group::{InterGroup, MemberMsg, Role};
+use super::msg::{AbortReason, Addr, GroupHeader, HsMsg, MAX_GROUP};
+use super::port::{PortName, Transport};
+use super::stream::FrameReader;
+use super::{Input, Output, SpawnError};
+
+/// Where a handshake is (`spec/spawn.md`, "States").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Join only: waiting for the peer's port on the join stream.
+    JoinExchange,
+    /// Acceptor: waiting for a Hello on the port.
+    Listening,
+    /// Initiator: Hello sent, waiting for HelloAck.
+    AwaitHelloAck,
+    /// Triples exchanged; endpoint tables and their acks in flight.
+    Endpoints,
+    /// Inter-group ready (final unless revoked by a peer Abort).
+    Done,
+    /// Failed; no handle (final).
+    Failed,
+}
+
+/// What one root needs to know to take part in a handshake.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HandshakeConfig {
+    /// The local group's triple; `context_id` comes from the job's [`super::ContextIds`].
+    pub local: GroupHeader,
+    /// `local_endpoints[r]`: local rank `r`'s address; length must equal `local.size`.
+    pub local_endpoints: Vec<Addr>,
+    /// The root's rank in the local group; every other rank gets [`Output::ToMember`]s.
+    pub root: Rank,
+    /// The whole handshake must finish within this long of its start (SPAWN-8).
+    pub timeout: Duration,
+    /// Datagram bootstrap parameters.
+    pub datagram: DatagramConfig,
+    /// Acceptor only: accept only this remote (group id, size), e.g. a spawn's children.
+    pub expect_remote: Option<(u64, u32)>,
+    /// Initiator only: the session id of this attempt; `None` uses `local.group_id`.
+    /// A group that connects more than once should give each attempt its own id so a
+    /// late datagram of one attempt can never be taken for another (SPAWN-11).
+    pub session: Option<u64>,
+}
+
+impl HandshakeConfig {
+    /// A configuration with default timers: 10 s overall, default datagram parameters.
+    pub fn new(local: GroupHeader, local_endpoints: Vec<Addr>) -> Self {
+        HandshakeConfig {
+            local,
+            local_endpoints,
+            root: 0,
+            timeout: Duration::from_secs(10),
+            datagram: DatagramConfig::default(),
+            expect_remote: None,
+            session: None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), SpawnError> {
+        let n = self.local.size as usize;
+        if n == 0 || n > MAX_GROUP {
+            return Err(SpawnError::Config("local group size must be 1..=65536"));
+        }
+        if self.local_endpoints.len() != n {
+            return Err(SpawnError::EndpointCount {
+                expected: self.local.size,
+                got: self.local_endpoints.len() as u64,
+            });
+        }
+        if self.root >= self.local.size {
+            return Err(SpawnError::Config("root is not a rank of the local group"));
+        }
+        if self.datagram.mtu < MIN_MTU {
+            return Err(SpawnError::Config("datagram MTU below 128 bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// One root's handshake state machine (initiator or acceptor).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Handshake {
+    cfg: HandshakeConfig,
+    role: Role,
+    port: PortName,
+    phase: Phase,
+    session: Option<u64>,
+    peer_dgram: Option<Addr>,
+    dgram: Option<Reliable>,
+    stream_up: bool,
+    stream_closed: bool,
+    reader: FrameReader,
+    backlog: Vec<Vec<u8>>,
+    remote: Option<GroupHeader>,
+    endpoints_via: Option<Transport>,
+    early_endpoints: Option<Vec<Addr>>,
+    remote_endpoints: Option<Vec<Addr>>,
+    peer_has_ours: bool,
+    deadline: Instant,
+    result: Option<Result<InterGroup, SpawnError>>,
+    out: VecDeque<Output>,
+}
+
+impl Handshake {
+    /// `MPI_Comm_accept` at the root (and the parent side of a spawn): listen on `port`,
+    /// which the caller opened (see [`super::Ports`]).
+    pub fn accept(now: Instant, port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
+        Self::new(now, Role::Acceptor, port, cfg)
+    }
+
+    /// `MPI_Comm_connect` at the root (and a spawned child root, with the port from
+    /// [`super::SpawnEnv`]): sends the Hello at once.
+    pub fn connect(now: Instant, port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
+        Self::new(now, Role::Initiator, port, cfg)
+    }
+
+    /// Starts a handshake in either role.
+    pub fn new(
+        now: Instant,
+        role: Role,
+        port: PortName,
+        cfg: HandshakeConfig,
+    ) -> Result<Self, SpawnError> {
+        cfg.validate()?;
+        let mut hs = Handshake {
+            deadline: now + cfg.timeout,
+            phase: match role {
+                Role::Acceptor => Phase::Listening,
+                Role::Initiator => Phase::AwaitHelloAck,
+            },
+            cfg,
+            role,
+            port,
+            session: None,
+            peer_dgram: None,
+            dgram: None,
+            stream_up: false,
+            stream_closed: false,
+            reader: FrameReader::new(),
+            backlog: Vec::new(),
+            remote: None,
+            endpoints_via: None,
+            early_endpoints: None,
+            remote_endpoints: None,
+            peer_has_ours: false,
+            result: None,
+            out: VecDeque::new(),
+        };
+        if role == Role::Initiator {
+            // SPAWN-11: the session is the initiator's group id (unique in its job) unless
+            // the caller numbers its attempts itself.
+            let session = hs.cfg.session.unwrap_or(hs.cfg.local.group_id);
+            hs.session = Some(session);
+            let via = hs.port.boot.hello_transport();
+            match via {
+                Transport::Datagram => {
+                    hs.dgram = Some(Reliable::new(session, hs.cfg.datagram));
+                    hs.peer_dgram = Some(hs.port.dgram.clone());
+                }
+                Transport::Stream => hs.open_stream(),
+            }
+            let hello = HsMsg::Hello {
+                session,
+                header: hs.cfg.local,
+            };
+            hs.send(now, &hello, via)?;
+            hs.flush_dgram();
+            debug!(session, "handshake: Hello sent");
+        }
+        Ok(hs)
+    }
+
+    /// Feeds one input. `Err` means the input was rejected and nothing changed
+    /// (SPAWN-10); the handshake's own outcome is reported through [`Output`]s.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let r = match input {
+            Input::Datagram { from, bytes } => self.on_datagram(now, from, &bytes),
+            Input::Stream { bytes } => self.on_stream(now, &bytes),
+            Input::StreamClosed => self.on_stream_closed(),
+            Input::Timeout => {
+                self.on_timeout(now);
+                Ok(())
+            }
+            Input::JoinStream { .. } | Input::LaunchFailed { .. } => Err(SpawnError::Unexpected {
+                what: "input not taken by a handshake",
+            }),
+        };
+        self.flush_dgram();
+        r
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// When to feed [`Input::Timeout`] next: the overall deadline or the next datagram
+    /// retransmission, whichever is first; after `Done` only retransmissions of the last
+    /// acknowledgement; `None` once failed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let rtx = self.dgram.as_ref().and_then(Reliable::next_deadline);
+        match self.phase {
+            Phase::Failed => None,
+            Phase::Done => rtx,
+            _ => Some(rtx.map_or(self.deadline, |r| r.min(self.deadline))),
+        }
+    }
+
+    /// The application gives up (or the runtime could not launch): fails the handshake
+    /// and tells the peer root, if known.
+    pub fn cancel(&mut self, error: SpawnError) {
+        self.fail(error, Some(AbortReason::Cancelled));
+        self.flush_dgram();
+    }
+
+    /// Where the handshake is.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Which side this root is.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The inter-group once `Done` (on a spawned child root this is `MPI_Comm_get_parent`).
+    pub fn intergroup(&self) -> Option<&InterGroup> {
+        match &self.result {
+            Some(Ok(ig)) => Some(ig),
+            _ => None,
+        }
+    }
+
+    /// The error once `Failed`.
+    pub fn error(&self) -> Option<&SpawnError> {
+        match &self.result {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The remote group's triple, once known.
+    pub fn remote(&self) -> Option<GroupHeader> {
+        self.remote
+    }
+
+    /// The transport chosen for the endpoint tables, once known (SPAWN-9).
+    pub fn endpoints_via(&self) -> Option<Transport> {
+        self.endpoints_via
+    }
+
+    /// The connection attempt's session id, once known.
+    pub fn session(&self) -> Option<u64> {
+        self.session
+    }
+
+    fn open_stream(&mut self) {
+        if !self.stream_up && self.role == Role::Initiator {
+            self.out.push_back(Output::OpenStream {
+                to: self.port.stream.clone(),
+            });
+            self.stream_up = true;
+        }
+    }
+
+    fn close_stream(&mut self) {
+        if self.stream_up && !self.stream_closed {
+            self.stream_closed = true;
+            self.out.push_back(Output::CloseStream);
+        }
+    }
+
+    fn send(&mut self, now: Instant, msg: &HsMsg, via: Transport) -> Result<(), SpawnError> {
+        let bytes = msg.encode();
+        match via {
+            Transport::Datagram => match self.dgram.as_mut() {
+                Some(r) => r.send(now, &bytes),
+                None => Err(SpawnError::Unexpected {
+                    what: "datagram send without a datagram session",
+                }),
+            },
+            Transport::Stream => {
+                if self.stream_up {
+                    self.out.push_back(Output::SendStream { bytes });
+                } else {
+                    // Acceptor in hybrid mode: the initiator opens the stream; answer on
+                    // it once its first bytes arrive.
+                    self.backlog.push(bytes);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn flush_dgram(&mut self) {
+        if let (Some(r), Some(to)) = (self.dgram.as_mut(), self.peer_dgram.as_ref()) {
+            while let Some(bytes) = r.poll_send() {
+                self.out.push_back(Output::SendDatagram {
+                    to: to.clone(),
+                    bytes,
+                });
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, now: Instant, from: Addr, bytes: &[u8]) -> Result<(), SpawnError> {
+        // SPAWN-10: work on a copy of the reliability layer and commit only if the
+        // datagram and every message it completes are well-formed.
+        let mut next = match self.dgram.as_ref() {
+            Some(r) => {
+                if self.peer_dgram.as_ref() != Some(&from) {
+                    return Err(SpawnError::UnknownPeer);
+                }
+                let mut next = r.clone();
+                next.on_datagram(bytes)?;
+                next
+            }
+            None => {
+                if self.phase != Phase::Listening
+                    || self.port.boot.hello_transport() != Transport::Datagram
+                {
+                    return Err(SpawnError::Unexpected {
+                        what: "datagram outside a datagram session",
+                    });
+                }
+                // Only a Hello opens a session, and a Hello is always one segment, so the
+                // listener keeps no state for strangers.
+                let frame = DgramFrame::decode(bytes)?;
+                let session = match &frame {
+                    DgramFrame::Segment(s) if s.count == 1 => match HsMsg::decode(&s.payload)? {
+                        HsMsg::Hello { session, .. } if session == s.session => session,
+                        _ => {
+                            return Err(SpawnError::Unexpected {
+                                what: "first datagram is not a Hello",
+                            });
+                        }
+                    },
+                    _ => {
+                        return Err(SpawnError::Unexpected {
+                            what: "first datagram is not a one-segment Hello",
+                        });
+                    }
+                };
+                let mut r = Reliable::new(session, self.cfg.datagram);
+                r.on_frame(frame)?;
+                r
+            }
+        };
+        let mut msgs = Vec::new();
+        while let Some(payload) = next.poll_recv() {
+            msgs.push(HsMsg::decode(&payload)?);
+        }
+        self.dgram = Some(next);
+        self.peer_dgram = Some(from);
+        for m in msgs {
+            self.on_msg(now, m);
+        }
+        Ok(())
+    }
+
+    fn on_stream(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SpawnError> {
+        if self.port.boot == super::Bootstrap::Datagram {
+            return Err(SpawnError::Unexpected {
+                what: "stream bytes in a datagram-only handshake",
+            });
+        }
+        let mut reader = self.reader.clone();
+        let frames = reader.push(bytes)?;
+        let msgs = frames
+            .into_iter()
+            .map(|(h, body)| HsMsg::decode_body(h.msg_type, &body))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.reader = reader;
+        if !self.stream_up && !self.stream_closed {
+            self.stream_up = true;
+            for bytes in core::mem::take(&mut self.backlog) {
+                self.out.push_back(Output::SendStream { bytes });
+            }
+        }
+        for m in msgs {
+            self.on_msg(now, m);
+        }
+        Ok(())
+    }
+
+    fn on_stream_closed(&mut self) -> Result<(), SpawnError> {
+        match self.phase {
+            Phase::Done | Phase::Failed => Ok(()),
+            _ if self.stream_up => {
+                self.fail(SpawnError::StreamClosed, None);
+                Ok(())
+            }
+            _ => Err(SpawnError::Unexpected {
+                what: "StreamClosed without a bootstrap stream",
+            }),
+        }
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Failed {
+            return;
+        }
+        if let Some(r) = self.dgram.as_mut() {
+            if let Err(e) = r.on_timeout(now) {
+                if self.phase == Phase::Done {
+                    // Our last ack went unacknowledged; the peer completes on its own
+                    // copy or reports its failure with an Abort (SPAWN-8).
+                    r.stop();
+                } else {
+                    self.fail(e, Some(AbortReason::Timeout));
+                    return;
+                }
+            }
+        }
+        if self.phase != Phase::Done && now >= self.deadline {
+            // SPAWN-8
+            self.fail(
+                SpawnError::Timeout { phase: self.phase },
+                Some(AbortReason::Timeout),
+            );
+        }
+    }
+
+    fn on_msg(&mut self, now: Instant, msg: HsMsg) {
+        if let Some(s) = self.session {
+            if msg.session() != s {
+                warn!(
+                    got = msg.session(),
+                    expected = s,
+                    "handshake: message of another session dropped"
+                );
+                return;
+            }
+        }
+        debug!(msg = msg.name(), phase = ?self.phase, "handshake: message");
+        match (self.phase, msg) {
+            (Phase::Listening, HsMsg::Hello { session, header }) => {
+                self.on_hello(now, session, header)
+            }
+            (
+                Phase::AwaitHelloAck,
+                HsMsg::HelloAck {
+                    header,
+                    endpoints_via,
+                    ..
+                },
+            ) => self.on_hello_ack(now, header, endpoints_via),
+            // Datagrams are unordered: the acceptor's table may overtake its HelloAck.
+            (Phase::AwaitHelloAck, HsMsg::Endpoints { endpoints, .. }) => {
+                self.early_endpoints.get_or_insert(endpoints);
+            }
+            (Phase::Endpoints, HsMsg::Endpoints { endpoints, .. }) => {
+                self.on_endpoints(now, endpoints)
+            }
+            (Phase::Endpoints, HsMsg::EndpointsAck { .. }) => {
+                self.peer_has_ours = true;
+                self.check_done();
+            }
+            (
+                Phase::AwaitHelloAck | Phase::Endpoints | Phase::Done,
+                HsMsg::Abort { reason, .. },
+            ) => {
+                self.fail(SpawnError::Aborted { reason }, None);
+            }
+            // SPAWN-11: everything else is late or duplicated and changes nothing.
+            (phase, m) => debug!(
+                msg = m.name(),
+                ?phase,
+                "handshake: late or duplicate message ignored"
+            ),
+        }
+    }
+
+    fn check_header(h: &GroupHeader) -> bool {
+        h.size >= 1 && h.size as usize <= MAX_GROUP
+    }
+
+    fn announce_remote(&mut self, remote: GroupHeader) {
+        let session = self.session.unwrap_or_default();
+        for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
+            // SPAWN-6
+            self.out.push_back(Output::ToMember {
+                member,
+                msg: MemberMsg::RemoteGroup { session, remote },
+            });
+        }
+    }
+
+    fn on_hello(&mut self, now: Instant, session: u64, header: GroupHeader) {
+        self.session = Some(session);
+        self.remote = Some(header);
+        if !Self::check_header(&header) {
+            self.fail(
+                SpawnError::Unexpected {
+                    what: "Hello with group size 0 or over 65536",
+                },
+                Some(AbortReason::ProtocolViolation),
+            );
+            return;
+        }
+        // SPAWN-9: the acceptor applies the rule and tells the initiator the result.
+        let via = self
+            .port
+            .boot
+            .endpoint_transport(self.cfg.local.size, header.size);
+        self.endpoints_via = Some(via);
+        let ack = HsMsg::HelloAck {
+            session,
+            header: self.cfg.local,
+            endpoints_via: via,
+        };
+        if let Err(e) = self.send(now, &ack, self.port.boot.hello_transport()) {
+            self.fail(e, None);
+            return;
+        }
+        if let Some((group_id, size)) = self.cfg.expect_remote {
+            if (group_id, size) != (header.group_id, header.size) {
+                self.fail(
+                    SpawnError::WrongRemoteGroup {
+                        expected_group: group_id,
+                        expected_size: size,
+                        got_group: header.group_id,
+                        got_size: header.size,
+                    },
+                    Some(AbortReason::ProtocolViolation),
+                );
+                return;
+            }
+        }
+        self.announce_remote(header);
+        self.phase = Phase::Endpoints;
+        self.send_endpoints(now, via);
+    }
+
+    fn send_endpoints(&mut self, now: Instant, via: Transport) {
+        let msg = HsMsg::Endpoints {
+            session: self.session.unwrap_or_default(),
+            endpoints: self.cfg.local_endpoints.clone(),
+        };
+        if let Err(e) = self.send(now, &msg, via) {
+            self.fail(e, Some(AbortReason::ProtocolViolation));
+        }
+    }
+
+    fn on_hello_ack(&mut self, now: Instant, header: GroupHeader, via: Transport) {
+        self.remote = Some(header);
+        if !Self::check_header(&header) {
+            self.fail(
+                SpawnError::Unexpected {
+                    what: "HelloAck with group size 0 or over 65536",
+                },
+                Some(AbortReason::ProtocolViolation),
+            );
+            return;
+        }
+        if via
+            != self
+                .port
+                .boot
+                .endpoint_transport(self.cfg.local.size, header.size)
+        {
+            self.fail(
+                SpawnError::Unexpected {
+                    what: "HelloAck's endpoint transport breaks SPAWN-9",
+                },
+                Some(AbortReason::ProtocolViolation),
+            );
+            return;
+        }
+        self.endpoints_via = Some(via);
+        self.announce_remote(header);
+        self.phase = Phase::Endpoints;
+        if via == Transport::Stream {
+            // The hybrid switch: the initiator opens the stream (SPAWN-9).
+            self.open_stream();
+        }
+        self.send_endpoints(now, via);
+        if let Some(e) = self.early_endpoints.take() {
+            self.on_endpoints(now, e);
+        }
+    }
+
+    fn on_endpoints(&mut self, now: Instant, endpoints: Vec<Addr>) {
+        if self.remote_endpoints.is_some() || self.phase != Phase::Endpoints {
+            return;
+        }
+        let Some(remote) = self.remote else { return };
+        if endpoints.len() != remote.size as usize {
+            // SPAWN-7
+            self.fail(
+                SpawnError::EndpointCount {
+                    expected: remote.size,
+                    got: endpoints.len() as u64,
+                },
+                Some(AbortReason::ProtocolViolation),
+            );
+            return;
+        }
+        self.remote_endpoints = Some(endpoints);
+        let ack = HsMsg::EndpointsAck {
+            session: self.session.unwrap_or_default(),
+        };
+        let via = self.endpoints_via.unwrap_or(Transport::Stream);
+        if let Err(e) = self.send(now, &ack, via) {
+            self.fail(e, None);
+            return;
+        }
+        self.check_done();
+    }
+
+    fn check_done(&mut self) {
+        // SPAWN-16: Done needs the peer's table and the peer's ack of ours.
+        if self.phase != Phase::Endpoints || !self.peer_has_ours {
+            return;
+        }
+        let (Some(remote), Some(remote_endpoints)) = (self.remote, self.remote_endpoints.clone())
+        else {
+            return;
+        };
+        let session = self.session.unwrap_or_default();
+        let ig = InterGroup {
+            session,
+            role: self.role,
+            local_rank: self.cfg.root,
+            local: self.cfg.local,
+            remote,
+            local_endpoints: self.cfg.local_endpoints.clone(),
+            remote_endpoints,
+        };
+        for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
+            self.out.push_back(Output::ToMember {
+                member,
+                msg: MemberMsg::RemoteEndpoints {
+                    session,
+                    endpoints: ig.remote_endpoints.clone(),
+                },
+            });
+        }
+        // Everything this side sends was written before Done; the stream was only for
+        // bootstrapping.
+        self.close_stream();
+        debug!(session, "handshake: done");
+        self.phase = Phase::Done;
+        self.out.push_back(Output::Ready(ig.clone()));
+        self.result = Some(Ok(ig));
+    }
+
+    fn fail(&mut self, error: SpawnError, notify: Option<AbortReason>) {
+        if self.phase == Phase::Failed {
+            return;
+        }
+        warn!(%error, phase = ?self.phase, "handshake failed");
+        let session = self.session;
+        if let (Some(reason), Some(session)) = (notify, session) {
+            let abort = HsMsg::Abort { session, reason }.encode();
+            if self.stream_up {
+                self.out.push_back(Output::SendStream {
+                    bytes: abort.clone(),
+                });
+            }
+            if let Some(r) = self.dgram.as_mut() {
+                // Best effort, never retransmitted: the peer also has a deadline.
+                let _ = r.send_once(&abort);
+            }
+        }
+        if let Some(r) = self.dgram.as_mut() {
+            r.stop();
+        }
+        for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
+            self.out.push_back(Output::ToMember {
+                member,
+                msg: MemberMsg::Failed {
+                    session: session.unwrap_or_default(),
+                    error: error.clone(),
+                },
+            });
+        }
+        self.close_stream();
+        self.phase = Phase::Failed;
+        self.out.push_back(Output::Failed(error.clone()));
+        self.result = Some(Err(error));
+    }
+}

@@ -1,0 +1,182 @@
+//! `MPI_Comm_join(fd)`: two processes that share a byte stream swap their port names
+//! over it, then run an ordinary handshake; the lower port accepts (SPAWN-14).
+
+use alloc::collections::VecDeque;
+use alloc::string::ToString;
+use alloc::vec::Vec;
+
+use crate::time::Instant;
+use crate::wire::WireError;
+
+use super::datagram::DgramFrame;
+use super::handshake::{Handshake, HandshakeConfig, Phase};
+use super::msg::JoinPort;
+use super::port::PortName;
+use super::stream::FrameReader;
+use super::{Input, Output, SpawnError};
+
+/// Inputs held while the roles are still undecided, at most this many.
+pub const MAX_HELD: usize = 64;
+
+/// One end of a join.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Join {
+    my_port: PortName,
+    cfg: HandshakeConfig,
+    reader: FrameReader,
+    deadline: Instant,
+    inner: Option<Handshake>,
+    held: Vec<Input>,
+    failed: Option<SpawnError>,
+    out: VecDeque<Output>,
+}
+
+impl Join {
+    /// Starts a join; `my_port` is a port this process listens on, the local group is
+    /// this process alone.
+    pub fn new(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
+        if cfg.local.size != 1 {
+            return Err(SpawnError::Config("join connects singleton groups"));
+        }
+        let mut out = VecDeque::new();
+        out.push_back(Output::SendJoin {
+            bytes: JoinPort {
+                port: my_port.to_string(),
+            }
+            .encode(),
+        });
+        Ok(Join {
+            deadline: now + cfg.timeout,
+            my_port,
+            cfg,
+            reader: FrameReader::new(),
+            inner: None,
+            held: Vec::new(),
+            failed: None,
+            out,
+        })
+    }
+
+    /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::JoinStream`].
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        if let Some(hs) = self.inner.as_mut() {
+            if matches!(input, Input::JoinStream { .. }) {
+                // The join stream is never used after the port exchange.
+                return Ok(());
+            }
+            let r = hs.handle(now, input);
+            self.drain();
+            return r;
+        }
+        match input {
+            Input::JoinStream { bytes } => self.on_join_bytes(now, &bytes),
+            Input::Timeout => {
+                if now >= self.deadline {
+                    self.fail(SpawnError::Timeout {
+                        phase: Phase::JoinExchange,
+                    });
+                }
+                Ok(())
+            }
+            Input::LaunchFailed { .. } => Err(SpawnError::Unexpected {
+                what: "LaunchFailed in a join",
+            }),
+            held => {
+                // The peer may already have sent its Hello when its port has not arrived
+                // here yet.
+                if self.held.len() >= MAX_HELD {
+                    return Err(WireError::OverLimit {
+                        what: "inputs held before the join port",
+                        value: MAX_HELD as u64 + 1,
+                        max: MAX_HELD as u64,
+                    }
+                    .into());
+                }
+                if let Input::Datagram { bytes, .. } = &held {
+                    // Check what can be checked now: corruption is reported at once.
+                    DgramFrame::decode(bytes)?;
+                }
+                self.held.push(held);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_join_bytes(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SpawnError> {
+        let mut reader = self.reader.clone();
+        let frames = reader.push(bytes)?;
+        let Some((h, body)) = frames.first() else {
+            self.reader = reader;
+            return Ok(());
+        };
+        let peer = JoinPort::decode_body(h.msg_type, body)?;
+        let peer = PortName::parse(&peer.port)?;
+        self.reader = reader;
+        let mine = self.my_port.to_string();
+        let theirs = peer.to_string();
+        if mine == theirs {
+            self.fail(SpawnError::JoinSamePort);
+            return Ok(());
+        }
+        // SPAWN-14: both ends compare the same two strings, so they pick opposite roles.
+        let hs = if mine < theirs {
+            Handshake::accept(now, self.my_port.clone(), self.cfg.clone())
+        } else {
+            Handshake::connect(now, peer, self.cfg.clone())
+        };
+        match hs {
+            Ok(hs) => {
+                self.inner = Some(hs);
+                self.drain();
+                for input in core::mem::take(&mut self.held) {
+                    // Held inputs were not checked yet; bad ones are dropped as usual.
+                    let _ = self.handle(now, input);
+                }
+            }
+            Err(e) => self.fail(e),
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) {
+        if let Some(hs) = self.inner.as_mut() {
+            while let Some(o) = hs.poll_output() {
+                self.out.push_back(o);
+            }
+        }
+    }
+
+    fn fail(&mut self, e: SpawnError) {
+        self.out.push_back(Output::Failed(e.clone()));
+        self.failed = Some(e);
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The port exchange's deadline, then the handshake's.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (&self.failed, &self.inner) {
+            (Some(_), _) => None,
+            (None, Some(hs)) => hs.poll_timeout(),
+            (None, None) => Some(self.deadline),
+        }
+    }
+
+    /// The handshake, once the roles are decided.
+    pub fn handshake(&self) -> Option<&Handshake> {
+        self.inner.as_ref()
+    }
+
+    /// The error, if the join failed before or during the handshake.
+    pub fn error(&self) -> Option<&SpawnError> {
+        self.failed
+            .as_ref()
+            .or_else(|| self.inner.as_ref().and_then(Handshake::error))
+    }
+}

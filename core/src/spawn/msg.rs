@@ -1,0 +1,449 @@
+//! The handshake messages the two roots exchange (`spec/wire.md`, "Spawn messages"),
+//! whatever the bootstrap carries them.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::wire::prim::{
+    bytes, put_bytes, put_seq, put_str, put_u8, put_u32, put_u64, seq, string, u8, u32, u64,
+};
+use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
+
+use super::port::{MAX_PORT_NAME, Transport};
+
+/// Longest endpoint or port address, in bytes.
+pub const MAX_ADDR: usize = 64;
+/// Largest group whose endpoint table the handshake carries.
+pub const MAX_GROUP: usize = 1 << 16;
+
+/// An opaque transport address: a UD (LID, QPN) pair, an RC connection request address,
+/// a socket address... The kernel compares and copies it, never interprets it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Addr(pub Vec<u8>);
+
+/// What defines one side of an inter-group: the triple the roots exchange (SPAWN-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupHeader {
+    /// The group's id (unique per job; given by the launcher / the application).
+    pub group_id: u64,
+    /// Number of processes in the group.
+    pub size: u32,
+    /// The context id this side allocated for the inter-group (SPAWN-5).
+    pub context_id: u32,
+}
+
+/// Why a root gave up (carried by [`HsMsg::Abort`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AbortReason {
+    /// The sender timed out.
+    Timeout = 1,
+    /// The sender received something that breaks the protocol.
+    ProtocolViolation = 2,
+    /// The sender's application or launcher cancelled.
+    Cancelled = 3,
+}
+
+impl AbortReason {
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(AbortReason::Timeout),
+            2 => Some(AbortReason::ProtocolViolation),
+            3 => Some(AbortReason::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// A handshake message between the two roots. `session` is the initiator's group id and
+/// ties every message to one connection attempt (SPAWN-11).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HsMsg {
+    /// Initiator → acceptor: the initiator's triple (the one small message, SPAWN-4).
+    Hello {
+        /// The connection attempt.
+        session: u64,
+        /// The initiator's (group id, size, context id).
+        header: GroupHeader,
+    },
+    /// Acceptor → initiator: acknowledges the Hello and carries the acceptor's triple and
+    /// the transport both sides use for the endpoint tables (SPAWN-9).
+    HelloAck {
+        /// The connection attempt.
+        session: u64,
+        /// The acceptor's (group id, size, context id).
+        header: GroupHeader,
+        /// Transport of the endpoint tables.
+        endpoints_via: Transport,
+    },
+    /// Each root → the other: the endpoint of every rank of its group, rank order.
+    Endpoints {
+        /// The connection attempt.
+        session: u64,
+        /// `endpoints[r]` is rank `r`'s address.
+        endpoints: Vec<Addr>,
+    },
+    /// The peer's endpoint table arrived complete.
+    EndpointsAck {
+        /// The connection attempt.
+        session: u64,
+    },
+    /// The sender gave up on this connection attempt.
+    Abort {
+        /// The connection attempt.
+        session: u64,
+        /// Why.
+        reason: AbortReason,
+    },
+}
+
+fn put_header(out: &mut Vec<u8>, h: &GroupHeader) {
+    put_u64(out, h.group_id);
+    put_u32(out, h.size);
+    put_u32(out, h.context_id);
+}
+
+fn header(input: &[u8]) -> PResult<'_, GroupHeader> {
+    let (i, group_id) = u64(input)?;
+    let (i, size) = u32(i)?;
+    let (i, context_id) = u32(i)?;
+    Ok((
+        i,
+        GroupHeader {
+            group_id,
+            size,
+            context_id,
+        },
+    ))
+}
+
+fn transport(input: &[u8]) -> PResult<'_, Transport> {
+    let (i, v) = u8(input)?;
+    match v {
+        1 => Ok((i, Transport::Datagram)),
+        2 => Ok((i, Transport::Stream)),
+        _ => Err(nom::Err::Failure(WireError::InvalidValue {
+            what: "transport",
+            value: u64::from(v),
+        })),
+    }
+}
+
+fn addr(input: &[u8]) -> PResult<'_, Addr> {
+    let (i, b) = bytes("address", MAX_ADDR)(input)?;
+    Ok((i, Addr(b.to_vec())))
+}
+
+impl HsMsg {
+    /// The connection attempt this message belongs to.
+    pub fn session(&self) -> u64 {
+        match self {
+            HsMsg::Hello { session, .. }
+            | HsMsg::HelloAck { session, .. }
+            | HsMsg::Endpoints { session, .. }
+            | HsMsg::EndpointsAck { session }
+            | HsMsg::Abort { session, .. } => *session,
+        }
+    }
+
+    /// The message's name, for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HsMsg::Hello { .. } => "Hello",
+            HsMsg::HelloAck { .. } => "HelloAck",
+            HsMsg::Endpoints { .. } => "Endpoints",
+            HsMsg::EndpointsAck { .. } => "EndpointsAck",
+            HsMsg::Abort { .. } => "Abort",
+        }
+    }
+
+    /// Encodes the message as one frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            HsMsg::Hello { session, header } => encode_frame(&mut out, types::HELLO, |b| {
+                put_u64(b, *session);
+                put_header(b, header);
+            }),
+            HsMsg::HelloAck {
+                session,
+                header,
+                endpoints_via,
+            } => encode_frame(&mut out, types::HELLO_ACK, |b| {
+                put_u64(b, *session);
+                put_header(b, header);
+                put_u8(
+                    b,
+                    match endpoints_via {
+                        Transport::Datagram => 1,
+                        Transport::Stream => 2,
+                    },
+                );
+            }),
+            HsMsg::Endpoints { session, endpoints } => {
+                encode_frame(&mut out, types::ENDPOINTS, |b| {
+                    put_u64(b, *session);
+                    put_seq(b, endpoints, |b, a| put_bytes(b, &a.0));
+                })
+            }
+            HsMsg::EndpointsAck { session } => {
+                encode_frame(&mut out, types::ENDPOINTS_ACK, |b| put_u64(b, *session))
+            }
+            HsMsg::Abort { session, reason } => encode_frame(&mut out, types::ABORT, |b| {
+                put_u64(b, *session);
+                put_u8(b, *reason as u8);
+            }),
+        }
+        out
+    }
+
+    /// Decodes one frame holding exactly one handshake message.
+    pub fn decode(frame: &[u8]) -> Result<HsMsg, WireError> {
+        let (h, body) = decode_frame(frame)?;
+        Self::decode_body(h.msg_type, body)
+    }
+
+    /// Decodes a message body of type `msg_type`.
+    pub fn decode_body(msg_type: u16, body: &[u8]) -> Result<HsMsg, WireError> {
+        match msg_type {
+            types::HELLO => parse_all(body, |i| {
+                let (i, session) = u64(i)?;
+                let (i, header) = header(i)?;
+                Ok((i, HsMsg::Hello { session, header }))
+            }),
+            types::HELLO_ACK => parse_all(body, |i| {
+                let (i, session) = u64(i)?;
+                let (i, header) = header(i)?;
+                let (i, endpoints_via) = transport(i)?;
+                Ok((
+                    i,
+                    HsMsg::HelloAck {
+                        session,
+                        header,
+                        endpoints_via,
+                    },
+                ))
+            }),
+            types::ENDPOINTS => parse_all(body, |i| {
+                let (i, session) = u64(i)?;
+                let (i, endpoints) = seq("endpoints", MAX_GROUP, addr)(i)?;
+                Ok((i, HsMsg::Endpoints { session, endpoints }))
+            }),
+            types::ENDPOINTS_ACK => parse_all(body, |i| {
+                let (i, session) = u64(i)?;
+                Ok((i, HsMsg::EndpointsAck { session }))
+            }),
+            types::ABORT => parse_all(body, |i| {
+                let (i, session) = u64(i)?;
+                let (i, r) = u8(i)?;
+                let reason =
+                    AbortReason::from_u8(r).ok_or(nom::Err::Failure(WireError::InvalidValue {
+                        what: "abort reason",
+                        value: u64::from(r),
+                    }))?;
+                Ok((i, HsMsg::Abort { session, reason }))
+            }),
+            other => Err(WireError::UnknownType { msg_type: other }),
+        }
+    }
+}
+
+/// Join: the port a process listens on, sent over the joined byte stream (SPAWN-14).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct JoinPort {
+    /// The sender's port name (text form).
+    pub port: String,
+}
+
+impl JoinPort {
+    /// Encodes as one frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_frame(&mut out, types::JOIN_PORT, |b| put_str(b, &self.port));
+        out
+    }
+
+    /// Decodes one frame.
+    pub fn decode(frame: &[u8]) -> Result<JoinPort, WireError> {
+        let (h, body) = decode_frame(frame)?;
+        Self::decode_body(h.msg_type, body)
+    }
+
+    /// Decodes a body of type `msg_type`.
+    pub fn decode_body(msg_type: u16, body: &[u8]) -> Result<JoinPort, WireError> {
+        if msg_type != types::JOIN_PORT {
+            return Err(WireError::UnknownType { msg_type });
+        }
+        parse_all(body, |i| {
+            let (i, port) = string("port", MAX_PORT_NAME)(i)?;
+            Ok((i, JoinPort { port }))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    pub(crate) fn arb_header() -> impl Strategy<Value = GroupHeader> {
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(group_id, size, context_id)| {
+            GroupHeader {
+                group_id,
+                size,
+                context_id,
+            }
+        })
+    }
+
+    fn arb_msg() -> impl Strategy<Value = HsMsg> {
+        let addr = proptest::collection::vec(any::<u8>(), 0..=MAX_ADDR).prop_map(Addr);
+        prop_oneof![
+            (any::<u64>(), arb_header())
+                .prop_map(|(session, header)| HsMsg::Hello { session, header }),
+            (any::<u64>(), arb_header(), any::<bool>()).prop_map(|(session, header, s)| {
+                HsMsg::HelloAck {
+                    session,
+                    header,
+                    endpoints_via: if s {
+                        Transport::Stream
+                    } else {
+                        Transport::Datagram
+                    },
+                }
+            }),
+            (any::<u64>(), proptest::collection::vec(addr, 0..40))
+                .prop_map(|(session, endpoints)| HsMsg::Endpoints { session, endpoints }),
+            any::<u64>().prop_map(|session| HsMsg::EndpointsAck { session }),
+            (any::<u64>(), 1u8..=3).prop_map(|(session, r)| HsMsg::Abort {
+                session,
+                reason: AbortReason::from_u8(r).unwrap_or(AbortReason::Timeout),
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn handshake_messages_round_trip(m in arb_msg()) {
+            prop_assert_eq!(HsMsg::decode(&m.encode()), Ok(m));
+        }
+
+        #[test]
+        fn join_port_round_trips(port in ".{0,100}") {
+            let m = JoinPort { port };
+            prop_assert_eq!(JoinPort::decode(&m.encode()), Ok(m));
+        }
+
+        #[test]
+        fn truncations_of_valid_messages_are_errors(m in arb_msg(), cut in any::<prop::sample::Index>()) {
+            let b = m.encode();
+            let cut = cut.index(b.len());
+            prop_assert!(HsMsg::decode(&b[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn malformed_table() {
+        let hello = HsMsg::Hello {
+            session: 1,
+            header: GroupHeader {
+                group_id: 2,
+                size: 3,
+                context_id: 4,
+            },
+        }
+        .encode();
+        let ack = HsMsg::HelloAck {
+            session: 1,
+            header: GroupHeader {
+                group_id: 2,
+                size: 3,
+                context_id: 4,
+            },
+            endpoints_via: Transport::Stream,
+        }
+        .encode();
+        let with = |mut v: Vec<u8>, i: usize, b: u8| {
+            v[i] = b;
+            v
+        };
+        let mut trailing = hello.clone();
+        trailing.push(0);
+        let n = trailing.len();
+        trailing[8] = (n - 9) as u8; // header agrees, body has an extra byte
+        let mut huge_count = vec![b'D', b'R', 1, 0x01, 0x03, 0, 0, 0, 12];
+        huge_count.extend_from_slice(&[0; 8]);
+        huge_count.extend_from_slice(&[0xff; 4]);
+        let mut long_addr = vec![b'D', b'R', 1, 0x01, 0x03, 0, 0, 0, 16];
+        long_addr.extend_from_slice(&[0; 8]);
+        long_addr.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 65]);
+        let mut bad_utf8 = vec![b'D', b'R', 1, 0x01, 0x06, 0, 0, 0, 6];
+        bad_utf8.extend_from_slice(&[0, 0, 0, 2, 0xc3, 0x28]);
+        let cases: Vec<(&str, Vec<u8>, WireError)> = vec![
+            ("empty", vec![], WireError::Truncated),
+            (
+                "bad magic",
+                with(hello.clone(), 1, b'X'),
+                WireError::BadMagic { found: *b"DX" },
+            ),
+            (
+                "bad version",
+                with(hello.clone(), 2, 2),
+                WireError::UnknownVersion { version: 2 },
+            ),
+            (
+                "unknown type",
+                with(hello.clone(), 4, 0x7f),
+                WireError::UnknownType { msg_type: 0x017f },
+            ),
+            (
+                "foreign range",
+                with(hello.clone(), 3, 0x02),
+                WireError::UnknownType { msg_type: 0x0201 },
+            ),
+            (
+                "length too short",
+                with(hello.clone(), 8, 3),
+                WireError::LengthMismatch {
+                    declared: 3,
+                    actual: 24,
+                },
+            ),
+            ("trailing", trailing, WireError::TrailingBytes { extra: 1 }),
+            (
+                "bad transport",
+                with(ack.clone(), ack.len() - 1, 9),
+                WireError::InvalidValue {
+                    what: "transport",
+                    value: 9,
+                },
+            ),
+            (
+                "huge count",
+                huge_count,
+                WireError::OverLimit {
+                    what: "endpoints",
+                    value: 0xffff_ffff,
+                    max: MAX_GROUP as u64,
+                },
+            ),
+            (
+                "long address",
+                long_addr,
+                WireError::OverLimit {
+                    what: "address",
+                    value: 65,
+                    max: MAX_ADDR as u64,
+                },
+            ),
+        ];
+        for (name, bytes, want) in cases {
+            assert_eq!(HsMsg::decode(&bytes), Err(want), "{name}");
+        }
+        assert_eq!(JoinPort::decode(&bad_utf8), Err(WireError::NotUtf8));
+        assert_eq!(
+            JoinPort::decode(&hello),
+            Err(WireError::UnknownType { msg_type: 0x0101 })
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! `MPI_Comm_spawn` at the parent root: launch the children with the port in their
+//! environment, accept their root, kill them if the spawn fails.
+
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::process::Namespace;
+use crate::time::Instant;
+
+use super::handshake::{Handshake, HandshakeConfig};
+use super::msg::MAX_GROUP;
+use super::port::PortName;
+use super::{Input, Output, SpawnError};
+
+/// What a spawned child finds in its environment (SPAWN-3).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SpawnEnv {
+    /// The parent root's port: the child root connects to it.
+    pub parent_port: PortName,
+    /// The children's group id.
+    pub group_id: u64,
+    /// How many children were spawned together (the child group's size).
+    pub size: u32,
+}
+
+impl SpawnEnv {
+    /// Variable holding the parent's port name.
+    pub const PORT_VAR: &'static str = "DYNRES_PARENT_PORT";
+    /// Variable holding the child group's id (decimal).
+    pub const GROUP_VAR: &'static str = "DYNRES_SPAWN_GROUP";
+    /// Variable holding the child group's size (decimal).
+    pub const SIZE_VAR: &'static str = "DYNRES_SPAWN_SIZE";
+
+    /// The variables to add to every child's environment.
+    pub fn to_env(&self) -> Vec<(String, String)> {
+        alloc::vec![
+            (Self::PORT_VAR.to_string(), self.parent_port.to_string()),
+            (Self::GROUP_VAR.to_string(), format!("{}", self.group_id)),
+            (Self::SIZE_VAR.to_string(), format!("{}", self.size)),
+        ]
+    }
+
+    /// Reads the variables back in a child. `Ok(None)`: not spawned (no parent port),
+    /// so `MPI_Comm_get_parent` is `MPI_COMM_NULL`.
+    pub fn from_env<'a>(
+        vars: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Option<SpawnEnv>, SpawnError> {
+        let (mut port, mut group, mut size) = (None, None, None);
+        for (k, v) in vars {
+            match k {
+                Self::PORT_VAR => port = Some(PortName::parse(v)?),
+                Self::GROUP_VAR => {
+                    group = Some(
+                        v.parse::<u64>()
+                            .map_err(|_| SpawnError::Config("DYNRES_SPAWN_GROUP is not a u64"))?,
+                    )
+                }
+                Self::SIZE_VAR => {
+                    size = Some(
+                        v.parse::<u32>()
+                            .map_err(|_| SpawnError::Config("DYNRES_SPAWN_SIZE is not a u32"))?,
+                    )
+                }
+                _ => {}
+            }
+        }
+        match (port, group, size) {
+            (None, _, _) => Ok(None),
+            (Some(parent_port), Some(group_id), Some(size)) => Ok(Some(SpawnEnv {
+                parent_port,
+                group_id,
+                size,
+            })),
+            _ => Err(SpawnError::Config("spawn environment incomplete")),
+        }
+    }
+}
+
+/// What the parent root needs for a spawn.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SpawnConfig {
+    /// The parent group and timers (its `expect_remote` is set by the spawn).
+    pub handshake: HandshakeConfig,
+    /// The port the children connect back to (opened by the caller).
+    pub port: PortName,
+    /// How many children (`maxprocs`).
+    pub maxprocs: u32,
+    /// The children's namespace (chosen by the runtime).
+    pub child_namespace: Namespace,
+    /// The children's group id (chosen by the runtime; unique in the job).
+    pub child_group_id: u64,
+}
+
+/// The parent root of one `MPI_Comm_spawn`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SpawnParent {
+    hs: Handshake,
+    namespace: Namespace,
+    count: u32,
+    killed: bool,
+    out: VecDeque<Output>,
+}
+
+impl SpawnParent {
+    /// Starts the spawn: the first output is the [`Output::Launch`].
+    pub fn new(now: Instant, cfg: SpawnConfig) -> Result<Self, SpawnError> {
+        if cfg.maxprocs == 0 || cfg.maxprocs as usize > MAX_GROUP {
+            return Err(SpawnError::Config("maxprocs must be 1..=65536"));
+        }
+        let mut hcfg = cfg.handshake;
+        hcfg.expect_remote = Some((cfg.child_group_id, cfg.maxprocs));
+        let hs = Handshake::accept(now, cfg.port.clone(), hcfg)?;
+        let env = SpawnEnv {
+            parent_port: cfg.port,
+            group_id: cfg.child_group_id,
+            size: cfg.maxprocs,
+        };
+        let mut out = VecDeque::new();
+        out.push_back(Output::Launch {
+            namespace: cfg.child_namespace.clone(),
+            count: cfg.maxprocs,
+            env: env.to_env(),
+        });
+        Ok(SpawnParent {
+            hs,
+            namespace: cfg.child_namespace,
+            count: cfg.maxprocs,
+            killed: false,
+            out,
+        })
+    }
+
+    /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let r = match input {
+            Input::LaunchFailed { reason } => {
+                self.hs.cancel(SpawnError::LaunchFailed { reason });
+                Ok(())
+            }
+            other => self.hs.handle(now, other),
+        };
+        self.drain();
+        r
+    }
+
+    fn drain(&mut self) {
+        while let Some(o) = self.hs.poll_output() {
+            let failed = matches!(o, Output::Failed(_));
+            self.out.push_back(o);
+            if failed && !self.killed {
+                // SPAWN-8: no child outlives a failed spawn.
+                self.killed = true;
+                self.out.push_back(Output::Kill {
+                    namespace: self.namespace.clone(),
+                    count: self.count,
+                });
+            }
+        }
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// See [`Handshake::poll_timeout`].
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.hs.poll_timeout()
+    }
+
+    /// The handshake inside.
+    pub fn handshake(&self) -> &Handshake {
+        &self.hs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spawn::{Addr, Bootstrap, GroupHeader, HandshakeConfig};
+    use alloc::vec;
+
+    #[test]
+    fn environment_round_trips_and_rejects_partial_sets() {
+        // SPAWN-3
+        let port = PortName::parse("dynres:1:dgram:01:02:3").unwrap();
+        let env = SpawnEnv {
+            parent_port: port,
+            group_id: 77,
+            size: 5,
+        };
+        let vars = env.to_env();
+        let back = SpawnEnv::from_env(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        assert_eq!(back, Ok(Some(env)));
+        assert_eq!(SpawnEnv::from_env([("PATH", "/bin")]), Ok(None));
+        assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, vars[0].1.as_str())]).is_err());
+        assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, "nonsense")]).is_err());
+    }
+
+    #[test]
+    fn launch_comes_first_and_failure_kills_once() {
+        // SPAWN-3, SPAWN-8
+        let h = GroupHeader {
+            group_id: 1,
+            size: 1,
+            context_id: 1,
+        };
+        let port = PortName {
+            boot: Bootstrap::Datagram,
+            dgram: Addr(vec![1]),
+            stream: Addr(vec![2]),
+            tag: 0,
+        };
+        let cfg = SpawnConfig {
+            handshake: HandshakeConfig::new(h, vec![Addr(vec![9])]),
+            port,
+            maxprocs: 4,
+            child_namespace: Namespace::new("kids"),
+            child_group_id: 2,
+        };
+        let mut p = SpawnParent::new(Instant(0), cfg.clone()).unwrap();
+        assert!(matches!(
+            p.poll_output(),
+            Some(Output::Launch { count: 4, .. })
+        ));
+        assert_eq!(p.poll_output(), None);
+        let deadline = p.poll_timeout().unwrap();
+        p.handle(deadline, Input::Timeout).unwrap();
+        let outs: Vec<Output> = core::iter::from_fn(|| p.poll_output()).collect();
+        assert_eq!(
+            outs.iter()
+                .filter(|o| matches!(o, Output::Kill { .. }))
+                .count(),
+            1
+        );
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, Output::Failed(SpawnError::Timeout { .. })))
+        );
+        p.handle(
+            deadline,
+            Input::LaunchFailed {
+                reason: "late".into(),
+            },
+        )
+        .unwrap();
+        assert_eq!(p.poll_output(), None, "a decided spawn stays decided");
+        assert_eq!(p.poll_timeout(), None);
+        let bad = SpawnConfig { maxprocs: 0, ..cfg };
+        assert!(SpawnParent::new(Instant(0), bad).is_err());
+    }
+}

@@ -1,0 +1,444 @@
+//! A deterministic in-memory world for the resource-change kernel (think quinn-proto's
+//! `Pair`): one master, one daemon per node, one client per process, ordered links with
+//! a fixed latency, simulated time. Shared by the flow tests and the benchmark.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
+use dynres_core::rc::{
+    CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
+    ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
+    MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+};
+use dynres_core::slots::NodeSpec;
+use dynres_core::{Duration, Instant, Namespace, ProcessId};
+
+#[derive(Clone, Debug)]
+enum Event {
+    ToMaster(NodeId, ToMaster),
+    ToDaemon(NodeId, ToDaemon),
+    ClientToDaemon(ProcessId, ReqId, ClientRequest),
+    DaemonToClient(ProcessId, ReqId, ClientReply),
+    Call(ProcessId, CallId, ClientCall),
+    Exit(ProcessId),
+    External(ChangeRequest),
+}
+
+/// How new and removed processes behave on their own.
+#[derive(Clone, Debug)]
+pub struct Behaviour {
+    /// New processes query `mpi://SELF` after this start-up delay, then confirm.
+    pub confirm: bool,
+    /// Start-up delay of a new process.
+    pub startup: Duration,
+    /// Timeout new processes give their confirm.
+    pub confirm_timeout: Duration,
+    /// Killed processes exit (after one latency).
+    pub exit_on_kill: bool,
+}
+
+pub struct World {
+    pub now: Instant,
+    pub latency: Duration,
+    pub master: Master,
+    pub daemons: Vec<Daemon>,
+    pub clients: BTreeMap<ProcessId, Client>,
+    pub node_of: BTreeMap<ProcessId, NodeId>,
+    pub behaviour: Behaviour,
+    queue: BTreeMap<(Instant, u64), Event>,
+    seq: u64,
+    next_call: CallId,
+    pub results: BTreeMap<(ProcessId, CallId), CallResult>,
+    /// Status changes the master reported, in order.
+    pub statuses: Vec<(PsetName, RcStatus)>,
+    /// Other master outputs (refusals, node allocation, lost processes).
+    pub notices: Vec<MasterOutput>,
+    /// Per launched process: did its daemon already announce a change holding it? (RC-3)
+    pub launch_saw_change: BTreeMap<ProcessId, bool>,
+    pub killed: BTreeSet<ProcessId>,
+    pub exited: BTreeSet<ProcessId>,
+    /// Processes that crash instead of confirming.
+    pub crash_on_launch: BTreeSet<ProcessId>,
+    /// Every reply value a daemon served for a query, per process (versions monotone?).
+    pub messages: u64,
+}
+
+pub const APP: &str = "app";
+
+pub fn pid(rank: u32) -> ProcessId {
+    ProcessId::new(Namespace::new("job"), rank)
+}
+
+pub fn name(s: &str) -> PsetName {
+    PsetName::parse(s).unwrap()
+}
+
+pub fn root() -> PsetName {
+    PsetName::app_root(APP).unwrap()
+}
+
+pub fn config(nodes: u32, slots: u32, start: u32) -> MasterConfig {
+    MasterConfig {
+        namespace: Namespace::new("job"),
+        nodes: (0..nodes)
+            .map(|i| NodeSpec {
+                name: format!("n{i}"),
+                slots,
+            })
+            .collect(),
+        apps: vec![(APP.to_string(), start)],
+        change_timeout: Duration::from_millis(500),
+        grace: Duration::from_millis(100),
+        max_queued: 2,
+    }
+}
+
+impl World {
+    pub fn new(cfg: MasterConfig) -> World {
+        let nodes = cfg.nodes.len() as u32;
+        let master = Master::new(cfg).expect("job starts");
+        let mut w = World {
+            now: Instant::ZERO,
+            latency: Duration::from_micros(10),
+            master,
+            daemons: (0..nodes).map(|n| Daemon::new(NodeId(n))).collect(),
+            clients: BTreeMap::new(),
+            node_of: BTreeMap::new(),
+            behaviour: Behaviour {
+                confirm: true,
+                startup: Duration::from_millis(5),
+                confirm_timeout: Duration::from_millis(200),
+                exit_on_kill: true,
+            },
+            queue: BTreeMap::new(),
+            seq: 0,
+            next_call: 0,
+            results: BTreeMap::new(),
+            statuses: Vec::new(),
+            notices: Vec::new(),
+            launch_saw_change: BTreeMap::new(),
+            killed: BTreeSet::new(),
+            exited: BTreeSet::new(),
+            crash_on_launch: BTreeSet::new(),
+            messages: 0,
+        };
+        w.drain_master();
+        w.run_for(Duration::from_millis(1));
+        w
+    }
+
+    fn push(&mut self, at: Instant, e: Event) {
+        self.seq += 1;
+        self.messages += 1;
+        self.queue.insert((at, self.seq), e);
+    }
+
+    /// Makes `pid` call `call` now; returns the call id.
+    pub fn call(&mut self, pid: &ProcessId, call: ClientCall) -> CallId {
+        self.next_call += 1;
+        let id = self.next_call;
+        self.push(self.now, Event::Call(pid.clone(), id, call));
+        id
+    }
+
+    /// A change from outside (tool or scheduler).
+    pub fn request(&mut self, req: ChangeRequest) {
+        self.push(self.now, Event::External(req));
+    }
+
+    /// Runs until the call has a result (or `limit` of simulated time passes).
+    pub fn wait(&mut self, pid: &ProcessId, id: CallId) -> CallResult {
+        let limit = self.now + Duration::from_secs(10);
+        while !self.results.contains_key(&(pid.clone(), id)) {
+            assert!(self.step(limit), "call {id} of {pid} never completed");
+        }
+        self.results[&(pid.clone(), id)].clone()
+    }
+
+    /// Calls and waits.
+    pub fn call_wait(&mut self, pid: &ProcessId, call: ClientCall) -> CallResult {
+        let id = self.call(pid, call);
+        self.wait(pid, id)
+    }
+
+    /// Runs every event and timer up to `now + d`.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        while self.step(until) {}
+        self.now = until;
+    }
+
+    /// One event or timer no later than `until`; false if there is none.
+    fn step(&mut self, until: Instant) -> bool {
+        let next_event = self.queue.keys().next().map(|k| k.0);
+        let timer = self.master.poll_timeout();
+        match (next_event, timer) {
+            (_, Some(t)) if t <= until && next_event.is_none_or(|e| t < e) => {
+                self.now = self.now.max(t);
+                self.master.handle(self.now, MasterInput::Timeout).unwrap();
+                self.drain_master();
+                true
+            }
+            (Some(e), _) if e <= until => {
+                let (key, ev) = self.queue.pop_first().unwrap();
+                self.now = self.now.max(key.0);
+                self.dispatch(ev);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn dispatch(&mut self, ev: Event) {
+        match ev {
+            Event::ToMaster(node, msg) => {
+                self.master
+                    .handle(self.now, MasterInput::FromDaemon { node, msg })
+                    .unwrap();
+                self.drain_master();
+            }
+            Event::External(req) => {
+                self.master
+                    .handle(self.now, MasterInput::RequestChange(req))
+                    .unwrap();
+                self.drain_master();
+            }
+            Event::ToDaemon(node, msg) => {
+                self.daemons[node.0 as usize]
+                    .handle(self.now, DaemonInput::FromMaster(msg))
+                    .unwrap();
+                self.drain_daemon(node);
+            }
+            Event::ClientToDaemon(from, req, request) => {
+                if self.exited.contains(&from) {
+                    return;
+                }
+                let node = self.node_of[&from];
+                let _ = self.daemons[node.0 as usize]
+                    .handle(self.now, DaemonInput::FromClient { from, req, request });
+                self.drain_daemon(node);
+            }
+            Event::DaemonToClient(to, req, reply) => {
+                if self.exited.contains(&to) {
+                    return;
+                }
+                if let Some(c) = self.clients.get_mut(&to) {
+                    c.handle(self.now, ClientInput::Reply { req, reply })
+                        .unwrap();
+                }
+                self.drain_client(&to);
+            }
+            Event::Call(pid, id, call) => {
+                if self.exited.contains(&pid) {
+                    return;
+                }
+                self.clients
+                    .get_mut(&pid)
+                    .expect("client exists")
+                    .handle(self.now, ClientInput::Call { id, call })
+                    .unwrap();
+                self.drain_client(&pid);
+            }
+            Event::Exit(pid) => {
+                if !self.exited.insert(pid.clone()) {
+                    return;
+                }
+                let node = self.node_of[&pid];
+                self.daemons[node.0 as usize]
+                    .handle(self.now, DaemonInput::Exited { pid })
+                    .unwrap();
+                self.drain_daemon(node);
+            }
+        }
+    }
+
+    fn drain_master(&mut self) {
+        while let Some(o) = self.master.poll_output() {
+            match o {
+                MasterOutput::Send(env) => {
+                    let at = self.now + self.latency;
+                    self.push(at, Event::ToDaemon(env.to, env.msg));
+                }
+                MasterOutput::Status { delta, status } => self.statuses.push((delta, status)),
+                other => self.notices.push(other),
+            }
+        }
+    }
+
+    fn drain_daemon(&mut self, node: NodeId) {
+        while let Some(o) = self.daemons[node.0 as usize].poll_output() {
+            let at = self.now + self.latency;
+            match o {
+                DaemonOutput::ToMaster(msg) => self.push(at, Event::ToMaster(node, msg)),
+                DaemonOutput::ToClient { to, req, reply } => {
+                    self.push(at, Event::DaemonToClient(to, req, reply))
+                }
+                DaemonOutput::Launch { procs } => {
+                    for p in procs {
+                        let saw = self.daemons[node.0 as usize]
+                            .changes()
+                            .any(|c| c.includes(&p));
+                        // The job's first processes start before any change exists.
+                        if !self.statuses.is_empty() {
+                            self.launch_saw_change.insert(p.clone(), saw);
+                        }
+                        self.node_of.insert(p.clone(), node);
+                        self.clients.insert(p.clone(), Client::new(p.clone()));
+                        if self.crash_on_launch.contains(&p) {
+                            // Dies while the others are already confirming.
+                            let at = self.now + self.behaviour.startup + self.behaviour.startup;
+                            self.push(at, Event::Exit(p));
+                        } else if self.behaviour.confirm && saw {
+                            self.next_call += 1;
+                            let id = self.next_call;
+                            let at = self.now + self.behaviour.startup;
+                            let call = ClientCall::GetResChange {
+                                bound: Some(PsetName::self_set()),
+                            };
+                            self.push(at, Event::Call(p, id, call));
+                        }
+                    }
+                }
+                DaemonOutput::Kill { procs } => {
+                    for p in procs {
+                        self.killed.insert(p.clone());
+                        if self.behaviour.exit_on_kill {
+                            self.push(at, Event::Exit(p));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn drain_client(&mut self, pid: &ProcessId) {
+        let mut outs = Vec::new();
+        if let Some(c) = self.clients.get_mut(pid) {
+            while let Some(o) = c.poll_output() {
+                outs.push(o);
+            }
+        }
+        for o in outs {
+            match o {
+                ClientOutput::Request { req, request } => {
+                    let at = self.now + self.latency;
+                    self.push(at, Event::ClientToDaemon(pid.clone(), req, request));
+                }
+                ClientOutput::Done { id, result } => {
+                    // A new process that finds itself in an ADD confirms it (Lst. 6.7).
+                    if let CallResult::ResChange(a) = &result {
+                        let adds = matches!(a.kind, Some(RcType::Add | RcType::Replace));
+                        if self.behaviour.confirm && a.incl && adds && !a.status.is_final() {
+                            if let Some(delta) = a.delta.clone() {
+                                let timeout = self.behaviour.confirm_timeout;
+                                self.call(pid, ClientCall::Confirm { delta, timeout });
+                            }
+                        }
+                    }
+                    self.results.insert((pid.clone(), id), result);
+                }
+            }
+        }
+    }
+
+    /// Results of every confirm call, per process.
+    pub fn confirms(&self) -> BTreeMap<ProcessId, Result<PsetName, dynres_core::rc::RcError>> {
+        self.results
+            .iter()
+            .filter_map(|((p, _), r)| match r {
+                CallResult::Confirm(r) => Some((p.clone(), r.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The statuses reported for one change, in order.
+    pub fn status_log(&self, delta: &PsetName) -> Vec<RcStatus> {
+        self.statuses
+            .iter()
+            .filter(|(d, _)| d == delta)
+            .map(|(_, s)| *s)
+            .collect()
+    }
+
+    pub fn members(&self, pset: &PsetName) -> Vec<u32> {
+        self.master
+            .registry()
+            .members(&dynres_core::pset::Origin::Runtime, pset)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.rank)
+            .collect()
+    }
+
+    pub fn version(&self, pset: &PsetName) -> u64 {
+        self.master
+            .registry()
+            .get(pset)
+            .map(|p| p.attrs.version)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The thesis' Lst. 6.7 adaptation step, run by `root` for application-level
+    /// changes: query, apply the change to `mpi://app/app` (phase 2), accept (phase 3),
+    /// and poll a non-blocking accept until it is decided. Removed processes exit.
+    /// Returns the final accept result.
+    pub fn adapt(&mut self, root_pid: &ProcessId, wait: Option<Duration>) -> CallResult {
+        let CallResult::ResChange(q) =
+            self.call_wait(root_pid, ClientCall::GetResChange { bound: None })
+        else {
+            panic!("query")
+        };
+        let (Some(kind), Some(delta)) = (q.kind, q.delta.clone()) else {
+            panic!("no change announced: {q:?}")
+        };
+        let r = root();
+        let op = |op, with: &PsetName| PsetOp::Set {
+            op,
+            pset1: r.clone(),
+            pset2: with.clone(),
+            target: Some(r.clone()),
+            attrs: AttrUpdate::none(),
+        };
+        let ops = match kind {
+            RcType::Add => vec![op(SetOp::Union, &delta)],
+            RcType::Sub => vec![op(SetOp::Difference, &delta)],
+            RcType::Replace => vec![
+                op(SetOp::Difference, q.sub_delta.as_ref().unwrap()),
+                op(SetOp::Union, &delta),
+            ],
+        };
+        let CallResult::PsetOp(Ok(_)) = self.call_wait(root_pid, ClientCall::PsetOp { ops }) else {
+            panic!("pset op failed")
+        };
+        loop {
+            let accept = ClientCall::Accept {
+                delta: delta.clone(),
+                new_pset: r.clone(),
+                bound: None,
+                wait,
+            };
+            let res = self.call_wait(root_pid, accept);
+            match &res {
+                CallResult::Accept(Ok(a)) if a.status == RcStatus::Pending => {
+                    self.run_for(Duration::from_millis(1));
+                }
+                CallResult::Accept(Ok(a)) => {
+                    for p in a.removed.clone() {
+                        let at = self.now + self.latency;
+                        self.push(at, Event::Exit(p));
+                    }
+                    return res;
+                }
+                _ => return res,
+            }
+        }
+    }
+
+    /// Makes a process exit now (finalize, or a crash).
+    pub fn exit(&mut self, pid: &ProcessId) {
+        self.push(self.now, Event::Exit(pid.clone()));
+    }
+}

@@ -1,0 +1,621 @@
+//! Runs `dynres-core`'s own resource-change state machines as stateright actors.
+//!
+//! The master, every daemon and every process' client are the shipped `Master`,
+//! `Daemon` and `Client`: an actor's `on_msg`/`on_timeout` feeds the machine with
+//! `handle` and turns what `poll_output` returns into stateright sends. Nothing about the
+//! protocol is decided here. What *is* written here is the environment: the application's
+//! Lst. 6.7 loop run by a root process, new processes that query and confirm, removed
+//! processes that exit when told, the operating system's kill, and a scheduler that asks
+//! for changes. Time: the master's deadlines become one nondeterministic timer, fired at
+//! any point, which advances the master's clock to its next deadline.
+
+use std::borrow::Cow;
+
+use dynres_core::bugs::Bugs;
+use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
+use dynres_core::rc::{
+    CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
+    ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
+    MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+};
+use dynres_core::{Duration, Instant, ProcessId};
+use stateright::actor::{Actor, Id, Out, model_timeout};
+
+/// Messages between the model's actors.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RcMsg {
+    /// Scheduler → master: a change request (`RES_CHANGE_DEFINE`).
+    Request(ChangeRequest),
+    /// Daemon → master.
+    ToMaster(ToMaster),
+    /// Master → daemon.
+    ToDaemon(ToDaemon),
+    /// Client → its daemon.
+    Req(ReqId, ClientRequest),
+    /// Daemon → client.
+    Reply(ReqId, ClientReply),
+    /// Daemon → a dormant process: you are started.
+    Launch,
+    /// Daemon → process: SIGKILL.
+    Kill,
+    /// Root → removed process: the application's broadcast of `terminate`.
+    Terminate,
+    /// Process → its daemon: I exited (what `waitpid` tells a real daemon).
+    Exited(ProcessId),
+}
+
+/// Timers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RcTimer {
+    /// The master's next deadline.
+    Master,
+    /// A root process polls again.
+    Poll,
+    /// A new process crashes.
+    Crash,
+}
+
+/// What a process does (the application, not the protocol).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Runs the Lst. 6.7 adaptation loop for the application.
+    Root,
+    /// An existing process: exits when told to terminate.
+    Member,
+    /// A process an ADD/REPLACE starts: queries `mpi://SELF` and confirms.
+    New {
+        /// Whether it may crash (a nondeterministic timer).
+        may_crash: bool,
+    },
+}
+
+/// One actor of the model.
+#[derive(Clone, Debug)]
+pub enum RcActor {
+    /// The master, with its configuration and planted bugs.
+    Master(MasterConfig, Bugs),
+    /// Sends these requests to the master, one message each.
+    Scheduler(Vec<ChangeRequest>),
+    /// The daemon of a node, with planted bugs.
+    Daemon(NodeId, Bugs),
+    /// A process.
+    Proc {
+        /// Its id.
+        pid: ProcessId,
+        /// What it does.
+        role: Role,
+        /// Root only: how many times it may poll (bounds the state space; logged when hit).
+        polls: u8,
+    },
+}
+
+/// The master actor's state: the shipped `Master` plus the model's clock and the log of
+/// status changes the properties read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MasterState {
+    /// The kernel machine.
+    pub master: Master,
+    /// The model's clock: advanced only by deadline timeouts.
+    pub now: Instant,
+    /// Every `Status` output, in order.
+    pub log: Vec<(PsetName, RcStatus)>,
+    /// Steps after which some pset's version did not rise by exactly one per membership
+    /// change (`PSET-10`), as seen by comparing the registry before and after each step.
+    pub version_violations: u32,
+}
+
+type VersionView = std::collections::BTreeMap<PsetName, (dynres_core::pset::MemberSet, u64)>;
+
+fn versions(m: &Master) -> VersionView {
+    m.registry()
+        .live_psets()
+        .map(|(n, p)| (n.clone(), (p.members.clone(), p.attrs.version)))
+        .collect()
+}
+
+/// `PSET-10` across one master step: unchanged members keep their version, changed ones
+/// rise (by one per change; a batch may change a pset more than once in one step).
+fn version_step_ok(before: &VersionView, m: &Master) -> bool {
+    m.registry().live_psets().all(|(n, p)| match before.get(n) {
+        Some((members, v)) if *members == p.members => p.attrs.version == *v,
+        Some((_, v)) => p.attrs.version > *v,
+        None => true,
+    })
+}
+
+/// A daemon actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DaemonState {
+    /// The kernel machine.
+    pub daemon: Daemon,
+    /// For each process launched after job start: did the replica already hold a change
+    /// including it (`RC-3`)?
+    pub launched: Vec<(ProcessId, bool)>,
+    /// Pset replicas received with a version below one already held (`RC-14`).
+    pub regressions: u32,
+}
+
+/// Where a process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not started.
+    Dormant,
+    /// Running.
+    Running,
+    /// Exited or killed.
+    Dead,
+}
+
+/// The application step of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Root: its start-up pset requests are out.
+    Setup,
+    /// Nothing out (root: waiting for its next poll).
+    Idle,
+    /// A query is out.
+    Querying,
+    /// Root: the phase-2 pset operation is out.
+    Applying,
+    /// Root: an accept is out or pending (the next poll re-accepts).
+    Accepting,
+    /// New process: the confirm is out.
+    Confirming,
+    /// Nothing more to do.
+    Done,
+}
+
+/// A process actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProcState {
+    /// Lifecycle.
+    pub phase: Phase,
+    /// The kernel machine (present once launched).
+    pub client: Option<Client>,
+    /// Its daemon.
+    pub daemon: Option<Id>,
+    /// Application step.
+    pub step: Step,
+    /// The change being handled.
+    pub current: Option<PsetName>,
+    /// Polls left (root).
+    pub polls_left: u8,
+    /// Launched twice (a rank was reused).
+    pub relaunched: bool,
+    /// Decisions this process observed: (delta, finalized?).
+    pub seen: Vec<(PsetName, bool)>,
+    next_call: u64,
+}
+
+/// Every actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RcState {
+    /// Master.
+    Master(Box<MasterState>),
+    /// Scheduler (stateless).
+    Scheduler,
+    /// Daemon.
+    Daemon(Box<DaemonState>),
+    /// Process.
+    Proc(Box<ProcState>),
+}
+
+/// Actor ids: master 0, scheduler 1, daemons from 2, then one per rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// Number of daemons.
+    pub daemons: usize,
+}
+
+impl Layout {
+    /// The master's id.
+    pub fn master() -> Id {
+        Id::from(0usize)
+    }
+    /// The daemon of `node`.
+    pub fn daemon(&self, node: NodeId) -> Id {
+        Id::from(2 + node.0 as usize)
+    }
+    /// The process of `pid`.
+    pub fn proc(&self, pid: &ProcessId) -> Id {
+        Id::from(2 + self.daemons + pid.rank as usize)
+    }
+    /// The node of a daemon id.
+    pub fn node(&self, id: Id) -> NodeId {
+        NodeId((usize::from(id) - 2) as u32)
+    }
+}
+
+/// The actor type stateright runs.
+#[derive(Clone, Debug)]
+pub struct RcNode {
+    /// What this actor is.
+    pub actor: RcActor,
+    /// Id layout shared by all actors.
+    pub layout: Layout,
+    /// Ranks below this started with the job.
+    pub initial: u32,
+}
+
+fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
+    while let Some(out) = st.master.poll_output() {
+        match out {
+            MasterOutput::Send(env) => o.send(layout.daemon(env.to), RcMsg::ToDaemon(env.msg)),
+            MasterOutput::Status { delta, status } => st.log.push((delta, status)),
+            _ => {}
+        }
+    }
+    match st.master.poll_timeout() {
+        Some(_) => o.set_timer(RcTimer::Master, model_timeout()),
+        None => o.cancel_timer(RcTimer::Master),
+    }
+}
+
+fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out<RcNode>) {
+    while let Some(out) = st.daemon.poll_output() {
+        match out {
+            DaemonOutput::ToMaster(msg) => o.send(Layout::master(), RcMsg::ToMaster(msg)),
+            DaemonOutput::ToClient { to, req, reply } => {
+                o.send(layout.proc(&to), RcMsg::Reply(req, reply))
+            }
+            DaemonOutput::Launch { procs } => {
+                for p in procs {
+                    if p.rank >= initial {
+                        let saw = st.daemon.changes().any(|c| c.includes(&p));
+                        st.launched.push((p.clone(), saw));
+                    }
+                    o.send(layout.proc(&p), RcMsg::Launch);
+                }
+            }
+            DaemonOutput::Kill { procs } => {
+                // SIGKILL; the exit is reported once the process is dead (its `Exited`).
+                for p in procs {
+                    o.send(layout.proc(&p), RcMsg::Kill);
+                }
+            }
+        }
+    }
+}
+
+impl RcNode {
+    /// Hands a call to the process' client and sends what it asks for.
+    fn call(&self, st: &mut ProcState, step: Step, call: ClientCall, o: &mut Out<Self>) {
+        st.step = step;
+        let (Some(client), Some(daemon)) = (st.client.as_mut(), st.daemon) else {
+            return;
+        };
+        st.next_call += 1;
+        let _ = client.handle(
+            Instant::ZERO,
+            ClientInput::Call {
+                id: st.next_call,
+                call,
+            },
+        );
+        while let Some(out) = client.poll_output() {
+            if let ClientOutput::Request { req, request } = out {
+                o.send(daemon, RcMsg::Req(req, request));
+            }
+        }
+    }
+
+    fn poll_later(st: &mut ProcState, o: &mut Out<Self>) {
+        if st.polls_left > 0 {
+            o.set_timer(RcTimer::Poll, model_timeout());
+        } else {
+            // A bound of the model (spec/verification.md): logged, never silent.
+            tracing::trace!("bound hit: root poll budget exhausted");
+        }
+    }
+
+    fn root_next(&self, st: &mut ProcState, o: &mut Out<Self>) {
+        let root = PsetName::app_root(APP).expect("valid name");
+        match (st.step, st.current.clone()) {
+            (Step::Accepting, Some(delta)) => {
+                let call = ClientCall::Accept {
+                    delta,
+                    new_pset: root,
+                    bound: None,
+                    wait: None,
+                };
+                self.call(st, Step::Accepting, call, o);
+            }
+            _ => self.call(
+                st,
+                Step::Querying,
+                ClientCall::GetResChange { bound: None },
+                o,
+            ),
+        }
+    }
+
+    /// The application's reaction to a completed call (Lst. 6.7 for the root; query and
+    /// confirm for a new process).
+    fn on_result(&self, st: &mut ProcState, result: CallResult, o: &mut Out<Self>) {
+        let RcActor::Proc { role, .. } = &self.actor else {
+            return;
+        };
+        let root = PsetName::app_root(APP).expect("valid name");
+        if st.step == Step::Setup {
+            st.step = Step::Idle;
+            Self::poll_later(st, o);
+            return;
+        }
+        match (role, result) {
+            (Role::Root, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
+                (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
+                    let op = |op, with: &PsetName| PsetOp::Set {
+                        op,
+                        pset1: root.clone(),
+                        pset2: with.clone(),
+                        target: Some(root.clone()),
+                        attrs: AttrUpdate::none(),
+                    };
+                    let ops = match (kind, &q.sub_delta) {
+                        (RcType::Replace, Some(sub)) => {
+                            vec![op(SetOp::Difference, sub), op(SetOp::Union, &delta)]
+                        }
+                        (RcType::Sub, _) => vec![op(SetOp::Difference, &delta)],
+                        _ => vec![op(SetOp::Union, &delta)],
+                    };
+                    st.current = Some(delta);
+                    self.call(st, Step::Applying, ClientCall::PsetOp { ops }, o);
+                }
+                _ => {
+                    st.step = Step::Idle;
+                    Self::poll_later(st, o);
+                }
+            },
+            (Role::Root, CallResult::PsetOp(Ok(_))) => {
+                st.step = Step::Accepting;
+                self.root_next(st, o);
+            }
+            (Role::Root, CallResult::Accept(Ok(a))) if a.status == RcStatus::Pending => {
+                Self::poll_later(st, o);
+            }
+            (Role::Root, result) => {
+                let decided = match &result {
+                    CallResult::Accept(Ok(a)) => {
+                        for p in &a.removed {
+                            o.send(self.layout.proc(p), RcMsg::Terminate);
+                        }
+                        Some(a.status == RcStatus::Finalized)
+                    }
+                    CallResult::Accept(Err(dynres_core::rc::RcError::Aborted(_))) => Some(false),
+                    _ => None,
+                };
+                if let (Some(ok), Some(delta)) = (decided, st.current.take()) {
+                    st.seen.push((delta, ok));
+                }
+                st.step = Step::Idle;
+                Self::poll_later(st, o);
+            }
+            (Role::New { .. }, CallResult::ResChange(q)) => {
+                let adds = matches!(q.kind, Some(RcType::Add | RcType::Replace));
+                match q.delta {
+                    Some(delta) if q.incl && adds && !q.status.is_final() => {
+                        st.current = Some(delta.clone());
+                        let timeout = Duration::from_millis(100);
+                        self.call(
+                            st,
+                            Step::Confirming,
+                            ClientCall::Confirm { delta, timeout },
+                            o,
+                        );
+                    }
+                    _ => st.step = Step::Done,
+                }
+            }
+            (Role::New { .. }, CallResult::Confirm(r)) => {
+                if let Some(delta) = st.current.take() {
+                    st.seen.push((delta, r.is_ok()));
+                }
+                st.step = Step::Done;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Actor for RcNode {
+    type Msg = RcMsg;
+    type Timer = RcTimer;
+    type State = RcState;
+    type Storage = ();
+    type Random = ();
+
+    fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> RcState {
+        match &self.actor {
+            RcActor::Master(cfg, bugs) => {
+                let mut master = Master::new(cfg.clone()).expect("model configs are valid");
+                master.plant(*bugs);
+                let mut st = MasterState {
+                    master,
+                    now: Instant::ZERO,
+                    log: Vec::new(),
+                    version_violations: 0,
+                };
+                drain_master(&self.layout, &mut st, o);
+                RcState::Master(Box::new(st))
+            }
+            RcActor::Scheduler(reqs) => {
+                for r in reqs {
+                    o.send(Layout::master(), RcMsg::Request(r.clone()));
+                }
+                RcState::Scheduler
+            }
+            RcActor::Daemon(node, bugs) => RcState::Daemon(Box::new(DaemonState {
+                daemon: {
+                    let mut d = Daemon::new(*node);
+                    d.plant(*bugs);
+                    d
+                },
+                launched: Vec::new(),
+                regressions: 0,
+            })),
+            RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
+                phase: Phase::Dormant,
+                client: None,
+                daemon: None,
+                step: Step::Idle,
+                current: None,
+                polls_left: *polls,
+                relaunched: false,
+                seen: Vec::new(),
+                next_call: 0,
+            })),
+        }
+    }
+
+    fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
+        match (&self.actor, state.to_mut(), msg) {
+            (RcActor::Master(..), RcState::Master(st), msg) => {
+                let input = match msg {
+                    RcMsg::Request(req) => MasterInput::RequestChange(req),
+                    RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
+                        node: self.layout.node(src),
+                        msg,
+                    },
+                    _ => return,
+                };
+                let before = versions(&st.master);
+                let _ = st.master.handle(st.now, input);
+                if !version_step_ok(&before, &st.master) {
+                    st.version_violations += 1;
+                }
+                drain_master(&self.layout, st, o);
+            }
+            (RcActor::Daemon(..), RcState::Daemon(st), msg) => {
+                let input = match msg {
+                    RcMsg::ToDaemon(m) => {
+                        if let ToDaemon::DefinePset { name, attrs, .. } = &m {
+                            let held = st.daemon.pset(name).map(|(_, a)| a.version);
+                            if held.is_some_and(|v| attrs.version < v) {
+                                st.regressions += 1;
+                            }
+                        }
+                        DaemonInput::FromMaster(m)
+                    }
+                    RcMsg::Req(req, request) => {
+                        let from = ProcessId::new(self.namespace(), self.rank_of(src));
+                        DaemonInput::FromClient { from, req, request }
+                    }
+                    RcMsg::Exited(pid) => DaemonInput::Exited { pid },
+                    _ => return,
+                };
+                let _ = st.daemon.handle(Instant::ZERO, input);
+                drain_daemon(&self.layout, self.initial, st, o);
+            }
+            (RcActor::Proc { pid, role, .. }, RcState::Proc(st), msg) => match (st.phase, msg) {
+                (Phase::Dormant, RcMsg::Launch) => {
+                    st.phase = Phase::Running;
+                    st.client = Some(Client::new(pid.clone()));
+                    st.daemon = Some(src);
+                    match role {
+                        Role::Root => {
+                            // What applications do at start: a scheduling hint (NULL) and
+                            // an inactive pset the runtime keeps consistent (PSET-34).
+                            let root = PsetName::app_root(APP).expect("valid name");
+                            let all = PsetName::parse("mpi://app/app/all").expect("valid name");
+                            let ops = vec![
+                                PsetOp::Null {
+                                    target: root.clone(),
+                                    attrs: AttrUpdate::none().with_sched("mpi_ps_sched_poll", "1"),
+                                },
+                                PsetOp::Set {
+                                    op: SetOp::Union,
+                                    pset1: root.clone(),
+                                    pset2: PsetName::self_set(),
+                                    target: Some(all),
+                                    attrs: AttrUpdate::active(false),
+                                },
+                            ];
+                            self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
+                        }
+                        Role::Member => {}
+                        Role::New { may_crash } => {
+                            if *may_crash {
+                                o.set_timer(RcTimer::Crash, model_timeout());
+                            }
+                            let call = ClientCall::GetResChange {
+                                bound: Some(PsetName::self_set()),
+                            };
+                            self.call(st, Step::Querying, call, o);
+                        }
+                    }
+                }
+                (Phase::Running | Phase::Dead, RcMsg::Launch) => st.relaunched = true,
+                (Phase::Running, RcMsg::Reply(req, reply)) => {
+                    let Some(client) = st.client.as_mut() else {
+                        return;
+                    };
+                    let _ = client.handle(Instant::ZERO, ClientInput::Reply { req, reply });
+                    let mut done = Vec::new();
+                    while let Some(out) = client.poll_output() {
+                        match out {
+                            ClientOutput::Request { req, request } => {
+                                if let Some(d) = st.daemon {
+                                    o.send(d, RcMsg::Req(req, request));
+                                }
+                            }
+                            ClientOutput::Done { result, .. } => done.push(result),
+                        }
+                    }
+                    for r in done {
+                        self.on_result(st, r, o);
+                    }
+                }
+                (Phase::Running, RcMsg::Kill | RcMsg::Terminate) => {
+                    if let Some(d) = st.daemon {
+                        o.send(d, RcMsg::Exited(pid.clone()));
+                    }
+                    st.phase = Phase::Dead;
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn on_timeout(&self, _id: Id, state: &mut Cow<RcState>, timer: &RcTimer, o: &mut Out<Self>) {
+        match (state.to_mut(), timer) {
+            (RcState::Master(st), RcTimer::Master) => {
+                if let Some(t) = st.master.poll_timeout() {
+                    st.now = st.now.max(t);
+                    let before = versions(&st.master);
+                    let _ = st.master.handle(st.now, MasterInput::Timeout);
+                    if !version_step_ok(&before, &st.master) {
+                        st.version_violations += 1;
+                    }
+                }
+                drain_master(&self.layout, st, o);
+            }
+            (RcState::Proc(st), RcTimer::Poll) if st.phase == Phase::Running => {
+                st.polls_left = st.polls_left.saturating_sub(1);
+                self.root_next(st, o);
+            }
+            (RcState::Proc(st), RcTimer::Crash) if st.phase == Phase::Running => {
+                if let (Some(d), RcActor::Proc { pid, .. }) = (st.daemon, &self.actor) {
+                    o.send(d, RcMsg::Exited(pid.clone()));
+                }
+                st.phase = Phase::Dead;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl RcNode {
+    fn namespace(&self) -> dynres_core::Namespace {
+        dynres_core::Namespace::new(NAMESPACE)
+    }
+
+    fn rank_of(&self, id: Id) -> u32 {
+        (usize::from(id) - 2 - self.layout.daemons) as u32
+    }
+}
+
+/// The application every model runs.
+pub const APP: &str = "app";
+/// The job's namespace in every model.
+pub const NAMESPACE: &str = "job";

@@ -1,0 +1,161 @@
+//! `dynres-verification`: the merge gate (`spec/verification.md`).
+//!
+//! `cargo run --release -p dynres-verification -- check [--tier pr|nightly] [--json FILE]`
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dynres_verification::models::pr_configs;
+use dynres_verification::planted::{corpus, hunt};
+use dynres_verification::run::{Outcome, check};
+
+#[derive(Parser)]
+#[command(about = "Model-check dynres' kernel before merging a protocol change")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Tier {
+    Pr,
+    Nightly,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check every configuration of a tier; non-zero exit on any failure.
+    Check {
+        #[arg(long, value_enum, default_value = "pr")]
+        tier: Tier,
+        /// Also write the results as JSON.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Only configurations whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Print the counterexample of every caught planted bug.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Serve stateright's Explorer for one configuration on 127.0.0.1:3000.
+    Explore {
+        /// Configuration name.
+        config: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Check {
+            tier,
+            json,
+            only,
+            verbose,
+        } => run_check(tier, json, only, verbose),
+        Cmd::Explore { config } => {
+            let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
+                eprintln!("dynres-verification: no configuration named {config:?}");
+                return ExitCode::from(2);
+            };
+            use stateright::Model;
+            eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+            let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+}
+
+fn run_check(
+    tier: Tier,
+    json: Option<std::path::PathBuf>,
+    only: Option<String>,
+    verbose: bool,
+) -> ExitCode {
+    let max_states = match tier {
+        Tier::Pr => 5_000_000,
+        Tier::Nightly => 50_000_000,
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "{:<28} {:>12} {:>6} {:>9}  result",
+        "config", "states", "depth", "seconds"
+    );
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for cfg in pr_configs() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !cfg.name.contains(o.as_str()))
+        {
+            continue;
+        }
+        let o = check(&cfg, max_states, threads);
+        let result = if o.truncated {
+            "BOUND HIT (state budget)".to_string()
+        } else if o.passed() {
+            "ok".to_string()
+        } else {
+            format!("FAIL ({})", o.failures.len())
+        };
+        println!(
+            "{:<28} {:>12} {:>6} {:>9.2}  {result}",
+            o.name, o.states, o.depth, o.seconds
+        );
+        for (prop, trace) in &o.failures {
+            println!("  property {prop:?} violated:\n{trace}");
+        }
+        outcomes.push(o);
+    }
+    println!();
+    println!(
+        "{:<28} {:<40} {:>10} {:>8}  result",
+        "planted bug", "must fail", "states", "seconds"
+    );
+    let mut hunts = Vec::new();
+    for planted in corpus() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !planted.config.contains(o.as_str()))
+        {
+            continue;
+        }
+        let h = hunt(&planted, threads);
+        let result = if h.caught { "caught" } else { "MISSED" };
+        println!(
+            "{:<28} {:<40} {:>10} {:>8.2}  {result}",
+            format!("{:?}", planted.bug),
+            planted.property,
+            h.states,
+            h.seconds
+        );
+        if verbose && h.caught {
+            println!("{}", h.trace);
+        }
+        hunts.push(h);
+    }
+    let caught = hunts.iter().filter(|h| h.caught).count();
+    println!("planted bugs caught: {caught}/{}", hunts.len());
+    if let Some(path) = json {
+        let rows: Vec<String> = outcomes
+            .iter()
+            .map(|o| {
+                format!(
+                    "  {{\"config\": \"{}\", \"states\": {}, \"depth\": {}, \"seconds\": {:.3}, \"passed\": {}}}",
+                    o.name, o.states, o.depth, o.seconds, o.passed()
+                )
+            })
+            .collect();
+        if let Err(e) = std::fs::write(&path, format!("[\n{}\n]\n", rows.join(",\n"))) {
+            eprintln!("dynres-verification: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if outcomes.iter().all(Outcome::passed) && hunts.iter().all(|h| h.caught) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

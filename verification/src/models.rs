@@ -1,0 +1,432 @@
+//! Model configurations and their properties (`spec/verification.md`). Every property is
+//! named by the spec rule it checks; every outcome has a `sometimes` property so that a
+//! model cut too small to reach it fails loudly instead of passing vacuously.
+
+use std::sync::Arc;
+
+use dynres_core::bugs::Bugs;
+use dynres_core::pset::{Origin, PsetName};
+use dynres_core::rc::{ChangeRequest, MasterConfig, RcStatus, RcType};
+use dynres_core::slots::NodeSpec;
+use dynres_core::{Duration, Namespace, ProcessId};
+use stateright::actor::{ActorModel, ActorModelState, Network};
+use stateright::{Expectation, Model};
+
+use crate::adapter::{APP, Layout, NAMESPACE, Phase, RcActor, RcNode, RcState, Role};
+
+/// One resource-change model configuration.
+#[derive(Clone, Debug)]
+pub struct RcConfig {
+    /// Name shown in the table and the golden file.
+    pub name: &'static str,
+    /// Nodes (one daemon each).
+    pub nodes: u32,
+    /// Slots per node.
+    pub slots: u32,
+    /// Processes the application starts with.
+    pub existing: u32,
+    /// Process actors for ranks a change may create.
+    pub spare: u32,
+    /// What the scheduler asks for.
+    pub requests: Vec<ChangeRequest>,
+    /// Whether new processes may crash.
+    pub may_crash: bool,
+    /// How often the root may poll.
+    pub polls: u8,
+    /// Outcomes that must be reachable.
+    pub reachable: &'static [RcStatus],
+    /// Planted bugs (none for the clean gate).
+    pub bugs: Bugs,
+}
+
+/// The model type of every resource-change configuration.
+pub type RcModel = ActorModel<RcNode, (), ()>;
+/// Its state type.
+pub type RcModelState = ActorModelState<RcNode, ()>;
+
+impl RcConfig {
+    fn layout(&self) -> Layout {
+        Layout {
+            daemons: self.nodes as usize,
+        }
+    }
+
+    /// Builds the stateright model.
+    pub fn model(&self) -> RcModel {
+        let layout = self.layout();
+        let cfg = MasterConfig {
+            namespace: Namespace::new(NAMESPACE),
+            nodes: (0..self.nodes)
+                .map(|i| NodeSpec {
+                    name: format!("n{i}"),
+                    slots: self.slots,
+                })
+                .collect(),
+            apps: vec![(APP.to_string(), self.existing)],
+            change_timeout: Duration::from_millis(500),
+            grace: Duration::from_millis(100),
+            max_queued: 2,
+        };
+        let node = |actor| RcNode {
+            actor,
+            layout,
+            initial: self.existing,
+        };
+        let mut model = ActorModel::new((), ())
+            .actor(node(RcActor::Master(cfg, self.bugs)))
+            .actor(node(RcActor::Scheduler(self.requests.clone())));
+        for n in 0..self.nodes {
+            model = model.actor(node(RcActor::Daemon(dynres_core::rc::NodeId(n), self.bugs)));
+        }
+        for rank in 0..self.existing + self.spare {
+            let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
+            let role = match rank {
+                0 => Role::Root,
+                r if r < self.existing => Role::Member,
+                _ => Role::New {
+                    may_crash: self.may_crash,
+                },
+            };
+            let polls = if rank == 0 { self.polls } else { 0 };
+            model = model.actor(node(RcActor::Proc { pid, role, polls }));
+        }
+        let model = model.init_network(Network::new_ordered([]));
+        add_properties(model, self.reachable)
+    }
+}
+
+fn master(state: &RcModelState) -> &crate::adapter::MasterState {
+    match &*state.actor_states[0] {
+        RcState::Master(m) => m,
+        _ => unreachable!("actor 0 is the master"),
+    }
+}
+
+fn procs(state: &RcModelState) -> impl Iterator<Item = &crate::adapter::ProcState> {
+    state.actor_states.iter().filter_map(|s| match &**s {
+        RcState::Proc(p) => Some(&**p),
+        _ => None,
+    })
+}
+
+fn daemons(state: &RcModelState) -> impl Iterator<Item = &crate::adapter::DaemonState> {
+    state.actor_states.iter().filter_map(|s| match &**s {
+        RcState::Daemon(d) => Some(&**d),
+        _ => None,
+    })
+}
+
+/// The statuses a change went through must be a prefix of one legal path (`RC-1`).
+fn legal_path(log: &[RcStatus]) -> bool {
+    use RcStatus::*;
+    const PATHS: [&[RcStatus]; 3] = [
+        &[Announced, Pending, Finalized],
+        &[Announced, Pending, Aborted],
+        &[Announced, Aborted],
+    ];
+    PATHS
+        .iter()
+        .any(|p| log.len() <= p.len() && p[..log.len()] == *log)
+}
+
+fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
+    let mut model = model
+        .property(
+            Expectation::Always,
+            "RC-1 status only moves forward",
+            |_, s| {
+                let m = master(s);
+                let deltas: std::collections::BTreeSet<&PsetName> =
+                    m.log.iter().map(|(d, _)| d).collect();
+                deltas.into_iter().all(|d| {
+                    let path: Vec<RcStatus> = m
+                        .log
+                        .iter()
+                        .filter(|(x, _)| x == d)
+                        .map(|(_, st)| *st)
+                        .collect();
+                    legal_path(&path)
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-1 every process sees the master's decision",
+            |_, s| {
+                let m = &master(s).master;
+                procs(s).all(|p| {
+                    p.seen.iter().all(|(d, ok)| {
+                        let st = m.status(d);
+                        if *ok {
+                            st == RcStatus::Finalized
+                        } else {
+                            st == RcStatus::Aborted
+                        }
+                    })
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-3 announced before launched",
+            |_, s| daemons(s).all(|d| d.launched.iter().all(|(_, saw)| *saw)),
+        )
+        .property(
+            Expectation::Always,
+            "RC-9 ADD finalized => every new process confirmed",
+            |_, s| {
+                let m = &master(s).master;
+                m.all_changes()
+                    .filter(|c| c.status == RcStatus::Finalized && c.kind != RcType::Sub)
+                    .all(|c| {
+                        let confirmed = m.confirmed(&c.delta).cloned().unwrap_or_default();
+                        c.added.iter().all(|p| confirmed.contains(p))
+                    })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-9 ADD finalized => new pset is UNION(main, delta)",
+            |_, s| {
+                let m = &master(s).master;
+                let root = PsetName::app_root(APP).expect("valid");
+                let members = m
+                    .registry()
+                    .members(&Origin::Runtime, &root)
+                    .unwrap_or_default();
+                let removed_later: Vec<&ProcessId> = m
+                    .all_changes()
+                    .filter(|c| c.status == RcStatus::Finalized)
+                    .flat_map(|c| c.removed.iter())
+                    .collect();
+                m.all_changes()
+                    .filter(|c| c.status == RcStatus::Finalized && c.kind != RcType::Sub)
+                    .all(|c| {
+                        c.added
+                            .iter()
+                            .all(|p| members.contains(p) || removed_later.contains(&p))
+                    })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-8 SUB finalized <=> one accept per X_c pset",
+            |_, s| {
+                let m = &master(s).master;
+                m.all_changes().filter(|c| c.kind == RcType::Sub).all(|c| {
+                    let accepts = m.accepts(&c.delta).map_or(0, |a| a.len());
+                    let all_in = accepts == c.bound.len();
+                    match c.status {
+                        RcStatus::Finalized => all_in,
+                        RcStatus::Aborted => true,
+                        _ => !all_in,
+                    }
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-12 ABORTED => rolled back",
+            |_, s| {
+                let m = &master(s).master;
+                m.all_changes()
+                    .filter(|c| c.status == RcStatus::Aborted)
+                    .all(|c| {
+                        let in_job = c.added.iter().any(|p| m.processes().contains_key(p));
+                        let in_pset = m.registry().live_psets().any(|(n, _)| {
+                            c.added.iter().any(|p| {
+                                m.registry()
+                                    .members(&Origin::Runtime, n)
+                                    .unwrap_or_default()
+                                    .contains(p)
+                            })
+                        });
+                        !in_job && !in_pset
+                    })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-14 replicas never go backwards",
+            |_, s| daemons(s).all(|d| d.regressions == 0),
+        )
+        .property(
+            Expectation::Always,
+            "RC-14 replicas match the master when quiet",
+            |_, s| {
+                if s.network.len() != 0 {
+                    return true;
+                }
+                let m = &master(s).master;
+                daemons(s).all(|d| {
+                    m.registry().live_psets().all(|(n, p)| {
+                        d.daemon
+                            .pset(n)
+                            .is_some_and(|(_, a)| a.version == p.attrs.version)
+                    })
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-12 ABORTED => added processes killed",
+            |model, s| {
+                if s.network.len() != 0 {
+                    return true;
+                }
+                let m = &master(s).master;
+                let aborted: Vec<&ProcessId> = m
+                    .all_changes()
+                    .filter(|c| c.status == RcStatus::Aborted)
+                    .flat_map(|c| c.added.iter())
+                    .collect();
+                let pids = model.actors.iter().filter_map(|a| match &a.actor {
+                    RcActor::Proc { pid, .. } => Some(pid),
+                    _ => None,
+                });
+                pids.zip(procs(s))
+                    .all(|(pid, p)| p.phase != Phase::Running || !aborted.contains(&pid))
+            },
+        )
+        .property(
+            Expectation::Always,
+            "PSET-10 versions rise exactly with membership",
+            |_, s| master(s).version_violations == 0,
+        )
+        .property(
+            Expectation::Always,
+            "PSET-34 inactive psets follow a finalized SUB",
+            |_, s| {
+                let m = &master(s).master;
+                let reg = m.registry();
+                m.all_changes()
+                    .filter(|c| c.status == RcStatus::Finalized && !c.removed.is_empty())
+                    .all(|c| {
+                        reg.live_psets()
+                            .filter(|(n, p)| n.in_app_domain(APP) && !p.attrs.active)
+                            .all(|(n, _)| {
+                                let members = reg.members(&Origin::Runtime, n).unwrap_or_default();
+                                c.removed.iter().all(|r| !members.contains(r))
+                            })
+                    })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "PSET-20 ranks are never reused",
+            |_, s| procs(s).all(|p| !p.relaunched),
+        )
+        .property(
+            Expectation::Always,
+            "SLOT-3 a running process holds its slot",
+            |model, s| {
+                let m = &master(s).master;
+                let ranks = model.actors.iter().filter_map(|a| match &a.actor {
+                    RcActor::Proc { pid, .. } => Some(pid.clone()),
+                    _ => None,
+                });
+                ranks
+                    .zip(procs(s))
+                    .all(|(pid, p)| p.phase != Phase::Running || m.slots().slot_of(&pid).is_some())
+            },
+        )
+        .property(
+            Expectation::Eventually,
+            "RC-1 every change is decided",
+            |_, s| {
+                let m = &master(s).master;
+                m.all_changes().count() > 0 && m.all_changes().all(|c| c.status.is_final())
+            },
+        );
+    // The "when quiet" properties above are vacuous unless quiet states exist.
+    model = model.property(Expectation::Sometimes, "the network drains", |_, s| {
+        s.network.len() == 0
+    });
+    for outcome in reachable {
+        model = match outcome {
+            RcStatus::Finalized => {
+                model.property(Expectation::Sometimes, "reach FINALIZED", |_, s| {
+                    master(s)
+                        .log
+                        .iter()
+                        .any(|(_, st)| *st == RcStatus::Finalized)
+                })
+            }
+            RcStatus::Aborted => model.property(Expectation::Sometimes, "reach ABORTED", |_, s| {
+                master(s).log.iter().any(|(_, st)| *st == RcStatus::Aborted)
+            }),
+            _ => model,
+        };
+    }
+    model
+}
+
+fn config(
+    name: &'static str,
+    (nodes, slots, existing, spare): (u32, u32, u32, u32),
+    requests: Vec<ChangeRequest>,
+    may_crash: bool,
+    polls: u8,
+) -> RcConfig {
+    RcConfig {
+        name,
+        nodes,
+        slots,
+        existing,
+        spare,
+        requests,
+        may_crash,
+        polls,
+        reachable: &[RcStatus::Finalized, RcStatus::Aborted],
+        bugs: Bugs::NONE,
+    }
+}
+
+/// The PR-tier resource-change configurations (each exhaustive in well under 60 s).
+pub fn pr_configs() -> Vec<RcConfig> {
+    let add = |n| ChangeRequest::add(APP, n);
+    vec![
+        config("rc-add-1n-2e-1new", (1, 4, 2, 1), vec![add(1)], false, 2),
+        config(
+            "rc-sub-1n-3e",
+            (1, 4, 3, 0),
+            vec![ChangeRequest::sub(APP, 1)],
+            false,
+            2,
+        ),
+        config(
+            "rc-replace-1n-2e-1new",
+            (1, 4, 2, 1),
+            vec![ChangeRequest::replace(APP, 1, 1)],
+            false,
+            2,
+        ),
+        config("rc-add-2n-2e-1new", (2, 2, 2, 1), vec![add(1)], false, 2),
+        config(
+            "rc-add-add-1n-2e-2new",
+            (1, 4, 2, 2),
+            vec![add(1), add(1)],
+            false,
+            3,
+        ),
+        config(
+            "rc-add-crash-1n-2e-1new",
+            (1, 4, 2, 1),
+            vec![add(1)],
+            true,
+            2,
+        ),
+    ]
+}
+
+/// Arc'd property names, for reporting.
+pub fn property_names(model: &RcModel) -> Vec<(&'static str, Expectation)> {
+    model
+        .properties()
+        .into_iter()
+        .map(|p| (p.name, p.expectation))
+        .collect()
+}
+
+#[allow(dead_code)]
+fn _assert_send(_: Arc<RcModel>) {}

@@ -1,0 +1,99 @@
+//! Running one model configuration and judging the result.
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Expectation, Model};
+
+use crate::models::{RcConfig, RcModel};
+
+/// The outcome of checking one configuration.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Configuration name.
+    pub name: String,
+    /// Unique states explored.
+    pub states: usize,
+    /// Deepest path.
+    pub depth: usize,
+    /// Wall time.
+    pub seconds: f64,
+    /// Failed properties with a readable counterexample (empty: pass).
+    pub failures: Vec<(String, String)>,
+    /// Whether exploration stopped at the state budget instead of finishing.
+    pub truncated: bool,
+}
+
+impl Outcome {
+    /// Whether every property held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && !self.truncated
+    }
+}
+
+/// Exhaustive DFS of one configuration, stopping at `max_states` (a bound that is
+/// reported, never silent).
+pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
+    let model = cfg.model();
+    let started = Instant::now();
+    let checker = model
+        .clone()
+        .checker()
+        .threads(threads)
+        .target_state_count(max_states)
+        .timeout(Duration::from_secs(600))
+        .spawn_dfs()
+        .join();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut failures = Vec::new();
+    for p in model.properties() {
+        let found = checker.discovery(p.name);
+        let failed = match p.expectation {
+            Expectation::Always | Expectation::Eventually => found.is_some(),
+            Expectation::Sometimes => found.is_none(),
+        };
+        if failed {
+            let trace = match found {
+                Some(path) => render_trace(&model, path),
+                None => String::from("    (never reached: the model cannot reach this outcome)\n"),
+            };
+            failures.push((p.name.to_string(), trace));
+        }
+    }
+    let states = checker.unique_state_count();
+    Outcome {
+        name: cfg.name.to_string(),
+        states,
+        depth: checker.max_depth(),
+        seconds,
+        failures,
+        truncated: states >= max_states,
+    }
+}
+
+/// A counterexample as one line per step: which actor did what.
+pub fn render_trace(
+    model: &RcModel,
+    path: stateright::Path<<RcModel as Model>::State, <RcModel as Model>::Action>,
+) -> String {
+    let mut out = String::new();
+    for (i, action) in path.into_actions().iter().enumerate() {
+        let line = model.format_action(action).replace("Id(", "actor ");
+        out.push_str(&format!("    {i:>3}. {}\n", describe(&line, model)));
+    }
+    out
+}
+
+fn describe(action: &str, model: &RcModel) -> String {
+    // Actions read "Deliver { src: Id(3), dst: Id(0), msg: … }"; name the actors.
+    let mut s = action.to_string();
+    for (ix, a) in model.actors.iter().enumerate().rev() {
+        let label = match &a.actor {
+            crate::adapter::RcActor::Master(..) => "master".to_string(),
+            crate::adapter::RcActor::Scheduler(_) => "scheduler".to_string(),
+            crate::adapter::RcActor::Daemon(n, _) => format!("daemon{}", n.0),
+            crate::adapter::RcActor::Proc { pid, .. } => format!("rank{}", pid.rank),
+        };
+        s = s.replace(&format!("actor {ix})"), &label);
+    }
+    s
+}
