@@ -10,4 +10,6 @@ pub mod golden;
 pub mod models;
 pub mod planted;
 pub mod pset_model;
+pub mod record;
 pub mod run;
+pub mod trace;

@@ -45,6 +45,17 @@ enum Cmd {
         #[arg(long)]
         verbose: bool,
     },
+    /// Record a trace of the in-memory harness' resource-change flows to FILE.
+    Record {
+        /// Where to write the trace.
+        file: std::path::PathBuf,
+    },
+    /// Replay a recorded trace against fresh kernel machines; non-zero exit if any
+    /// transition's outputs or state differ.
+    Replay {
+        /// The trace.
+        file: std::path::PathBuf,
+    },
     /// Serve stateright's Explorer for one configuration on 127.0.0.1:3000.
     Explore {
         /// Configuration name.
@@ -63,6 +74,38 @@ fn main() -> ExitCode {
             threads,
             bless,
         } => run_check(tier, json, only, verbose, threads, bless),
+        Cmd::Record { file } => {
+            let lines = dynres_verification::record::record_scenarios();
+            match std::fs::write(&file, lines.join("\n") + "\n") {
+                Ok(()) => {
+                    println!("recorded {} transitions to {}", lines.len(), file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("dynres-verification: cannot write {}: {e}", file.display());
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Replay { file } => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("dynres-verification: cannot read {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match dynres_verification::trace::replay(&text) {
+                Ok(n) => {
+                    println!("conformant: {n}/{n} transitions replayed identically");
+                    ExitCode::SUCCESS
+                }
+                Err(d) => {
+                    eprintln!("dynres-verification: not conformant: {d}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Explore { config } => {
             let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
                 eprintln!("dynres-verification: no configuration named {config:?}");
