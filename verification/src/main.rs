@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dynres_verification::models::pr_configs;
+use dynres_verification::models::{nightly_configs, pr_configs};
 use dynres_verification::planted::{corpus, hunt};
 use dynres_verification::run::{Outcome, check};
 use dynres_verification::{golden, pset_model};
@@ -35,6 +35,10 @@ enum Cmd {
         /// Only configurations whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// Instead of checking, serve stateright's Explorer for this configuration on
+        /// 127.0.0.1:3000.
+        #[arg(long, value_name = "CONFIG")]
+        explore: Option<String>,
         /// Rewrite the golden state counts from this run (commit the diff with the change).
         #[arg(long)]
         bless: bool,
@@ -73,6 +77,19 @@ fn main() -> ExitCode {
             verbose,
             threads,
             bless,
+            explore: Some(config),
+        } => {
+            let _ = (tier, json, only, verbose, threads, bless);
+            explore(&config)
+        }
+        Cmd::Check {
+            tier,
+            json,
+            only,
+            verbose,
+            threads,
+            bless,
+            explore: None,
         } => run_check(tier, json, only, verbose, threads, bless),
         Cmd::Record { file } => {
             let lines = dynres_verification::record::record_scenarios();
@@ -106,18 +123,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Explore { config } => {
-            let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) else {
-                eprintln!("dynres-verification: no configuration named {config:?}");
-                return ExitCode::from(2);
-            };
-            use stateright::Model;
-            eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
-            let _checker = cfg.model().checker().serve("127.0.0.1:3000");
-            loop {
-                std::thread::park();
-            }
-        }
+        Cmd::Explore { config } => explore(&config),
     }
 }
 
@@ -138,7 +144,11 @@ fn run_check(
         "config", "states", "depth", "seconds"
     );
     let mut outcomes: Vec<Outcome> = Vec::new();
-    for cfg in pr_configs() {
+    let configs = match tier {
+        Tier::Pr => pr_configs(),
+        Tier::Nightly => pr_configs().into_iter().chain(nightly_configs()).collect(),
+    };
+    for cfg in configs {
         if only
             .as_ref()
             .is_some_and(|o| !cfg.name.contains(o.as_str()))
@@ -160,7 +170,14 @@ fn run_check(
         print_row(&o);
         outcomes.push(o);
     }
-    let golden_ok = golden::compare(&outcomes, threads, bless, only.is_some());
+    // Golden counts pin the PR tier; nightly-only configurations are reported, not pinned.
+    let nightly_only: Vec<&str> = nightly_configs().iter().map(|c| c.name).collect();
+    let pinned: Vec<Outcome> = outcomes
+        .iter()
+        .filter(|o| !nightly_only.contains(&o.name.as_str()))
+        .cloned()
+        .collect();
+    let golden_ok = golden::compare(&pinned, threads, bless, only.is_some());
     println!();
     println!(
         "{:<28} {:<40} {:>10} {:>8}  result",
@@ -227,5 +244,23 @@ fn print_row(o: &Outcome) {
     );
     for (prop, trace) in &o.failures {
         println!("  property {prop:?} violated:\n{trace}");
+    }
+}
+
+/// Serves stateright's Explorer for one configuration (never returns on success).
+fn explore(config: &str) -> ExitCode {
+    use stateright::Model;
+    let Some(cfg) = pr_configs()
+        .into_iter()
+        .chain(nightly_configs())
+        .find(|c| c.name == config)
+    else {
+        eprintln!("dynres-verification: no configuration named {config:?}");
+        return ExitCode::from(2);
+    };
+    eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+    let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+    loop {
+        std::thread::park();
     }
 }

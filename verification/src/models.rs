@@ -427,6 +427,34 @@ pub fn pr_configs() -> Vec<RcConfig> {
     ]
 }
 
+/// Larger configurations for the nightly tier (seeded simulation sizes are future work;
+/// these are still exhaustive, with a 50 M state budget).
+pub fn nightly_configs() -> Vec<RcConfig> {
+    vec![
+        config(
+            "rc-add-2n-3e-2new",
+            (2, 3, 3, 2),
+            vec![ChangeRequest::add(APP, 2)],
+            false,
+            2,
+        ),
+        config(
+            "rc-sub-2n-4e",
+            (2, 2, 4, 0),
+            vec![ChangeRequest::sub(APP, 2)],
+            false,
+            2,
+        ),
+        config(
+            "rc-sub-add-1n-3e-1new",
+            (1, 4, 3, 1),
+            vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP, 1)],
+            true,
+            3,
+        ),
+    ]
+}
+
 /// Arc'd property names, for reporting.
 pub fn property_names(model: &RcModel) -> Vec<(&'static str, Expectation)> {
     model
