@@ -432,13 +432,6 @@ pub fn pr_configs() -> Vec<RcConfig> {
 pub fn nightly_configs() -> Vec<RcConfig> {
     vec![
         config(
-            "rc-add-2n-3e-2new",
-            (2, 3, 3, 2),
-            vec![ChangeRequest::add(APP, 2)],
-            false,
-            2,
-        ),
-        config(
             "rc-sub-2n-4e",
             (2, 2, 4, 0),
             vec![ChangeRequest::sub(APP, 2)],
