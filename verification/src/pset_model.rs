@@ -9,8 +9,6 @@
 //! do — whatever the interleaving, each client's answers are those of *some* order of the
 //! requests that respects real time.
 
-use std::time::{Duration as WallDuration, Instant as WallInstant};
-
 use dynres_core::bugs::Bugs;
 use dynres_core::pset::{AttrUpdate, OpOutcome, Origin, PsetName, PsetOp, PsetRegistry, SetOp};
 use dynres_core::rc::{ClientReply, ClientRequest, MasterConfig, NodeId, RcError};
@@ -18,7 +16,7 @@ use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Namespace, ProcessId};
 use stateright::actor::{ActorModel, Envelope, Network};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
-use stateright::{Checker, Expectation, Model};
+use stateright::{Expectation, Model};
 
 use crate::adapter::{APP, Layout, NAMESPACE, RcActor, RcMsg, RcNode, RcState, Role};
 use crate::run::Outcome;
@@ -210,42 +208,11 @@ impl PsetConfig {
 /// Exhaustive DFS of one pset configuration.
 pub fn check(cfg: &PsetConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();
-    let started = WallInstant::now();
-    let checker = model
-        .clone()
-        .checker()
-        .threads(threads)
-        .target_state_count(max_states)
-        .timeout(WallDuration::from_secs(600))
-        .spawn_dfs()
-        .join();
-    let mut failures = Vec::new();
-    for p in model.properties() {
-        let found = checker.discovery(p.name);
-        let failed = match p.expectation {
-            Expectation::Always | Expectation::Eventually => found.is_some(),
-            Expectation::Sometimes => found.is_none(),
-        };
-        if failed {
-            let trace = found
-                .map(|path| {
-                    path.into_actions()
-                        .iter()
-                        .enumerate()
-                        .map(|(i, a)| format!("    {i:>3}. {}\n", model.format_action(a)))
-                        .collect()
-                })
-                .unwrap_or_else(|| String::from("    (never reached)\n"));
-            failures.push((p.name.to_string(), trace));
-        }
-    }
-    let states = checker.unique_state_count();
-    Outcome {
-        name: cfg.name.to_string(),
-        states,
-        depth: checker.max_depth(),
-        seconds: started.elapsed().as_secs_f64(),
-        failures,
-        truncated: states >= max_states,
-    }
+    crate::run::explore_all(cfg.name, &model, max_states, threads, |path| {
+        path.into_actions()
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("    {i:>3}. {}\n", model.format_action(a)))
+            .collect()
+    })
 }

@@ -1,5 +1,7 @@
 //! Running one model configuration and judging the result.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, Model};
@@ -34,6 +36,26 @@ impl Outcome {
 /// reported, never silent).
 pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();
+    explore_all(cfg.name, &model, max_states, threads, |path| {
+        render_trace(&model, path)
+    })
+}
+
+/// Exhaustive DFS of any model, judging every property: an `always`/`eventually`
+/// property fails with a counterexample (rendered by `render`), a `sometimes` property
+/// fails if never reached.
+pub fn explore_all<M>(
+    name: &str,
+    model: &M,
+    max_states: usize,
+    threads: usize,
+    render: impl Fn(stateright::Path<M::State, M::Action>) -> String,
+) -> Outcome
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq + Send + Sync,
+{
     let started = Instant::now();
     let checker = model
         .clone()
@@ -53,7 +75,7 @@ pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
         };
         if failed {
             let trace = match found {
-                Some(path) => render_trace(&model, path),
+                Some(path) => render(path),
                 None => String::from("    (never reached: the model cannot reach this outcome)\n"),
             };
             failures.push((p.name.to_string(), trace));
@@ -61,7 +83,7 @@ pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     }
     let states = checker.unique_state_count();
     Outcome {
-        name: cfg.name.to_string(),
+        name: name.to_string(),
         states,
         depth: checker.max_depth(),
         seconds,
