@@ -67,6 +67,8 @@ pub enum Role {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
     },
+    /// Issues its actor's `script` of pset requests, one batch at a time.
+    Scripted,
 }
 
 /// One actor of the model.
@@ -86,6 +88,8 @@ pub enum RcActor {
         role: Role,
         /// Root only: how many times it may poll (bounds the state space; logged when hit).
         polls: u8,
+        /// `Scripted` only: the pset request batches to issue, in order.
+        script: Vec<Vec<PsetOp>>,
     },
 }
 
@@ -184,6 +188,8 @@ pub struct ProcState {
     pub relaunched: bool,
     /// Decisions this process observed: (delta, finalized?).
     pub seen: Vec<(PsetName, bool)>,
+    /// `Scripted`: batches issued so far.
+    pub script_pos: u8,
     next_call: u64,
 }
 
@@ -412,7 +418,28 @@ impl RcNode {
                 }
                 st.step = Step::Done;
             }
+            (Role::Scripted, CallResult::PsetOp(_)) => {
+                st.script_pos += 1;
+                self.next_scripted(st, o);
+            }
             _ => {}
+        }
+    }
+}
+
+impl RcNode {
+    fn next_scripted(&self, st: &mut ProcState, o: &mut Out<Self>) {
+        let RcActor::Proc { script, .. } = &self.actor else {
+            return;
+        };
+        match script.get(st.script_pos as usize) {
+            Some(ops) => self.call(
+                st,
+                Step::Applying,
+                ClientCall::PsetOp { ops: ops.clone() },
+                o,
+            ),
+            None => st.step = Step::Done,
         }
     }
 }
@@ -462,6 +489,7 @@ impl Actor for RcNode {
                 polls_left: *polls,
                 relaunched: false,
                 seen: Vec::new(),
+                script_pos: 0,
                 next_call: 0,
             })),
         }
@@ -533,6 +561,7 @@ impl Actor for RcNode {
                             self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
                         }
                         Role::Member => {}
+                        Role::Scripted => self.next_scripted(st, o),
                         Role::New { may_crash } => {
                             if *may_crash {
                                 o.set_timer(RcTimer::Crash, model_timeout());

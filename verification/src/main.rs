@@ -5,11 +5,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dynres_verification::golden;
-use dynres_verification::models::pr_configs;
+use dynres_verification::models::{nightly_configs, pr_configs};
 use dynres_verification::planted::{corpus, hunt};
 use dynres_verification::run::{Outcome, check, check_spawn};
-use dynres_verification::spawn_configs;
+use dynres_verification::{golden, pset_model, spawn_configs};
 
 #[derive(Parser)]
 #[command(about = "Model-check dynres' kernel before merging a protocol change")]
@@ -36,6 +35,10 @@ enum Cmd {
         /// Only configurations whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// Instead of checking, serve stateright's Explorer for this configuration on
+        /// 127.0.0.1:3000.
+        #[arg(long, value_name = "CONFIG")]
+        explore: Option<String>,
         /// Rewrite the golden state counts from this run (commit the diff with the change).
         #[arg(long)]
         bless: bool,
@@ -45,6 +48,17 @@ enum Cmd {
         /// Print the counterexample of every caught planted bug.
         #[arg(long)]
         verbose: bool,
+    },
+    /// Record a trace of the in-memory harness' resource-change flows to FILE.
+    Record {
+        /// Where to write the trace.
+        file: std::path::PathBuf,
+    },
+    /// Replay a recorded trace against fresh kernel machines; non-zero exit if any
+    /// transition's outputs or state differ.
+    Replay {
+        /// The trace.
+        file: std::path::PathBuf,
     },
     /// Serve stateright's Explorer for one configuration on 127.0.0.1:3000.
     Explore {
@@ -63,26 +77,53 @@ fn main() -> ExitCode {
             verbose,
             threads,
             bless,
+            explore: Some(config),
+        } => {
+            let _ = (tier, json, only, verbose, threads, bless);
+            explore(&config)
+        }
+        Cmd::Check {
+            tier,
+            json,
+            only,
+            verbose,
+            threads,
+            bless,
+            explore: None,
         } => run_check(tier, json, only, verbose, threads, bless),
-        Cmd::Explore { config } => {
-            use stateright::Model;
-            if let Some(cfg) = pr_configs().into_iter().find(|c| c.name == config) {
-                eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
-                let _checker = cfg.model().checker().serve("127.0.0.1:3000");
-            } else if let Some(cfg) = spawn_configs::pr_configs()
-                .into_iter()
-                .find(|c| c.name == config)
-            {
-                eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
-                let _checker = cfg.model().checker().serve("127.0.0.1:3000");
-            } else {
-                eprintln!("dynres-verification: no configuration named {config:?}");
-                return ExitCode::from(2);
-            }
-            loop {
-                std::thread::park();
+        Cmd::Record { file } => {
+            let lines = dynres_verification::record::record_scenarios();
+            match std::fs::write(&file, lines.join("\n") + "\n") {
+                Ok(()) => {
+                    println!("recorded {} transitions to {}", lines.len(), file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("dynres-verification: cannot write {}: {e}", file.display());
+                    ExitCode::from(2)
+                }
             }
         }
+        Cmd::Replay { file } => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("dynres-verification: cannot read {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match dynres_verification::trace::replay(&text) {
+                Ok(n) => {
+                    println!("conformant: {n}/{n} transitions replayed identically");
+                    ExitCode::SUCCESS
+                }
+                Err(d) => {
+                    eprintln!("dynres-verification: not conformant: {d}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Explore { config } => explore(&config),
     }
 }
 
@@ -103,44 +144,51 @@ fn run_check(
         "config", "states", "depth", "seconds"
     );
     let mut outcomes: Vec<Outcome> = Vec::new();
-    let skip = |name: &str| only.as_ref().is_some_and(|o| !name.contains(o.as_str()));
-    // Resource-change configurations, then the spawn / accept-connect ones.
-    let runs = pr_configs()
-        .into_iter()
-        .filter(|c| !skip(c.name))
-        .map(|c| Box::new(move || check(&c, max_states, threads)) as Box<dyn Fn() -> Outcome>)
-        .chain(
-            spawn_configs::pr_configs()
-                .into_iter()
-                .filter(|c| !skip(c.name))
-                .map(|c| {
-                    Box::new(move || check_spawn(&c, max_states, threads))
-                        as Box<dyn Fn() -> Outcome>
-                }),
-        )
-        .collect::<Vec<_>>();
-    for run in runs {
-        let o = run();
-        let result = if o.truncated {
-            "BOUND HIT (state budget)".to_string()
-        } else if o.passed() {
-            "ok".to_string()
-        } else {
-            format!("FAIL ({})", o.failures.len())
-        };
-        println!(
-            "{:<28} {:>12} {:>6} {:>9.2}  {result}",
-            o.name, o.states, o.depth, o.seconds
-        );
-        for note in &o.notes {
-            println!("  {note}");
+    let configs = match tier {
+        Tier::Pr => pr_configs(),
+        Tier::Nightly => pr_configs().into_iter().chain(nightly_configs()).collect(),
+    };
+    for cfg in configs {
+        if only
+            .as_ref()
+            .is_some_and(|o| !cfg.name.contains(o.as_str()))
+        {
+            continue;
         }
-        for (prop, trace) in &o.failures {
-            println!("  property {prop:?} violated:\n{trace}");
-        }
+        let o = check(&cfg, max_states, threads);
+        print_row(&o);
         outcomes.push(o);
     }
-    let golden_ok = golden::compare(&outcomes, threads, bless, only.is_some());
+    for cfg in pset_model::pr_configs() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !cfg.name.contains(o.as_str()))
+        {
+            continue;
+        }
+        let o = pset_model::check(&cfg, max_states, threads);
+        print_row(&o);
+        outcomes.push(o);
+    }
+    for cfg in spawn_configs::pr_configs() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !cfg.name.contains(o.as_str()))
+        {
+            continue;
+        }
+        let o = check_spawn(&cfg, max_states, threads);
+        print_row(&o);
+        outcomes.push(o);
+    }
+    // Golden counts pin the PR tier; nightly-only configurations are reported, not pinned.
+    let nightly_only: Vec<&str> = nightly_configs().iter().map(|c| c.name).collect();
+    let pinned: Vec<Outcome> = outcomes
+        .iter()
+        .filter(|o| !nightly_only.contains(&o.name.as_str()))
+        .cloned()
+        .collect();
+    let golden_ok = golden::compare(&pinned, threads, bless, only.is_some());
     println!();
     println!(
         "{:<28} {:<64} {:>10} {:>8}  result",
@@ -189,5 +237,51 @@ fn run_check(
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// One table row, then the readable trace of every failed property.
+fn print_row(o: &Outcome) {
+    let result = if o.truncated {
+        "BOUND HIT (state budget)".to_string()
+    } else if o.passed() {
+        "ok".to_string()
+    } else {
+        format!("FAIL ({})", o.failures.len())
+    };
+    println!(
+        "{:<28} {:>12} {:>6} {:>9.2}  {result}",
+        o.name, o.states, o.depth, o.seconds
+    );
+    for note in &o.notes {
+        println!("  {note}");
+    }
+    for (prop, trace) in &o.failures {
+        println!("  property {prop:?} violated:\n{trace}");
+    }
+}
+
+/// Serves stateright's Explorer for one configuration (never returns on success).
+fn explore(config: &str) -> ExitCode {
+    use stateright::Model;
+    if let Some(cfg) = pr_configs()
+        .into_iter()
+        .chain(nightly_configs())
+        .find(|c| c.name == config)
+    {
+        eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+        let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+    } else if let Some(cfg) = spawn_configs::pr_configs()
+        .into_iter()
+        .find(|c| c.name == config)
+    {
+        eprintln!("serving the Explorer for {config} on http://127.0.0.1:3000");
+        let _checker = cfg.model().checker().serve("127.0.0.1:3000");
+    } else {
+        eprintln!("dynres-verification: no configuration named {config:?}");
+        return ExitCode::from(2);
+    }
+    loop {
+        std::thread::park();
     }
 }

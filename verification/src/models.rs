@@ -88,7 +88,12 @@ impl RcConfig {
                 },
             };
             let polls = if rank == 0 { self.polls } else { 0 };
-            model = model.actor(node(RcActor::Proc { pid, role, polls }));
+            model = model.actor(node(RcActor::Proc {
+                pid,
+                role,
+                polls,
+                script: Vec::new(),
+            }));
         }
         let model = model.init_network(Network::new_ordered([]));
         add_properties(model, self.reachable)
@@ -418,6 +423,27 @@ pub fn pr_configs() -> Vec<RcConfig> {
             vec![add(1)],
             true,
             2,
+        ),
+    ]
+}
+
+/// Larger configurations for the nightly tier (seeded simulation sizes are future work;
+/// these are still exhaustive, with a 50 M state budget).
+pub fn nightly_configs() -> Vec<RcConfig> {
+    vec![
+        config(
+            "rc-sub-2n-4e",
+            (2, 2, 4, 0),
+            vec![ChangeRequest::sub(APP, 2)],
+            false,
+            2,
+        ),
+        config(
+            "rc-sub-add-1n-3e-1new",
+            (1, 4, 3, 1),
+            vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP, 1)],
+            true,
+            3,
         ),
     ]
 }

@@ -1,8 +1,8 @@
 //! Running one model configuration and judging the result.
 
-use std::time::{Duration, Instant};
-
+use std::fmt::Debug;
 use std::hash::Hash;
+use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, Model};
 
@@ -39,16 +39,19 @@ impl Outcome {
 /// reported, never silent).
 pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();
-    let labels = rc_labels(&model);
-    check_model(cfg.name, model, &labels, max_states, threads)
+    explore_all(cfg.name, &model, max_states, threads, |path| {
+        render_trace(&model, path)
+    })
 }
 
 /// [`check`] for a spawn configuration; reports how often its in-flight cap cut a path.
 pub fn check_spawn(cfg: &SpawnModelConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();
-    let cuts = model.cfg.cuts.clone();
-    let mut o = check_model(cfg.name, model.clone(), &cfg.labels(), max_states, threads);
-    let n = cuts.load(std::sync::atomic::Ordering::Relaxed);
+    let labels = cfg.labels();
+    let mut o = explore_all(cfg.name, &model, max_states, threads, |path| {
+        render_path(&model, path, &labels)
+    });
+    let n = model.cfg.cuts.load(std::sync::atomic::Ordering::Relaxed);
     if let Some(cap) = model.cfg.max_in_flight {
         o.notes.push(format!(
             "bound: at most {cap} messages in flight cut {n} transitions"
@@ -57,18 +60,20 @@ pub fn check_spawn(cfg: &SpawnModelConfig, max_states: usize, threads: usize) ->
     o
 }
 
-/// Exhaustive DFS of any model; `labels` name the actors in counterexamples.
-pub fn check_model<M>(
+/// Exhaustive DFS of any model, judging every property: an `always`/`eventually`
+/// property fails with a counterexample (rendered by `render`), a `sometimes` property
+/// fails if never reached.
+pub fn explore_all<M>(
     name: &str,
-    model: M,
-    labels: &[String],
+    model: &M,
     max_states: usize,
     threads: usize,
+    render: impl Fn(stateright::Path<M::State, M::Action>) -> String,
 ) -> Outcome
 where
     M: Model + Clone + Send + Sync + 'static,
-    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
-    M::Action: Clone + PartialEq + std::fmt::Debug,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq + Send + Sync,
 {
     let started = Instant::now();
     let checker = model
@@ -89,7 +94,7 @@ where
         };
         if failed {
             let trace = match found {
-                Some(path) => render_path(&model, path, labels),
+                Some(path) => render(path),
                 None => String::from("    (never reached: the model cannot reach this outcome)\n"),
             };
             failures.push((p.name.to_string(), trace));

@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use super::error::RcError;
 use super::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use super::query;
+use super::trace;
 use super::types::{ChangeInfo, NodeId, ReqId};
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};
@@ -114,7 +115,37 @@ impl Daemon {
     }
 
     /// Feeds one input. Refuses requests from processes that do not run here.
-    pub fn handle(&mut self, _now: Instant, input: DaemonInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+        let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
+            .then(|| trace::encode_daemon_input(&input));
+        let first_output = self.out.len();
+        let result = self.step(input);
+        if let Some(input) = recorded {
+            let outputs: Vec<&DaemonOutput> = self.out.iter().skip(first_output).collect();
+            let outputs = trace::fingerprint(&outputs);
+            let state = self.fingerprint();
+            tracing::trace!(
+                target: trace::TARGET,
+                role = "daemon",
+                node = self.node.0,
+                now = now.as_nanos(),
+                input = %trace::hex(&input),
+                outputs,
+                state,
+            );
+        }
+        result
+    }
+
+    /// A fingerprint of the state, without the queue of outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = trace::fingerprint(self);
+        self.out = out;
+        fp
+    }
+
+    fn step(&mut self, input: DaemonInput) -> Result<(), RcError> {
         match input {
             DaemonInput::FromMaster(msg) => self.on_master(msg),
             DaemonInput::FromClient { from, req, request } => {

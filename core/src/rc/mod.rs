@@ -15,6 +15,7 @@ mod error;
 pub mod master;
 mod msg;
 pub mod query;
+pub mod trace;
 mod types;
 pub mod wire;
 

@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 
 use super::error::RcError;
 use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
+use super::trace;
 use super::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
 use crate::process::{Namespace, ProcessId, Rank};
 use crate::pset::{Origin, PsetName, PsetRegistry};
@@ -220,6 +221,17 @@ impl Master {
             removed: Vec::new(),
         });
         m.launch(&all);
+        if tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE) {
+            let outputs: Vec<&MasterOutput> = m.out.iter().collect();
+            let outputs = trace::fingerprint(&outputs);
+            tracing::trace!(
+                target: trace::TARGET,
+                role = "master",
+                start = %trace::hex(&trace::encode_master_config(&m.cfg)),
+                outputs,
+                state = m.fingerprint(),
+            );
+        }
         Ok(m)
     }
 
@@ -227,6 +239,36 @@ impl Master {
     /// input the master cannot attribute (a message from an unknown node), which
     /// changes nothing.
     pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+        let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
+            .then(|| trace::encode_master_input(&input));
+        let first_output = self.out.len();
+        self.step(now, input)?;
+        if let Some(input) = recorded {
+            let outputs: Vec<&MasterOutput> = self.out.iter().skip(first_output).collect();
+            let outputs = trace::fingerprint(&outputs);
+            let state = self.fingerprint();
+            tracing::trace!(
+                target: trace::TARGET,
+                role = "master",
+                now = now.as_nanos(),
+                input = %trace::hex(&input),
+                outputs,
+                state,
+            );
+        }
+        Ok(())
+    }
+
+    /// A fingerprint of the state, without the queue of outputs not yet drained (so it
+    /// does not depend on when the driver drains them).
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = trace::fingerprint(self);
+        self.out = out;
+        fp
+    }
+
+    fn step(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
         tracing::trace!(?input, "master input");
         match input {
             MasterInput::FromDaemon { node, .. } if node.0 as usize >= self.cfg.nodes.len() => {

@@ -1,0 +1,412 @@
+//! Several devices at once, chosen per peer (003 §5, "WorldView").
+//!
+//! A peer is identified by its [`PeerAddrs`]. The router keeps one record per address
+//! set, handed out as reference-counted [`PeerRef`]s; when the last reference goes the
+//! record and its connection are dropped (at the next [`Router::collect`], which every
+//! `add_peer` runs). The device is chosen when the peer is first used: shared memory if
+//! both processes are on one host, verbs if both ends have it, TCP otherwise. Peers can
+//! be added at any time, so processes that join late (spawned, or added by a resource
+//! change) get shared memory like everyone else.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::addr::PeerAddrs;
+use crate::device::{ConnId, Device, DeviceKind, Received, RecvSpec};
+use crate::error::{Result, TransportError};
+use crate::header::MsgHeader;
+
+/// A reference-counted handle to a peer record. Clone it to share; drop it to release.
+#[derive(Clone, Debug)]
+pub struct PeerRef(Arc<PeerEntry>);
+
+#[derive(Debug)]
+struct PeerEntry {
+    id: u64,
+    addrs: PeerAddrs,
+}
+
+impl PeerRef {
+    /// The peer's addresses.
+    pub fn addrs(&self) -> &PeerAddrs {
+        &self.0.addrs
+    }
+
+    /// How many handles refer to this record (including this one).
+    pub fn ref_count(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+struct Record {
+    entry: Weak<PeerEntry>,
+    addrs: PeerAddrs,
+    route: Option<(usize, ConnId)>,
+}
+
+/// Picks the device for a peer: shm on the same host, verbs when both have it, else TCP.
+pub fn choose_device(
+    local: &PeerAddrs,
+    peer: &PeerAddrs,
+    have: &[DeviceKind],
+) -> Option<DeviceKind> {
+    let has = |k| have.contains(&k);
+    match (&local.shm, &peer.shm) {
+        (Some(a), Some(b)) if a.host_id == b.host_id && has(DeviceKind::Shm) => {
+            return Some(DeviceKind::Shm);
+        }
+        _ => {}
+    }
+    if local.verbs.is_some() && peer.verbs.is_some() && has(DeviceKind::Verbs) {
+        return Some(DeviceKind::Verbs);
+    }
+    (peer.tcp.is_some() && has(DeviceKind::Tcp)).then_some(DeviceKind::Tcp)
+}
+
+/// Routes messages to peers over the best device for each.
+pub struct Router {
+    devices: Vec<Box<dyn Device>>,
+    local: PeerAddrs,
+    by_addrs: HashMap<PeerAddrs, u64>,
+    records: HashMap<u64, Record>,
+    next_id: u64,
+}
+
+impl Router {
+    /// A router over `devices` (at most one per kind).
+    pub fn new(devices: Vec<Box<dyn Device>>) -> Self {
+        let mut local = PeerAddrs::default();
+        for d in &devices {
+            d.local_address(&mut local);
+        }
+        Self {
+            devices,
+            local,
+            by_addrs: HashMap::new(),
+            records: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// This process' identity: the addresses of all its devices.
+    pub fn local_addrs(&self) -> &PeerAddrs {
+        &self.local
+    }
+
+    /// Returns the record for `addrs`, creating it if needed (late joiners included).
+    pub fn add_peer(&mut self, addrs: PeerAddrs) -> PeerRef {
+        self.collect();
+        if let Some(e) = self
+            .by_addrs
+            .get(&addrs)
+            .and_then(|id| self.records.get(id))
+            .and_then(|r| r.entry.upgrade())
+        {
+            return PeerRef(e);
+        }
+        self.next_id += 1;
+        let entry = Arc::new(PeerEntry {
+            id: self.next_id,
+            addrs: addrs.clone(),
+        });
+        self.by_addrs.insert(addrs.clone(), self.next_id);
+        self.records.insert(
+            self.next_id,
+            Record {
+                entry: Arc::downgrade(&entry),
+                addrs,
+                route: None,
+            },
+        );
+        PeerRef(entry)
+    }
+
+    /// Drops records nothing refers to any more, closing their connections. Returns
+    /// how many were dropped.
+    pub fn collect(&mut self) -> usize {
+        let dead: Vec<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.entry.strong_count() == 0)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &dead {
+            let r = self.records.remove(id).expect("id from iteration");
+            self.by_addrs.remove(&r.addrs);
+            if let Some((dev, conn)) = r.route {
+                // Another record may share this connection (same device address); only
+                // close when none does.
+                let shared = self.records.values().any(|o| o.route == Some((dev, conn)));
+                if !shared {
+                    if let Err(e) = self.devices[dev].disconnect(conn) {
+                        tracing::debug!(error = %e, "disconnect of released peer");
+                    }
+                }
+            }
+        }
+        dead.len()
+    }
+
+    /// Number of live peer records.
+    pub fn peer_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Which device serves `peer` (connecting on demand).
+    pub fn route(&mut self, peer: &PeerRef) -> Result<(DeviceKind, ConnId)> {
+        let (dev, conn) = self.route_idx(peer)?;
+        Ok((self.devices[dev].kind(), conn))
+    }
+
+    fn route_idx(&mut self, peer: &PeerRef) -> Result<(usize, ConnId)> {
+        let rec = self
+            .records
+            .get_mut(&peer.0.id)
+            .ok_or(TransportError::PeerReleased)?;
+        if let Some(r) = rec.route {
+            return Ok(r);
+        }
+        let kinds: Vec<DeviceKind> = self.devices.iter().map(|d| d.kind()).collect();
+        let kind = choose_device(&self.local, &rec.addrs, &kinds)
+            .ok_or_else(|| TransportError::NoRoute(format!("{:?}", rec.addrs)))?;
+        let dev = kinds
+            .iter()
+            .position(|k| *k == kind)
+            .expect("chosen from kinds");
+        let conn = self.devices[dev].connect(&rec.addrs)?;
+        tracing::debug!(?kind, conn = conn.0, "route chosen");
+        rec.route = Some((dev, conn));
+        Ok((dev, conn))
+    }
+
+    /// Blocking send to `peer`.
+    pub fn send(
+        &mut self,
+        peer: &PeerRef,
+        header: MsgHeader,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let (dev, conn) = self.route_idx(peer)?;
+        self.devices[dev].send(conn, header, payload, timeout)
+    }
+
+    /// Blocking receive from `from` (or any peer on any device) with an optional tag.
+    pub fn recv(
+        &mut self,
+        from: Option<&PeerRef>,
+        tag: Option<u64>,
+        context_id: u32,
+        buf: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Received> {
+        let deadline = Instant::now() + timeout;
+        let mut spec = RecvSpec {
+            conn: None,
+            source: None,
+            tag,
+            context_id,
+        };
+        let mut buf = Some(buf);
+        let mut posted = None;
+        if let Some(p) = from {
+            let (dev, conn) = self.route_idx(p)?;
+            spec.conn = Some(conn);
+            let h = self.devices[dev].post_recv(spec, buf.take().expect("unused"))?;
+            posted = Some((dev, h));
+        }
+        // Spin-then-block only when one device can deliver; with several, take turns.
+        let slice = if self.devices.len() == 1 {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_micros(200)
+        };
+        loop {
+            let mut events = 0;
+            for d in &mut self.devices {
+                events += d.progress()?;
+            }
+            match posted {
+                Some((dev, h)) => {
+                    if let Some(r) = self.devices[dev].test_recv(h)? {
+                        return Ok(r);
+                    }
+                }
+                None => {
+                    // Any source: commit the buffer to the first device that has a
+                    // matching message; the receive completes there (maybe later, for a
+                    // large message still in the fabric).
+                    let hit = self
+                        .devices
+                        .iter_mut()
+                        .position(|d| d.probe(&spec).is_some());
+                    if let Some(dev) = hit {
+                        let h = self.devices[dev].post_recv(spec, buf.take().expect("unused"))?;
+                        posted = Some((dev, h));
+                        continue;
+                    }
+                }
+            }
+            if events > 0 {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                if let Some((dev, h)) = posted {
+                    if !self.devices[dev].cancel_recv(h)? {
+                        if let Some(r) = self.devices[dev].test_recv(h)? {
+                            return Ok(r);
+                        }
+                    }
+                }
+                return Err(TransportError::Timeout(timeout, "a routed receive"));
+            }
+            let wait = (deadline - now).min(slice);
+            match posted {
+                Some((dev, _)) => self.devices[dev].wait_activity(wait)?,
+                None => {
+                    for d in &mut self.devices {
+                        d.wait_activity(wait)?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drives progress on every device and accepts incoming connections.
+    pub fn progress(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for d in &mut self.devices {
+            while d.accept()?.is_some() {
+                n += 1;
+            }
+            n += d.progress()?;
+        }
+        Ok(n)
+    }
+
+    /// Finalizes every device.
+    pub fn finalize(&mut self) -> Result<()> {
+        for d in &mut self.devices {
+            d.finalize()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::addr::{ShmAddr, VerbsAddr};
+    use crate::shm::{ShmConfig, ShmDevice};
+    use crate::tcp::{TcpConfig, TcpDevice};
+
+    fn both() -> Router {
+        Router::new(vec![
+            Box::new(ShmDevice::new(ShmConfig::default()).unwrap()),
+            Box::new(TcpDevice::new(TcpConfig::default()).unwrap()),
+        ])
+    }
+
+    #[test]
+    fn choice_follows_the_rules() {
+        let shm = |host| ShmAddr {
+            host_id: host,
+            pid: 1,
+            segment: "s".into(),
+        };
+        let verbs = VerbsAddr {
+            lid: 1,
+            qpn: 2,
+            qkey: 3,
+            gid: None,
+        };
+        let tcp = Some("127.0.0.1:1".parse().unwrap());
+        let all = [DeviceKind::Shm, DeviceKind::Verbs, DeviceKind::Tcp];
+        let me = PeerAddrs {
+            shm: Some(shm(1)),
+            verbs: Some(verbs),
+            tcp,
+        };
+        let same_host = PeerAddrs {
+            shm: Some(shm(1)),
+            verbs: Some(verbs),
+            tcp,
+        };
+        let other_host = PeerAddrs {
+            shm: Some(shm(2)),
+            verbs: Some(verbs),
+            tcp,
+        };
+        let tcp_only = PeerAddrs {
+            shm: Some(shm(2)),
+            verbs: None,
+            tcp,
+        };
+        assert_eq!(choose_device(&me, &same_host, &all), Some(DeviceKind::Shm));
+        assert_eq!(
+            choose_device(&me, &other_host, &all),
+            Some(DeviceKind::Verbs)
+        );
+        assert_eq!(choose_device(&me, &tcp_only, &all), Some(DeviceKind::Tcp));
+        assert_eq!(
+            choose_device(&me, &same_host, &[DeviceKind::Tcp]),
+            Some(DeviceKind::Tcp)
+        );
+        assert_eq!(choose_device(&me, &PeerAddrs::default(), &all), None);
+    }
+
+    #[test]
+    fn records_are_shared_per_address_set_and_dropped_when_released() {
+        let mut a = both();
+        let b = both();
+        let p1 = a.add_peer(b.local_addrs().clone());
+        let p2 = a.add_peer(b.local_addrs().clone());
+        assert_eq!(p1.ref_count(), 2, "same address set, same record");
+        assert_eq!(a.peer_count(), 1);
+        assert_eq!(a.route(&p1).unwrap().0, DeviceKind::Shm);
+        drop(p1);
+        assert_eq!(a.collect(), 0, "still referenced");
+        drop(p2);
+        assert_eq!(a.collect(), 1);
+        assert_eq!(a.peer_count(), 0);
+    }
+
+    #[test]
+    fn late_joiner_gets_shared_memory_and_remote_gets_tcp() {
+        let mut a = both();
+        // A process that appears later (e.g. added by a resource change).
+        let mut late = both();
+        let p = a.add_peer(late.local_addrs().clone());
+        assert_eq!(a.route(&p).unwrap().0, DeviceKind::Shm);
+        let hdr = MsgHeader {
+            source: 1,
+            tag: 4,
+            context_id: 0,
+            len: 0,
+        };
+        let t = Duration::from_secs(10);
+        a.send(&p, hdr, b"welcome", t).unwrap();
+        let r = late.recv(None, Some(4), 0, vec![0; 16], t).unwrap();
+        assert_eq!(r.data, b"welcome");
+        // A large message is left in the ring until asked for: any-source must still
+        // find it.
+        let big = vec![9u8; 3 << 20];
+        let r = std::thread::scope(|s| {
+            s.spawn(|| a.send(&p, hdr, &big, t).unwrap());
+            late.recv(None, Some(4), 0, vec![0; big.len()], t).unwrap()
+        });
+        assert!(r.data == big);
+        // Same peer seen from another host: only TCP reaches it.
+        let mut remote = late.local_addrs().clone();
+        if let Some(s) = remote.shm.as_mut() {
+            s.host_id ^= 1;
+        }
+        let q = a.add_peer(remote);
+        assert_eq!(a.route(&q).unwrap().0, DeviceKind::Tcp);
+        a.send(&q, hdr, b"over tcp", t).unwrap();
+        let r = late.recv(None, Some(4), 0, vec![0; 16], t).unwrap();
+        assert_eq!(r.data, b"over tcp");
+    }
+}

@@ -1,0 +1,788 @@
+//! The shared-memory [`Device`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+use std::time::{Duration, Instant};
+
+use super::layout::{Inbox, SLOT_CLOSED, SLOT_OPEN};
+use super::record::{pad_for, push_message, stream_chunk};
+use super::ring::{Consumer, Producer, RawStorage};
+use super::segment::{self, SEGMENT_PREFIX, pid_alive};
+use super::waiter::{WaitOutcome, calibrated_spins};
+use crate::addr::{PeerAddrs, ShmAddr};
+use crate::device::{
+    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+};
+use crate::error::{Result, TransportError};
+use crate::header::{MsgHeader, RECORD_HEADER_LEN};
+use crate::idmap::IdMap;
+use crate::matching::{Matcher, Sink};
+use crate::sync::Ordering;
+
+/// Tunables of the shared-memory device.
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// Connection slots in our inbox (peers that can send to us at once).
+    pub slots: usize,
+    /// Bytes per ring (power of two, at least 64 KiB).
+    pub ring_bytes: usize,
+    /// Messages up to this size are copied as one record; larger ones stream.
+    pub eager_threshold: usize,
+    /// How often a blocked wait re-checks that its peers are alive.
+    pub liveness_interval: Duration,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self {
+            slots: 64,
+            ring_bytes: 256 * 1024,
+            eager_threshold: 8 * 1024,
+            liveness_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Receive-side state of one connection.
+enum Rx {
+    Idle,
+    /// Padding after a record, so the next header starts a cache line.
+    Pad(usize),
+    Payload {
+        header: MsgHeader,
+        sink: Sink,
+        got: usize,
+    },
+}
+
+struct PendingSend {
+    handle: SendHandle,
+    header: MsgHeader,
+    payload: Vec<u8>,
+    header_sent: bool,
+    sent: usize,
+}
+
+struct Conn {
+    peer_pid: u32,
+    peer_name: String,
+    /// The peer's inbox (where our outgoing ring lives, and its futex word).
+    peer: Inbox,
+    out: Producer<RawStorage>,
+    /// Our slot in the peer's inbox.
+    out_slot: usize,
+    /// The ring the peer writes to us, once it has opened it.
+    inbound: Option<(usize, Consumer<RawStorage>)>,
+    rx: Rx,
+    tx: VecDeque<PendingSend>,
+    /// A peer that closed or died: remaining receives on it fail with this.
+    dead: Option<TransportError>,
+    /// A large message nobody has asked for yet is waiting in the ring (rendezvous:
+    /// it is copied once, into the receive buffer, when a receive is posted).
+    stalled: bool,
+}
+
+/// Shared-memory device. See the [module docs](super).
+pub struct ShmDevice {
+    cfg: ShmConfig,
+    spins: u32,
+    addr: ShmAddr,
+    /// Our inbox (declared before `conns` is irrelevant: conns map peers, not this).
+    inbox: Option<Inbox>,
+    conns: IdMap<ConnId, Conn>,
+    /// Keys of `conns`, kept in step, so hot loops need not allocate.
+    ids: Vec<ConnId>,
+    progress_calls: u32,
+    by_name: HashMap<String, ConnId>,
+    /// Which of our inbox slots feed which connection.
+    slot_conn: Vec<Option<ConnId>>,
+    seen_gen: u32,
+    accepted: VecDeque<ConnId>,
+    matcher: Matcher,
+    next_conn: u64,
+    next_send: u64,
+    send_done: IdMap<SendHandle, Result<()>>,
+    scratch: Vec<u8>,
+    last_liveness: Instant,
+}
+
+static SEGMENT_COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
+
+impl ShmDevice {
+    /// Creates this process' inbox and sweeps segments left by dead processes.
+    pub fn new(cfg: ShmConfig) -> Result<Self> {
+        assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
+        assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
+        segment::reap_stale();
+        let n = SEGMENT_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{SEGMENT_PREFIX}{}-{n}", std::process::id());
+        let inbox = Inbox::create(&name, cfg.slots, cfg.ring_bytes)?;
+        tracing::debug!(segment = %name, "shm inbox created");
+        Ok(Self {
+            spins: calibrated_spins(),
+            addr: ShmAddr {
+                host_id: ShmAddr::local_host_id(),
+                pid: std::process::id(),
+                segment: name,
+            },
+            slot_conn: vec![None; cfg.slots],
+            cfg,
+            inbox: Some(inbox),
+            conns: IdMap::default(),
+            ids: Vec::new(),
+            progress_calls: 0,
+            by_name: HashMap::new(),
+            seen_gen: 0,
+            accepted: VecDeque::new(),
+            matcher: Matcher::default(),
+            next_conn: 0,
+            next_send: 0,
+            send_done: IdMap::default(),
+            scratch: vec![0; 64 * 1024],
+            last_liveness: Instant::now(),
+        })
+    }
+
+    /// Our shared-memory address.
+    pub fn addr(&self) -> &ShmAddr {
+        &self.addr
+    }
+
+    /// The spin budget in use (calibrated block+wake cost in spin iterations).
+    pub fn spins(&self) -> u32 {
+        self.spins
+    }
+
+    fn inbox(&self) -> Result<&Inbox> {
+        self.inbox.as_ref().ok_or(TransportError::Finalized)
+    }
+
+    /// Opens a connection to the inbox `name` (owned by `pid`).
+    fn open_conn(&mut self, name: &str) -> Result<ConnId> {
+        if let Some(c) = self.by_name.get(name) {
+            return Ok(*c);
+        }
+        let peer = Inbox::open(name)?;
+        let out_slot = peer.claim(&self.addr.segment)?;
+        // SAFETY: the ring lives in `peer`'s mapping, which the Conn keeps alive as long
+        // as the producer (same struct, dropped together); we hold the slot's claim, so
+        // we are its only producer.
+        let out = unsafe {
+            let (ctrl, data) = peer.ring(out_slot);
+            Producer::new(ctrl, data)
+        };
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.conns.insert(
+            id,
+            Conn {
+                peer_pid: peer.owner_pid(),
+                peer_name: name.to_owned(),
+                peer,
+                out,
+                out_slot,
+                inbound: None,
+                rx: Rx::Idle,
+                tx: VecDeque::new(),
+                dead: None,
+                stalled: false,
+            },
+        );
+        self.by_name.insert(name.to_owned(), id);
+        self.ids.push(id);
+        tracing::debug!(peer = name, conn = id.0, "shm connection opened");
+        Ok(id)
+    }
+
+    /// Scans our inbox for newly opened slots and attaches them to connections.
+    fn scan_slots(&mut self) -> Result<usize> {
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        let gen_now = inbox.header().conn_gen.0.load(Ordering::Acquire);
+        if gen_now == self.seen_gen {
+            return Ok(0);
+        }
+        self.seen_gen = gen_now;
+        let mut found = Vec::new();
+        for i in 0..inbox.nslots() {
+            if self.slot_conn[i].is_none()
+                && inbox.slot(i).state.load(Ordering::Acquire) == SLOT_OPEN
+            {
+                found.push((i, inbox.sender_name(i)));
+            }
+        }
+        let mut events = 0;
+        for (i, name) in found {
+            let known = self.by_name.get(&name).copied();
+            let conn = match known {
+                Some(c) => c,
+                None => match self.open_conn(&name) {
+                    Ok(c) => {
+                        self.accepted.push_back(c);
+                        c
+                    }
+                    Err(e) => {
+                        // The sender vanished before we could open its inbox.
+                        tracing::warn!(peer = %name, error = %e, "cannot open sender inbox");
+                        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+                        let pid = inbox.slot(i).pid.load(Ordering::Relaxed);
+                        if !pid_alive(pid) {
+                            inbox.free_slot(i);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+            // SAFETY: our own mapping outlives every connection (finalize drops conns
+            // first); the sender's claim makes us the only consumer of slot `i`.
+            let cons = unsafe {
+                let (ctrl, data) = inbox.ring(i);
+                Consumer::new(ctrl, data)
+            };
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.inbound = Some((i, cons));
+                self.slot_conn[i] = Some(conn);
+                events += 1;
+            }
+        }
+        Ok(events)
+    }
+
+    /// Drains every inbound ring into the matcher.
+    fn drain_all(&mut self) -> usize {
+        let mut events = 0;
+        for i in 0..self.ids.len() {
+            events += self.drain(self.ids[i]);
+        }
+        events
+    }
+
+    /// Drains one connection's inbound ring (records and payload chunks).
+    fn drain(&mut self, id: ConnId) -> usize {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return 0;
+        };
+        let Some((slot, cons)) = c.inbound.as_mut() else {
+            return 0;
+        };
+        let slot = *slot;
+        let mut events = 0;
+        let mut popped = false;
+        loop {
+            if cons.available() == 0 {
+                break;
+            }
+            popped = true;
+            match &mut c.rx {
+                Rx::Idle => {
+                    let mut hb = [0u8; RECORD_HEADER_LEN];
+                    if !cons.pop_exact(&mut hb) {
+                        break;
+                    }
+                    let header = MsgHeader::from_record(&hb);
+                    let sink = self.matcher.incoming(id, header);
+                    if header.len == 0 {
+                        self.matcher.finish(sink);
+                        events += 1;
+                        c.rx = Rx::Pad(pad_for(0));
+                    } else {
+                        c.rx = Rx::Payload {
+                            header,
+                            sink,
+                            got: 0,
+                        };
+                    }
+                }
+                Rx::Payload { header, sink, got } => {
+                    let len = header.len as usize;
+                    let n = if let Some(win) = self.matcher.posted_window(*sink) {
+                        // Fast path: straight from the ring into the user's buffer.
+                        let end = len.min(*got + stream_chunk(self.cfg.ring_bytes));
+                        cons.pop_some(&mut win[*got..end])
+                    } else if len > self.cfg.eager_threshold
+                        && matches!(sink, Sink::Unexpected(_))
+                        && !self.matcher.has_posted_for(id)
+                    {
+                        // Rendezvous: leave it in the ring until a receive is posted,
+                        // unless a posted receive is waiting behind it.
+                        c.stalled = true;
+                        break;
+                    } else {
+                        let want = (len - *got).min(self.scratch.len());
+                        let n = cons.pop_some(&mut self.scratch[..want]);
+                        self.matcher.append(*sink, *got, &self.scratch[..n]);
+                        n
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    *got += n;
+                    if *got == len {
+                        self.matcher.finish(*sink);
+                        c.rx = Rx::Pad(pad_for(len));
+                        events += 1;
+                    }
+                }
+                Rx::Pad(n) => {
+                    let k = cons.pop_some(&mut self.scratch[..*n]);
+                    if k == 0 && *n > 0 {
+                        break;
+                    }
+                    *n -= k;
+                    if *n == 0 {
+                        c.rx = Rx::Idle;
+                    }
+                }
+            }
+        }
+        if popped {
+            if let Some(inbox) = self.inbox.as_ref() {
+                if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+                    notify_peer(&c.peer);
+                }
+            }
+        }
+        events
+    }
+
+    /// Pushes queued sends on every connection.
+    fn push_all_pending(&mut self) -> usize {
+        let mut events = 0;
+        let eager = self.cfg.eager_threshold;
+        for c in self.conns.values_mut() {
+            while let Some(p) = c.tx.front_mut() {
+                let before = (p.header_sent, p.sent);
+                let done = push_message(
+                    &mut c.out,
+                    &p.header,
+                    &p.payload,
+                    eager,
+                    &mut p.header_sent,
+                    &mut p.sent,
+                );
+                if (p.header_sent, p.sent) != before {
+                    notify_peer(&c.peer);
+                }
+                if !done {
+                    break;
+                }
+                let p = c.tx.pop_front().expect("front exists");
+                self.send_done.insert(p.handle, Ok(()));
+                events += 1;
+            }
+        }
+        events
+    }
+
+    /// Checks peers for death or close; fails what depended on them.
+    fn check_peers(&mut self) -> Result<usize> {
+        self.last_liveness = Instant::now();
+        let ids = self.ids.clone();
+        let mut events = 0;
+        for id in ids {
+            let (pid, closed) = {
+                let c = &self.conns[&id];
+                if c.dead.is_some() {
+                    continue;
+                }
+                let inbox = self.inbox()?;
+                let closed = c.inbound.as_ref().is_some_and(|(slot, _)| {
+                    inbox.slot(*slot).state.load(Ordering::Acquire) == SLOT_CLOSED
+                });
+                (c.peer_pid, closed)
+            };
+            let alive = pid_alive(pid);
+            if alive && !closed {
+                continue;
+            }
+            // Deliver whatever it managed to send completely before going away.
+            events += self.drain(id);
+            let c = self.conns.get_mut(&id).expect("id from keys");
+            let mid_message = matches!(c.rx, Rx::Payload { .. });
+            let err = if alive {
+                TransportError::PeerClosed {
+                    conn: id.0,
+                    mid_message,
+                }
+            } else {
+                TransportError::PeerDied {
+                    conn: id.0,
+                    pid,
+                    mid_message,
+                }
+            };
+            tracing::info!(conn = id.0, pid, error = %err, "shm peer gone");
+            if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+                self.matcher.abort(sink, &err);
+            }
+            for p in c.tx.drain(..) {
+                self.send_done.insert(p.handle, Err(err.duplicate()));
+            }
+            self.matcher.fail_conn(id, &err);
+            if let Some((slot, _)) = c.inbound.take() {
+                self.slot_conn[slot] = None;
+                if let Some(inbox) = self.inbox.as_ref() {
+                    inbox.free_slot(slot);
+                }
+            }
+            if !alive {
+                // Its owner cannot unlink it any more: we do (cleanup on peer crash).
+                segment::unlink(&c.peer_name);
+            }
+            c.dead = Some(err);
+            events += 1;
+        }
+        Ok(events)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
+        let c = self
+            .conns
+            .get_mut(&id)
+            .ok_or(TransportError::UnknownConn(id.0))?;
+        match &c.dead {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(c),
+        }
+    }
+
+    /// Receive fast path for the common blocking case: a receive on one connection
+    /// with nothing else queued. Spins (for the calibrated budget) on that ring and, if
+    /// a matching eager record arrives, copies it straight into `buf` without going
+    /// through the matching queues. Anything else — no message within the spin, a
+    /// non-matching or large message, pending sends — returns the buffer untouched
+    /// (`Ok(Err(buf))`) for the general path, so the matching rules stay the same.
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Result<Received, Vec<u8>>> {
+        let Some(id) = spec.conn else {
+            return Ok(Err(buf));
+        };
+        if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.tx.is_empty()) {
+            return Ok(Err(buf));
+        }
+        let eager = self.cfg.eager_threshold;
+        let spins = self.spins;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(Err(buf));
+        };
+        if c.dead.is_some() || !matches!(c.rx, Rx::Idle) {
+            return Ok(Err(buf));
+        }
+        let Some((slot, cons)) = c.inbound.as_mut() else {
+            return Ok(Err(buf));
+        };
+        let mut hb = [0u8; RECORD_HEADER_LEN];
+        let mut tries = 0u32;
+        while !cons.peek_exact(&mut hb) {
+            tries += 1;
+            if tries > spins {
+                return Ok(Err(buf));
+            }
+            crate::sync::spin_hint();
+        }
+        let header = MsgHeader::from_record(&hb);
+        let len = header.len as usize;
+        let record = RECORD_HEADER_LEN + len + pad_for(len);
+        if !spec.matches(id, &header) || len > eager || len > buf.len() || cons.available() < record
+        {
+            return Ok(Err(buf));
+        }
+        let mut buf = buf;
+        buf.truncate(len);
+        cons.pop_exact(&mut hb);
+        cons.pop_exact(&mut buf);
+        let pad = pad_for(len);
+        cons.pop_exact(&mut self.scratch[..pad]);
+        let slot = *slot;
+        if let Some(inbox) = self.inbox.as_ref() {
+            if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+                notify_peer(&c.peer);
+            }
+        }
+        Ok(Ok(Received {
+            header,
+            conn: id,
+            data: buf,
+        }))
+    }
+
+    /// Spin-then-block until any inbound ring has data, a slot opens, a queued send can
+    /// move, or `timeout` passes.
+    fn block(&mut self, timeout: Duration, need_space: bool) -> WaitOutcome {
+        let Some(inbox) = self.inbox.as_ref() else {
+            return WaitOutcome::Ready;
+        };
+        let h = inbox.header();
+        // Ask receivers of rings we wait on for space to wake us when they drain.
+        for c in self.conns.values() {
+            if c.dead.is_none() && (need_space || !c.tx.is_empty()) {
+                c.peer.slot(c.out_slot).waiting.swap(1, Ordering::AcqRel);
+            }
+        }
+        let seen_gen = self.seen_gen;
+        let conns = &mut self.conns;
+        let peer_running = || conns_running(conns);
+        // Evaluate liveness of the producers before borrowing `conns` mutably below.
+        let running = peer_running();
+        let ready = || {
+            h.conn_gen.0.load(Ordering::Acquire) != seen_gen
+                || conns.values_mut().any(|c| {
+                    (!c.stalled && c.inbound.as_ref().is_some_and(|(_, r)| r.has_data()))
+                        || ((need_space || !c.tx.is_empty())
+                            && c.out.free() >= stream_chunk(c.out.cap()))
+                })
+        };
+        h.wait.0.wait_until(
+            self.spins,
+            || running,
+            ready,
+            Some(timeout),
+            Some(&h.running.0),
+        )
+    }
+}
+
+fn conns_running(conns: &IdMap<ConnId, Conn>) -> bool {
+    conns
+        .values()
+        .any(|c| c.dead.is_none() && c.peer.header().running.0.load(Ordering::Relaxed) != 0)
+}
+
+fn notify_peer(peer: &Inbox) {
+    if peer.header().wait.0.notify() {
+        // We just woke it: it is about to run, so its peers may spin on it again.
+        peer.header().running.0.store(1, Ordering::Relaxed);
+    }
+}
+
+impl Device for ShmDevice {
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Shm
+    }
+
+    fn local_address(&self, into: &mut PeerAddrs) {
+        into.shm = Some(self.addr.clone());
+    }
+
+    fn reaches(&self, peer: &PeerAddrs) -> bool {
+        peer.shm
+            .as_ref()
+            .is_some_and(|s| s.host_id == self.addr.host_id)
+    }
+
+    fn connect(&mut self, peer: &PeerAddrs) -> Result<ConnId> {
+        let Some(s) = peer.shm.as_ref().filter(|s| s.host_id == self.addr.host_id) else {
+            return Err(TransportError::BadAddress {
+                kind: DeviceKind::Shm,
+                reason: "peer has no shared-memory address on this host".into(),
+            });
+        };
+        self.inbox()?;
+        self.open_conn(&s.segment)
+    }
+
+    fn accept(&mut self) -> Result<Option<ConnId>> {
+        self.scan_slots()?;
+        Ok(self.accepted.pop_front())
+    }
+
+    fn isend(&mut self, conn: ConnId, header: MsgHeader, payload: Vec<u8>) -> Result<SendHandle> {
+        let eager = self.cfg.eager_threshold;
+        self.next_send += 1;
+        let handle = SendHandle(self.next_send);
+        let header = MsgHeader {
+            len: payload.len() as u64,
+            ..header
+        };
+        let c = self.conn_mut(conn)?;
+        let mut p = PendingSend {
+            handle,
+            header,
+            payload,
+            header_sent: false,
+            sent: 0,
+        };
+        if c.tx.is_empty() {
+            let done = push_message(
+                &mut c.out,
+                &header,
+                &p.payload,
+                eager,
+                &mut p.header_sent,
+                &mut p.sent,
+            );
+            if p.header_sent {
+                notify_peer(&c.peer);
+            }
+            if done {
+                self.send_done.insert(handle, Ok(()));
+                return Ok(handle);
+            }
+        }
+        c.tx.push_back(p);
+        Ok(handle)
+    }
+
+    fn test_send(&mut self, handle: SendHandle) -> Result<bool> {
+        match self.send_done.remove(&handle) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn send(
+        &mut self,
+        conn: ConnId,
+        header: MsgHeader,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut deadline: Option<Instant> = None;
+        let eager = self.cfg.eager_threshold;
+        let header = MsgHeader {
+            len: payload.len() as u64,
+            ..header
+        };
+        let (mut header_sent, mut sent) = (false, 0);
+        loop {
+            let c = self.conn_mut(conn)?;
+            if c.tx.is_empty() {
+                let before = (header_sent, sent);
+                let done = push_message(
+                    &mut c.out,
+                    &header,
+                    payload,
+                    eager,
+                    &mut header_sent,
+                    &mut sent,
+                );
+                if (header_sent, sent) != before {
+                    notify_peer(&c.peer);
+                }
+                if done {
+                    return Ok(());
+                }
+            }
+            // Keep our own inbound rings moving: the peer may be blocked sending to us.
+            self.progress()?;
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + timeout);
+            if now >= deadline {
+                return Err(TransportError::Timeout(timeout, "ring space for a send"));
+            }
+            let slice = (deadline - now).min(self.cfg.liveness_interval);
+            if self.block(slice, true) == WaitOutcome::TimedOut {
+                self.check_peers()?;
+            }
+        }
+    }
+
+    fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
+        if let Some(c) = spec.conn {
+            self.conn_mut(c)?;
+        }
+        // A new receive may be what a stalled large message waits for.
+        for c in self.conns.values_mut() {
+            c.stalled = false;
+        }
+        Ok(self.matcher.post(spec, buf))
+    }
+
+    fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
+        match self.recv_fast(&spec, buf)? {
+            Ok(r) => Ok(r),
+            Err(buf) => recv_blocking(self, spec, buf, timeout),
+        }
+    }
+
+    fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
+        self.matcher.take(handle)
+    }
+
+    fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool> {
+        Ok(self.matcher.cancel(handle))
+    }
+
+    fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader> {
+        self.matcher.probe(spec)
+    }
+
+    fn progress(&mut self) -> Result<usize> {
+        let mut events = self.scan_slots()?;
+        events += self.drain_all();
+        events += self.push_all_pending();
+        // Reading the clock on every call would cost more than the rest of a
+        // shared-memory receive; look at it every 256 calls.
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.progress_calls % 256 == 0
+            && self.last_liveness.elapsed() >= self.cfg.liveness_interval
+        {
+            events += self.check_peers()?;
+        }
+        Ok(events)
+    }
+
+    fn wait_activity(&mut self, timeout: Duration) -> Result<()> {
+        let slice = timeout.min(self.cfg.liveness_interval);
+        if self.block(slice, false) == WaitOutcome::TimedOut {
+            self.check_peers()?;
+        }
+        Ok(())
+    }
+
+    fn disconnect(&mut self, conn: ConnId) -> Result<()> {
+        let c = self
+            .conns
+            .remove(&conn)
+            .ok_or(TransportError::UnknownConn(conn.0))?;
+        self.by_name.remove(&c.peer_name);
+        self.ids.retain(|i| *i != conn);
+        // Tell the receiver this ring will carry nothing more.
+        c.peer
+            .slot(c.out_slot)
+            .state
+            .store(SLOT_CLOSED, Ordering::Release);
+        notify_peer(&c.peer);
+        if let Some((slot, _)) = c.inbound {
+            if let Some(inbox) = self.inbox.as_ref() {
+                // Recycle the slot only once its producer is done; otherwise leave it
+                // attached to the dead id so a still-writing peer cannot collide with a
+                // new claimer.
+                let st = inbox.slot(slot).state.load(Ordering::Acquire);
+                if st == SLOT_CLOSED || !pid_alive(c.peer_pid) {
+                    self.slot_conn[slot] = None;
+                    inbox.free_slot(slot);
+                }
+            }
+        }
+        let err = TransportError::PeerClosed {
+            conn: conn.0,
+            mid_message: false,
+        };
+        self.matcher.fail_conn(conn, &err);
+        for p in c.tx {
+            self.send_done.insert(p.handle, Err(err.duplicate()));
+        }
+        Ok(())
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.disconnect(id)?;
+        }
+        // Dropping the inbox unmaps and unlinks it.
+        self.inbox = None;
+        Ok(())
+    }
+}
+
+impl Drop for ShmDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize() {
+            tracing::warn!(error = %e, "shm finalize on drop failed");
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

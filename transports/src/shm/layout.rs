@@ -1,0 +1,251 @@
+//! Layout of one process' inbox segment: a header (owner, running flag, futex word)
+//! followed by connection slots, each holding one SPSC ring written by one sender.
+//!
+//! ```text
+//! [InboxHeader][Slot; nslots] ... page-aligned ... [ring 0 bytes][ring 1 bytes]...
+//! ```
+
+use std::ptr::NonNull;
+
+use super::ring::{CachePadded, RawStorage, RingControl};
+use super::segment::Segment;
+use super::waiter::WaitWord;
+use crate::error::{Result, TransportError};
+use crate::sync::{AtomicU32, Ordering};
+
+const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
+const VERSION: u32 = 1;
+/// Longest sender segment name a slot can record.
+pub const NAME_MAX: usize = 64;
+
+/// Slot states (`Slot::state`).
+pub const SLOT_FREE: u32 = 0;
+/// Claimed by a sender that is still writing its name.
+pub const SLOT_CLAIMED: u32 = 1;
+/// Open: the owner may attach a consumer.
+pub const SLOT_OPEN: u32 = 2;
+/// The sender closed its end (after its last record).
+pub const SLOT_CLOSED: u32 = 3;
+
+/// Segment header.
+#[repr(C)]
+pub struct InboxHeader {
+    magic: u64,
+    version: u32,
+    nslots: u32,
+    ring_cap: u64,
+    owner_pid: u32,
+    /// 1 while the owner is running, 0 while it sleeps in the futex (004: peers skip
+    /// spinning on a process that is not running).
+    pub running: CachePadded<AtomicU32>,
+    /// Bumped by every sender that opens a slot, so the owner scans slots only then.
+    pub conn_gen: CachePadded<AtomicU32>,
+    /// The owner's futex word: notified on new data, new slots and freed ring space.
+    pub wait: CachePadded<WaitWord>,
+}
+
+/// One sender's slot.
+#[repr(C)]
+pub struct Slot {
+    /// `SLOT_*` state.
+    pub state: AtomicU32,
+    /// Sender pid.
+    pub pid: AtomicU32,
+    /// Set by the sender before it sleeps for ring space; the receiver swaps it to 0
+    /// after freeing space and wakes the sender if it was set (both RMWs, so one of
+    /// them always sees the other).
+    pub waiting: AtomicU32,
+    name_len: AtomicU32,
+    name: [u8; NAME_MAX],
+    /// The ring's control block.
+    pub ring: RingControl,
+}
+
+/// Typed view of a mapped inbox.
+pub struct Inbox {
+    /// The mapping (kept alive by this value).
+    pub seg: Segment,
+    nslots: usize,
+    ring_cap: usize,
+    data_off: usize,
+}
+
+fn slots_off() -> usize {
+    std::mem::size_of::<InboxHeader>().next_multiple_of(64)
+}
+
+fn data_off(nslots: usize) -> usize {
+    (slots_off() + nslots * std::mem::size_of::<Slot>()).next_multiple_of(4096)
+}
+
+impl Inbox {
+    /// Creates our own inbox.
+    pub fn create(name: &str, nslots: usize, ring_cap: usize) -> Result<Self> {
+        assert!(ring_cap.is_power_of_two() && name.len() <= NAME_MAX);
+        let data_off = data_off(nslots);
+        let seg = Segment::create(name, data_off + nslots * ring_cap)?;
+        let base = seg.ptr().as_ptr();
+        // SAFETY: the fresh mapping is large enough, page-aligned, and ours alone until
+        // the name is published; all-zero bytes are valid for the atomics, and we write
+        // each field in place before anyone can open the segment by its name... which
+        // is only handed out after this returns.
+        unsafe {
+            base.cast::<InboxHeader>().write(InboxHeader {
+                magic: MAGIC,
+                version: VERSION,
+                nslots: nslots as u32,
+                ring_cap: ring_cap as u64,
+                owner_pid: std::process::id(),
+                running: CachePadded(AtomicU32::new(1)),
+                conn_gen: CachePadded(AtomicU32::new(0)),
+                wait: CachePadded(WaitWord::new()),
+            });
+            for i in 0..nslots {
+                base.add(slots_off() + i * std::mem::size_of::<Slot>())
+                    .cast::<Slot>()
+                    .write(Slot {
+                        state: AtomicU32::new(SLOT_FREE),
+                        pid: AtomicU32::new(0),
+                        waiting: AtomicU32::new(0),
+                        name_len: AtomicU32::new(0),
+                        name: [0; NAME_MAX],
+                        ring: RingControl::new(),
+                    });
+            }
+        }
+        Ok(Self {
+            seg,
+            nslots,
+            ring_cap,
+            data_off,
+        })
+    }
+
+    /// Opens a peer's inbox and checks it is one of ours.
+    pub fn open(name: &str) -> Result<Self> {
+        let seg = Segment::open(name)?;
+        let bad = |reason| TransportError::BadSegment {
+            name: name.to_owned(),
+            reason,
+        };
+        if seg.len() < slots_off() {
+            return Err(bad("too small"));
+        }
+        // SAFETY: the mapping holds at least a header (checked); fields are read-only
+        // after creation.
+        let h = unsafe { &*seg.ptr().as_ptr().cast::<InboxHeader>() };
+        if h.magic != MAGIC || h.version != VERSION {
+            return Err(bad("wrong magic or version"));
+        }
+        let (nslots, ring_cap) = (h.nslots as usize, h.ring_cap as usize);
+        let data_off = data_off(nslots);
+        if !ring_cap.is_power_of_two() || seg.len() < data_off + nslots * ring_cap {
+            return Err(bad("inconsistent size"));
+        }
+        Ok(Self {
+            seg,
+            nslots,
+            ring_cap,
+            data_off,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &InboxHeader {
+        // SAFETY: checked/initialised at open/create; lives as long as `self.seg`.
+        unsafe { &*self.seg.ptr().as_ptr().cast::<InboxHeader>() }
+    }
+
+    /// Owner pid.
+    pub fn owner_pid(&self) -> u32 {
+        self.header().owner_pid
+    }
+
+    /// Number of slots.
+    pub fn nslots(&self) -> usize {
+        self.nslots
+    }
+
+    /// Slot `i`.
+    pub fn slot(&self, i: usize) -> &Slot {
+        assert!(i < self.nslots);
+        // SAFETY: in bounds (checked), initialised at create, valid while `seg` lives.
+        unsafe {
+            &*self
+                .seg
+                .ptr()
+                .as_ptr()
+                .add(slots_off() + i * std::mem::size_of::<Slot>())
+                .cast::<Slot>()
+        }
+    }
+
+    /// The ring control block and storage of slot `i`.
+    ///
+    /// # Safety
+    /// The returned pointers are valid only while this `Inbox` (its mapping) lives.
+    pub unsafe fn ring(&self, i: usize) -> (NonNull<RingControl>, RawStorage) {
+        let ctrl = NonNull::from(&self.slot(i).ring);
+        // SAFETY: ring `i` lies inside the mapping (size checked at open/create).
+        let data = unsafe {
+            NonNull::new_unchecked(
+                self.seg
+                    .ptr()
+                    .as_ptr()
+                    .add(self.data_off + i * self.ring_cap),
+            )
+        };
+        // SAFETY: `ring_cap` bytes at `data`, power of two (checked).
+        (ctrl, unsafe { RawStorage::new(data, self.ring_cap) })
+    }
+
+    /// Claims a free slot for sender `name`; returns its index.
+    pub fn claim(&self, name: &str) -> Result<usize> {
+        for i in 0..self.nslots {
+            let s = self.slot(i);
+            if s.state
+                .compare_exchange(
+                    SLOT_FREE,
+                    SLOT_CLAIMED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                s.pid.store(std::process::id(), Ordering::Relaxed);
+                let n = name.len().min(NAME_MAX);
+                // SAFETY: the claim gives us exclusive write access to the name bytes
+                // until we publish SLOT_OPEN with Release below.
+                unsafe {
+                    let dst = std::ptr::addr_of!(s.name).cast::<u8>().cast_mut();
+                    std::ptr::copy_nonoverlapping(name.as_ptr(), dst, n);
+                }
+                s.name_len.store(n as u32, Ordering::Relaxed);
+                s.state.store(SLOT_OPEN, Ordering::Release);
+                self.header().conn_gen.0.fetch_add(1, Ordering::Release);
+                self.header().wait.0.notify();
+                return Ok(i);
+            }
+        }
+        Err(TransportError::NoFreeSlot {
+            name: self.seg.name().to_owned(),
+        })
+    }
+
+    /// Name of the sender of an open slot (after an Acquire load saw `SLOT_OPEN`).
+    pub fn sender_name(&self, i: usize) -> String {
+        let s = self.slot(i);
+        let n = (s.name_len.load(Ordering::Relaxed) as usize).min(NAME_MAX);
+        String::from_utf8_lossy(&s.name[..n]).into_owned()
+    }
+
+    /// Resets slot `i` for reuse (owner only, once the sender is gone).
+    pub fn free_slot(&self, i: usize) {
+        let s = self.slot(i);
+        s.ring.reset();
+        s.pid.store(0, Ordering::Relaxed);
+        s.waiting.store(0, Ordering::Relaxed);
+        s.name_len.store(0, Ordering::Relaxed);
+        s.state.store(SLOT_FREE, Ordering::Release);
+    }
+}

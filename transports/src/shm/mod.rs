@@ -1,0 +1,24 @@
+//! Shared-memory device: one inbox segment per process with one SPSC ring per sender,
+//! so every ordered pair of processes has its own lock-free ring.
+//!
+//! * Eager path: a message up to [`ShmConfig::eager_threshold`] is copied into the ring
+//!   as one record (header + payload) and published with one store.
+//! * Large path: above the threshold the header goes first and the payload streams
+//!   through the ring in chunks as the receiver drains it (pipelined, bounded memory);
+//!   the receiver copies straight into the posted user buffer when there is one.
+//! * Waiting: spin-then-block on the process' futex word ([`waiter`]).
+//! * Cleanup: the owner unlinks its inbox on finalize/drop; a peer that notices the owner
+//!   died unlinks it, and [`segment::reap_stale`] sweeps leftovers at start-up.
+
+pub mod layout;
+mod record;
+pub mod ring;
+pub mod segment;
+pub mod waiter;
+
+// The device itself is not model-checked (it needs real futexes and processes).
+#[cfg(not(loom))]
+mod device;
+
+#[cfg(not(loom))]
+pub use device::{ShmConfig, ShmDevice};

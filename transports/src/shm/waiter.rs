@@ -1,0 +1,353 @@
+//! Spin-then-block waiting on a futex word in shared memory (004 §4).
+//!
+//! A waiter spins for about as long as blocking and being woken would cost — measured
+//! once per process by [`calibrated_spins`], not hard-coded — because spinning longer
+//! than that cannot beat a block, and spinning shorter gives up the cheap case. When the
+//! peer that would produce the event is known not to be running (it is itself blocked),
+//! spinning is pointless and skipped.
+//!
+//! Protocol (no lost wake-ups): the notifier publishes its data, then bumps `seq`, then
+//! wakes only if `sleepers != 0`. The waiter reads `seq`, re-checks its condition,
+//! registers in `sleepers`, and sleeps only while `seq` is unchanged (the futex compares
+//! atomically with going to sleep). With SeqCst on `seq` and `sleepers` either the
+//! notifier sees the sleeper, or the sleeper sees the new `seq`. The notifier reads
+//! `sleepers` with an RMW so this holds under acquire/release reasoning too.
+
+use std::time::Duration;
+
+use crate::sync::{AtomicU32, Ordering, spin_hint};
+
+#[cfg(not(loom))]
+static SLEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process blocked in the futex (a diagnostic for benchmarks: a
+/// well-tuned spin keeps it near zero under ping-pong).
+#[cfg(not(loom))]
+pub fn sleep_count() -> u64 {
+    SLEEPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The futex word pair one process waits on; lives in that process' shared segment.
+#[repr(C)]
+pub struct WaitWord {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+    /// loom has no futex: model it with a mutex and condvar, which have the same
+    /// compare-then-sleep atomicity, so lost wake-ups surface as loom deadlocks.
+    #[cfg(loom)]
+    lock: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    cv: loom::sync::Condvar,
+}
+
+/// Why [`WaitWord::wait_until`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The condition holds.
+    Ready,
+    /// The timeout passed (the caller checks peer liveness and retries).
+    TimedOut,
+}
+
+impl WaitWord {
+    /// A fresh word.
+    pub fn new() -> Self {
+        Self {
+            seq: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+            #[cfg(loom)]
+            lock: loom::sync::Mutex::new(()),
+            #[cfg(loom)]
+            cv: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// Tells the owner something changed. Call after publishing the data. Returns
+    /// whether a sleeper had to be woken.
+    pub fn notify(&self) -> bool {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        // An RMW rather than a load: an RMW reads the latest value in the modification
+        // order, so this pairs with the sleeper's `fetch_add` through release/acquire
+        // alone (loom models SeqCst loads as merely acquire, and found the lost wake-up
+        // a plain load allows there).
+        if self.sleepers.fetch_add(0, Ordering::SeqCst) != 0 {
+            self.wake_all();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Waits until `ready()` holds: spins up to `spins` times (0 when `peer_running`
+    /// says the producer is not running), then blocks on the futex for at most
+    /// `timeout` (`None`: no limit). `my_running`, if given, is cleared while blocked so
+    /// that peers waiting on us skip their spin.
+    pub fn wait_until(
+        &self,
+        spins: u32,
+        peer_running: impl Fn() -> bool,
+        mut ready: impl FnMut() -> bool,
+        timeout: Option<Duration>,
+        my_running: Option<&AtomicU32>,
+    ) -> WaitOutcome {
+        if ready() {
+            return WaitOutcome::Ready;
+        }
+        if peer_running() {
+            for _ in 0..spins {
+                spin_hint();
+                if ready() {
+                    return WaitOutcome::Ready;
+                }
+            }
+        }
+        loop {
+            let ticket = self.seq.load(Ordering::SeqCst);
+            if ready() {
+                return WaitOutcome::Ready;
+            }
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            if let Some(r) = my_running {
+                r.store(0, Ordering::Relaxed);
+            }
+            #[cfg(not(loom))]
+            SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let woke = self.block(ticket, timeout);
+            if let Some(r) = my_running {
+                r.store(1, Ordering::Relaxed);
+            }
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if ready() {
+                return WaitOutcome::Ready;
+            }
+            if !woke {
+                return WaitOutcome::TimedOut;
+            }
+        }
+    }
+
+    /// Sleeps while `seq == ticket`; false if the timeout passed.
+    #[cfg(not(loom))]
+    fn block(&self, ticket: u32, timeout: Option<Duration>) -> bool {
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+        });
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `seq` is a live, 4-byte aligned u32 (AtomicU32 has u32's layout); the
+        // shared (non-PRIVATE) futex op is required because waker and waiter are in
+        // different processes mapping the same page; `tsp` is null or points to `ts`.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.seq.as_ptr(),
+                libc::FUTEX_WAIT,
+                ticket,
+                tsp,
+            )
+        };
+        !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    }
+
+    #[cfg(not(loom))]
+    fn wake_all(&self) {
+        // SAFETY: as in `block`; FUTEX_WAKE only reads the address.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.seq.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            )
+        };
+    }
+
+    #[cfg(loom)]
+    fn block(&self, ticket: u32, _timeout: Option<Duration>) -> bool {
+        let g = self.lock.lock().unwrap();
+        // The kernel compares under its bucket lock after a full barrier; an RMW read
+        // is the model's equivalent.
+        if self.seq.fetch_add(0, Ordering::SeqCst) == ticket {
+            drop(self.cv.wait(g).unwrap());
+        }
+        true
+    }
+
+    #[cfg(loom)]
+    fn wake_all(&self) {
+        let _g = self.lock.lock().unwrap();
+        self.cv.notify_all();
+    }
+}
+
+impl Default for WaitWord {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Spin iterations worth one futex block + wake, measured once per process.
+///
+/// Two threads ping-pong through futexes to time a block+wake round, and a spin loop is
+/// timed per iteration; the quotient is clamped to a sane range. `DYNRES_SHM_SPINS`
+/// overrides it (benchmarks use this to explore the trade-off).
+#[cfg(not(loom))]
+pub fn calibrated_spins() -> u32 {
+    static SPINS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *SPINS.get_or_init(|| {
+        if let Some(v) = std::env::var("DYNRES_SHM_SPINS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            return v;
+        }
+        let block_wake = measure_block_wake();
+        let per_spin = measure_spin();
+        let spins = (block_wake.as_nanos() as f64 / per_spin.max(0.1)) as u64;
+        let spins = spins.clamp(1_000, 1_000_000) as u32;
+        tracing::debug!(?block_wake, per_spin, spins, "calibrated shm spin");
+        spins
+    })
+}
+
+#[cfg(not(loom))]
+fn measure_block_wake() -> Duration {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32 as StdU32;
+    const ROUNDS: u32 = 200;
+    let words = Arc::new((
+        WaitWord::new(),
+        WaitWord::new(),
+        StdU32::new(0),
+        StdU32::new(0),
+    ));
+    let w2 = words.clone();
+    let t = std::thread::spawn(move || {
+        for i in 1..=ROUNDS {
+            // Block immediately (spins = 0): this side measures the blocking path only.
+            w2.0.wait_until(
+                0,
+                || false,
+                || w2.2.load(Ordering::Acquire) >= i,
+                None,
+                None,
+            );
+            w2.3.store(i, Ordering::Release);
+            w2.1.notify();
+        }
+    });
+    let start = std::time::Instant::now();
+    for i in 1..=ROUNDS {
+        words.2.store(i, Ordering::Release);
+        words.0.notify();
+        words.1.wait_until(
+            0,
+            || false,
+            || words.3.load(Ordering::Acquire) >= i,
+            None,
+            None,
+        );
+    }
+    let elapsed = start.elapsed();
+    t.join().expect("calibration thread");
+    // One round is two block+wake hand-offs.
+    elapsed / (2 * ROUNDS)
+}
+
+#[cfg(not(loom))]
+fn measure_spin() -> f64 {
+    let flag = AtomicU32::new(0);
+    const N: u32 = 20_000;
+    let start = std::time::Instant::now();
+    for _ in 0..N {
+        spin_hint();
+        if flag.load(Ordering::Acquire) != 0 {
+            break;
+        }
+    }
+    start.elapsed().as_nanos() as f64 / f64::from(N)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn times_out_without_notification_and_wakes_with_one() {
+        let w = Arc::new((WaitWord::new(), AtomicBool::new(false)));
+        let out = w.0.wait_until(
+            10,
+            || true,
+            || w.1.load(Ordering::Acquire),
+            Some(Duration::from_millis(5)),
+            None,
+        );
+        assert_eq!(out, WaitOutcome::TimedOut);
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || {
+            w2.1.store(true, Ordering::Release);
+            w2.0.notify();
+        });
+        // Peer "not running": no spin, straight to the futex; must still see the event.
+        let out =
+            w.0.wait_until(0, || false, || w.1.load(Ordering::Acquire), None, None);
+        assert_eq!(out, WaitOutcome::Ready);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn calibration_is_within_clamp() {
+        let s = calibrated_spins();
+        assert!((1_000..=1_000_000).contains(&s) || std::env::var("DYNRES_SHM_SPINS").is_ok());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicU32 as LoomU32;
+
+    /// The notifier publishes then notifies; the waiter (not spinning, as when the peer
+    /// is not running) must never sleep through it. A lost wake-up is a loom deadlock.
+    #[test]
+    fn loom_no_lost_wakeup() {
+        loom::model(|| {
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let s2 = s.clone();
+            let t = loom::thread::spawn(move || {
+                s2.1.store(1, Ordering::Release);
+                s2.0.notify();
+            });
+            let out =
+                s.0.wait_until(0, || false, || s.1.load(Ordering::Acquire) == 1, None, None);
+            assert_eq!(out, WaitOutcome::Ready);
+            t.join().unwrap();
+        });
+    }
+
+    /// Two events in a row, with a short spin first: both must be observed.
+    #[test]
+    fn loom_two_events_with_spin() {
+        loom::model(|| {
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let s2 = s.clone();
+            let t = loom::thread::spawn(move || {
+                for v in 1..=2 {
+                    s2.1.store(v, Ordering::Release);
+                    s2.0.notify();
+                }
+            });
+            for v in 1..=2 {
+                let out =
+                    s.0.wait_until(1, || true, || s.1.load(Ordering::Acquire) >= v, None, None);
+                assert_eq!(out, WaitOutcome::Ready);
+            }
+            t.join().unwrap();
+        });
+    }
+}

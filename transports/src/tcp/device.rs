@@ -1,0 +1,759 @@
+//! The TCP [`Device`].
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
+use crate::addr::PeerAddrs;
+use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+use crate::error::{Result, TransportError};
+use crate::header::MsgHeader;
+use crate::matching::{Matcher, Sink};
+
+/// Tunables of the TCP device.
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    /// Where to listen (port 0: any free port).
+    pub bind: SocketAddr,
+    /// Largest message accepted from a peer (and sent); bounds what garbage can make us
+    /// allocate.
+    pub max_message: u64,
+    /// Timeout for establishing a connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            max_message: 1 << 30,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+struct OutFrame {
+    handle: Option<SendHandle>,
+    head: [u8; FRAME_HEADER_LEN],
+    payload: Vec<u8>,
+    /// Bytes of head + payload already written.
+    off: usize,
+}
+
+enum Rx {
+    Header,
+    Payload {
+        fh: FrameHeader,
+        sink: Sink,
+        got: usize,
+    },
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// The peer's listening address, from its HELLO.
+    peer_listen: Option<SocketAddr>,
+    out: VecDeque<OutFrame>,
+    /// Received bytes not yet consumed.
+    stage: Vec<u8>,
+    stage_pos: usize,
+    rx: Rx,
+    /// HELLO payload being collected.
+    hello: Vec<u8>,
+    dead: Option<TransportError>,
+    /// A large message nobody asked for yet: leave it in the kernel's socket buffer
+    /// (TCP flow control is the rendezvous) until a receive is posted.
+    stalled: bool,
+}
+
+/// Unmatched messages above this size wait in the socket instead of being buffered.
+const STALL_MIN: u64 = 64 * 1024;
+
+/// TCP device. See the [module docs](super).
+pub struct TcpDevice {
+    cfg: TcpConfig,
+    listener: Option<TcpListener>,
+    local: SocketAddr,
+    conns: HashMap<ConnId, Conn>,
+    by_addr: HashMap<SocketAddr, ConnId>,
+    accepted: VecDeque<ConnId>,
+    matcher: Matcher,
+    next_conn: u64,
+    next_send: u64,
+    send_done: HashMap<SendHandle, Result<()>>,
+    /// `poll` saw the listener readable (or we have not looked yet): try `accept`.
+    listener_ready: bool,
+    progress_calls: u32,
+}
+
+const STAGE: usize = 64 * 1024;
+
+fn io_err(what: &str) -> impl FnOnce(io::Error) -> TransportError + '_ {
+    move |e| TransportError::io(what, e)
+}
+
+impl TcpDevice {
+    /// Binds the listening socket.
+    pub fn new(cfg: TcpConfig) -> Result<Self> {
+        let listener = TcpListener::bind(cfg.bind).map_err(io_err("tcp bind"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("tcp listener nonblocking"))?;
+        let local = listener.local_addr().map_err(io_err("tcp local_addr"))?;
+        tracing::debug!(%local, "tcp device listening");
+        Ok(Self {
+            cfg,
+            listener: Some(listener),
+            local,
+            conns: HashMap::new(),
+            by_addr: HashMap::new(),
+            accepted: VecDeque::new(),
+            matcher: Matcher::default(),
+            next_conn: 0,
+            next_send: 0,
+            send_done: HashMap::new(),
+            listener_ready: true,
+            progress_calls: 0,
+        })
+    }
+
+    /// The listening address.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn add_conn(&mut self, stream: TcpStream, peer_listen: Option<SocketAddr>) -> Result<ConnId> {
+        stream.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
+        stream
+            .set_nonblocking(true)
+            .map_err(io_err("tcp nonblocking"))?;
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        let hello = self.local.to_string().into_bytes();
+        let head = framing::encode(&FrameHeader {
+            kind: FrameKind::Hello,
+            msg: MsgHeader {
+                len: hello.len() as u64,
+                ..MsgHeader::default()
+            },
+        });
+        let mut out = VecDeque::new();
+        out.push_back(OutFrame {
+            handle: None,
+            head,
+            payload: hello,
+            off: 0,
+        });
+        self.conns.insert(
+            id,
+            Conn {
+                stream,
+                peer_listen,
+                out,
+                stage: vec![0; STAGE],
+                stage_pos: 0,
+                rx: Rx::Header,
+                hello: Vec::new(),
+                dead: None,
+                stalled: false,
+            },
+        );
+        if let Some(a) = peer_listen {
+            self.by_addr.insert(a, id);
+        }
+        Ok(id)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
+        let c = self
+            .conns
+            .get_mut(&id)
+            .ok_or(TransportError::UnknownConn(id.0))?;
+        match &c.dead {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(c),
+        }
+    }
+
+    fn accept_new(&mut self) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            let Some(l) = self.listener.as_ref() else {
+                return Ok(n);
+            };
+            match l.accept() {
+                Ok((s, from)) => {
+                    tracing::debug!(%from, "tcp connection accepted");
+                    let id = self.add_conn(s, None)?;
+                    self.accepted.push_back(id);
+                    n += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A connection that died before we accepted it is not our problem.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => return Err(TransportError::io("tcp accept", e)),
+            }
+        }
+    }
+
+    /// Closes a connection after a peer failure and fails everything waiting on it.
+    fn kill(&mut self, id: ConnId, err: TransportError) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.dead.is_some() {
+            return;
+        }
+        tracing::info!(conn = id.0, error = %err, "tcp connection closed");
+        // Best effort: the socket may already be gone.
+        let _ = c.stream.shutdown(Shutdown::Both);
+        if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Header) {
+            self.matcher.abort(sink, &err);
+        }
+        for f in c.out.drain(..) {
+            if let Some(h) = f.handle {
+                self.send_done.insert(h, Err(err.duplicate()));
+            }
+        }
+        if let Some(a) = c.peer_listen {
+            if self.by_addr.get(&a) == Some(&id) {
+                self.by_addr.remove(&a);
+            }
+        }
+        self.matcher.fail_conn(id, &err);
+        c.dead = Some(err);
+    }
+
+    /// Writes queued frames; returns frames completed, or the error that kills the conn.
+    fn flush(
+        c: &mut Conn,
+        done: &mut HashMap<SendHandle, Result<()>>,
+        conn: ConnId,
+    ) -> Result<usize> {
+        let mut n = 0;
+        while let Some(f) = c.out.front_mut() {
+            let total = FRAME_HEADER_LEN + f.payload.len();
+            while f.off < total {
+                let r = if f.off < FRAME_HEADER_LEN {
+                    c.stream
+                        .write_vectored(&[IoSlice::new(&f.head[f.off..]), IoSlice::new(&f.payload)])
+                } else {
+                    c.stream.write(&f.payload[f.off - FRAME_HEADER_LEN..])
+                };
+                match r {
+                    Ok(0) => {
+                        return Err(TransportError::PeerClosed {
+                            conn: conn.0,
+                            mid_message: f.off > 0,
+                        });
+                    }
+                    Ok(k) => f.off += k,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(classify(conn, e, f.off > 0)),
+                }
+            }
+            let f = c.out.pop_front().expect("front exists");
+            if let Some(h) = f.handle {
+                done.insert(h, Ok(()));
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Reads and parses everything available on one connection.
+    fn read_conn(&mut self, id: ConnId) -> Result<usize, TransportError> {
+        let max = self.cfg.max_message;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(0);
+        };
+        if c.dead.is_some() {
+            return Ok(0);
+        }
+        let mut events = 0;
+        // A short read means the socket is drained: stop instead of paying for one more
+        // read that would only say EAGAIN (poll is level-triggered, nothing is lost).
+        let mut drained = false;
+        loop {
+            // 1. Consume staged bytes.
+            events += consume(c, &mut self.matcher, &mut self.by_addr, id, max)?;
+            if drained {
+                return Ok(events);
+            }
+            if let Rx::Payload { fh, sink, .. } = &c.rx {
+                if fh.kind == FrameKind::Data
+                    && fh.msg.len > STALL_MIN
+                    && self.matcher.posted_window(*sink).is_none()
+                    && matches!(sink, Sink::Unexpected(_))
+                    && !self.matcher.has_posted_for(id)
+                {
+                    c.stalled = true;
+                    return Ok(events);
+                }
+            }
+            // 2. Fast path: a posted buffer waits for the rest of this payload.
+            if let Rx::Payload { fh, sink, got } = &mut c.rx {
+                let len = fh.msg.len as usize;
+                if let Some(win) = self.matcher.posted_window(*sink) {
+                    if c.stage_pos == 0 && len - *got >= 4096 {
+                        match c.stream.read(&mut win[*got..len]) {
+                            Ok(0) => {
+                                return Err(TransportError::PeerClosed {
+                                    conn: id.0,
+                                    mid_message: true,
+                                });
+                            }
+                            Ok(k) => {
+                                // Large direct reads go on until EAGAIN.
+                                *got += k;
+                                if *got == len {
+                                    self.matcher.finish(*sink);
+                                    c.rx = Rx::Header;
+                                    events += 1;
+                                }
+                                continue;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(events),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) => return Err(classify(id, e, true)),
+                        }
+                    }
+                }
+            }
+            // 3. Stage more bytes.
+            let pos = c.stage_pos;
+            match c.stream.read(&mut c.stage[pos..]) {
+                Ok(0) => {
+                    let mid = c.stage_pos > 0 || !matches!(c.rx, Rx::Header);
+                    return Err(TransportError::PeerClosed {
+                        conn: id.0,
+                        mid_message: mid,
+                    });
+                }
+                Ok(k) => {
+                    drained = pos + k < STAGE;
+                    c.stage_pos += k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(events),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let mid = c.stage_pos > 0 || !matches!(c.rx, Rx::Header);
+                    return Err(classify(id, e, mid));
+                }
+            }
+        }
+    }
+
+    /// Polls the listener and all sockets for at most `timeout`.
+    fn poll(&mut self, timeout: Duration) -> Result<()> {
+        let mut fds = Vec::with_capacity(self.conns.len() + 1);
+        if let Some(l) = &self.listener {
+            fds.push(libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        for c in self.conns.values().filter(|c| c.dead.is_none()) {
+            // A stalled connection is readable by design; only its writes matter.
+            let mut events = if c.stalled { 0 } else { libc::POLLIN };
+            if !c.out.is_empty() {
+                events |= libc::POLLOUT;
+            }
+            if events == 0 {
+                continue;
+            }
+            fds.push(libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events,
+                revents: 0,
+            });
+        }
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if self.listener.is_some() && fds[0].revents & libc::POLLIN != 0 {
+            self.listener_ready = true;
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(TransportError::io("poll", e));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn classify(conn: ConnId, e: io::Error, mid_message: bool) -> TransportError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset => TransportError::ConnectionReset { conn: conn.0 },
+        io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::UnexpectedEof => TransportError::PeerClosed {
+            conn: conn.0,
+            mid_message,
+        },
+        _ => TransportError::io(format!("tcp connection {}", conn.0), e),
+    }
+}
+
+/// Parses frames out of the staged bytes of one connection.
+fn consume(
+    c: &mut Conn,
+    matcher: &mut Matcher,
+    by_addr: &mut HashMap<SocketAddr, ConnId>,
+    id: ConnId,
+    max: u64,
+) -> Result<usize> {
+    let mut events = 0;
+    let mut at = 0;
+    let malformed = |source| TransportError::Malformed { conn: id.0, source };
+    while at < c.stage_pos {
+        match &mut c.rx {
+            Rx::Header => {
+                let Some(fh) =
+                    framing::parse_header(&c.stage[at..c.stage_pos], max).map_err(malformed)?
+                else {
+                    break;
+                };
+                at += FRAME_HEADER_LEN;
+                match fh.kind {
+                    FrameKind::Data => {
+                        let sink = matcher.incoming(id, fh.msg);
+                        if fh.msg.len == 0 {
+                            matcher.finish(sink);
+                            events += 1;
+                        } else {
+                            c.rx = Rx::Payload { fh, sink, got: 0 };
+                        }
+                    }
+                    FrameKind::Hello => {
+                        c.hello.clear();
+                        c.rx = Rx::Payload {
+                            fh,
+                            sink: Sink::Discard,
+                            got: 0,
+                        };
+                    }
+                }
+            }
+            Rx::Payload { fh, sink, got } => {
+                let len = fh.msg.len as usize;
+                let k = (len - *got).min(c.stage_pos - at);
+                let bytes = &c.stage[at..at + k];
+                if fh.kind == FrameKind::Hello {
+                    c.hello.extend_from_slice(bytes);
+                } else if let Some(win) = matcher.posted_window(*sink) {
+                    win[*got..*got + k].copy_from_slice(bytes);
+                } else {
+                    matcher.append(*sink, *got, bytes);
+                }
+                *got += k;
+                at += k;
+                if *got == len {
+                    if fh.kind == FrameKind::Hello {
+                        let addr = framing::parse_hello(&c.hello).map_err(malformed)?;
+                        c.peer_listen = Some(addr);
+                        by_addr.entry(addr).or_insert(id);
+                    } else {
+                        matcher.finish(*sink);
+                        events += 1;
+                    }
+                    c.rx = Rx::Header;
+                }
+            }
+        }
+    }
+    c.stage.copy_within(at..c.stage_pos, 0);
+    c.stage_pos -= at;
+    Ok(events)
+}
+
+impl Device for TcpDevice {
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Tcp
+    }
+
+    fn local_address(&self, into: &mut PeerAddrs) {
+        into.tcp = Some(self.local);
+    }
+
+    fn reaches(&self, peer: &PeerAddrs) -> bool {
+        peer.tcp.is_some()
+    }
+
+    fn connect(&mut self, peer: &PeerAddrs) -> Result<ConnId> {
+        let addr = peer.tcp.ok_or_else(|| TransportError::BadAddress {
+            kind: DeviceKind::Tcp,
+            reason: "peer has no TCP address".into(),
+        })?;
+        if self.listener.is_none() {
+            return Err(TransportError::Finalized);
+        }
+        // Pick up HELLOs already received, so an accepted connection is reused.
+        self.progress()?;
+        if let Some(id) = self.by_addr.get(&addr) {
+            return Ok(*id);
+        }
+        let s = TcpStream::connect_timeout(&addr, self.cfg.connect_timeout)
+            .map_err(|e| TransportError::io(format!("tcp connect {addr}"), e))?;
+        let id = self.add_conn(s, Some(addr))?;
+        tracing::debug!(%addr, conn = id.0, "tcp connection opened");
+        let c = self.conns.get_mut(&id).expect("just added");
+        if let Err(e) = Self::flush(c, &mut self.send_done, id) {
+            self.kill(id, e.duplicate());
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    fn accept(&mut self) -> Result<Option<ConnId>> {
+        self.accept_new()?;
+        Ok(self.accepted.pop_front())
+    }
+
+    fn isend(&mut self, conn: ConnId, header: MsgHeader, payload: Vec<u8>) -> Result<SendHandle> {
+        let max = self.cfg.max_message.min(u64::from(u32::MAX));
+        if payload.len() as u64 > max {
+            return Err(TransportError::TooLarge {
+                len: payload.len() as u64,
+                max,
+            });
+        }
+        self.next_send += 1;
+        let handle = SendHandle(self.next_send);
+        let head = framing::encode(&FrameHeader {
+            kind: FrameKind::Data,
+            msg: MsgHeader {
+                len: payload.len() as u64,
+                ..header
+            },
+        });
+        let c = self.conn_mut(conn)?;
+        c.out.push_back(OutFrame {
+            handle: Some(handle),
+            head,
+            payload,
+            off: 0,
+        });
+        let c = self.conns.get_mut(&conn).expect("checked");
+        if let Err(e) = Self::flush(c, &mut self.send_done, conn) {
+            self.kill(conn, e);
+        }
+        Ok(handle)
+    }
+
+    fn test_send(&mut self, handle: SendHandle) -> Result<bool> {
+        match self.send_done.remove(&handle) {
+            Some(r) => r.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn send(
+        &mut self,
+        conn: ConnId,
+        header: MsgHeader,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let max = self.cfg.max_message.min(u64::from(u32::MAX));
+        if payload.len() as u64 > max {
+            return Err(TransportError::TooLarge {
+                len: payload.len() as u64,
+                max,
+            });
+        }
+        let deadline = Instant::now() + timeout;
+        let head = framing::encode(&FrameHeader {
+            kind: FrameKind::Data,
+            msg: MsgHeader {
+                len: payload.len() as u64,
+                ..header
+            },
+        });
+        let total = FRAME_HEADER_LEN + payload.len();
+        let mut off = 0;
+        loop {
+            self.conn_mut(conn)?;
+            let c = self.conns.get_mut(&conn).expect("checked");
+            if !c.out.is_empty() {
+                if let Err(e) = Self::flush(c, &mut self.send_done, conn) {
+                    self.kill(conn, e.duplicate());
+                    return Err(e);
+                }
+            }
+            let c = self.conns.get_mut(&conn).expect("checked");
+            if c.out.is_empty() {
+                // Write straight from the caller's buffer: no intermediate copy.
+                while off < total {
+                    let r = if off < FRAME_HEADER_LEN {
+                        c.stream
+                            .write_vectored(&[IoSlice::new(&head[off..]), IoSlice::new(payload)])
+                    } else {
+                        c.stream.write(&payload[off - FRAME_HEADER_LEN..])
+                    };
+                    match r {
+                        Ok(0) => {
+                            let e = TransportError::PeerClosed {
+                                conn: conn.0,
+                                mid_message: off > 0,
+                            };
+                            self.kill(conn, e.duplicate());
+                            return Err(e);
+                        }
+                        Ok(k) => off += k,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            let e = classify(conn, e, off > 0);
+                            self.kill(conn, e.duplicate());
+                            return Err(e);
+                        }
+                    }
+                }
+                if off == total {
+                    return Ok(());
+                }
+            }
+            // Keep reading meanwhile: the peer may be blocked writing to us.
+            self.progress()?;
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::Timeout(timeout, "socket space for a send"));
+            }
+            self.poll_for_write(conn, (deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
+    fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
+        if let Some(c) = spec.conn {
+            self.conn_mut(c)?;
+        }
+        // A new receive may be what a stalled large message waits for.
+        for c in self.conns.values_mut() {
+            c.stalled = false;
+        }
+        Ok(self.matcher.post(spec, buf))
+    }
+
+    fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
+        self.matcher.take(handle)
+    }
+
+    fn cancel_recv(&mut self, handle: RecvHandle) -> Result<bool> {
+        Ok(self.matcher.cancel(handle))
+    }
+
+    fn probe(&mut self, spec: &RecvSpec) -> Option<MsgHeader> {
+        self.matcher.probe(spec)
+    }
+
+    fn progress(&mut self) -> Result<usize> {
+        // `accept` costs a syscall that almost always says EAGAIN: only try when poll
+        // saw the listener readable, and every 64th call for busy loops that never poll.
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        let mut events = 0;
+        if self.listener_ready || self.progress_calls % 64 == 0 {
+            self.listener_ready = false;
+            events += self.accept_new()?;
+        }
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            let c = self.conns.get_mut(&id).expect("id from keys");
+            if c.dead.is_some() {
+                continue;
+            }
+            if !c.out.is_empty() {
+                match Self::flush(c, &mut self.send_done, id) {
+                    Ok(n) => events += n,
+                    Err(e) => {
+                        self.kill(id, e);
+                        events += 1;
+                        continue;
+                    }
+                }
+            }
+            match self.read_conn(id) {
+                Ok(n) => events += n,
+                Err(e) => {
+                    self.kill(id, e);
+                    events += 1;
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    fn wait_activity(&mut self, timeout: Duration) -> Result<()> {
+        self.poll(timeout)
+    }
+
+    fn disconnect(&mut self, conn: ConnId) -> Result<()> {
+        let c = self
+            .conns
+            .remove(&conn)
+            .ok_or(TransportError::UnknownConn(conn.0))?;
+        if let Some(a) = c.peer_listen {
+            if self.by_addr.get(&a) == Some(&conn) {
+                self.by_addr.remove(&a);
+            }
+        }
+        // Best effort: the peer may already be gone.
+        let _ = c.stream.shutdown(Shutdown::Both);
+        let err = TransportError::PeerClosed {
+            conn: conn.0,
+            mid_message: false,
+        };
+        self.matcher.fail_conn(conn, &err);
+        for f in c.out {
+            if let Some(h) = f.handle {
+                self.send_done.insert(h, Err(err.duplicate()));
+            }
+        }
+        Ok(())
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.disconnect(id)?;
+        }
+        self.listener = None;
+        Ok(())
+    }
+}
+
+impl TcpDevice {
+    fn poll_for_write(&mut self, conn: ConnId, timeout: Duration) -> Result<()> {
+        let Some(c) = self.conns.get(&conn) else {
+            return Ok(());
+        };
+        let mut fds = [libc::pollfd {
+            fd: c.stream.as_raw_fd(),
+            events: libc::POLLOUT | libc::POLLIN,
+            revents: 0,
+        }];
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        Ok(())
+    }
+}
+
+impl Drop for TcpDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize() {
+            tracing::warn!(error = %e, "tcp finalize on drop failed");
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,148 @@
+//! Tests of the TCP device: round trips, reuse, and hostile peers.
+
+use super::*;
+use crate::device::{accept_blocking, recv_blocking};
+
+const T: Duration = Duration::from_secs(10);
+
+fn pair() -> (TcpDevice, TcpDevice, ConnId, ConnId) {
+    let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut pb = PeerAddrs::default();
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    let ba = accept_blocking(&mut b, T).unwrap();
+    (a, b, ab, ba)
+}
+
+fn hdr(tag: u64) -> MsgHeader {
+    MsgHeader {
+        source: 3,
+        tag,
+        context_id: 9,
+        len: 0,
+    }
+}
+
+fn any() -> RecvSpec {
+    RecvSpec {
+        context_id: 9,
+        ..RecvSpec::default()
+    }
+}
+
+#[test]
+fn small_and_large_messages_and_reuse() {
+    let (mut a, mut b, ab, ba) = pair();
+    let big: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    a.send(ab, hdr(1), b"hi", T).unwrap();
+    let h = a.isend(ab, hdr(2), big.clone()).unwrap();
+    let r = recv_blocking(&mut b, any(), vec![0; 4], T).unwrap();
+    assert_eq!(
+        (r.header.source, r.header.tag, &r.data[..]),
+        (3, 1, &b"hi"[..])
+    );
+    let rh = b.post_recv(any(), vec![0; big.len()]).unwrap();
+    let got = loop {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        if let Some(r) = b.test_recv(rh).unwrap() {
+            break r;
+        }
+    };
+    assert!(a.test_send(h).unwrap());
+    assert!(got.data == big);
+    let mut pa = PeerAddrs::default();
+    a.local_address(&mut pa);
+    assert_eq!(
+        b.connect(&pa).unwrap(),
+        ba,
+        "HELLO lets the accepted socket be reused"
+    );
+    b.send(ba, hdr(3), b"back", T).unwrap();
+    assert_eq!(
+        recv_blocking(&mut a, any(), vec![0; 8], T).unwrap().data,
+        b"back"
+    );
+}
+
+#[test]
+fn garbage_closes_the_connection_with_a_typed_error() {
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = recv_blocking(&mut b, spec, vec![0; 8], T).unwrap_err();
+    assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+    // The device closed its end: the raw peer sees EOF (or a reset), not silence.
+    raw.set_read_timeout(Some(T)).unwrap();
+    let mut buf = [0u8; 64];
+    let mut n = raw.read(&mut buf).unwrap_or(0);
+    while n > 0 {
+        n = raw.read(&mut buf).unwrap_or(0);
+    }
+    assert!(b.send(conn, hdr(0), b"x", T).is_err());
+}
+
+#[test]
+fn peer_close_mid_message_is_reported() {
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Data,
+        msg: MsgHeader { len: 100, ..hdr(1) },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(&[7; 10]).unwrap();
+    drop(raw);
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = recv_blocking(&mut b, spec, vec![0; 100], T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::PeerClosed {
+                mid_message: true,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// A large unmatched message waits in the socket, but never in front of a receive
+/// that is waiting for a later message on the same connection.
+#[test]
+fn stalled_large_message_does_not_block_a_later_small_one() {
+    let (mut a, mut b, ab, _) = pair();
+    let big = vec![5u8; 4 << 20];
+    let s1 = a.isend(ab, hdr(1), big.clone()).unwrap();
+    let s2 = a.isend(ab, hdr(2), b"small".to_vec()).unwrap();
+    for _ in 0..50 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let want2 = RecvSpec {
+        tag: Some(2),
+        ..any()
+    };
+    let small = b.post_recv(want2, vec![0; 8]).unwrap();
+    let got = loop {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        if let Some(r) = b.test_recv(small).unwrap() {
+            break r;
+        }
+    };
+    assert_eq!(got.data, b"small");
+    let r = recv_blocking(&mut b, any(), vec![0; big.len()], T).unwrap();
+    assert!(r.header.tag == 1 && r.data == big);
+    assert!(a.test_send(s1).unwrap() && a.test_send(s2).unwrap());
+}
