@@ -1,0 +1,152 @@
+//! Launching application processes (fork/exec through `std::process::Command`),
+//! forwarding their output with a rank prefix, reporting their exits, killing them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+
+use super::engine::Event;
+use crate::env;
+
+/// What every launched process gets.
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    /// Program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// `DYNRES_SOCKET`.
+    pub socket: String,
+    /// `DYNRES_SECRET`.
+    pub secret: String,
+    /// `DYNRES_NAMESPACE`.
+    pub namespace: String,
+    /// `DYNRES_APP`.
+    pub app: String,
+}
+
+/// A launched process.
+#[derive(Debug)]
+pub struct Child {
+    /// Its OS process id.
+    pub os_pid: u32,
+    /// When it was launched.
+    pub launched: std::time::Instant,
+    /// Whether the runtime killed it.
+    pub killed: bool,
+    /// Its exit, once reaped.
+    pub exit: Option<ExitStatus>,
+    /// Output forwarders and the reaper.
+    pub threads: Vec<JoinHandle<()>>,
+}
+
+/// Launches rank `rank`; its exit is reported to `events`.
+pub fn launch(spec: &LaunchSpec, rank: u32, events: &Sender<Event>) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env(env::SOCKET, &spec.socket)
+        .env(env::SECRET, &spec.secret)
+        .env(env::NAMESPACE, &spec.namespace)
+        .env(env::RANK, rank.to_string())
+        .env(env::APP, &spec.app)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure only calls prctl, which is async-signal-safe. If the runtime
+    // dies, its processes get SIGKILL rather than outliving the job.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let launched = std::time::Instant::now();
+    let mut child = cmd.spawn()?;
+    let os_pid = child.id();
+    let mut threads = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        threads.push(forward(out, rank, false));
+    }
+    if let Some(err) = child.stderr.take() {
+        threads.push(forward(err, rank, true));
+    }
+    let tx = events.clone();
+    threads.push(std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send(Event::Exited { rank, status });
+    }));
+    Ok(Child {
+        os_pid,
+        launched,
+        killed: false,
+        exit: None,
+        threads,
+    })
+}
+
+fn forward(r: impl Read + Send + 'static, rank: u32, to_stderr: bool) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(r);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            let mut buf = format!("[rank {rank}] ").into_bytes();
+            buf.extend_from_slice(&line);
+            // One write per line so lines of different ranks do not interleave.
+            let _ = if to_stderr {
+                std::io::stderr().lock().write_all(&buf)
+            } else {
+                std::io::stdout().lock().write_all(&buf)
+            };
+        }
+    })
+}
+
+/// Sends SIGKILL to a process.
+pub fn kill(os_pid: u32) {
+    // SAFETY: kill has no memory-safety preconditions. The pid is a child not yet
+    // reaped (the caller checks), so it cannot have been reused.
+    let r = unsafe { libc::kill(os_pid as libc::pid_t, libc::SIGKILL) };
+    if r != 0 {
+        tracing::debug!(os_pid, error = %std::io::Error::last_os_error(), "kill");
+    }
+}
+
+/// A one-word description of an exit.
+pub fn describe(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "unknown".into(),
+    }
+}
+
+/// Removes shared-memory segments (`/dev/shm/dynres-shm-{pid}-*`) of the given processes.
+pub fn sweep_shm(os_pids: &[u32]) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let prefixes: Vec<String> = os_pids.iter().map(|p| format!("dynres-shm-{p}-")).collect();
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
