@@ -46,6 +46,12 @@ impl Transport {
         })
     }
 
+    /// Opens the shared-memory device on a helper thread, so that a new process can
+    /// overlap it with its confirm; [`OpeningTransport::finish`] waits for it.
+    pub fn open_in_background() -> OpeningTransport {
+        OpeningTransport(std::thread::spawn(|| ShmDevice::new(ShmConfig::default())))
+    }
+
     /// This process' addresses, as published for its peers.
     pub fn address(&self) -> String {
         encode_addrs(self.router.borrow().local_addrs())
@@ -54,6 +60,22 @@ impl Transport {
     /// Finalizes the devices (also done on drop).
     pub fn finalize(&self) -> Result<(), CommError> {
         Ok(self.router.borrow_mut().finalize()?)
+    }
+}
+
+/// A [`Transport`] being opened by [`Transport::open_in_background`].
+pub struct OpeningTransport(std::thread::JoinHandle<dynres_transports::Result<ShmDevice>>);
+
+impl OpeningTransport {
+    /// Waits for the device and returns the transport.
+    pub fn finish(self) -> Result<Transport, CommError> {
+        let shm = self
+            .0
+            .join()
+            .map_err(|_| CommError::Malformed("transport thread panicked"))??;
+        Ok(Transport {
+            router: Rc::new(RefCell::new(Router::new(vec![Box::new(shm)]))),
+        })
     }
 }
 

@@ -301,7 +301,8 @@ fn planner(args: &Args, n_start: u32) -> Result<Planner, CommError> {
 /// Runs one process of the benchmark.
 pub fn run(args: Args) -> Result<(), CommError> {
     let mut s = Session::init()?;
-    let transport = Transport::new()?;
+    // Opened while this process queries and (if new) confirms.
+    let opening = Transport::open_in_background();
     // Lst. 6.7: was this process added by a change? Then confirm it.
     let me = s.get_res_change(Some(&PsetName::self_set()))?;
     let joining =
@@ -328,6 +329,7 @@ pub fn run(args: Args) -> Result<(), CommError> {
         }
         _ => s.app_pset(),
     };
+    let transport = opening.finish()?;
     let mut comm = Communicator::create(&mut s, &transport, &main, 0)?;
     let mut root = (comm.rank() == 0 && !joining).then(|| {
         let n_start = args.n_start.unwrap_or(comm.size() as u32);

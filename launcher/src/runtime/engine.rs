@@ -54,6 +54,13 @@ pub enum Event {
         /// Where the answer goes.
         stream: UnixStream,
     },
+    /// The launcher thread started a process (or failed to).
+    Launched {
+        /// Its rank.
+        rank: Rank,
+        /// The process.
+        child: std::io::Result<Child>,
+    },
     /// A launched process exited.
     Exited {
         /// Its rank.
@@ -93,8 +100,9 @@ pub struct Engine {
     pub(super) namespace: Namespace,
     pub(super) app: String,
     pub(super) job_id: String,
-    spec: LaunchSpec,
-    events: Sender<Event>,
+    spawner: Option<(Sender<u32>, std::thread::JoinHandle<()>)>,
+    /// Launches asked of the spawner and not yet reported; `true`: kill on arrival.
+    launching: BTreeMap<Rank, bool>,
     pub(super) children: BTreeMap<Rank, Child>,
     conns: HashMap<u64, (Rank, UnixStream)>,
     by_rank: HashMap<Rank, u64>,
@@ -136,8 +144,8 @@ impl Engine {
             namespace,
             app,
             job_id,
-            spec,
-            events,
+            spawner: Some(procs::spawner(spec, events)),
+            launching: BTreeMap::new(),
             children: BTreeMap::new(),
             conns: HashMap::new(),
             by_rank: HashMap::new(),
@@ -163,7 +171,7 @@ impl Engine {
     }
 
     fn live(&self) -> usize {
-        self.children.values().filter(|c| c.exit.is_none()).count()
+        self.launching.len() + self.children.values().filter(|c| c.exit.is_none()).count()
     }
 
     /// Runs the job until its last process has exited.
@@ -195,6 +203,10 @@ impl Engine {
                     self.master_input(MasterInput::Timeout);
                 }
             }
+        }
+        if let Some((tx, t)) = self.spawner.take() {
+            drop(tx);
+            let _ = t.join();
         }
         let mut os_pids = Vec::new();
         for c in self.children.values_mut() {
@@ -231,12 +243,34 @@ impl Engine {
                 let answer = self.on_tool(line.trim());
                 let _ = stream.write_all(answer.as_bytes());
             }
+            Event::Launched { rank, child } => self.on_launched(rank, child),
             Event::Exited { rank, status } => self.on_exit(rank, status),
         }
     }
 
+    fn on_launched(&mut self, rank: Rank, child: std::io::Result<Child>) {
+        let kill = self.launching.remove(&rank).unwrap_or(false);
+        match child {
+            Ok(mut c) => {
+                tracing::debug!(rank, os_pid = c.os_pid, "launched");
+                if kill {
+                    c.killed = true;
+                    procs::kill(c.os_pid);
+                }
+                self.children.insert(rank, c);
+            }
+            Err(e) => {
+                tracing::error!(rank, error = %e, "launch failed");
+                self.failed.push(rank);
+                let pid = self.pid(rank);
+                self.daemon_input(DaemonInput::Exited { pid });
+            }
+        }
+    }
+
     fn on_hello(&mut self, conn: u64, rank: Rank, mut stream: UnixStream) {
-        let alive = self.children.get(&rank).is_some_and(|c| c.exit.is_none());
+        let alive = self.launching.contains_key(&rank)
+            || self.children.get(&rank).is_some_and(|c| c.exit.is_none());
         if !alive || self.by_rank.contains_key(&rank) {
             tracing::warn!(
                 rank,
@@ -331,15 +365,12 @@ impl Engine {
         self.drain();
     }
 
-    /// Drains both machines until neither has anything left to do, then starts the
-    /// processes they asked for.
+    /// Drains both machines until neither has anything left to do, then hands the
+    /// launches they asked for to the launcher thread.
     fn drain(&mut self) {
         self.drain_links();
-        while !self.to_launch.is_empty() {
-            for rank in std::mem::take(&mut self.to_launch) {
-                self.launch(rank);
-            }
-            self.drain_links();
+        for rank in std::mem::take(&mut self.to_launch) {
+            self.launch(rank);
         }
     }
 
@@ -433,6 +464,9 @@ impl Engine {
             }
             DaemonOutput::Kill { procs } => {
                 for p in procs {
+                    if let Some(k) = self.launching.get_mut(&p.rank) {
+                        *k = true;
+                    }
                     if let Some(c) = self.children.get_mut(&p.rank) {
                         if c.exit.is_none() {
                             tracing::info!(rank = p.rank, os_pid = c.os_pid, "killing");
@@ -459,19 +493,16 @@ impl Engine {
     }
 
     fn launch(&mut self, rank: Rank) {
-        match procs::launch(&self.spec, rank, &self.events) {
-            Ok(c) => {
-                tracing::debug!(rank, os_pid = c.os_pid, "launched");
-                self.children.insert(rank, c);
-            }
-            Err(e) => {
-                tracing::error!(rank, program = %self.spec.program, error = %e, "launch failed");
-                let pid = self.pid(rank);
-                let now = self.now();
-                if let Err(e) = self.daemon.handle(now, DaemonInput::Exited { pid }) {
-                    tracing::debug!(error = %e, "daemon refused an input");
-                }
-            }
+        let sent = self
+            .spawner
+            .as_ref()
+            .is_some_and(|(tx, _)| tx.send(rank).is_ok());
+        if sent {
+            self.launching.insert(rank, false);
+        } else {
+            tracing::error!(rank, "launcher thread gone");
+            let pid = self.pid(rank);
+            self.daemon_input(DaemonInput::Exited { pid });
         }
     }
 }

@@ -133,6 +133,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         secret,
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
+        shm_spins: dynres_transports::shm::waiter::calibrated_spins(),
     };
     let engine = engine::Engine::new(master, job_id, namespace, cfg.app.clone(), spec, tx);
     let outcome = engine.run(rx);

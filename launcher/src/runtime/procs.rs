@@ -25,6 +25,9 @@ pub struct LaunchSpec {
     pub namespace: String,
     /// `DYNRES_APP`.
     pub app: String,
+    /// `DYNRES_SHM_SPINS`: the shared-memory spin budget, calibrated once by the
+    /// runtime instead of once in every process (a ~ms futex ping-pong each).
+    pub shm_spins: u32,
 }
 
 /// A launched process.
@@ -38,12 +41,50 @@ pub struct Child {
     pub killed: bool,
     /// Its exit, once reaped.
     pub exit: Option<ExitStatus>,
-    /// Output forwarders and the reaper.
+    /// Output forwarders.
     pub threads: Vec<JoinHandle<()>>,
 }
 
-/// Launches rank `rank`; its exit is reported to `events`.
-pub fn launch(spec: &LaunchSpec, rank: u32, events: &Sender<Event>) -> std::io::Result<Child> {
+/// Starts the thread that launches processes (one long-lived thread, so that the
+/// children's parent-death signal, tied to the launching thread, fires only when the
+/// runtime is gone). Each launch is reported as [`Event::Launched`], and later its exit
+/// as [`Event::Exited`].
+pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let t = std::thread::spawn(move || {
+        for rank in rx {
+            match launch(&spec, rank) {
+                Ok((child, proc)) => {
+                    if events
+                        .send(Event::Launched {
+                            rank,
+                            child: Ok(child),
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                    // Started after `Launched` is queued, so the exit comes after it.
+                    let tx = events.clone();
+                    let mut proc = proc;
+                    std::thread::spawn(move || {
+                        let status = proc.wait();
+                        let _ = tx.send(Event::Exited { rank, status });
+                    });
+                }
+                Err(e) => {
+                    let _ = events.send(Event::Launched {
+                        rank,
+                        child: Err(e),
+                    });
+                }
+            }
+        }
+    });
+    (tx, t)
+}
+
+fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process::Child)> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .env(env::SOCKET, &spec.socket)
@@ -51,6 +92,7 @@ pub fn launch(spec: &LaunchSpec, rank: u32, events: &Sender<Event>) -> std::io::
         .env(env::NAMESPACE, &spec.namespace)
         .env(env::RANK, rank.to_string())
         .env(env::APP, &spec.app)
+        .env("DYNRES_SHM_SPINS", spec.shm_spins.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -74,18 +116,16 @@ pub fn launch(spec: &LaunchSpec, rank: u32, events: &Sender<Event>) -> std::io::
     if let Some(err) = child.stderr.take() {
         threads.push(forward(err, rank, true));
     }
-    let tx = events.clone();
-    threads.push(std::thread::spawn(move || {
-        let status = child.wait();
-        let _ = tx.send(Event::Exited { rank, status });
-    }));
-    Ok(Child {
-        os_pid,
-        launched,
-        killed: false,
-        exit: None,
-        threads,
-    })
+    Ok((
+        Child {
+            os_pid,
+            launched,
+            killed: false,
+            exit: None,
+            threads,
+        },
+        child,
+    ))
 }
 
 fn forward(r: impl Read + Send + 'static, rank: u32, to_stderr: bool) -> JoinHandle<()> {
