@@ -57,6 +57,10 @@ impl Session {
             .parse()
             .map_err(|_| ClientError::Env(env::RANK))?;
         let app = var(env::APP)?;
+        // If the runtime dies, this process dies with it rather than outliving the job.
+        // (Armed before connecting: a runtime already gone refuses the connection.)
+        // SAFETY: prctl(PR_SET_PDEATHSIG) has no memory-safety preconditions.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
         Session::connect(
             &socket,
             &secret,

@@ -2,7 +2,7 @@
 //! forwarding their output with a rank prefix, reporting their exits, killing them.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
@@ -46,7 +46,7 @@ pub struct Child {
 }
 
 /// Starts the thread that launches processes (one long-lived thread, so that the
-/// children's parent-death signal, tied to the launching thread, fires only when the
+/// parent-death signal clients arm, tied to the launching thread, fires only when the
 /// runtime is gone). Each launch is reported as [`Event::Launched`], and later its exit
 /// as [`Event::Exited`].
 pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHandle<()>) {
@@ -96,19 +96,16 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process:
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure only calls prctl, which is async-signal-safe. If the runtime
-    // dies, its processes get SIGKILL rather than outliving the job.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
+    // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
     let launched = std::time::Instant::now();
     let mut child = cmd.spawn()?;
     let os_pid = child.id();
+    tracing::trace!(
+        rank,
+        fork_exec_us = launched.elapsed().as_micros() as u64,
+        "spawned"
+    );
     let mut threads = Vec::new();
     if let Some(out) = child.stdout.take() {
         threads.push(forward(out, rank, false));
