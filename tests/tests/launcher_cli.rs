@@ -85,6 +85,12 @@ fn grow_shrink_and_status_of_a_running_job_and_wrong_secrets_are_refused() {
         s.lines()
             .any(|l| l.contains("SUB") && l.contains("FINALIZED"))
     });
+    let r = rt.run(&["replace", job, "-1", "+1"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    wait_status(&rt, job, "the REPLACE finalized", |s| {
+        s.lines()
+            .any(|l| l.contains("REPLACE") && l.contains("FINALIZED"))
+    });
     // A SUB of every process is refused with one line and a non-zero exit.
     let bad = rt.run(&["shrink", job, "-3"]);
     assert_ne!(bad.code, Some(0), "{}", bad.dump());
@@ -127,5 +133,67 @@ fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
         let lines: Vec<&str> = f.stderr.trim().lines().collect();
         assert_eq!(lines.len(), 1, "{args:?} printed\n{}", f.dump());
         assert!(lines[0].starts_with("dynres: "), "{args:?}: {}", lines[0]);
+    }
+}
+
+#[test]
+fn processes_die_with_a_killed_runtime() {
+    let rt = Runtime::new("sigkill");
+    let job = "killed";
+    let mut child = rt.spawn(&[
+        "run",
+        "-n",
+        "2",
+        "--job-id",
+        job,
+        "--slots",
+        "2",
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "none",
+        "-i",
+        "1000000",
+        "--problem-size",
+        "1000",
+    ]);
+    rt.wait_for_job(job);
+    let st = wait_status(&rt, job, "two running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 2
+    });
+    let pids: Vec<u32> = st
+        .lines()
+        .filter(|l| l.ends_with("running"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "{st}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = |p: &u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for a reaper that is not the runtime.
+        stat.is_empty() || stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pids.iter().all(gone) {
+        assert!(
+            Instant::now() < deadline,
+            "processes {pids:?} outlived the runtime"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A SIGKILLed runtime cannot clean up: do it for it.
+    for p in &pids {
+        if let Ok(d) = std::fs::read_dir("/dev/shm") {
+            for e in d.flatten() {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("dynres-shm-{p}-"))
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
     }
 }
