@@ -249,7 +249,7 @@ impl Engine {
     }
 
     fn on_launched(&mut self, rank: Rank, child: std::io::Result<Child>) {
-        let kill = self.launching.remove(&rank).unwrap_or(false);
+        let kill = self.launching.remove(&rank).unwrap_or(false) || signals::interrupted();
         match child {
             Ok(mut c) => {
                 tracing::debug!(rank, os_pid = c.os_pid, "launched");
@@ -333,6 +333,7 @@ impl Engine {
             return format!("error: bad command {line:?}\n");
         };
         self.refused.clear();
+        let before: Vec<PsetName> = self.master.all_changes().map(|c| c.delta.clone()).collect();
         self.master_input(MasterInput::RequestChange(req.clone()));
         match self.refused.iter().find(|(r, _)| *r == req) {
             Some((_, e)) => format!("error: refused: {e}\n"),
@@ -340,10 +341,9 @@ impl Engine {
                 let delta = self
                     .master
                     .all_changes()
-                    .filter(|c| !c.status.is_final())
                     .map(|c| c.delta.to_string())
-                    .last()
-                    .unwrap_or_else(|| "queued".into());
+                    .find(|d| !before.iter().any(|b| b.as_str() == d))
+                    .unwrap_or_else(|| "queued behind the change in flight".into());
                 format!("ok {delta}\n")
             }
         }
