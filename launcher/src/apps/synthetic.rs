@@ -341,7 +341,8 @@ pub fn run(args: Args) -> Result<(), CommError> {
         _ => s.app_pset(),
     };
     let transport = opening.finish()?;
-    let mut comm = Communicator::create(&mut s, &transport, &main, 0)?;
+    let hint = s.rank() as usize;
+    let mut comm = Communicator::create(&mut s, &transport, &main, hint)?;
     let mut root = (comm.rank() == 0 && !joining).then(|| {
         let n_start = args.n_start.unwrap_or(comm.size() as u32);
         planner(&args, n_start).map(|planner| Root {

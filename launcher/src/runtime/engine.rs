@@ -279,6 +279,9 @@ impl Engine {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         }
+        // A client that stops reading must not stall the runtime: its replies are
+        // dropped with the connection after this long.
+        let _ = stream.set_write_timeout(Some(StdDuration::from_secs(10)));
         if stream.write_all(&[HELLO_OK]).is_err() {
             return;
         }
@@ -487,7 +490,8 @@ impl Engine {
         let frame = encode_reply(req, reply);
         if let Some((_, s)) = self.conns.get_mut(&conn) {
             if let Err(e) = s.write_all(&frame) {
-                tracing::debug!(rank, error = %e, "reply not delivered");
+                tracing::warn!(rank, error = %e, "reply not delivered; closing the connection");
+                let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
     }
