@@ -8,6 +8,9 @@
 //! in accept calls for it (with `-b`, the whole wait for the decision); `comm_ms`
 //! creating the communicator from the new pset. `event` is `add3:pending`,
 //! `sub2:finalized`, `add2:aborted`, …
+//!
+//! The job runs `-i` iterations, and on while a change it accepted is undecided. A
+//! refused request is asked again once, `f` iterations later.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -136,6 +139,9 @@ struct Pending {
 /// The root's side of the resource-change step.
 struct Root {
     planner: Planner,
+    /// A refused request, asked again at the next due iteration (once): processes
+    /// removed by the previous change keep their slots until they have exited.
+    retry: Option<(Item, bool)>,
     pending: Option<Pending>,
     iteration: u32,
     args: Args,
@@ -180,9 +186,17 @@ impl Root {
         if self.pending.is_none() {
             let t1 = Instant::now();
             if self.iteration % self.args.f.max(1) == 0 {
-                if let Some(item) = self.planner.next(n as u32) {
+                let next = match self.retry.take() {
+                    Some(r) => Some(r),
+                    None => self.planner.next(n as u32).map(|i| (i, false)),
+                };
+                if let Some((item, retried)) = next {
                     if let Err(e) = s.request_res_change(Planner::request(item, s.app())) {
-                        err(format_args!("request {item:?} refused: {e}"));
+                        if retried {
+                            err(format_args!("request {item:?} refused: {e}"));
+                        } else {
+                            self.retry = Some((item, true));
+                        }
                     }
                 }
             }
@@ -347,6 +361,7 @@ pub fn run(args: Args) -> Result<(), CommError> {
         let n_start = args.n_start.unwrap_or(comm.size() as u32);
         planner(&args, n_start).map(|planner| Root {
             planner,
+            retry: None,
             pending: None,
             iteration: 0,
             args: args.clone(),
