@@ -3,3 +3,5 @@
 //! End-to-end tests across the kernel, the transports and the launcher: real processes,
 //! real sockets, grow and shrink. The tests themselves live in `tests/tests/`.
 #![warn(missing_docs)]
+
+pub mod job;

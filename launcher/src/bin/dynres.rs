@@ -1,6 +1,229 @@
-//! The `dynres` command line. Until the launcher lands it only explains itself.
+//! `dynres`: run malleable jobs and change their resources while they run.
 
-fn main() {
-    eprintln!("dynres: the launcher is not built yet (issue 7); see README.md");
-    std::process::exit(2);
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use dynres_launcher::error::LauncherError;
+use dynres_launcher::runtime::{self, JobConfig};
+use dynres_launcher::{apps, tool};
+
+#[derive(Parser)]
+#[command(
+    name = "dynres",
+    version,
+    about = "Run malleable jobs that grow and shrink while they run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a job: `dynres run -n N [--max M] -- PROG ARGS…`.
+    Run(RunArgs),
+    /// Add K processes to a running job: `dynres grow JOB +K`.
+    Grow {
+        /// The job id (printed by `dynres run`).
+        job: String,
+        /// `+K`.
+        #[arg(allow_hyphen_values = true)]
+        count: String,
+    },
+    /// Remove K processes from a running job: `dynres shrink JOB -K`.
+    Shrink {
+        /// The job id.
+        job: String,
+        /// `-K`.
+        #[arg(allow_hyphen_values = true)]
+        count: String,
+    },
+    /// Replace processes of a running job: `dynres replace JOB -R +A`.
+    Replace {
+        /// The job id.
+        job: String,
+        /// `-R`: processes to remove.
+        #[arg(allow_hyphen_values = true)]
+        remove: String,
+        /// `+A`: processes to add.
+        #[arg(allow_hyphen_values = true)]
+        add: String,
+    },
+    /// Processes, psets and resource changes of a running job.
+    Status {
+        /// The job id.
+        job: String,
+    },
+    /// Built-in example applications (what `run --example NAME` launches).
+    #[command(hide = true)]
+    Example {
+        /// The example.
+        name: String,
+        /// Its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Processes to start with.
+    #[arg(short = 'n', long = "np")]
+    n: u32,
+    /// Most processes the job may grow to (sets the slots unless --slots is given).
+    #[arg(long)]
+    max: Option<u32>,
+    /// Slots of this host (default: --max, else the number of cores).
+    #[arg(long)]
+    slots: Option<u32>,
+    /// The application's name: its pset is `mpi://app/NAME`.
+    #[arg(long, default_value = "app")]
+    app: String,
+    /// The job id (default: the runtime's pid).
+    #[arg(long)]
+    job_id: Option<String>,
+    /// Milliseconds a resource change may take to be decided before it is aborted.
+    #[arg(long, default_value_t = 30_000)]
+    change_timeout_ms: u64,
+    /// Milliseconds removed processes get to exit before they are killed.
+    #[arg(long, default_value_t = 5_000)]
+    grace_ms: u64,
+    /// Most changes queued behind the one in flight.
+    #[arg(long, default_value_t = 8)]
+    max_queued: usize,
+    /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
+    /// go to it.
+    #[arg(long)]
+    example: Option<String>,
+    /// The program and its arguments.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn count(s: &str, sign: char, what: &str) -> Result<u32, LauncherError> {
+    let digits = s.strip_prefix(sign).unwrap_or(s);
+    match digits.parse::<u32>() {
+        Ok(k) if k > 0 && !digits.starts_with(['+', '-']) => Ok(k),
+        _ => Err(LauncherError::Usage(format!(
+            "{what} must be a positive number like {sign}2, not {s:?}"
+        ))),
+    }
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
+    let (program, rest) = match &args.example {
+        Some(name) => {
+            if !apps::EXAMPLES.contains(&name.as_str()) {
+                return Err(LauncherError::Usage(format!(
+                    "no example {name:?} (have: {})",
+                    apps::EXAMPLES.join(", ")
+                )));
+            }
+            let exe = std::env::current_exe()
+                .map_err(|e| LauncherError::io("find the dynres executable", e))?;
+            let mut rest = vec!["example".to_string(), name.clone()];
+            rest.extend(args.command.iter().cloned());
+            (exe.display().to_string(), rest)
+        }
+        None => match args.command.split_first() {
+            Some((p, rest)) => (p.clone(), rest.to_vec()),
+            None => {
+                return Err(LauncherError::Usage(
+                    "nothing to run: give `-- PROG ARGS…` or `--example synthetic`".into(),
+                ));
+            }
+        },
+    };
+    if let Some(m) = args.max {
+        if m < args.n {
+            return Err(LauncherError::Usage(format!(
+                "--max {m} is below -n {}",
+                args.n
+            )));
+        }
+    }
+    let slots = args.slots.or(args.max).unwrap_or_else(runtime::cores);
+    let outcome = runtime::run(JobConfig {
+        n: args.n,
+        slots,
+        program,
+        args: rest,
+        app: args.app,
+        job_id: args.job_id,
+        change_timeout: Duration::from_millis(args.change_timeout_ms),
+        grace: Duration::from_millis(args.grace_ms),
+        max_queued: args.max_queued,
+    })?;
+    if outcome.interrupted {
+        eprintln!("dynres: job interrupted");
+        return Ok(ExitCode::from(130));
+    }
+    if !outcome.failed.is_empty() {
+        eprintln!("dynres: job failed: lost ranks {:?}", outcome.failed);
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("bad arguments");
+            eprintln!("dynres: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    if !matches!(cli.cmd, Cmd::Example { .. }) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("DYNRES_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_target(false)
+            .init();
+    }
+    let r = match cli.cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Grow { job, count: k } => count(&k, '+', "the count")
+            .and_then(|k| tool::command(&job, &format!("grow {k}")))
+            .map(|a| {
+                println!("requested: add {k} ({})", a.trim());
+                ExitCode::SUCCESS
+            }),
+        Cmd::Shrink { job, count: k } => count(&k, '-', "the count")
+            .and_then(|k| tool::command(&job, &format!("shrink {k}")))
+            .map(|a| {
+                println!("requested: remove {k} ({})", a.trim());
+                ExitCode::SUCCESS
+            }),
+        Cmd::Replace { job, remove, add } => count(&remove, '-', "the processes to remove")
+            .and_then(|r| count(&add, '+', "the processes to add").map(|a| (r, a)))
+            .and_then(|(r, a)| tool::command(&job, &format!("replace {r} {a}")))
+            .map(|a| {
+                println!("requested: replace ({})", a.trim());
+                ExitCode::SUCCESS
+            }),
+        Cmd::Status { job } => tool::command(&job, "status").map(|a| {
+            print!("{a}");
+            ExitCode::SUCCESS
+        }),
+        Cmd::Example { name, args } => Ok(apps::run_example(&name, &args)),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dynres: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

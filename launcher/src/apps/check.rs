@@ -1,0 +1,118 @@
+//! `check`: exercises the client library and the communicator on every process and
+//! exits non-zero on the first wrong answer — psets and their attributes, publish /
+//! lookup / fence, point-to-point, barrier, broadcast and allreduce.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use dynres_core::pset::PsetName;
+use dynres_core::rc::RcError;
+
+use crate::client::Session;
+use crate::comm::{Communicator, Transport};
+use crate::error::{ClientError, CommError};
+
+fn fail(msg: String) -> CommError {
+    let _ = writeln!(std::io::stderr(), "check: {msg}");
+    CommError::Malformed("check failed")
+}
+
+fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), CommError> {
+    if ok { Ok(()) } else { Err(fail(msg())) }
+}
+
+/// Entry point.
+pub fn main(_args: &[String]) -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "check: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), CommError> {
+    let mut s = Session::init()?;
+    let transport = Transport::new()?;
+    let app = s.app_pset();
+    let psets = s.list_psets()?;
+    let size = psets
+        .iter()
+        .find(|(n, _)| *n == app)
+        .map(|(_, i)| i.size)
+        .ok_or_else(|| fail("no app pset".into()))?;
+    let world = psets.iter().find(|(n, _)| *n == PsetName::world());
+    ensure(world.is_some_and(|(_, i)| i.size == size), || {
+        format!("WORLD and app sizes differ: {psets:?}")
+    })?;
+    let me = psets.iter().find(|(n, _)| *n == PsetName::self_set());
+    ensure(me.is_some_and(|(_, i)| i.size == 1), || {
+        format!("SELF: {psets:?}")
+    })?;
+
+    // Data server: publish never overwrites; reserved keys are refused; a missing key
+    // fails at once without a wait.
+    let key = format!("check/{}", s.rank());
+    s.publish(&key, &format!("v{}", s.rank()))?;
+    ensure(
+        matches!(
+            s.publish(&key, "again"),
+            Err(ClientError::Rc(RcError::KeyExists(_)))
+        ),
+        || "publish overwrote".into(),
+    )?;
+    ensure(
+        matches!(
+            s.publish("x:accept", "y"),
+            Err(ClientError::Rc(RcError::ReservedKey(_)))
+        ),
+        || "reserved key published".into(),
+    )?;
+    ensure(
+        matches!(s.lookup("check/none", None), Err(ClientError::Rc(_))),
+        || "missing key found".into(),
+    )?;
+    s.fence(&app, Duration::from_secs(30))?;
+
+    let comm = Communicator::create(&mut s, &transport, &app, 0)?;
+    ensure(comm.size() == size, || {
+        format!("communicator of {}", comm.size())
+    })?;
+    for r in comm.members() {
+        let v = s.lookup(&format!("check/{r}"), Some(Duration::from_secs(30)))?;
+        ensure(v == format!("v{r}"), || format!("lookup of rank {r}: {v}"))?;
+    }
+    let (n, i) = (comm.size(), comm.rank());
+    // Ring: send to the right, receive from the left (even ranks send first).
+    if n > 1 {
+        let (right, left) = ((i + 1) % n, (i + n - 1) % n);
+        let payload = vec![i as u8; 100_000];
+        let got = if i % 2 == 0 {
+            comm.send(right, 7, &payload)?;
+            comm.recv(left, 7, 1 << 20)?
+        } else {
+            let got = comm.recv(left, 7, 1 << 20)?;
+            comm.send(right, 7, &payload)?;
+            got
+        };
+        ensure(got == vec![left as u8; 100_000], || {
+            format!("ring from {left}")
+        })?;
+    }
+    comm.barrier()?;
+    let b = comm.bcast(n - 1, format!("from {}", n - 1).as_bytes())?;
+    ensure(b == format!("from {}", n - 1).into_bytes(), || {
+        "bcast".into()
+    })?;
+    let sum = comm.allreduce_sum(&[i as f64, 1.0])?;
+    let want = (n * (n - 1) / 2) as f64;
+    ensure(sum == [want, n as f64], || format!("allreduce {sum:?}"))?;
+    if i == 0 {
+        let _ = writeln!(std::io::stdout(), "check: {n} processes ok");
+    }
+    comm.leave()?;
+    transport.finalize()?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! `dynres-bench`: resource-change costs on this host, in the thesis' parametrisation
+//! (synthetic benchmark, mode step, n_start 2, n_delta 1, f 1, blocking accept), and
+//! process start-up (launch → connected to the runtime) latency and rate.
+//!
+//! Runs the `dynres` binary next to this one:
+//! `cargo build --release -p dynres-launcher && target/release/dynres-bench [REPS]`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+const SIZES: [u32; 4] = [1, 2, 4, 8];
+
+#[derive(Default)]
+struct Samples {
+    p1: Vec<f64>,
+    p2: Vec<f64>,
+    p3: Vec<f64>,
+    comm: Vec<f64>,
+    total: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Seconds since midnight of a tracing timestamp `2026-01-01T12:34:56.789012Z`.
+fn stamp(line: &str) -> Option<f64> {
+    let t = line.split_whitespace().next()?.split('T').nth(1)?;
+    let t = t.trim_end_matches('Z');
+    let mut it = t.split(':');
+    let h: f64 = it.next()?.parse().ok()?;
+    let m: f64 = it.next()?.parse().ok()?;
+    let s: f64 = it.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key))
+}
+
+fn main() -> ExitCode {
+    let reps: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
+    let dynres: PathBuf = match std::env::current_exe() {
+        Ok(p) => p.with_file_name("dynres"),
+        Err(e) => {
+            eprintln!("dynres-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !dynres.exists() {
+        eprintln!(
+            "dynres-bench: {} not found; build it first: cargo build --release -p dynres-launcher",
+            dynres.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut add: BTreeMap<u32, Samples> = BTreeMap::new();
+    let mut sub: BTreeMap<u32, Samples> = BTreeMap::new();
+    let mut latency_us: Vec<f64> = Vec::new();
+    let mut rate: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for rep in 0..reps {
+        let out = Command::new(&dynres)
+            .args([
+                "run",
+                "-n",
+                "2",
+                "--max",
+                "10",
+                "--slots",
+                "20",
+                "--job-id",
+                &format!("bench-{}-{rep}", std::process::id()),
+                "--example",
+                "synthetic",
+                "--",
+                "--mode",
+                "step",
+                "--n-start",
+                "2",
+                "--n-limit",
+                "10",
+                "--n-delta",
+                "1",
+                "-f",
+                "1",
+                "-b",
+                "-i",
+                "16",
+                "--problem-size",
+                "100000",
+            ])
+            .env("DYNRES_LOG", "debug")
+            .output();
+        let out = match out {
+            Ok(o) if o.status.success() => o,
+            Ok(o) => {
+                eprintln!(
+                    "dynres-bench: job failed:\n{}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("dynres-bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for row in stdout.lines().filter_map(|l| l.strip_prefix("[rank 0] ")) {
+            let c: Vec<&str> = row.split(',').collect();
+            if c.len() < 8 {
+                continue;
+            }
+            let num = |i: usize| c[i].parse::<f64>().unwrap_or(0.0);
+            let (map, k) = if let Some(k) = c[7].strip_prefix("add") {
+                (&mut add, k)
+            } else if let Some(k) = c[7].strip_prefix("sub") {
+                (&mut sub, k)
+            } else {
+                continue;
+            };
+            let Some(k) = k.strip_suffix(":finalized").and_then(|k| k.parse().ok()) else {
+                continue;
+            };
+            let s = map.entry(k).or_default();
+            s.p1.push(num(3));
+            s.p2.push(num(4));
+            s.p3.push(num(5));
+            s.comm.push(num(6));
+            s.total.push(num(3) + num(4) + num(5));
+        }
+        // Start-up: per process launch → connected; per ADD batch k / (last connected −
+        // first launched).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let mut batch: Vec<(f64, bool)> = Vec::new();
+        let mut flush = |batch: &mut Vec<(f64, bool)>| {
+            let launches = batch.iter().filter(|(_, l)| *l).count() as u32;
+            let first = batch.iter().find(|(_, l)| *l).map(|x| x.0);
+            let last = batch.iter().rev().find(|(_, l)| !*l).map(|x| x.0);
+            if let (Some(a), Some(b)) = (first, last) {
+                if SIZES.contains(&launches) && b > a {
+                    rate.entry(launches)
+                        .or_default()
+                        .push(f64::from(launches) / (b - a));
+                }
+            }
+            batch.clear();
+        };
+        for l in stderr.lines() {
+            if l.contains("ANNOUNCED") {
+                flush(&mut batch);
+            } else if l.contains(" launched ") {
+                if let Some(t) = stamp(l) {
+                    batch.push((t, true));
+                }
+            } else if l.contains(" connected ") {
+                if let Some(us) = field(l, "spawn_us=").and_then(|x| x.parse::<f64>().ok()) {
+                    latency_us.push(us);
+                }
+                if let Some(t) = stamp(l) {
+                    batch.push((t, false));
+                }
+            }
+        }
+        flush(&mut batch);
+    }
+    println!(
+        "dynres-bench: {reps} jobs of `synthetic --mode step --n-start 2 --n-limit 10 --n-delta 1 -f 1 -b`; medians in ms"
+    );
+    println!("| change | n | phase 1 | phase 2 | phase 3 | total (→FINALIZED) | comm. creation |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, map) in [("ADD", &add), ("SUB", &sub)] {
+        for k in SIZES {
+            if let Some(s) = map.get(&k) {
+                println!(
+                    "| {name} {k} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    s.total.len(),
+                    median(&s.p1),
+                    median(&s.p2),
+                    median(&s.p3),
+                    median(&s.total),
+                    median(&s.comm)
+                );
+            }
+        }
+    }
+    println!(
+        "\nprocess start-up (launch → connected to the runtime): median {:.2} ms over {} processes",
+        median(&latency_us) / 1e3,
+        latency_us.len()
+    );
+    for (k, r) in &rate {
+        println!(
+            "start-up rate, batches of {k}: median {:.0} processes/s ({} batches)",
+            median(r),
+            r.len()
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,35 @@
+//! Names of the environment variables and files the runtime hands to processes.
+
+/// Path of the job's control socket (`control.sock`).
+pub const SOCKET: &str = "DYNRES_SOCKET";
+/// The per-job secret, hex; presented in the hello frame of every connection.
+pub const SECRET: &str = "DYNRES_SECRET";
+/// The job's namespace.
+pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
+/// The process' rank in the namespace.
+pub const RANK: &str = "DYNRES_RANK";
+/// The process' application.
+pub const APP: &str = "DYNRES_APP";
+/// Overrides the directory job directories are created in.
+pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
+
+/// Name of the clients' socket inside the job directory.
+pub const CONTROL_SOCK: &str = "control.sock";
+/// Name of the tools' socket inside the job directory.
+pub const CLI_SOCK: &str = "cli.sock";
+/// Name of the file holding the secret (mode 0600) inside the job directory.
+pub const SECRET_FILE: &str = "secret";
+
+/// The directory that holds job directories: `$DYNRES_RUNTIME_DIR`, else
+/// `$XDG_RUNTIME_DIR/dynres`, else `/tmp/dynres-<uid>`.
+pub fn runtime_root() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os(RUNTIME_DIR) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return std::path::Path::new(&d).join("dynres");
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::path::PathBuf::from(format!("/tmp/dynres-{uid}"))
+}

@@ -1,0 +1,83 @@
+//! Typed errors of the runtime, the client library and the communicator.
+
+use dynres_core::rc::RcError;
+use dynres_core::wire::WireError;
+use dynres_transports::TransportError;
+
+/// Errors of the runtime (`dynres run` and the tools).
+#[derive(Debug, thiserror::Error)]
+pub enum LauncherError {
+    /// An I/O operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The kernel refused to start the job.
+    #[error("cannot start the job: {0}")]
+    Start(RcError),
+    /// Bad user input.
+    #[error("{0}")]
+    Usage(String),
+    /// The named job does not exist or does not answer.
+    #[error("no running job {0}")]
+    NoSuchJob(String),
+    /// The job refused a tool's command.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl LauncherError {
+    /// An I/O error with context.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        LauncherError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Errors of the client library.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A variable the runtime sets is missing or malformed: not started by `dynres run`?
+    #[error("environment variable {0} missing or malformed (not started by `dynres run`?)")]
+    Env(&'static str),
+    /// The control connection failed.
+    #[error("control connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// The runtime closed the connection at the hello: wrong secret or rank.
+    #[error("the runtime refused the connection (wrong secret or rank)")]
+    Refused,
+    /// A frame from the runtime did not decode.
+    #[error("malformed frame from the runtime: {0}")]
+    Wire(#[from] WireError),
+    /// The runtime answered with an error.
+    #[error("{0}")]
+    Rc(#[from] RcError),
+    /// The runtime answered a call with a result of another call.
+    #[error("unexpected answer to {0}")]
+    Unexpected(&'static str),
+}
+
+/// Errors of a [`Communicator`](crate::comm::Communicator).
+#[derive(Debug, thiserror::Error)]
+pub enum CommError {
+    /// A runtime call made while creating the communicator failed.
+    #[error("runtime: {0}")]
+    Client(#[from] ClientError),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    /// A peer's published address did not parse.
+    #[error("bad published address {0:?}")]
+    BadAddress(String),
+    /// The caller is not a member of the pset.
+    #[error("this process is not a member of {0}")]
+    NotMember(String),
+    /// A message had an unexpected size or content.
+    #[error("malformed message: {0}")]
+    Malformed(&'static str),
+}

@@ -1,0 +1,180 @@
+//! Running `dynres` jobs from tests: each job gets its own runtime directory, and
+//! [`Finished::assert_nothing_left`] checks that the job left no process, socket or
+//! shared-memory segment behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// The `dynres` binary of this build (built on demand if a lone `cargo test -p
+/// dynres-tests` did not build it).
+pub fn dynres_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test> → target/<profile>/dynres
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let bin = dir.join("dynres");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "dynres-launcher", "--bin", "dynres"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo build");
+        assert!(st.success(), "building dynres failed");
+    }
+    bin
+}
+
+/// A private runtime directory (`DYNRES_RUNTIME_DIR`) for one test.
+pub struct Runtime {
+    /// The directory.
+    pub dir: PathBuf,
+}
+
+impl Runtime {
+    /// A fresh, empty runtime directory.
+    pub fn new(name: &str) -> Runtime {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("dynres-test-{}-{name}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create runtime dir");
+        Runtime { dir }
+    }
+
+    /// `dynres ARGS` with this runtime directory.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(dynres_bin());
+        c.args(args)
+            .env("DYNRES_RUNTIME_DIR", &self.dir)
+            .env("DYNRES_LOG", "debug")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `dynres ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Finished {
+        let out = self.command(args).output().expect("run dynres");
+        Finished::new(out, self.dir.clone())
+    }
+
+    /// Starts `dynres ARGS` in the background.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dynres")
+    }
+
+    /// Waits (bounded) until job `job`'s sockets exist.
+    pub fn wait_for_job(&self, job: &str) -> PathBuf {
+        let d = self.dir.join(job);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(d.join("control.sock").exists() && d.join("cli.sock").exists()) {
+            assert!(Instant::now() < deadline, "job {job} never came up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        d
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A finished `dynres` invocation.
+pub struct Finished {
+    /// Exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error (the runtime's log at debug level).
+    pub stderr: String,
+    runtime_dir: PathBuf,
+}
+
+impl Finished {
+    /// Wraps an output.
+    pub fn new(out: Output, runtime_dir: PathBuf) -> Finished {
+        Finished {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            runtime_dir,
+        }
+    }
+
+    /// Both streams, for assertion messages.
+    pub fn dump(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// The CSV rows the synthetic benchmark's root printed (prefix stripped).
+    pub fn csv(&self) -> Vec<Vec<String>> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("[rank 0] "))
+            .filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect()
+    }
+
+    /// OS pids of every process the runtime launched (from its debug log).
+    pub fn launched_pids(&self) -> Vec<u32> {
+        self.stderr
+            .lines()
+            .filter(|l| l.contains("launched"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("os_pid="))
+                    .and_then(|p| p.parse().ok())
+            })
+            .collect()
+    }
+
+    /// Asserts that no launched process lives on, no job directory or socket is left
+    /// in the runtime directory, and no shared-memory segment of a launched process
+    /// remains.
+    pub fn assert_nothing_left(&self) {
+        let pids = self.launched_pids();
+        assert!(!pids.is_empty(), "no launches logged\n{}", self.dump());
+        for p in &pids {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // A reused pid would be someone else's process, not a child of the job:
+            // our children are reaped, so any state but a fresh unrelated process fails.
+            assert!(
+                stat.is_empty() || !stat.contains("(dynres)"),
+                "process {p} is still alive: {stat}"
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(&self.runtime_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        let shm: Vec<String> = std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        pids.iter()
+                            .any(|p| n.starts_with(&format!("dynres-shm-{p}-")))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(shm.is_empty(), "shared memory left behind: {shm:?}");
+    }
+}

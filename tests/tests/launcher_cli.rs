@@ -1,0 +1,205 @@
+//! The `dynres` CLI against a running job (grow, shrink, status, interrupt), the
+//! job's refusal of connections without its secret, and bad input.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use dynres_launcher::auth::{Peer, encode_hello};
+use dynres_tests::job::{Finished, Runtime};
+
+/// Polls `dynres status` until `pred` holds on its output.
+fn wait_status(rt: &Runtime, job: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = rt.run(&["status", job]);
+        assert_eq!(f.code, Some(0), "status failed\n{}", f.dump());
+        if pred(&f.stdout) {
+            return f.stdout;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}:\n{}", f.stdout);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The closed-connection check: the peer sees EOF (or a reset) and no hello answer.
+fn refused(mut s: UnixStream, hello: &[u8]) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(hello);
+    let mut b = [0u8; 1];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+#[test]
+fn grow_shrink_and_status_of_a_running_job_and_wrong_secrets_are_refused() {
+    let rt = Runtime::new("cli");
+    let job = "clijob";
+    let child = rt.spawn(&[
+        "run",
+        "-n",
+        "2",
+        "--max",
+        "6",
+        "--job-id",
+        job,
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "none",
+        "-i",
+        "1000000",
+        "--problem-size",
+        "1000",
+    ]);
+    let dir = rt.wait_for_job(job);
+
+    // Wrong secret on both sockets, then the right secret with a rank the job never
+    // launched: all closed without an answer.
+    let wrong = "0".repeat(64);
+    let c = UnixStream::connect(dir.join("control.sock")).unwrap();
+    assert!(refused(c, &encode_hello(&wrong, Peer::Client(0))));
+    let c = UnixStream::connect(dir.join("cli.sock")).unwrap();
+    assert!(refused(c, &encode_hello(&wrong, Peer::Tool)));
+    let secret = std::fs::read_to_string(dir.join("secret")).unwrap();
+    let c = UnixStream::connect(dir.join("control.sock")).unwrap();
+    assert!(refused(c, &encode_hello(&secret, Peer::Client(999))));
+    let c = UnixStream::connect(dir.join("control.sock")).unwrap();
+    assert!(refused(c, b"GET / HTTP/1.1\r\n\r\n"));
+    // The directory is private.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+
+    let g = rt.run(&["grow", job, "+2"]);
+    assert_eq!(g.code, Some(0), "{}", g.dump());
+    let st = wait_status(&rt, job, "the ADD finalized", |s| {
+        s.lines()
+            .any(|l| l.contains("ADD") && l.contains("FINALIZED"))
+    });
+    assert!(st.contains("PROCESSES") && st.contains("PSETS"), "{st}");
+    // The application's pset grew to 4 in a new version (phase 2 made it 1).
+    let app: Vec<&str> = st
+        .lines()
+        .find(|l| l.starts_with("mpi://app/app "))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(app.get(1..3), Some(&["4", "1"][..]), "{st}");
+    let s = rt.run(&["shrink", job, "-1"]);
+    assert_eq!(s.code, Some(0), "{}", s.dump());
+    wait_status(&rt, job, "the SUB finalized", |s| {
+        s.lines()
+            .any(|l| l.contains("SUB") && l.contains("FINALIZED"))
+    });
+    let r = rt.run(&["replace", job, "-1", "+1"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    wait_status(&rt, job, "the REPLACE finalized", |s| {
+        s.lines()
+            .any(|l| l.contains("REPLACE") && l.contains("FINALIZED"))
+    });
+    // A SUB of every process is refused with one line and a non-zero exit.
+    let bad = rt.run(&["shrink", job, "-3"]);
+    assert_ne!(bad.code, Some(0), "{}", bad.dump());
+    assert_eq!(bad.stderr.trim().lines().count(), 1, "{}", bad.dump());
+
+    // Interrupt: the runtime kills the job and cleans up.
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let f = Finished::new(out, rt.dir.clone());
+    assert_eq!(f.code, Some(130), "{}", f.dump());
+    assert!(f.stderr.contains("refused a connection"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+#[test]
+fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
+    let rt = Runtime::new("badcli");
+    let cases: &[&[&str]] = &[
+        &["run"],
+        &["run", "-n", "0", "--", "true"],
+        &["run", "-n", "4", "--max", "2", "--", "true"],
+        &["run", "-n", "2", "--slots", "2"],
+        &["run", "-n", "1", "--example", "nope"],
+        &["grow", "nosuchjob", "+2"],
+        &["grow", "nosuchjob", "two"],
+        &["shrink", "nosuchjob", "+0"],
+        &["replace", "nosuchjob", "-1"],
+        &["status", "../etc"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let f = rt.run(args);
+        assert!(
+            matches!(f.code, Some(c) if c != 0),
+            "{args:?} succeeded\n{}",
+            f.dump()
+        );
+        let lines: Vec<&str> = f.stderr.trim().lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?} printed\n{}", f.dump());
+        assert!(lines[0].starts_with("dynres: "), "{args:?}: {}", lines[0]);
+    }
+}
+
+#[test]
+fn processes_die_with_a_killed_runtime() {
+    let rt = Runtime::new("sigkill");
+    let job = "killed";
+    let mut child = rt.spawn(&[
+        "run",
+        "-n",
+        "2",
+        "--job-id",
+        job,
+        "--slots",
+        "2",
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "none",
+        "-i",
+        "1000000",
+        "--problem-size",
+        "1000",
+    ]);
+    rt.wait_for_job(job);
+    let st = wait_status(&rt, job, "two running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 2
+    });
+    let pids: Vec<u32> = st
+        .lines()
+        .filter(|l| l.ends_with("running"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "{st}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = |p: &u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for a reaper that is not the runtime.
+        stat.is_empty() || stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pids.iter().all(gone) {
+        assert!(
+            Instant::now() < deadline,
+            "processes {pids:?} outlived the runtime"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A SIGKILLed runtime cannot clean up: do it for it.
+    for p in &pids {
+        if let Ok(d) = std::fs::read_dir("/dev/shm") {
+            for e in d.flatten() {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("dynres-shm-{p}-"))
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
