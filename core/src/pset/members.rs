@@ -284,6 +284,16 @@ mod tests {
     }
 
     #[test]
+    fn a_million_members_fit_in_122_kib() {
+        // PSET-20 / issue 2's memory target: one bit per process, ≤160 KiB at 1 M.
+        let s = MemberSet::first_n(1_000_000);
+        assert_eq!(s.heap_bytes(), 1_000_000 / 8);
+        assert_eq!(MemberSet::new().heap_bytes(), 0);
+        let sparse: MemberSet = [0, 64 * 100].into_iter().collect();
+        assert_eq!(sparse.heap_bytes(), 101 * 8);
+    }
+
+    #[test]
     fn strict_subset_excludes_equality() {
         let a: MemberSet = [1, 2].into_iter().collect();
         let b: MemberSet = [1, 2, 70].into_iter().collect();
