@@ -29,6 +29,8 @@ pub enum SlotState {
     Occupied(ProcessId),
     /// A process that was told to terminate still runs here.
     Leaving(ProcessId),
+    /// The node was lost; the slot is never used again (`SLOT-4`).
+    Retired,
 }
 
 /// Where one new process goes.
@@ -116,13 +118,41 @@ impl SlotMap {
 
     /// Whether any slot of `node` is occupied or leaving (the node belongs to the job).
     pub fn is_allocated(&self, node: u32) -> bool {
-        let n = node as usize;
-        let (Some(&a), Some(&b)) = (self.starts.get(n), self.starts.get(n + 1)) else {
-            return false;
-        };
-        self.slots[a as usize..b as usize]
+        self.node_slots(node)
             .iter()
-            .any(|s| *s != SlotState::Free)
+            .any(|s| matches!(s, SlotState::Occupied(_) | SlotState::Leaving(_)))
+    }
+
+    fn node_slots(&self, node: u32) -> &[SlotState] {
+        let n = node as usize;
+        match (self.starts.get(n), self.starts.get(n + 1)) {
+            (Some(&a), Some(&b)) => &self.slots[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// The processes on `node`, in slot order.
+    pub fn processes_on(&self, node: u32) -> Vec<ProcessId> {
+        self.node_slots(node)
+            .iter()
+            .filter_map(|s| match s {
+                SlotState::Occupied(p) | SlotState::Leaving(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Retires every slot of a lost node: its processes are gone and nothing is placed
+    /// there again (`SLOT-4`). Returns the processes that were on it.
+    pub fn retire_node(&mut self, node: u32) -> Vec<ProcessId> {
+        let gone = self.processes_on(node);
+        let n = node as usize;
+        if let (Some(&a), Some(&b)) = (self.starts.get(n), self.starts.get(n + 1)) {
+            for s in &mut self.slots[a as usize..b as usize] {
+                *s = SlotState::Retired;
+            }
+        }
+        gone
     }
 
     /// Nodes that currently belong to the job.

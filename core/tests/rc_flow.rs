@@ -630,3 +630,37 @@ fn app_initiated_changes() {
         "queued behind the first: {res:?}"
     );
 }
+
+/// RC-17, SLOT-4: a node lost during an ADD takes its new processes with it: the change
+/// aborts and rolls back, and the lost node's slots are never used again.
+#[test]
+fn losing_a_node_mid_change_aborts_and_retires_its_slots() {
+    let mut w = World::new(config(3, 2, 2));
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, 2));
+    w.run_for(Duration::from_millis(1));
+    let delta = delta_of(&w);
+    assert_eq!(w.node_of[&pid(2)].0, 1, "the new processes went to node 1");
+    w.lose_node(dynres_core::rc::NodeId(1));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    assert_eq!(w.members(&root()), [0, 1]);
+    assert!(
+        w.notices
+            .contains(&MasterOutput::NodeReleased(dynres_core::rc::NodeId(1)))
+    );
+    assert!(
+        w.master.slots().slots()[2..4]
+            .iter()
+            .all(|s| *s == SlotState::Retired)
+    );
+    // The job goes on; the next ADD skips the lost node.
+    w.behaviour.confirm = true;
+    w.request(ChangeRequest::add(APP, 2));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(accepted(w.adapt(&pid(0), None)).status, RcStatus::Finalized);
+    assert!([4, 5].iter().all(|r| w.node_of[&pid(*r)].0 == 2));
+    // Losing the node of an existing process reports it lost.
+    w.lose_node(dynres_core::rc::NodeId(0));
+    assert!(w.notices.contains(&MasterOutput::ProcessLost(pid(1))));
+}

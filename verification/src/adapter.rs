@@ -42,6 +42,8 @@ pub enum RcMsg {
     Terminate,
     /// Process → its daemon: I exited (what `waitpid` tells a real daemon).
     Exited(ProcessId),
+    /// Failure detector → master: this node is gone.
+    NodeLost(NodeId),
 }
 
 /// Timers.
@@ -78,8 +80,8 @@ pub enum RcActor {
     Master(MasterConfig, Bugs),
     /// Sends these requests to the master, one message each.
     Scheduler(Vec<ChangeRequest>),
-    /// The daemon of a node, with planted bugs.
-    Daemon(NodeId, Bugs),
+    /// The daemon of a node, with planted bugs and whether its node may crash.
+    Daemon(NodeId, Bugs, bool),
     /// A process.
     Proc {
         /// Its id.
@@ -137,6 +139,8 @@ pub struct DaemonState {
     pub launched: Vec<(ProcessId, bool)>,
     /// Pset replicas received with a version below one already held (`RC-14`).
     pub regressions: u32,
+    /// The node crashed: the daemon and its processes are gone (`RC-17`).
+    pub lost: bool,
 }
 
 /// Where a process is.
@@ -471,15 +475,19 @@ impl Actor for RcNode {
                 }
                 RcState::Scheduler
             }
-            RcActor::Daemon(node, bugs) => RcState::Daemon(Box::new(DaemonState {
-                daemon: {
-                    let mut d = Daemon::new(*node);
-                    d.plant(*bugs);
-                    d
-                },
-                launched: Vec::new(),
-                regressions: 0,
-            })),
+            RcActor::Daemon(node, bugs, may_crash) => {
+                if *may_crash {
+                    o.set_timer(RcTimer::Crash, model_timeout());
+                }
+                let mut daemon = Daemon::new(*node);
+                daemon.plant(*bugs);
+                RcState::Daemon(Box::new(DaemonState {
+                    daemon,
+                    launched: Vec::new(),
+                    regressions: 0,
+                    lost: false,
+                }))
+            }
             RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
                 phase: Phase::Dormant,
                 client: None,
@@ -500,6 +508,7 @@ impl Actor for RcNode {
             (RcActor::Master(..), RcState::Master(st), msg) => {
                 let input = match msg {
                     RcMsg::Request(req) => MasterInput::RequestChange(req),
+                    RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
                     RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
                         node: self.layout.node(src),
                         msg,
@@ -513,6 +522,7 @@ impl Actor for RcNode {
                 }
                 drain_master(&self.layout, st, o);
             }
+            (RcActor::Daemon(..), RcState::Daemon(st), _) if st.lost => {}
             (RcActor::Daemon(..), RcState::Daemon(st), msg) => {
                 let input = match msg {
                     RcMsg::ToDaemon(m) => {
@@ -622,6 +632,17 @@ impl Actor for RcNode {
             (RcState::Proc(st), RcTimer::Poll) if st.phase == Phase::Running => {
                 st.polls_left = st.polls_left.saturating_sub(1);
                 self.root_next(st, o);
+            }
+            (RcState::Daemon(st), RcTimer::Crash) if !st.lost => {
+                // The node crashes: its processes die with it, the failure detector
+                // tells the master.
+                st.lost = true;
+                if let RcActor::Daemon(node, ..) = &self.actor {
+                    o.send(Layout::master(), RcMsg::NodeLost(*node));
+                }
+                for p in st.daemon.local() {
+                    o.send(self.layout.proc(p), RcMsg::Kill);
+                }
             }
             (RcState::Proc(st), RcTimer::Crash) if st.phase == Phase::Running => {
                 if let (Some(d), RcActor::Proc { pid, .. }) = (st.daemon, &self.actor) {

@@ -37,6 +37,8 @@ pub struct RcConfig {
     pub reachable: &'static [RcStatus],
     /// Planted bugs (none for the clean gate).
     pub bugs: Bugs,
+    /// A node whose daemon (and processes) may crash (`RC-17`).
+    pub lose_node: Option<u32>,
 }
 
 /// The model type of every resource-change configuration.
@@ -76,7 +78,11 @@ impl RcConfig {
             .actor(node(RcActor::Master(cfg, self.bugs)))
             .actor(node(RcActor::Scheduler(self.requests.clone())));
         for n in 0..self.nodes {
-            model = model.actor(node(RcActor::Daemon(dynres_core::rc::NodeId(n), self.bugs)));
+            model = model.actor(node(RcActor::Daemon(
+                dynres_core::rc::NodeId(n),
+                self.bugs,
+                self.lose_node == Some(n),
+            )));
         }
         for rank in 0..self.existing + self.spare {
             let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
@@ -96,7 +102,15 @@ impl RcConfig {
             }));
         }
         let model = model.init_network(Network::new_ordered([]));
-        add_properties(model, self.reachable)
+        let model = add_properties(model, self.reachable);
+        if self.lose_node.is_some() {
+            // Without this the node-loss configuration could pass without losing a node.
+            model.property(Expectation::Sometimes, "RC-17 a node is lost", |_, s| {
+                daemons(s).any(|d| d.lost)
+            })
+        } else {
+            model
+        }
     }
 }
 
@@ -263,7 +277,7 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     return true;
                 }
                 let m = &master(s).master;
-                daemons(s).all(|d| {
+                daemons(s).filter(|d| !d.lost).all(|d| {
                     m.registry().live_psets().all(|(n, p)| {
                         d.daemon
                             .pset(n)
@@ -330,9 +344,13 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     RcActor::Proc { pid, .. } => Some(pid.clone()),
                     _ => None,
                 });
-                ranks
-                    .zip(procs(s))
-                    .all(|(pid, p)| p.phase != Phase::Running || m.slots().slot_of(&pid).is_some())
+                // A process on a lost node dies with it (its Kill may still be in flight).
+                let node_lost = |p: &crate::adapter::ProcState| {
+                    p.daemon.is_some_and(|d| matches!(&*s.actor_states[usize::from(d)], RcState::Daemon(d) if d.lost))
+                };
+                ranks.zip(procs(s)).all(|(pid, p)| {
+                    p.phase != Phase::Running || node_lost(p) || m.slots().slot_of(&pid).is_some()
+                })
             },
         )
         .property(
@@ -387,6 +405,7 @@ fn config(
         polls,
         reachable: &[RcStatus::Finalized, RcStatus::Aborted],
         bugs: Bugs::NONE,
+        lose_node: None,
     }
 }
 
@@ -424,6 +443,16 @@ pub fn pr_configs() -> Vec<RcConfig> {
             true,
             2,
         ),
+        RcConfig {
+            lose_node: Some(1),
+            ..config(
+                "rc-add-nodeloss-2n-2e-1new",
+                (2, 2, 2, 1),
+                vec![add(1)],
+                false,
+                1,
+            )
+        },
     ]
 }
 

@@ -145,7 +145,7 @@ pub fn rc_labels(model: &RcModel) -> Vec<String> {
         .map(|a| match &a.actor {
             crate::adapter::RcActor::Master(..) => "master".to_string(),
             crate::adapter::RcActor::Scheduler(_) => "scheduler".to_string(),
-            crate::adapter::RcActor::Daemon(n, _) => format!("daemon{}", n.0),
+            crate::adapter::RcActor::Daemon(n, ..) => format!("daemon{}", n.0),
             crate::adapter::RcActor::Proc { pid, .. } => format!("rank{}", pid.rank),
         })
         .collect()

@@ -61,7 +61,7 @@ pub fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
 }
 
 /// Encodes a master input: tag 1 `FromDaemon` (node, `ToMaster` frame), 2 `RequestChange`
-/// (client frame), 3 `Timeout`.
+/// (client frame), 3 `Timeout`, 4 `NodeLost` (node).
 pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
     let mut out = Vec::new();
     match input {
@@ -78,6 +78,10 @@ pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
             );
         }
         MasterInput::Timeout => put_u8(&mut out, 3),
+        MasterInput::NodeLost { node } => {
+            put_u8(&mut out, 4);
+            put_u32(&mut out, node.0);
+        }
     }
     out
 }
@@ -112,6 +116,10 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
                 }
             }
             3 => Ok((i, MasterInput::Timeout)),
+            4 => {
+                let (i, node) = prim::u32(i)?;
+                Ok((i, MasterInput::NodeLost { node: NodeId(node) }))
+            }
             t => Err(nom::Err::Failure(WireError::InvalidValue {
                 what: "master input tag",
                 value: u64::from(t),

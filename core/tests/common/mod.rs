@@ -437,6 +437,22 @@ impl World {
         }
     }
 
+    /// A node crashes: its processes die with it and the failure detector tells the
+    /// master (`RC-17`).
+    pub fn lose_node(&mut self, node: NodeId) {
+        let dead: Vec<ProcessId> = self
+            .node_of
+            .iter()
+            .filter(|(_, n)| **n == node)
+            .map(|(p, _)| p.clone())
+            .collect();
+        self.exited.extend(dead);
+        self.master
+            .handle(self.now, MasterInput::NodeLost { node })
+            .unwrap();
+        self.drain_master();
+    }
+
     /// Makes a process exit now (finalize, or a crash).
     pub fn exit(&mut self, pid: &ProcessId) {
         self.push(self.now, Event::Exit(pid.clone()));

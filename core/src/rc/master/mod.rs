@@ -55,6 +55,12 @@ pub enum MasterInput {
     RequestChange(ChangeRequest),
     /// The timer armed from [`Master::poll_timeout`] fired.
     Timeout,
+    /// The driver's failure detector declares a node (its daemon and every process on
+    /// it) lost (`RC-17`).
+    NodeLost {
+        /// The node.
+        node: NodeId,
+    },
 }
 
 /// What the master wants done.
@@ -287,6 +293,7 @@ impl Master {
             },
             MasterInput::RequestChange(req) => self.request_change(now, None, req),
             MasterInput::Timeout => self.on_timeout(now),
+            MasterInput::NodeLost { node } => self.on_node_lost(now, node),
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::RcError;
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{AcceptOutcome, RcStatus, RcType};
+use crate::rc::types::{AcceptOutcome, NodeId, RcStatus, RcType};
 use crate::time::{Duration, Instant};
 
 /// The data-server key under which the accept root's new pset is published.
@@ -310,6 +310,9 @@ impl Master {
         );
         let snapshot = change.snapshot.clone();
         self.procs = change.procs_before.clone();
+        // Processes lost since the snapshot (RC-17) stay lost.
+        let slots = &self.slots;
+        self.procs.retain(|p, _| slots.slot_of(p).is_some());
         // Psets: membership as before, as new versions; psets made since, pruned.
         let report = if self.bug(Bug::SkipRollback) {
             crate::pset::RollbackReport::default()
@@ -427,6 +430,18 @@ impl Master {
             }
         }
         // A fence waiting for a process that is gone can never complete: it times out.
+    }
+
+    /// A node is lost (`RC-17`): its slots are retired (`SLOT-4`) and each of its
+    /// processes counts as exited — so a change that was adding one aborts, a change
+    /// removing one has one fewer to wait for, and any other is reported lost.
+    pub(crate) fn on_node_lost(&mut self, now: Instant, node: NodeId) {
+        let gone = self.slots.retire_node(node.0);
+        tracing::debug!(node = node.0, processes = gone.len(), "node lost");
+        for pid in &gone {
+            self.on_exit(now, pid);
+        }
+        self.out.push_back(MasterOutput::NodeReleased(node));
     }
 
     fn note_exit(&mut self, delta: &PsetName, pid: &ProcessId) {
