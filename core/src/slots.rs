@@ -348,6 +348,13 @@ mod tests {
         m.place(&pids(0..3)).unwrap();
         m.mark_leaving(&pids(2..3)).unwrap();
         assert_eq!(m.victims(1).unwrap(), pids(1..2));
+        // Leaving processes still hold a slot but no longer count as running.
+        assert!(m.is_running(&pids(0..1)[0]));
+        assert!(!m.is_running(&pids(2..3)[0]));
+        assert!(!m.is_running(&pids(40..41)[0]));
+        assert_eq!(m.slot_of(&pids(2..3)[0]), Some(2));
+        assert_eq!(m.nodes().len(), 4);
+        assert_eq!(m.nodes()[3].name, "node4");
         let before = m.clone();
         assert_eq!(
             m.victims(3),
