@@ -148,36 +148,29 @@ fn run_check(
         Tier::Pr => pr_configs(),
         Tier::Nightly => pr_configs().into_iter().chain(nightly_configs()).collect(),
     };
+    // One list of (name, how to check it) across the model families.
+    type Job = Box<dyn FnOnce() -> Outcome>;
+    let mut jobs: Vec<(&'static str, Job)> = Vec::new();
     for cfg in configs {
-        if only
-            .as_ref()
-            .is_some_and(|o| !cfg.name.contains(o.as_str()))
-        {
-            continue;
-        }
-        let o = check(&cfg, max_states, threads);
-        print_row(&o);
-        outcomes.push(o);
+        jobs.push((cfg.name, Box::new(move || check(&cfg, max_states, threads))));
     }
     for cfg in pset_model::pr_configs() {
-        if only
-            .as_ref()
-            .is_some_and(|o| !cfg.name.contains(o.as_str()))
-        {
-            continue;
-        }
-        let o = pset_model::check(&cfg, max_states, threads);
-        print_row(&o);
-        outcomes.push(o);
+        jobs.push((
+            cfg.name,
+            Box::new(move || pset_model::check(&cfg, max_states, threads)),
+        ));
     }
     for cfg in spawn_configs::pr_configs() {
-        if only
-            .as_ref()
-            .is_some_and(|o| !cfg.name.contains(o.as_str()))
-        {
+        jobs.push((
+            cfg.name,
+            Box::new(move || check_spawn(&cfg, max_states, threads)),
+        ));
+    }
+    for (name, job) in jobs {
+        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
             continue;
         }
-        let o = check_spawn(&cfg, max_states, threads);
+        let o = job();
         print_row(&o);
         outcomes.push(o);
     }
