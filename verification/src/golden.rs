@@ -34,57 +34,52 @@ pub fn render(outcomes: &[Outcome]) -> String {
     out
 }
 
-/// Compares (or, with `bless`, rewrites) the golden counts; prints every mismatch.
-/// Returns whether the gate may pass.
-pub fn compare(outcomes: &[Outcome], threads: usize, bless: bool, partial: bool) -> bool {
+/// Compares (or, with `bless`, rewrites) the golden counts. Returns whether the gate may
+/// pass and the lines to report (the binary prints them).
+pub fn compare(
+    outcomes: &[Outcome],
+    threads: usize,
+    bless: bool,
+    partial: bool,
+) -> (bool, Vec<String>) {
     if bless {
         if threads != 1 || partial {
-            eprintln!("golden: --bless needs a full run with --threads 1");
-            return false;
+            return (
+                false,
+                vec!["golden: --bless needs a full run with --threads 1".into()],
+            );
         }
         return match std::fs::write(PATH, render(outcomes)) {
-            Ok(()) => {
-                println!("golden: wrote {PATH}");
-                true
-            }
-            Err(e) => {
-                eprintln!("golden: cannot write {PATH}: {e}");
-                false
-            }
+            Ok(()) => (true, vec![format!("golden: wrote {PATH}")]),
+            Err(e) => (false, vec![format!("golden: cannot write {PATH}: {e}")]),
         };
     }
     if threads != 1 {
-        println!("golden: skipped (counts are compared only with --threads 1)");
-        return true;
+        return (
+            true,
+            vec!["golden: skipped (counts are compared only with --threads 1)".into()],
+        );
     }
     let golden = match std::fs::read_to_string(PATH) {
         Ok(t) => parse(&t),
-        Err(e) => {
-            eprintln!("golden: cannot read {PATH}: {e}");
-            return false;
-        }
+        Err(e) => return (false, vec![format!("golden: cannot read {PATH}: {e}")]),
     };
-    let mut ok = true;
+    let mut lines = Vec::new();
     for o in outcomes {
         match golden.get(&o.name) {
             Some(&n) if n == o.states => {}
-            Some(&n) => {
-                ok = false;
-                println!(
-                    "golden: {} explored {} states, golden says {n}: if the protocol change is intended, rerun with --bless and commit golden.txt",
-                    o.name, o.states
-                );
-            }
-            None => {
-                ok = false;
-                println!("golden: {} has no golden count: rerun with --bless", o.name);
-            }
+            Some(&n) => lines.push(format!(
+                "golden: {} explored {} states, golden says {n}: if the protocol change is intended, rerun with --bless and commit golden.txt",
+                o.name, o.states
+            )),
+            None => lines.push(format!("golden: {} has no golden count: rerun with --bless", o.name)),
         }
     }
+    let ok = lines.is_empty();
     if ok {
-        println!("golden: all {} state counts match", outcomes.len());
+        lines.push(format!("golden: all {} state counts match", outcomes.len()));
     }
-    ok
+    (ok, lines)
 }
 
 #[cfg(test)]

@@ -181,7 +181,10 @@ fn run_check(
         .filter(|o| !nightly_only.contains(&o.name.as_str()))
         .cloned()
         .collect();
-    let golden_ok = golden::compare(&pinned, threads, bless, only.is_some());
+    let (golden_ok, report) = golden::compare(&pinned, threads, bless, only.is_some());
+    for line in report {
+        println!("{line}");
+    }
     println!();
     println!(
         "{:<28} {:<64} {:>10} {:>8}  result",
