@@ -17,6 +17,19 @@ fn delta_of(w: &World) -> PsetName {
     w.statuses.last().expect("a change was announced").0.clone()
 }
 
+/// Phase 2 as the root does it: `op(mpi://app/app, delta)` as a new version of the root.
+fn apply_to_root(w: &mut World, op: dynres_core::pset::SetOp, delta: &PsetName) {
+    let r = root();
+    let ops = vec![PsetOp::Set {
+        op,
+        pset1: r.clone(),
+        pset2: delta.clone(),
+        target: Some(r),
+        attrs: AttrUpdate::none(),
+    }];
+    w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+}
+
 fn accepted(res: CallResult) -> AcceptResult {
     match res {
         CallResult::Accept(Ok(a)) => a,
@@ -134,14 +147,7 @@ fn removed_process_ignoring_terminate_is_killed() {
     w.run_for(Duration::from_millis(1));
     let delta = delta_of(&w);
     let r = root();
-    let ops = vec![PsetOp::Set {
-        op: dynres_core::pset::SetOp::Difference,
-        pset1: r.clone(),
-        pset2: delta.clone(),
-        target: Some(r.clone()),
-        attrs: AttrUpdate::none(),
-    }];
-    w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    apply_to_root(&mut w, dynres_core::pset::SetOp::Difference, &delta);
     let res = accepted(w.call_wait(
         &pid(0),
         ClientCall::Accept {
@@ -193,14 +199,7 @@ fn non_blocking_and_blocking_accept() {
         w.run_for(Duration::from_millis(1));
         let delta = delta_of(&w);
         let r = root();
-        let ops = vec![PsetOp::Set {
-            op: dynres_core::pset::SetOp::Union,
-            pset1: r.clone(),
-            pset2: delta.clone(),
-            target: Some(r.clone()),
-            attrs: AttrUpdate::none(),
-        }];
-        w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+        apply_to_root(&mut w, dynres_core::pset::SetOp::Union, &delta);
         let wait = blocking.then_some(Duration::from_millis(100));
         let first = accepted(w.call_wait(
             &pid(0),
@@ -244,14 +243,7 @@ fn confirm_timeout_aborts_and_rolls_back() {
     w.run_for(Duration::from_millis(1));
     let delta = delta_of(&w);
     let r = root();
-    let ops = vec![PsetOp::Set {
-        op: dynres_core::pset::SetOp::Union,
-        pset1: r.clone(),
-        pset2: delta.clone(),
-        target: Some(r.clone()),
-        attrs: AttrUpdate::none(),
-    }];
-    w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    apply_to_root(&mut w, dynres_core::pset::SetOp::Union, &delta);
     let accept = ClientCall::Accept {
         delta: delta.clone(),
         new_pset: r,
