@@ -216,6 +216,7 @@ fn rc_error() -> BoxedStrategy<RcError> {
         text().prop_map(RcError::NoSuchKey),
         Just(RcError::Timeout),
         pid().prop_map(RcError::NotPermitted),
+        pid().prop_map(RcError::ProcessLost),
         Just(RcError::Client("accept before query")),
         (any::<u16>(), text()).prop_map(|(code, detail)| RcError::Refused { code, detail }),
     ]
@@ -236,6 +237,7 @@ fn client_request() -> BoxedStrategy<ClientRequest> {
         (text(), text()).prop_map(|(key, value)| ClientRequest::Publish { key, value }),
         (text(), option::of(duration()))
             .prop_map(|(key, wait)| ClientRequest::Lookup { key, wait }),
+        text().prop_map(|key| ClientRequest::Unpublish { key }),
         (pset_name(), duration())
             .prop_map(|(pset, timeout)| ClientRequest::Fence { pset, timeout }),
         (
@@ -288,6 +290,7 @@ fn client_reply() -> BoxedStrategy<ClientReply> {
         result(vec(outcome, 0..3)).prop_map(ClientReply::PsetOp),
         result(Just(())).prop_map(ClientReply::Published),
         result(text()).prop_map(ClientReply::Lookup),
+        result(Just(())).prop_map(ClientReply::Unpublished),
         result(Just(())).prop_map(ClientReply::Fence),
         result(accept).prop_map(ClientReply::Accept),
         result(Just(())).prop_map(ClientReply::Confirmed),
@@ -358,6 +361,7 @@ fn wire_reply(r: &ClientReply) -> ClientReply {
         ClientReply::PsetOp(r) => ClientReply::PsetOp(wire_result(r)),
         ClientReply::Published(r) => ClientReply::Published(wire_result(r)),
         ClientReply::Lookup(r) => ClientReply::Lookup(wire_result(r)),
+        ClientReply::Unpublished(r) => ClientReply::Unpublished(wire_result(r)),
         ClientReply::Fence(r) => ClientReply::Fence(wire_result(r)),
         ClientReply::Accept(r) => ClientReply::Accept(wire_result(r)),
         ClientReply::Confirmed(r) => ClientReply::Confirmed(wire_result(r)),

@@ -5,7 +5,8 @@
 //! communicator is wired up through the data server: each member claims one index of
 //! `dynres/comm/{pset}/v{version}/{i}` (publish never overwrites, so exactly one member
 //! gets each index) with its rank and transport address, then looks up every index and
-//! orders the members by rank. Communicator ranks are positions in that order.
+//! orders the members by rank. Communicator ranks are positions in that order. After a
+//! barrier over the new communicator each member unpublishes its index again.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -171,7 +172,7 @@ impl Communicator {
             }
         }
         let context = fnv32(prefix.as_bytes());
-        Ok(Communicator {
+        let comm = Communicator {
             transport: transport.clone(),
             pset: pset.clone(),
             version,
@@ -179,7 +180,15 @@ impl Communicator {
             me,
             peers,
             context,
-        })
+        };
+        // Once every member is past the barrier, every member has looked up every
+        // index, so each removes its own: the data server keeps nothing per
+        // communicator and a long-running job's runtime does not grow with it.
+        comm.barrier()?;
+        if let Some(i) = claimed {
+            session.unpublish(&format!("{prefix}/{i}"))?;
+        }
+        Ok(comm)
     }
 
     /// This process' position.

@@ -507,7 +507,9 @@ impl Actor for RcNode {
         match (&self.actor, state.to_mut(), msg) {
             (RcActor::Master(..), RcState::Master(st), msg) => {
                 let input = match msg {
-                    RcMsg::Request(req) => MasterInput::RequestChange(req),
+                    // The ticket is only the driver's bookkeeping: one for all keeps the
+                    // state space what it was.
+                    RcMsg::Request(req) => MasterInput::RequestChange { ticket: 0, req },
                     RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
                     RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
                         node: self.layout.node(src),

@@ -323,6 +323,28 @@ impl PsetRegistry {
         Ok(())
     }
 
+    /// Forgets a delta pset of `app` entirely — members and name — once the runtime no
+    /// longer needs it (`RC-19`). Only names the epoch counter has already passed are
+    /// forgotten, so PSET-5 still holds: `define_delta` never makes them again, and
+    /// applications cannot create names in `mpi://rte/` (PSET-6). Returns whether the
+    /// name was known.
+    pub fn forget_delta(&mut self, app: &str, name: &PsetName) -> bool {
+        let Ok(prefix) = PsetName::delta(app, 0) else {
+            return false;
+        };
+        // `mpi://rte/{app}/rc/0` → the domain prefix `mpi://rte/{app}/rc/`.
+        let stem = prefix.as_str().trim_end_matches('0');
+        let epoch = name
+            .as_str()
+            .strip_prefix(stem)
+            .and_then(|e| e.parse::<u64>().ok());
+        let passed = self.delta_epoch.get(app).copied().unwrap_or(0);
+        match epoch {
+            Some(e) if e >= 1 && e <= passed => self.psets.remove(name).is_some(),
+            _ => false,
+        }
+    }
+
     // ----- internals shared with `ops` and `derived` -----
 
     pub(crate) fn live(&self, name: &PsetName) -> Result<&Pset, PsetError> {

@@ -44,6 +44,11 @@ pub enum ClientCall {
         /// The value.
         value: String,
     },
+    /// Remove a key this application published.
+    Unpublish {
+        /// The key.
+        key: String,
+    },
     /// Look a key up, waiting up to `wait`.
     Lookup {
         /// The key.
@@ -106,6 +111,8 @@ pub enum CallResult {
     Published(Result<(), RcError>),
     /// Of `Lookup`.
     Lookup(Result<String, RcError>),
+    /// Of `Unpublish`.
+    Unpublished(Result<(), RcError>),
     /// Of `Fence`.
     Fence(Result<(), RcError>),
     /// Of `Accept`.
@@ -237,6 +244,7 @@ impl Client {
             ClientCall::PsetOp { ops } => ClientRequest::PsetOp { ops },
             ClientCall::Publish { key, value } => ClientRequest::Publish { key, value },
             ClientCall::Lookup { key, wait } => ClientRequest::Lookup { key, wait },
+            ClientCall::Unpublish { key } => ClientRequest::Unpublish { key },
             ClientCall::Fence { pset, timeout } => ClientRequest::Fence { pset, timeout },
             ClientCall::Accept {
                 delta,
@@ -285,6 +293,7 @@ impl Client {
                     ClientReply::PsetOp(r) => CallResult::PsetOp(r),
                     ClientReply::Published(r) => CallResult::Published(r),
                     ClientReply::Lookup(r) => CallResult::Lookup(r),
+                    ClientReply::Unpublished(r) => CallResult::Unpublished(r),
                     ClientReply::Fence(r) => CallResult::Fence(r),
                     ClientReply::Accept(r) => CallResult::Accept(r.map(|o| AcceptResult {
                         terminate: o.status == RcStatus::Finalized && o.removed.contains(&self.pid),

@@ -64,6 +64,9 @@ pub enum RcError {
     /// The process is not known to the job, or may not do this.
     #[error("process {0} may not do this")]
     NotPermitted(ProcessId),
+    /// A process this request depended on exited without being removed (`RC-18`).
+    #[error("process {0} was lost")]
+    ProcessLost(ProcessId),
     /// A client call was made in a state that does not allow it.
     #[error("client: {0}")]
     Client(&'static str),
@@ -113,6 +116,8 @@ impl RcError {
     pub const CODE_NOT_PERMITTED: u16 = 14;
     /// Code of [`RcError::Client`].
     pub const CODE_CLIENT: u16 = 15;
+    /// Code of [`RcError::ProcessLost`].
+    pub const CODE_PROCESS_LOST: u16 = 16;
 
     /// A stable number for the kind of error, the same on every peer (`spec/wire.md`).
     ///
@@ -136,6 +141,7 @@ impl RcError {
             RcError::Timeout => Self::CODE_TIMEOUT,
             RcError::NotPermitted(_) => Self::CODE_NOT_PERMITTED,
             RcError::Client(_) => Self::CODE_CLIENT,
+            RcError::ProcessLost(_) => Self::CODE_PROCESS_LOST,
             RcError::Refused { code, .. } => *code,
         }
     }

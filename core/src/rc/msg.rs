@@ -36,6 +36,11 @@ pub enum ClientRequest {
         /// The value.
         value: String,
     },
+    /// Remove a key this application published (thesis §7.4.3 `UNPUBLISH`).
+    Unpublish {
+        /// The key.
+        key: String,
+    },
     /// Look a key up, waiting up to `wait` for it to be published.
     Lookup {
         /// The key.
@@ -85,6 +90,8 @@ pub enum ClientReply {
     Published(Result<(), RcError>),
     /// To `Lookup`.
     Lookup(Result<String, RcError>),
+    /// To `Unpublish`.
+    Unpublished(Result<(), RcError>),
     /// To `Fence`.
     Fence(Result<(), RcError>),
     /// To `Accept`.

@@ -61,7 +61,7 @@ pub fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
 }
 
 /// Encodes a master input: tag 1 `FromDaemon` (node, `ToMaster` frame), 2 `RequestChange`
-/// (client frame), 3 `Timeout`, 4 `NodeLost` (node).
+/// (client frame; its request id is the ticket), 3 `Timeout`, 4 `NodeLost` (node).
 pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
     let mut out = Vec::new();
     match input {
@@ -70,11 +70,12 @@ pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
             put_u32(&mut out, node.0);
             put_bytes(&mut out, &encode_to_master(msg));
         }
-        MasterInput::RequestChange(req) => {
+        MasterInput::RequestChange { ticket, req } => {
+            // The ticket travels as the client frame's request id.
             put_u8(&mut out, 2);
             put_bytes(
                 &mut out,
-                &encode_client(0, &ClientRequest::RequestChange(req.clone())),
+                &encode_client(*ticket, &ClientRequest::RequestChange(req.clone())),
             );
         }
         MasterInput::Timeout => put_u8(&mut out, 3),
@@ -106,8 +107,8 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
             2 => {
                 let (i, frame) = prim::bytes("master input", usize::MAX)(i)?;
                 match decode_client(frame).map_err(nom::Err::Failure)? {
-                    (_, ClientRequest::RequestChange(req)) => {
-                        Ok((i, MasterInput::RequestChange(req)))
+                    (ticket, ClientRequest::RequestChange(req)) => {
+                        Ok((i, MasterInput::RequestChange { ticket, req }))
                     }
                     _ => Err(nom::Err::Failure(WireError::InvalidValue {
                         what: "master input",

@@ -201,7 +201,13 @@ impl World {
             }
             Event::External(req) => {
                 self.master
-                    .handle(self.now, MasterInput::RequestChange(req))
+                    .handle(
+                        self.now,
+                        MasterInput::RequestChange {
+                            ticket: self.seq,
+                            req,
+                        },
+                    )
                     .unwrap();
                 self.drain_master();
             }

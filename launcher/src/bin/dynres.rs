@@ -30,6 +30,10 @@ enum Cmd {
         /// `+K`.
         #[arg(allow_hyphen_values = true)]
         count: String,
+        /// Return once the request is announced or queued instead of waiting for
+        /// the decision.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Remove K processes from a running job: `dynres shrink JOB -K`.
     Shrink {
@@ -38,6 +42,10 @@ enum Cmd {
         /// `-K`.
         #[arg(allow_hyphen_values = true)]
         count: String,
+        /// Return once the request is announced or queued instead of waiting for
+        /// the decision.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Replace processes of a running job: `dynres replace JOB -R +A`.
     Replace {
@@ -49,6 +57,10 @@ enum Cmd {
         /// `+A`: processes to add.
         #[arg(allow_hyphen_values = true)]
         add: String,
+        /// Return once the request is announced or queued instead of waiting for
+        /// the decision.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Processes, psets and resource changes of a running job.
     Status {
@@ -92,6 +104,10 @@ struct RunArgs {
     /// Most changes queued behind the one in flight.
     #[arg(long, default_value_t = 8)]
     max_queued: usize,
+    /// What a process that fails without being removed does to the job: `end` it
+    /// (kill the others, exit non-zero) or let it `continue` without it.
+    #[arg(long, value_enum, default_value = "end")]
+    on_loss: LossArg,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
     /// go to it.
     #[arg(long)]
@@ -101,10 +117,37 @@ struct RunArgs {
     command: Vec<String>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LossArg {
+    End,
+    Continue,
+}
+
+/// Sends a change command and prints the job's answer: the final outcome unless
+/// `--no-wait` (then: announced or queued).
+fn change(job: &str, line: &str, no_wait: bool) -> Result<ExitCode, LauncherError> {
+    let line = if no_wait {
+        format!("{line} nowait")
+    } else {
+        line.to_string()
+    };
+    let answer = tool::command(job, &line)?;
+    println!("{}", answer.trim());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn count(s: &str, sign: char, what: &str) -> Result<u32, LauncherError> {
     let digits = s.strip_prefix(sign).unwrap_or(s);
     match digits.parse::<u32>() {
-        Ok(k) if k > 0 && !digits.starts_with(['+', '-']) => Ok(k),
+        // No job has more slots than core's bound: a larger count is refused here,
+        // before the job is asked (which would refuse it too, `RC-2`).
+        Ok(k) if u64::from(k) > dynres_core::rc::master::MAX_SLOTS => {
+            Err(LauncherError::Usage(format!(
+                "{what} {s} exceeds the most slots a job can have ({})",
+                dynres_core::rc::master::MAX_SLOTS
+            )))
+        }
+        Ok(k) if k > 0 && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(k),
         _ => Err(LauncherError::Usage(format!(
             "{what} must be a positive number like {sign}2, not {s:?}"
         ))),
@@ -154,10 +197,18 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         change_timeout: Duration::from_millis(args.change_timeout_ms),
         grace: Duration::from_millis(args.grace_ms),
         max_queued: args.max_queued,
+        on_loss: match args.on_loss {
+            LossArg::End => runtime::OnLoss::EndJob,
+            LossArg::Continue => runtime::OnLoss::Continue,
+        },
     })?;
     if outcome.interrupted {
         eprintln!("dynres: job interrupted");
         return Ok(ExitCode::from(130));
+    }
+    if let Some(why) = &outcome.ended {
+        eprintln!("dynres: job failed: {why}; the other processes were killed");
+        return Ok(ExitCode::FAILURE);
     }
     if !outcome.failed.is_empty() {
         eprintln!("dynres: job failed: lost ranks {:?}", outcome.failed);
@@ -194,25 +245,26 @@ fn main() -> ExitCode {
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
-        Cmd::Grow { job, count: k } => count(&k, '+', "the count")
-            .and_then(|k| tool::command(&job, &format!("grow {k}")))
-            .map(|a| {
-                println!("requested: add {k} ({})", a.trim());
-                ExitCode::SUCCESS
-            }),
-        Cmd::Shrink { job, count: k } => count(&k, '-', "the count")
-            .and_then(|k| tool::command(&job, &format!("shrink {k}")))
-            .map(|a| {
-                println!("requested: remove {k} ({})", a.trim());
-                ExitCode::SUCCESS
-            }),
-        Cmd::Replace { job, remove, add } => count(&remove, '-', "the processes to remove")
+        Cmd::Grow {
+            job,
+            count: k,
+            no_wait,
+        } => count(&k, '+', "the count").and_then(|k| change(&job, &format!("grow {k}"), no_wait)),
+        Cmd::Shrink {
+            job,
+            count: k,
+            no_wait,
+        } => {
+            count(&k, '-', "the count").and_then(|k| change(&job, &format!("shrink {k}"), no_wait))
+        }
+        Cmd::Replace {
+            job,
+            remove,
+            add,
+            no_wait,
+        } => count(&remove, '-', "the processes to remove")
             .and_then(|r| count(&add, '+', "the processes to add").map(|a| (r, a)))
-            .and_then(|(r, a)| tool::command(&job, &format!("replace {r} {a}")))
-            .map(|a| {
-                println!("requested: replace ({})", a.trim());
-                ExitCode::SUCCESS
-            }),
+            .and_then(|(r, a)| change(&job, &format!("replace {r} {a}"), no_wait)),
         Cmd::Status { job } => tool::command(&job, "status").map(|a| {
             print!("{a}");
             ExitCode::SUCCESS

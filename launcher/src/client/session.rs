@@ -268,6 +268,14 @@ impl Session {
         }
     }
 
+    /// Removes a key this application published.
+    pub fn unpublish(&mut self, key: &str) -> Result<(), ClientError> {
+        match self.call(ClientCall::Unpublish { key: key.into() })? {
+            CallResult::Unpublished(r) => Ok(r?),
+            _ => Err(ClientError::Unexpected("unpublish")),
+        }
+    }
+
     /// Looks `key` up, waiting up to `wait` for it to be published.
     pub fn lookup(&mut self, key: &str, wait: Option<StdDuration>) -> Result<String, ClientError> {
         let call = ClientCall::Lookup {

@@ -1,9 +1,11 @@
 //! The event loop: core's master and this node's daemon, joined by an ordered in-process
 //! queue, fed by socket readers, process reapers, tools and the master's timer. Every
 //! output of the state machines becomes exactly one action here; nothing is decided.
+//!
+//! The engine never blocks on a peer: client replies go through [`Conn`]'s non-blocking
+//! buffered writes, tool answers through the tool connection's own thread.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -12,13 +14,15 @@ use std::time::Duration as StdDuration;
 use dynres_core::pset::PsetName;
 use dynres_core::rc::wire::encode_reply;
 use dynres_core::rc::{
-    ChangeRequest, ClientReply, ClientRequest, Daemon, DaemonInput, DaemonOutput, Master,
-    MasterInput, MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    ClientReply, ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterInput,
+    MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
 };
 use dynres_core::{Instant, Namespace, ProcessId, Rank};
 
+use super::conns::Conn;
 use super::procs::{self, Child, LaunchSpec};
 use super::signals;
+use super::tools::{self, Command, ToolRequests};
 use crate::auth::HELLO_OK;
 
 /// What the loop is told.
@@ -51,8 +55,10 @@ pub enum Event {
     Tool {
         /// The command.
         line: String,
-        /// Where the answer goes.
-        stream: UnixStream,
+        /// Where the answer goes: the connection's own thread writes it, so a tool
+        /// that does not read never blocks the engine. It may be sent later (a change
+        /// is answered once decided); dropping it answers "the job ended".
+        reply: Sender<String>,
     },
     /// The launcher thread started a process (or failed to).
     Launched {
@@ -77,9 +83,24 @@ enum Link {
     ToMaster(ToMaster),
 }
 
+/// What the runtime does when the job loses a process (`RC-18`): a process it did not
+/// remove exited with a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnLoss {
+    /// End the job: kill every other process and report the loss (the default, as an
+    /// MPI job whose errors are fatal).
+    #[default]
+    EndJob,
+    /// Go on with the survivors: the change in flight was aborted and fences waiting for
+    /// the lost process failed; the application decides what to do.
+    Continue,
+}
+
 /// When a change's statuses were reported, for `dynres status`.
 #[derive(Clone, Debug)]
 pub struct ChangeLog {
+    /// The change's delta pset.
+    pub delta: PsetName,
     /// ADD, SUB or REPLACE.
     pub kind: Option<RcType>,
     /// Processes added.
@@ -92,6 +113,21 @@ pub struct ChangeLog {
     pub at: [Option<StdDuration>; 3],
 }
 
+/// A process that has exited, as `dynres status` shows it.
+#[derive(Clone, Debug)]
+pub struct ExitRecord {
+    /// Its rank.
+    pub rank: Rank,
+    /// Its OS pid.
+    pub os_pid: u32,
+    /// How it ended.
+    pub status: ExitStatus,
+}
+
+/// How many decided changes and exited processes `dynres status` remembers: the
+/// history is bounded so that a job's memory does not grow with its age.
+pub const HISTORY: usize = 32;
+
 /// The runtime's state.
 pub struct Engine {
     pub(super) master: Master,
@@ -100,16 +136,25 @@ pub struct Engine {
     pub(super) namespace: Namespace,
     pub(super) app: String,
     pub(super) job_id: String,
+    on_loss: OnLoss,
     spawner: Option<(Sender<u32>, std::thread::JoinHandle<()>)>,
     /// Launches asked of the spawner and not yet reported; `true`: kill on arrival.
     launching: BTreeMap<Rank, bool>,
+    /// Running processes (exited ones move to `exited`).
     pub(super) children: BTreeMap<Rank, Child>,
-    conns: HashMap<u64, (Rank, UnixStream)>,
+    /// The last [`HISTORY`] exits.
+    pub(super) exited: VecDeque<ExitRecord>,
+    /// Output forwarders of exited processes, joined once they finish.
+    forwarders: Vec<std::thread::JoinHandle<()>>,
+    conns: HashMap<u64, Conn>,
     by_rank: HashMap<Rank, u64>,
     links: VecDeque<Link>,
-    pub(super) changes: BTreeMap<PsetName, ChangeLog>,
-    refused: Vec<(ChangeRequest, RcError)>,
+    /// Changes in announcement order, the last [`HISTORY`] decided ones kept.
+    pub(super) changes: VecDeque<ChangeLog>,
+    tools: ToolRequests,
     failed: Vec<Rank>,
+    /// Why the runtime is ending the job before its processes finished.
+    ending: Option<String>,
     /// Launches the daemon asked for, started once the replies of the same step are
     /// written (the daemon's replica already announces them, `RC-3`).
     to_launch: Vec<Rank>,
@@ -119,13 +164,17 @@ pub struct Engine {
 #[derive(Debug)]
 pub struct Outcome {
     /// Ranks of processes the job lost with a failure (non-zero exit or a signal the
-    /// runtime did not send).
+    /// runtime did not send), in the order they were lost.
     pub failed: Vec<Rank>,
+    /// Why the runtime ended the job early (`RC-18`), if it did.
+    pub ended: Option<String>,
     /// Whether the job was interrupted (SIGINT/SIGTERM).
     pub interrupted: bool,
-    /// OS pids of every process launched.
-    pub os_pids: Vec<u32>,
 }
+
+/// After SIGINT/SIGTERM, how long the engine waits for killed processes to be reaped
+/// before it returns anyway: the runtime always ends in bounded time.
+const INTERRUPT_BOUND: StdDuration = StdDuration::from_secs(5);
 
 impl Engine {
     /// A runtime around a started master.
@@ -135,6 +184,7 @@ impl Engine {
         namespace: Namespace,
         app: String,
         spec: LaunchSpec,
+        on_loss: OnLoss,
         events: Sender<Event>,
     ) -> Engine {
         Engine {
@@ -144,15 +194,19 @@ impl Engine {
             namespace,
             app,
             job_id,
+            on_loss,
             spawner: Some(procs::spawner(spec, events)),
             launching: BTreeMap::new(),
             children: BTreeMap::new(),
+            exited: VecDeque::new(),
+            forwarders: Vec::new(),
             conns: HashMap::new(),
             by_rank: HashMap::new(),
             links: VecDeque::new(),
-            changes: BTreeMap::new(),
-            refused: Vec::new(),
+            changes: VecDeque::new(),
+            tools: ToolRequests::default(),
             failed: Vec::new(),
+            ending: None,
             to_launch: Vec::new(),
         }
     }
@@ -171,26 +225,34 @@ impl Engine {
     }
 
     fn live(&self) -> usize {
-        self.launching.len() + self.children.values().filter(|c| c.exit.is_none()).count()
+        self.launching.len() + self.children.len()
     }
 
     /// Runs the job until its last process has exited.
     pub fn run(mut self, rx: Receiver<Event>) -> Outcome {
         self.drain();
-        let mut interrupted = false;
+        let mut interrupted_at: Option<std::time::Instant> = None;
         while self.live() > 0 {
-            if !interrupted && signals::interrupted() {
-                interrupted = true;
+            if interrupted_at.is_none() && signals::interrupted() {
+                interrupted_at = Some(std::time::Instant::now());
                 tracing::warn!("interrupted: killing the job");
-                for c in self.children.values_mut().filter(|c| c.exit.is_none()) {
-                    c.killed = true;
-                    procs::kill(c.os_pid);
-                }
+                self.kill_all();
+            }
+            if interrupted_at.is_some_and(|t| t.elapsed() > INTERRUPT_BOUND) {
+                tracing::error!(
+                    left = self.live(),
+                    "processes not reaped after SIGKILL; leaving anyway"
+                );
+                break;
             }
             let now = self.now();
             let mut wait = StdDuration::from_millis(200);
             if let Some(t) = self.master.poll_timeout() {
                 wait = wait.min(StdDuration::from_nanos(t.0.saturating_sub(now.0)));
+            }
+            if self.conns.values().any(Conn::has_pending) {
+                // Retry blocked replies soon; nothing else wakes us for them.
+                wait = wait.min(StdDuration::from_millis(2));
             }
             match rx.recv_timeout(wait) {
                 Ok(ev) => self.on_event(ev),
@@ -203,22 +265,36 @@ impl Engine {
                     self.master_input(MasterInput::Timeout);
                 }
             }
+            self.flush_conns();
         }
         if let Some((tx, t)) = self.spawner.take() {
             drop(tx);
-            let _ = t.join();
+            if interrupted_at.is_none() {
+                let _ = t.join();
+            }
         }
-        let mut os_pids = Vec::new();
         for c in self.children.values_mut() {
-            os_pids.push(c.os_pid);
-            for t in c.threads.drain(..) {
+            self.forwarders.append(&mut c.threads);
+        }
+        for t in self.forwarders.drain(..) {
+            if interrupted_at.is_none() || t.is_finished() {
                 let _ = t.join();
             }
         }
         Outcome {
             failed: self.failed,
-            interrupted,
-            os_pids,
+            ended: self.ending,
+            interrupted: interrupted_at.is_some(),
+        }
+    }
+
+    fn kill_all(&mut self) {
+        for c in self.children.values_mut().filter(|c| !c.killed) {
+            c.killed = true;
+            procs::kill(c.os_pid);
+        }
+        for k in self.launching.values_mut() {
+            *k = true;
         }
     }
 
@@ -226,25 +302,38 @@ impl Engine {
         match ev {
             Event::Hello { conn, rank, stream } => self.on_hello(conn, rank, stream),
             Event::Request { conn, req, request } => {
-                let Some((rank, _)) = self.conns.get(&conn) else {
+                let Some(c) = self.conns.get(&conn) else {
                     return;
                 };
-                let from = self.pid(*rank);
+                let from = self.pid(c.rank);
                 self.daemon_input(DaemonInput::FromClient { from, req, request });
             }
-            Event::Gone { conn } => {
-                if let Some((rank, _)) = self.conns.remove(&conn) {
-                    if self.by_rank.get(&rank) == Some(&conn) {
-                        self.by_rank.remove(&rank);
-                    }
-                }
-            }
-            Event::Tool { line, mut stream } => {
-                let answer = self.on_tool(line.trim());
-                let _ = stream.write_all(answer.as_bytes());
-            }
+            Event::Gone { conn } => self.drop_conn(conn),
+            Event::Tool { line, reply } => self.on_tool(line.trim(), reply),
             Event::Launched { rank, child } => self.on_launched(rank, child),
             Event::Exited { rank, status } => self.on_exit(rank, status),
+        }
+    }
+
+    fn drop_conn(&mut self, conn: u64) {
+        if let Some(c) = self.conns.remove(&conn) {
+            c.close();
+            if self.by_rank.get(&c.rank) == Some(&conn) {
+                self.by_rank.remove(&c.rank);
+            }
+        }
+    }
+
+    fn flush_conns(&mut self) {
+        let mut broken = Vec::new();
+        for (id, c) in &mut self.conns {
+            if let Err(e) = c.flush() {
+                tracing::warn!(rank = c.rank, error = %e, "reply not delivered; closing the connection");
+                broken.push(*id);
+            }
+        }
+        for id in broken {
+            self.drop_conn(id);
         }
     }
 
@@ -268,9 +357,8 @@ impl Engine {
         }
     }
 
-    fn on_hello(&mut self, conn: u64, rank: Rank, mut stream: UnixStream) {
-        let alive = self.launching.contains_key(&rank)
-            || self.children.get(&rank).is_some_and(|c| c.exit.is_none());
+    fn on_hello(&mut self, conn: u64, rank: Rank, stream: UnixStream) {
+        let alive = self.launching.contains_key(&rank) || self.children.contains_key(&rank);
         if !alive || self.by_rank.contains_key(&rank) {
             tracing::warn!(
                 rank,
@@ -279,21 +367,20 @@ impl Engine {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         }
-        // A client that stops reading must not stall the runtime: its replies are
-        // dropped with the connection after this long.
-        let _ = stream.set_write_timeout(Some(StdDuration::from_secs(10)));
-        if stream.write_all(&[HELLO_OK]).is_err() {
+        let mut c = Conn::new(rank, stream);
+        if c.send(&[HELLO_OK]).is_err() {
+            c.close();
             return;
         }
-        if let Some(c) = self.children.get(&rank) {
+        if let Some(ch) = self.children.get(&rank) {
             tracing::debug!(
                 rank,
-                spawn_us = c.launched.elapsed().as_micros() as u64,
+                spawn_us = ch.launched.elapsed().as_micros() as u64,
                 "connected"
             );
         }
         self.by_rank.insert(rank, conn);
-        self.conns.insert(conn, (rank, stream));
+        self.conns.insert(conn, c);
     }
 
     fn on_exit(&mut self, rank: Rank, status: std::io::Result<ExitStatus>) {
@@ -313,43 +400,57 @@ impl Engine {
         } else {
             tracing::warn!(rank, how = %procs::describe(&status), "exited");
         }
-        if let Some(conn) = self.by_rank.remove(&rank) {
-            self.conns.remove(&conn);
+        if !status.success() {
+            // A process that did not finish cleanly cannot unlink its segments.
+            procs::sweep_shm(&[c.os_pid]);
+        }
+        if let Some(conn) = self.by_rank.get(&rank).copied() {
+            self.drop_conn(conn);
         }
         let pid = self.pid(rank);
+        // Core learns the exit while the child is still listed, so that a loss it
+        // reports can be judged by its exit status.
         self.daemon_input(DaemonInput::Exited { pid });
-    }
-
-    fn on_tool(&mut self, line: &str) -> String {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let num = |s: &str| s.trim_start_matches(['+', '-']).parse::<u32>().ok();
-        let req = match words.as_slice() {
-            ["status"] => return format!("ok\n{}", super::status::render(self)),
-            ["grow", k] => num(k).map(|k| ChangeRequest::add(self.app.clone(), k)),
-            ["shrink", k] => num(k).map(|k| ChangeRequest::sub(self.app.clone(), k)),
-            ["replace", r, a] => num(r)
-                .zip(num(a))
-                .map(|(r, a)| ChangeRequest::replace(self.app.clone(), r, a)),
-            _ => None,
-        };
-        let Some(req) = req else {
-            return format!("error: bad command {line:?}\n");
-        };
-        self.refused.clear();
-        let before: Vec<PsetName> = self.master.all_changes().map(|c| c.delta.clone()).collect();
-        self.master_input(MasterInput::RequestChange(req.clone()));
-        match self.refused.iter().find(|(r, _)| *r == req) {
-            Some((_, e)) => format!("error: refused: {e}\n"),
-            None => {
-                let delta = self
-                    .master
-                    .all_changes()
-                    .map(|c| c.delta.to_string())
-                    .find(|d| !before.iter().any(|b| b.as_str() == d))
-                    .unwrap_or_else(|| "queued behind the change in flight".into());
-                format!("ok {delta}\n")
+        if let Some(c) = self.children.remove(&rank) {
+            self.forwarders.extend(c.threads);
+            self.exited.push_back(ExitRecord {
+                rank,
+                os_pid: c.os_pid,
+                status,
+            });
+            if self.exited.len() > HISTORY {
+                self.exited.pop_front();
             }
         }
+        // Join forwarders that are done: a finished thread holds its stack until joined.
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.forwarders)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        self.forwarders = running;
+        for t in done {
+            let _ = t.join();
+        }
+    }
+
+    fn on_tool(&mut self, line: &str, reply: Sender<String>) {
+        let (req, wait) = match tools::parse(line, &self.app) {
+            Ok(Command::Status) => {
+                let _ = reply.send(format!("ok\n{}", super::status::render(self)));
+                return;
+            }
+            Ok(Command::Change { req, wait }) => (req, wait),
+            Err(e) => {
+                let _ = reply.send(format!("error: {e}\n"));
+                return;
+            }
+        };
+        if let Some(why) = &self.ending {
+            let _ = reply.send(format!("error: the job is ending: {why}\n"));
+            return;
+        }
+        let ticket = self.tools.open(reply, wait);
+        self.master_input(MasterInput::RequestChange { ticket, req });
+        self.tools.after_request(ticket);
     }
 
     fn master_input(&mut self, input: MasterInput) {
@@ -409,40 +510,77 @@ impl Engine {
         match o {
             MasterOutput::Send(env) => self.links.push_back(Link::ToDaemon(env.msg)),
             MasterOutput::Status { delta, status } => self.on_status(delta, status),
-            MasterOutput::Refused { request, error } => {
+            MasterOutput::Started { ticket, delta } => self.tools.started(ticket, &delta),
+            MasterOutput::Refused {
+                ticket,
+                request,
+                error,
+            } => {
                 tracing::warn!(?request, %error, "change request refused");
-                self.refused.push((request, error));
+                self.tools.refused(ticket, &error);
             }
             MasterOutput::NodeAllocated(n) => tracing::debug!(node = n.0, "node allocated"),
             MasterOutput::NodeReleased(n) => tracing::debug!(node = n.0, "node released"),
-            MasterOutput::ProcessLost(pid) => {
-                let failed = self
-                    .children
-                    .get(&pid.rank)
-                    .and_then(|c| c.exit.map(|s| !s.success() && !c.killed))
-                    .unwrap_or(false);
-                if failed {
-                    tracing::warn!(rank = pid.rank, "the job lost a process");
-                    self.failed.push(pid.rank);
-                }
+            MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank),
+        }
+    }
+
+    /// `RC-18`: core reports a process that exited without being removed. A clean exit
+    /// (status 0) is a process that finished its work; anything else is a failure,
+    /// which ends the job unless it was started with [`OnLoss::Continue`].
+    fn on_lost(&mut self, rank: Rank) {
+        let Some(c) = self.children.get(&rank) else {
+            return;
+        };
+        let Some(status) = c.exit else {
+            return;
+        };
+        if status.success() || c.killed {
+            tracing::debug!(rank, "process finished");
+            return;
+        }
+        self.failed.push(rank);
+        let why = format!(
+            "rank {rank} (pid {}) exited unexpectedly ({})",
+            c.os_pid,
+            procs::describe(&status)
+        );
+        match self.on_loss {
+            OnLoss::Continue => {
+                tracing::error!("{why}; the job goes on without it");
             }
+            OnLoss::EndJob if self.ending.is_none() => {
+                tracing::error!("{why}; ending the job");
+                self.ending = Some(why);
+                self.kill_all();
+            }
+            OnLoss::EndJob => tracing::error!("{why}"),
         }
     }
 
     fn on_status(&mut self, delta: PsetName, status: RcStatus) {
+        self.tools.status(&delta, status);
         let t = self.start.elapsed();
         let info = self
             .master
             .all_changes()
             .find(|c| c.delta == delta)
             .cloned();
-        let log = self.changes.entry(delta.clone()).or_insert(ChangeLog {
-            kind: info.as_ref().map(|i| i.kind),
-            added: info.as_ref().map_or(0, |i| i.added.len()),
-            removed: info.as_ref().map_or(0, |i| i.removed.len()),
-            status,
-            at: [None; 3],
-        });
+        let pos = self.changes.iter().rposition(|l| l.delta == delta);
+        let log = match pos {
+            Some(i) => &mut self.changes[i],
+            None => {
+                self.changes.push_back(ChangeLog {
+                    delta: delta.clone(),
+                    kind: info.as_ref().map(|i| i.kind),
+                    added: info.as_ref().map_or(0, |i| i.added.len()),
+                    removed: info.as_ref().map_or(0, |i| i.removed.len()),
+                    status,
+                    at: [None; 3],
+                });
+                self.changes.back_mut().expect("just pushed")
+            }
+        };
         log.status = status;
         let slot = match status {
             RcStatus::Announced => 0,
@@ -456,6 +594,15 @@ impl Engine {
             "{kind} +{added} -{removed} {delta}: {}",
             status_name(status)
         );
+        // Bounded history: drop the oldest decided changes.
+        while self.changes.len() > HISTORY {
+            match self.changes.iter().position(|l| l.status.is_final()) {
+                Some(i) => {
+                    self.changes.remove(i);
+                }
+                None => break,
+            }
+        }
     }
 
     fn on_daemon_output(&mut self, o: DaemonOutput) {
@@ -471,7 +618,7 @@ impl Engine {
                         *k = true;
                     }
                     if let Some(c) = self.children.get_mut(&p.rank) {
-                        if c.exit.is_none() {
+                        if !c.killed {
                             tracing::info!(rank = p.rank, os_pid = c.os_pid, "killing");
                             c.killed = true;
                             procs::kill(c.os_pid);
@@ -488,15 +635,23 @@ impl Engine {
             return;
         };
         let frame = encode_reply(req, reply);
-        if let Some((_, s)) = self.conns.get_mut(&conn) {
-            if let Err(e) = s.write_all(&frame) {
-                tracing::warn!(rank, error = %e, "reply not delivered; closing the connection");
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
+        let failed = match self.conns.get_mut(&conn) {
+            Some(c) => c.send(&frame).err(),
+            None => None,
+        };
+        if let Some(e) = failed {
+            tracing::warn!(rank, error = %e, "reply not delivered; closing the connection");
+            self.drop_conn(conn);
         }
     }
 
     fn launch(&mut self, rank: Rank) {
+        if self.ending.is_some() || signals::interrupted() {
+            // The job is being ended: report the launch as failed at once.
+            let pid = self.pid(rank);
+            self.daemon_input(DaemonInput::Exited { pid });
+            return;
+        }
         let sent = self
             .spawner
             .as_ref()

@@ -1,12 +1,14 @@
 //! `dynres run`: on one host the runtime is the master and the node's daemon at once,
 //! plus the Unix-socket servers for clients and tools.
 
+mod conns;
 mod engine;
 mod jobdir;
 mod procs;
 mod server;
 mod signals;
 mod status;
+mod tools;
 
 use std::os::unix::net::UnixListener;
 use std::time::Duration as StdDuration;
@@ -15,7 +17,7 @@ use dynres_core::rc::{Master, MasterConfig};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Namespace};
 
-pub use engine::{ChangeLog, Event, Outcome};
+pub use engine::{ChangeLog, Event, OnLoss, Outcome};
 pub use jobdir::JobDir;
 pub use procs::LaunchSpec;
 
@@ -44,6 +46,8 @@ pub struct JobConfig {
     pub grace: StdDuration,
     /// `RC-15`: most changes queued per application.
     pub max_queued: usize,
+    /// `RC-18`: what a failed process does to the job.
+    pub on_loss: OnLoss,
 }
 
 /// The host's number of cores: the default slot count.
@@ -135,14 +139,18 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         app: cfg.app.clone(),
         shm_spins: dynres_transports::shm::waiter::calibrated_spins(),
     };
-    let engine = engine::Engine::new(master, job_id, namespace, cfg.app.clone(), spec, tx);
+    let engine = engine::Engine::new(
+        master,
+        job_id,
+        namespace,
+        cfg.app.clone(),
+        spec,
+        cfg.on_loss,
+        tx,
+    );
     let outcome = engine.run(rx);
     for s in servers {
         s.stop();
-    }
-    let swept = procs::sweep_shm(&outcome.os_pids);
-    if swept > 0 {
-        tracing::debug!(swept, "removed shared-memory segments of killed processes");
     }
     drop(dir);
     Ok(outcome)

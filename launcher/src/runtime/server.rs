@@ -143,5 +143,12 @@ fn tool(mut s: UnixStream, events: &Sender<Event>) {
     if BufReader::new(r).read_line(&mut line).is_err() {
         return;
     }
-    let _ = events.send(Event::Tool { line, stream: s });
+    let (reply, answer) = std::sync::mpsc::channel();
+    if events.send(Event::Tool { line, reply }).is_err() {
+        return;
+    }
+    let text = answer
+        .recv()
+        .unwrap_or_else(|_| "error: the job ended\n".into());
+    let _ = s.write_all(text.as_bytes());
 }

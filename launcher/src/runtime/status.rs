@@ -29,13 +29,23 @@ pub fn render(e: &Engine) -> String {
         let leaving = slots
             .iter()
             .any(|x| matches!(x, SlotState::Leaving(p) if p.rank == *rank));
-        let state = match (&c.exit, leaving) {
-            (Some(st), _) => format!("exited ({})", describe(st)),
-            (None, true) => "leaving".into(),
-            (None, false) => "running".into(),
-        };
+        let state = if leaving { "leaving" } else { "running" };
         let _ = writeln!(s, "{rank:>6} {:>8}  {state}", c.os_pid);
     }
+    for x in &e.exited {
+        let _ = writeln!(
+            s,
+            "{:>6} {:>8}  exited ({})",
+            x.rank,
+            x.os_pid,
+            describe(&x.status)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "(running processes, then the last {} exits)",
+        super::engine::HISTORY
+    );
     let _ = writeln!(
         s,
         "\nPSETS\n{:<32} {:>5} {:>8} {:>6} {:>7}",
@@ -61,7 +71,8 @@ pub fn render(e: &Engine) -> String {
         "\nRESOURCE CHANGES\n{:<28} {:<8} {:>4} {:>4} {:<10} {:>12} {:>12} {:>10}",
         "delta", "type", "+", "-", "status", "announce→acc", "accept→dec", "total"
     );
-    for (delta, c) in &e.changes {
+    for c in &e.changes {
+        let delta = &c.delta;
         let [a, p, d] = c.at;
         let diff = |x: Option<std::time::Duration>, y: Option<std::time::Duration>| {
             x.zip(y).map(|(x, y)| y.saturating_sub(x))
@@ -79,6 +90,10 @@ pub fn render(e: &Engine) -> String {
             ms(diff(a, d)),
         );
     }
-    let _ = writeln!(s, "(times in ms)");
+    let _ = writeln!(
+        s,
+        "(times in ms; undecided changes and the last {} decided ones)",
+        super::engine::HISTORY
+    );
     s
 }

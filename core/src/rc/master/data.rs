@@ -44,6 +44,18 @@ impl Master {
         Ok(())
     }
 
+    /// Removes a key an application published (`RC-16`); the protocol's own keys are
+    /// the master's to remove (`RC-19`).
+    pub(crate) fn unpublish(&mut self, key: &str) -> Result<(), RcError> {
+        if is_reserved(key) {
+            return Err(RcError::ReservedKey(String::from(key)));
+        }
+        match self.data.remove(key) {
+            Some(_) => Ok(()),
+            None => Err(RcError::NoSuchKey(String::from(key))),
+        }
+    }
+
     /// Looks a key up, parking the request until it is published or `wait` passes.
     /// The accept key of an aborted change fails at once (`RC-12`).
     pub(crate) fn lookup(

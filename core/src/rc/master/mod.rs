@@ -24,6 +24,15 @@ use crate::pset::{Origin, PsetName, PsetRegistry};
 use crate::slots::{NodeSpec, SlotMap};
 use crate::time::{Duration, Instant};
 
+/// Most slots a job may have, over all its nodes: the slot map and the process table
+/// are sized by it, so it is checked before either is allocated.
+pub const MAX_SLOTS: u64 = 1 << 24;
+
+/// Decided changes whose processes are all gone that the master still remembers (to
+/// answer late accepts and confirms, `RC-13`). Older ones are forgotten with their
+/// protocol keys, so a job's memory does not grow with its number of changes (`RC-19`).
+pub const DONE_KEPT: usize = 16;
+
 /// How the master is set up.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MasterConfig {
@@ -52,7 +61,15 @@ pub enum MasterInput {
         msg: ToMaster,
     },
     /// A change initiated from outside (a tool or the scheduler: `RES_CHANGE_DEFINE`).
-    RequestChange(ChangeRequest),
+    /// `ticket` is the driver's name for the request: the master reports under it when
+    /// the change starts ([`MasterOutput::Started`]) or is refused, now or after waiting
+    /// in the queue (`RC-15`), so the initiator learns the final outcome.
+    RequestChange {
+        /// The initiator's name for this request.
+        ticket: u64,
+        /// The request.
+        req: ChangeRequest,
+    },
     /// The timer armed from [`Master::poll_timeout`] fired.
     Timeout,
     /// The driver's failure detector declares a node (its daemon and every process on
@@ -77,16 +94,27 @@ pub enum MasterOutput {
     },
     /// An externally requested change was refused (queued ones report here too).
     Refused {
+        /// The ticket of the request.
+        ticket: u64,
         /// The request.
         request: ChangeRequest,
         /// Why.
         error: RcError,
     },
+    /// An externally requested change was announced (at once, or when it left the
+    /// queue): its outcome is the final status of `delta`.
+    Started {
+        /// The ticket of the request.
+        ticket: u64,
+        /// The change's delta pset.
+        delta: PsetName,
+    },
     /// A node got its first process of the job (allocate it, e.g. start its daemon).
     NodeAllocated(NodeId),
     /// A node has no process of the job left (it may be returned).
     NodeReleased(NodeId),
-    /// A process that was in no change exited: the job lost it.
+    /// A process of the job exited without the protocol removing it (`RC-18`): the job
+    /// lost it. Its application's undecided change, if any, was aborted.
     ProcessLost(ProcessId),
 }
 
@@ -96,6 +124,14 @@ pub(crate) struct Route {
     pub node: NodeId,
     pub pid: ProcessId,
     pub req: ReqId,
+}
+
+/// Who asked for a change: a client (answered with a reply) or an external initiator
+/// (answered with [`MasterOutput::Started`] / [`MasterOutput::Refused`] under its ticket).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Requester {
+    Client(Route),
+    External(u64),
 }
 
 /// A change the master tracks until its processes are gone.
@@ -117,8 +153,8 @@ pub(crate) struct Change {
     pub exited: BTreeSet<ProcessId>,
     /// Blocking accepts and confirms waiting for the decision.
     pub waiters: Vec<(Route, Waiter)>,
-    /// Who asked for the change (gets the refusal if it fails when dequeued).
-    pub requester: Option<Route>,
+    /// Who asked for the change.
+    pub requester: Requester,
     /// Decided and every process it had to get rid of is gone: kept only to answer
     /// late accepts and confirms consistently (`RC-1`).
     pub done: bool,
@@ -161,12 +197,14 @@ pub struct Master {
     /// The undecided change of each application (`RC-15`).
     pub(crate) in_flight: BTreeMap<String, PsetName>,
     /// Requests waiting for their application's change to be decided (`RC-15`).
-    pub(crate) queue: VecDeque<(Option<Route>, ChangeRequest)>,
+    pub(crate) queue: VecDeque<(Requester, ChangeRequest)>,
     /// The publish/lookup data server.
     pub(crate) data: BTreeMap<String, String>,
     /// Lookups waiting for their key: (key, deadline, route).
     pub(crate) lookups: Vec<(String, Instant, Route)>,
     pub(crate) fences: BTreeMap<PsetName, Fence>,
+    /// Done changes, oldest first; beyond [`DONE_KEPT`] the oldest is forgotten.
+    pub(crate) done_order: VecDeque<PsetName>,
     pub(crate) out: VecDeque<MasterOutput>,
     /// Planted bugs (always empty in shipped builds).
     pub(crate) bugs: crate::bugs::Bugs,
@@ -176,6 +214,18 @@ impl Master {
     /// Starts a job: places every application's processes in stack order, defines the
     /// mandatory psets and tells each daemon its job data and what to launch.
     pub fn new(cfg: MasterConfig) -> Result<Master, RcError> {
+        // Sizes are checked before any table is allocated for them (`RC-2`).
+        let total: u64 = cfg.nodes.iter().map(|n| u64::from(n.slots)).sum();
+        if total > MAX_SLOTS {
+            return Err(RcError::BadRequest("a job may have at most 2^24 slots"));
+        }
+        let wanted: u64 = cfg.apps.iter().map(|(_, n)| u64::from(*n)).sum();
+        if wanted > total {
+            return Err(RcError::Slots(crate::slots::SlotError::Exhausted {
+                wanted: wanted as usize,
+                free: total as usize,
+            }));
+        }
         let mut m = Master {
             registry: PsetRegistry::new(),
             slots: SlotMap::new(cfg.nodes.clone()),
@@ -188,6 +238,7 @@ impl Master {
             data: BTreeMap::new(),
             lookups: Vec::new(),
             fences: BTreeMap::new(),
+            done_order: VecDeque::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
             cfg,
@@ -291,7 +342,9 @@ impl Master {
                 }
                 ToMaster::Exited { pid } => self.on_exit(now, &pid),
             },
-            MasterInput::RequestChange(req) => self.request_change(now, None, req),
+            MasterInput::RequestChange { ticket, req } => {
+                self.request_change(now, Requester::External(ticket), req)
+            }
             MasterInput::Timeout => self.on_timeout(now),
             MasterInput::NodeLost { node } => self.on_node_lost(now, node),
         }
@@ -384,6 +437,10 @@ impl Master {
                 self.reply(&route, ClientReply::Published(r));
             }
             ClientRequest::Lookup { key, wait } => self.lookup(now, route, key, wait),
+            ClientRequest::Unpublish { key } => {
+                let r = self.unpublish(&key);
+                self.reply(&route, ClientReply::Unpublished(r));
+            }
             ClientRequest::Fence { pset, timeout } => self.fence(now, route, pset, timeout),
             ClientRequest::Accept {
                 delta,
@@ -395,7 +452,7 @@ impl Master {
             ClientRequest::RequestChange(req) => {
                 let ok = self.app_of.get(&route.pid) == Some(&req.app);
                 if ok {
-                    self.request_change(now, Some(route), req);
+                    self.request_change(now, Requester::Client(route), req);
                 } else {
                     let err = RcError::NotPermitted(route.pid.clone());
                     self.reply(&route, ClientReply::ChangeRequested(Err(err)));

@@ -4,7 +4,7 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
-use super::{Change, Master, MasterOutput, Route};
+use super::{Change, Master, MasterOutput, Requester};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
@@ -16,32 +16,20 @@ use crate::time::Instant;
 impl Master {
     /// A change request from a client (`route`) or from outside. One change per
     /// application is undecided at a time; later ones wait in a bounded FIFO (`RC-15`).
-    pub(crate) fn request_change(
-        &mut self,
-        now: Instant,
-        route: Option<Route>,
-        req: ChangeRequest,
-    ) {
+    pub(crate) fn request_change(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
         if self.in_flight.contains_key(&req.app) {
             let queued = self.queue.iter().filter(|(_, r)| r.app == req.app).count();
             if queued >= self.cfg.max_queued {
-                self.refuse(route, req, RcError::QueueFull(queued));
+                self.refuse(from, req, RcError::QueueFull(queued));
             } else {
-                if let Some(r) = &route {
+                if let Requester::Client(r) = &from {
                     self.reply(r, ClientReply::ChangeRequested(Ok(None)));
                 }
-                self.queue.push_back((route, req));
+                self.queue.push_back((from, req));
             }
             return;
         }
-        match self.start_change(now, &req, route.clone()) {
-            Ok(delta) => {
-                if let Some(r) = &route {
-                    self.reply(r, ClientReply::ChangeRequested(Ok(Some(delta))));
-                }
-            }
-            Err(e) => self.refuse(route, req, e),
-        }
+        self.start_or_refuse(now, from, req);
     }
 
     /// Starts the next queued request of `app`, if any (after its change was decided).
@@ -50,20 +38,38 @@ impl Master {
             let Some(pos) = self.queue.iter().position(|(_, r)| r.app == app) else {
                 return;
             };
-            let Some((route, req)) = self.queue.remove(pos) else {
+            let Some((from, req)) = self.queue.remove(pos) else {
                 return;
             };
-            if let Err(e) = self.start_change(now, &req, route.clone()) {
-                self.refuse(route, req, e);
-            }
+            self.start_or_refuse(now, from, req);
         }
     }
 
-    fn refuse(&mut self, route: Option<Route>, request: ChangeRequest, error: RcError) {
+    /// Starts a change and tells its requester the delta, or the refusal (`RC-15`: a
+    /// queued request learns its outcome when it leaves the queue).
+    fn start_or_refuse(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
+        match self.start_change(now, &req, from.clone()) {
+            Ok(delta) => match from {
+                Requester::Client(r) => {
+                    self.reply(&r, ClientReply::ChangeRequested(Ok(Some(delta))));
+                }
+                Requester::External(ticket) => {
+                    self.out.push_back(MasterOutput::Started { ticket, delta });
+                }
+            },
+            Err(e) => self.refuse(from, req, e),
+        }
+    }
+
+    fn refuse(&mut self, from: Requester, request: ChangeRequest, error: RcError) {
         tracing::debug!(?request, %error, "change refused");
-        match route {
-            Some(r) => self.reply(&r, ClientReply::ChangeRequested(Err(error))),
-            None => self.out.push_back(MasterOutput::Refused { request, error }),
+        match from {
+            Requester::Client(r) => self.reply(&r, ClientReply::ChangeRequested(Err(error))),
+            Requester::External(ticket) => self.out.push_back(MasterOutput::Refused {
+                ticket,
+                request,
+                error,
+            }),
         }
     }
 
@@ -74,7 +80,7 @@ impl Master {
         &mut self,
         now: Instant,
         req: &ChangeRequest,
-        requester: Option<Route>,
+        requester: Requester,
     ) -> Result<PsetName, RcError> {
         let root = PsetName::app_root(&req.app).map_err(crate::pset::PsetError::from)?;
         let app_members = self.registry.get(&root)?.members.clone();
@@ -98,6 +104,19 @@ impl Master {
         if !wants_sub && !req.victims.is_empty() {
             return Err(RcError::BadRequest("only SUB and REPLACE take victims"));
         }
+        // RC-2: sizes are checked against what exists before anything is allocated for
+        // them, so a request for 2^32 processes costs nothing.
+        if wants_add && adds as usize > self.slots.free_count() {
+            return Err(RcError::Slots(crate::slots::SlotError::Exhausted {
+                wanted: adds as usize,
+                free: self.slots.free_count(),
+            }));
+        }
+        if wants_sub && removes as usize >= app_members.len() {
+            return Err(RcError::BadRequest(
+                "a change may not remove every process of the application",
+            ));
+        }
         // Victims: named ones must be running processes of the app (RC-5); otherwise
         // stack order among the app's processes (SLOT-2).
         let table = self.registry.table();
@@ -120,11 +139,6 @@ impl Master {
             }
             req.victims.clone()
         };
-        if wants_sub && removed.len() as u64 >= app_members.len() as u64 && !wants_add {
-            return Err(RcError::BadRequest(
-                "a SUB may not remove every process of the app",
-            ));
-        }
 
         // Work on copies; commit at the end.
         let mut registry = self.registry.clone();

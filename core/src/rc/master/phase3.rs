@@ -401,8 +401,13 @@ impl Master {
         }
     }
 
-    /// A process exited: its slot is freed (`SLOT-3`); a new process dying before the
-    /// decision aborts its change (`RC-10`).
+    /// A process exited: its slot is freed (`SLOT-3`). The exit is one the protocol
+    /// expects when the process is being removed — a removed process of a FINALIZED
+    /// change, an added process of an ABORTED one — and is then noted against that
+    /// change. An added process of an undecided change aborts it (`RC-10`). Any other
+    /// exit is a loss (`RC-18`). Only changes still waiting for their processes are
+    /// searched, so an exit is never filed against an old change that merely names the
+    /// process.
     pub(crate) fn on_exit(&mut self, now: Instant, pid: &ProcessId) {
         if let Ok(Some(node)) = self.slots.free(pid) {
             self.out
@@ -411,25 +416,60 @@ impl Master {
         let owner = self
             .changes
             .iter()
-            .find(|(_, c)| c.info.includes(pid))
-            .map(|(d, c)| (d.clone(), c.info.status, c.info.added.contains(pid)));
+            .filter(|(_, c)| !c.done)
+            .find(|(_, c)| {
+                let i = &c.info;
+                match i.status {
+                    RcStatus::Finalized => i.removed.contains(pid),
+                    _ => i.added.contains(pid),
+                }
+            })
+            .map(|(d, c)| (d.clone(), c.info.status));
         match owner {
-            Some((delta, status, true)) if !status.is_final() => {
-                self.abort(
-                    now,
-                    &delta,
-                    "a new process exited before the change was decided",
-                );
+            Some((delta, status)) => {
+                if !status.is_final() {
+                    self.abort(
+                        now,
+                        &delta,
+                        "a new process exited before the change was decided",
+                    );
+                }
                 self.note_exit(&delta, pid);
             }
-            Some((delta, _, _)) => self.note_exit(&delta, pid),
-            None => {
-                if self.procs.remove(pid).is_some() {
-                    self.out.push_back(MasterOutput::ProcessLost(pid.clone()));
-                }
+            None => self.lose(now, pid),
+        }
+        // A dead process sends nothing more: it no longer needs an identity here.
+        if !self.procs.contains_key(pid) {
+            self.app_of.remove(pid);
+        }
+    }
+
+    /// `RC-18`: a process of the job exited without the protocol removing it. It leaves
+    /// the job data, its application's undecided change is aborted (it can no longer
+    /// be applied as announced), fences that wait for it fail at once, and the driver is
+    /// told (`ProcessLost`) so that it can end the job or let it go on.
+    fn lose(&mut self, now: Instant, pid: &ProcessId) {
+        self.procs.remove(pid);
+        let Some(app) = self.app_of.get(pid).cloned() else {
+            return;
+        };
+        if let Some(delta) = self.in_flight.get(&app).cloned() {
+            self.abort(now, &delta, "a process of the application was lost");
+        }
+        let stuck: Vec<PsetName> = self
+            .fences
+            .iter()
+            .filter(|(_, f)| f.members.contains(pid) && !f.arrived.contains_key(pid))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for pset in stuck {
+            let f = self.fences.remove(&pset).expect("present");
+            for route in f.arrived.into_values() {
+                let err = RcError::ProcessLost(pid.clone());
+                self.reply(&route, ClientReply::Fence(Err(err)));
             }
         }
-        // A fence waiting for a process that is gone can never complete: it times out.
+        self.out.push_back(MasterOutput::ProcessLost(pid.clone()));
     }
 
     /// A node is lost (`RC-17`): its slots are retired (`SLOT-4`) and each of its
@@ -475,6 +515,29 @@ impl Master {
                 info: None,
             });
         }
+        self.done_order.push_back(delta.clone());
+        while self.done_order.len() > super::DONE_KEPT {
+            if let Some(old) = self.done_order.pop_front() {
+                self.evict(&old);
+            }
+        }
+    }
+
+    /// Forgets a done change (`RC-19`): its record, its protocol keys and its delta
+    /// pset(s), whose names can never come back (`PSET-5`: delta names follow the epoch
+    /// counter). Late accepts and confirms then get `NoSuchChange`.
+    fn evict(&mut self, delta: &PsetName) {
+        let Some(c) = self.changes.remove(delta) else {
+            return;
+        };
+        self.data.remove(&accept_key(delta));
+        self.data.remove(&confirm_key(delta));
+        for name in core::iter::once(&c.info.delta).chain(&c.info.sub_delta) {
+            if self.registry.forget_delta(&c.info.app, name) {
+                self.broadcast(ToDaemon::PrunePset { name: name.clone() });
+            }
+        }
+        tracing::debug!(%delta, "change forgotten");
     }
 
     /// Deadlines: undecided changes abort (`RC-10`), removed processes past their grace

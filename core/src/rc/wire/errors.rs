@@ -5,7 +5,8 @@
 //! - variants whose payload is plain data are encoded structurally and decode to the
 //!   identical variant: `NoSuchChange`, `Aborted`, `AlreadyFinalized` (a pset name),
 //!   `NotBound` (two names), `QueueFull` (`u64`), `ReservedKey`, `KeyExists`,
-//!   `NoSuchKey` (a key), `Timeout` (nothing), `NotPermitted` (a process id);
+//!   `NoSuchKey` (a key), `Timeout` (nothing), `NotPermitted`, `ProcessLost` (a process
+//!   id);
 //! - [`RcError::Refused`] is the reserved code [`REFUSED_MARKER`] followed by
 //!   `code u16 | detail`, and decodes to itself;
 //! - the others (`Pset`, `Slots`, `BadRequest`, `NewPsetMismatch`, `Client`) hold nested
@@ -68,7 +69,7 @@ pub(super) fn put_error(out: &mut Vec<u8>, e: &RcError) {
             put_str(out, k);
         }
         RcError::Timeout => put_u16(out, e.code()),
-        RcError::NotPermitted(p) => {
+        RcError::NotPermitted(p) | RcError::ProcessLost(p) => {
             put_u16(out, e.code());
             put_pid(out, p);
         }
@@ -136,6 +137,10 @@ pub(super) fn error(input: &[u8]) -> PResult<'_, RcError> {
         RcError::CODE_NOT_PERMITTED => {
             let (i, p) = pid(i)?;
             Ok((i, RcError::NotPermitted(p)))
+        }
+        RcError::CODE_PROCESS_LOST => {
+            let (i, p) = pid(i)?;
+            Ok((i, RcError::ProcessLost(p)))
         }
         // The textual variants and codes from newer peers.
         _ => {

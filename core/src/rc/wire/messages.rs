@@ -29,6 +29,7 @@ pub(super) fn request_type(r: &ClientRequest) -> u16 {
         ClientRequest::PsetOp { .. } => t::PSET_OP,
         ClientRequest::Publish { .. } => t::PUBLISH,
         ClientRequest::Lookup { .. } => t::LOOKUP,
+        ClientRequest::Unpublish { .. } => t::UNPUBLISH,
         ClientRequest::Fence { .. } => t::FENCE,
         ClientRequest::Accept { .. } => t::ACCEPT,
         ClientRequest::Confirm { .. } => t::CONFIRM,
@@ -46,6 +47,7 @@ pub(super) fn put_request(out: &mut Vec<u8>, r: &ClientRequest) {
             put_str(out, key);
             put_str(out, value);
         }
+        ClientRequest::Unpublish { key } => put_str(out, key),
         ClientRequest::Lookup { key, wait } => {
             put_str(out, key);
             put_opt(out, wait.as_ref(), |o, d| put_duration(o, *d));
@@ -103,6 +105,10 @@ pub(super) fn request(msg_type: u16, input: &[u8]) -> PResult<'_, ClientRequest>
             let (i, wait) = opt(duration)(i)?;
             Ok((i, ClientRequest::Lookup { key, wait }))
         }
+        t::UNPUBLISH => {
+            let (i, key) = key(input)?;
+            Ok((i, ClientRequest::Unpublish { key }))
+        }
         t::FENCE => {
             let (i, pset) = name(input)?;
             let (i, timeout) = duration(i)?;
@@ -146,6 +152,7 @@ pub(super) fn reply_type(r: &ClientReply) -> u16 {
         ClientReply::PsetOp(_) => t::PSET_OP_REPLY,
         ClientReply::Published(_) => t::PUBLISH_REPLY,
         ClientReply::Lookup(_) => t::LOOKUP_REPLY,
+        ClientReply::Unpublished(_) => t::UNPUBLISH_REPLY,
         ClientReply::Fence(_) => t::FENCE_REPLY,
         ClientReply::Accept(_) => t::ACCEPT_REPLY,
         ClientReply::Confirmed(_) => t::CONFIRM_REPLY,
@@ -178,9 +185,10 @@ pub(super) fn put_reply(out: &mut Vec<u8>, r: &ClientReply) {
         ClientReply::Query(a) => put_query_answer(out, a),
         ClientReply::PsetInfo(r) => put_result(out, r, put_size_attrs),
         ClientReply::PsetOp(r) => put_result(out, r, |o, v| put_seq(o, v, put_outcome)),
-        ClientReply::Published(r) | ClientReply::Fence(r) | ClientReply::Confirmed(r) => {
-            put_result(out, r, |_, _| {})
-        }
+        ClientReply::Published(r)
+        | ClientReply::Unpublished(r)
+        | ClientReply::Fence(r)
+        | ClientReply::Confirmed(r) => put_result(out, r, |_, _| {}),
         ClientReply::Lookup(r) => put_result(out, r, |o, v| put_str(o, v)),
         ClientReply::Accept(r) => put_result(out, r, put_accept_outcome),
         ClientReply::ChangeRequested(r) => {
@@ -212,6 +220,10 @@ pub(super) fn reply(msg_type: u16, input: &[u8]) -> PResult<'_, ClientReply> {
         t::LOOKUP_REPLY => {
             let (i, r) = result(string("value", MAX_VALUE_LEN))(input)?;
             Ok((i, ClientReply::Lookup(r)))
+        }
+        t::UNPUBLISH_REPLY => {
+            let (i, r) = result(unit)(input)?;
+            Ok((i, ClientReply::Unpublished(r)))
         }
         t::FENCE_REPLY => {
             let (i, r) = result(unit)(input)?;

@@ -25,6 +25,8 @@ pub const PUBLISH: u16 = 0x0401;
 pub const LOOKUP: u16 = 0x0402;
 /// Client → daemon: barrier over a pset.
 pub const FENCE: u16 = 0x0403;
+/// Client → daemon: remove a published key.
+pub const UNPUBLISH: u16 = 0x0404;
 
 /// Daemon → client: reply to [`QUERY`].
 pub const QUERY_REPLY: u16 = QUERY | REPLY_BIT;
@@ -44,6 +46,8 @@ pub const PUBLISH_REPLY: u16 = PUBLISH | REPLY_BIT;
 pub const LOOKUP_REPLY: u16 = LOOKUP | REPLY_BIT;
 /// Daemon → client: reply to [`FENCE`].
 pub const FENCE_REPLY: u16 = FENCE | REPLY_BIT;
+/// Daemon → client: reply to [`UNPUBLISH`].
+pub const UNPUBLISH_REPLY: u16 = UNPUBLISH | REPLY_BIT;
 
 /// Daemon → master: a forwarded client request.
 pub const FORWARD: u16 = 0x0210;

@@ -1,0 +1,208 @@
+//! Tool commands on `cli.sock` (`dynres grow/shrink/replace/status`): parsing, and the
+//! answers that wait for the decision of the change a command started.
+//!
+//! Lines: `status`, `grow K`, `shrink K`, `replace R A`, each change optionally followed
+//! by `nowait`. Counts are plain decimal digits: a sign is the CLI's business, so
+//! `grow -3` is refused instead of being read as `+3`. Answers are one line, `ok …` or
+//! `error: …` (`status` answers `ok` and the table).
+//!
+//! The master names each tool request by a ticket and reports under it when the change
+//! starts or is refused — at once, or later when it leaves the queue (`RC-15`) — so a
+//! tool learns the final outcome of exactly its own request.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::Sender;
+
+use dynres_core::pset::PsetName;
+use dynres_core::rc::{ChangeRequest, RcError, RcStatus};
+
+/// A parsed tool command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `status`.
+    Status,
+    /// A change request; `wait`: answer once it is decided (the default).
+    Change {
+        /// The request.
+        req: ChangeRequest,
+        /// Whether the answer waits for the decision.
+        wait: bool,
+    },
+}
+
+/// Parses a command line for application `app`.
+pub fn parse(line: &str, app: &str) -> Result<Command, String> {
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    let wait = match words.last() {
+        Some(&"nowait") => {
+            words.pop();
+            false
+        }
+        _ => true,
+    };
+    let count = |s: &str| -> Result<u32, String> {
+        match s.parse::<u32>() {
+            Ok(k) if k > 0 && s.bytes().all(|b| b.is_ascii_digit()) => Ok(k),
+            _ => Err(format!(
+                "bad count {s:?}: a positive number of processes, without sign"
+            )),
+        }
+    };
+    let req = match words.as_slice() {
+        ["status"] if wait => return Ok(Command::Status),
+        ["grow", k] => ChangeRequest::add(app, count(k)?),
+        ["shrink", k] => ChangeRequest::sub(app, count(k)?),
+        ["replace", r, a] => ChangeRequest::replace(app, count(r)?, count(a)?),
+        _ => return Err(format!("bad command {line:?}")),
+    };
+    Ok(Command::Change { req, wait })
+}
+
+struct Waiting {
+    reply: Sender<String>,
+    wait: bool,
+    delta: Option<PsetName>,
+}
+
+/// Tool requests the master has not finished with.
+#[derive(Default)]
+pub struct ToolRequests {
+    next: u64,
+    open: BTreeMap<u64, Waiting>,
+}
+
+impl ToolRequests {
+    /// Registers a request about to be handed to the master; returns its ticket.
+    pub fn open(&mut self, reply: Sender<String>, wait: bool) -> u64 {
+        self.next += 1;
+        self.open.insert(
+            self.next,
+            Waiting {
+                reply,
+                wait,
+                delta: None,
+            },
+        );
+        self.next
+    }
+
+    /// The master announced the ticket's change.
+    pub fn started(&mut self, ticket: u64, delta: &PsetName) {
+        let Some(w) = self.open.get_mut(&ticket) else {
+            return;
+        };
+        if w.wait {
+            w.delta = Some(delta.clone());
+        } else if let Some(w) = self.open.remove(&ticket) {
+            let _ = w.reply.send(format!("ok {delta} ANNOUNCED\n"));
+        }
+    }
+
+    /// The master refused the ticket's request (at once or when it left the queue).
+    pub fn refused(&mut self, ticket: u64, error: &RcError) {
+        if let Some(w) = self.open.remove(&ticket) {
+            let _ = w.reply.send(format!("error: refused: {error}\n"));
+        }
+    }
+
+    /// Right after the master handled the ticket's request: if it neither started nor
+    /// was refused it is queued, which a `nowait` tool is told now.
+    pub fn after_request(&mut self, ticket: u64) {
+        let queued = self
+            .open
+            .get(&ticket)
+            .is_some_and(|w| !w.wait && w.delta.is_none());
+        if queued {
+            if let Some(w) = self.open.remove(&ticket) {
+                let _ = w
+                    .reply
+                    .send("ok queued behind the change in flight\n".into());
+            }
+        }
+    }
+
+    /// A change reached `status`; tools waiting for it get their answer if it is final.
+    pub fn status(&mut self, delta: &PsetName, status: RcStatus) {
+        if !status.is_final() {
+            return;
+        }
+        let done: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, w)| w.delta.as_ref() == Some(delta))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in done {
+            if let Some(w) = self.open.remove(&t) {
+                let line = match status {
+                    RcStatus::Finalized => format!("ok {delta} FINALIZED\n"),
+                    _ => format!("error: change {delta} was ABORTED\n"),
+                };
+                let _ = w.reply.send(line);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_plain_positive_digits() {
+        assert_eq!(
+            parse("grow 3", "app"),
+            Ok(Command::Change {
+                req: ChangeRequest::add("app", 3),
+                wait: true
+            })
+        );
+        assert_eq!(
+            parse("replace 1 2 nowait", "app"),
+            Ok(Command::Change {
+                req: ChangeRequest::replace("app", 1, 2),
+                wait: false
+            })
+        );
+        for bad in [
+            "grow -3",
+            "grow +3",
+            "grow 0",
+            "shrink 4294967296",
+            "grow",
+            "grow 1 2",
+            "status nowait",
+            "explode",
+        ] {
+            assert!(parse(bad, "app").is_err(), "{bad}");
+        }
+        assert_eq!(parse(" status ", "app"), Ok(Command::Status));
+    }
+
+    #[test]
+    fn a_waiting_tool_hears_the_decision_and_a_queued_nowait_tool_hears_queued() {
+        let mut t = ToolRequests::default();
+        let d = PsetName::parse("mpi://rte/app/rc/4").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a = t.open(tx.clone(), true);
+        t.started(a, &d);
+        t.after_request(a);
+        assert!(
+            rx.try_recv().is_err(),
+            "a waiting tool is answered at the decision"
+        );
+        t.status(&d, RcStatus::Pending);
+        assert!(rx.try_recv().is_err());
+        t.status(&d, RcStatus::Finalized);
+        assert_eq!(rx.try_recv().unwrap(), format!("ok {d} FINALIZED\n"));
+
+        let b = t.open(tx.clone(), false);
+        t.after_request(b);
+        assert!(rx.try_recv().unwrap().contains("queued"));
+
+        let c = t.open(tx, true);
+        t.after_request(c);
+        t.refused(c, &RcError::Timeout);
+        assert!(rx.try_recv().unwrap().starts_with("error: refused"));
+    }
+}
