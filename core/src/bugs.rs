@@ -45,6 +45,12 @@ pub enum Bug {
     /// A root reports `Ready` once it has the peer's table, without waiting for the
     /// peer's acknowledgement of its own (`SPAWN-16`).
     ReadyWithoutPeerAck,
+    /// A lost process does not abort its application's undecided change (`RC-18`).
+    IgnoreLoss,
+    /// An exit is filed against the first change naming the process, decided or not
+    /// — the defect issue 10 found: a process added long ago that dies is not lost
+    /// (`RC-18`).
+    MisattributeExit,
 }
 
 /// A set of planted bugs (empty in every shipped build).

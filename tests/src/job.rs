@@ -178,3 +178,41 @@ impl Finished {
         assert!(shm.is_empty(), "shared memory left behind: {shm:?}");
     }
 }
+
+impl Runtime {
+    /// Polls `dynres status JOB` until `pred` holds on its output (bounded: 60 s).
+    pub fn wait_status(&self, job: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let f = self.run(&["status", job]);
+            assert_eq!(f.code, Some(0), "status failed\n{}", f.dump());
+            if pred(&f.stdout) {
+                return f.stdout;
+            }
+            assert!(Instant::now() < deadline, "never saw {what}:\n{}", f.stdout);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The OS pid of `rank` as `dynres status JOB` shows it, once it runs.
+    pub fn pid_of(&self, job: &str, rank: u32) -> u32 {
+        let st = self.wait_status(job, &format!("rank {rank} running"), |s| {
+            s.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() == 3 && w[0] == rank.to_string() && w[2] == "running"
+            })
+        });
+        st.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.len() == 3 && w[0] == rank.to_string() && w[2] == "running")
+            .and_then(|w| w[1].parse().ok())
+            .expect("a pid")
+    }
+}
+
+/// Sends `sig` to process `pid`.
+pub fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill({pid}, {sig})");
+}

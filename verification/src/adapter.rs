@@ -53,7 +53,7 @@ pub enum RcTimer {
     Master,
     /// A root process polls again.
     Poll,
-    /// A new process crashes.
+    /// A process crashes (a new one, or a member that may, `RC-18`).
     Crash,
 }
 
@@ -62,8 +62,12 @@ pub enum RcTimer {
 pub enum Role {
     /// Runs the Lst. 6.7 adaptation loop for the application.
     Root,
-    /// An existing process: exits when told to terminate.
-    Member,
+    /// An existing process: exits when told to terminate; may crash at any time when
+    /// `may_crash` (`RC-18`).
+    Member {
+        /// Whether it may crash (a nondeterministic timer).
+        may_crash: bool,
+    },
     /// A process an ADD/REPLACE starts: queries `mpi://SELF` and confirms.
     New {
         /// Whether it may crash (a nondeterministic timer).
@@ -105,6 +109,8 @@ pub struct MasterState {
     pub now: Instant,
     /// Every `Status` output, in order.
     pub log: Vec<(PsetName, RcStatus)>,
+    /// Every `ProcessLost` output, with the length of `log` when it came (`RC-18`).
+    pub lost: Vec<(ProcessId, usize)>,
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
@@ -252,6 +258,10 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
         match out {
             MasterOutput::Send(env) => o.send(layout.daemon(env.to), RcMsg::ToDaemon(env.msg)),
             MasterOutput::Status { delta, status } => st.log.push((delta, status)),
+            MasterOutput::ProcessLost(pid) => {
+                let at = st.log.len();
+                st.lost.push((pid, at));
+            }
             _ => {}
         }
     }
@@ -464,6 +474,7 @@ impl Actor for RcNode {
                     master,
                     now: Instant::ZERO,
                     log: Vec::new(),
+                    lost: Vec::new(),
                     version_violations: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
@@ -572,7 +583,11 @@ impl Actor for RcNode {
                             ];
                             self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
                         }
-                        Role::Member => {}
+                        Role::Member { may_crash } => {
+                            if *may_crash {
+                                o.set_timer(RcTimer::Crash, model_timeout());
+                            }
+                        }
                         Role::Scripted => self.next_scripted(st, o),
                         Role::New { may_crash } => {
                             if *may_crash {

@@ -39,6 +39,8 @@ pub struct RcConfig {
     pub bugs: Bugs,
     /// A node whose daemon (and processes) may crash (`RC-17`).
     pub lose_node: Option<u32>,
+    /// Whether existing non-root processes may crash (`RC-18`).
+    pub member_may_crash: bool,
 }
 
 /// The model type of every resource-change configuration.
@@ -88,7 +90,9 @@ impl RcConfig {
             let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
             let role = match rank {
                 0 => Role::Root,
-                r if r < self.existing => Role::Member,
+                r if r < self.existing => Role::Member {
+                    may_crash: self.member_may_crash,
+                },
                 _ => Role::New {
                     may_crash: self.may_crash,
                 },
@@ -102,7 +106,13 @@ impl RcConfig {
             }));
         }
         let model = model.init_network(Network::new_ordered([]));
-        let model = add_properties(model, self.reachable);
+        let mut model = add_properties(model, self.reachable);
+        if self.member_may_crash {
+            // Without this the loss configuration could pass without losing anyone.
+            model = model.property(Expectation::Sometimes, "RC-18 a process is lost", |_, s| {
+                !master(s).lost.is_empty()
+            });
+        }
         if self.lose_node.is_some() {
             // Without this the node-loss configuration could pass without losing a node.
             model.property(Expectation::Sometimes, "RC-17 a node is lost", |_, s| {
@@ -266,6 +276,39 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "RC-18 a change undecided at a loss is never finalized",
+            |_, s| {
+                let m = master(s);
+                m.lost.iter().all(|(_, at)| {
+                    let (before, after) = m.log.split_at(*at);
+                    let undecided = |d: &PsetName| {
+                        before.iter().any(|(x, _)| x == d)
+                            && !before.iter().any(|(x, st)| x == d && st.is_final())
+                    };
+                    !after
+                        .iter()
+                        .any(|(d, st)| *st == RcStatus::Finalized && undecided(d))
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "RC-18 a dead process is not in the job data",
+            |model, s| {
+                if s.network.len() != 0 {
+                    return true;
+                }
+                let m = &master(s).master;
+                let pids = model.actors.iter().filter_map(|a| match &a.actor {
+                    RcActor::Proc { pid, .. } => Some(pid),
+                    _ => None,
+                });
+                pids.zip(procs(s))
+                    .all(|(pid, p)| p.phase != Phase::Dead || !m.processes().contains_key(pid))
+            },
+        )
+        .property(
+            Expectation::Always,
             "RC-14 replicas never go backwards",
             |_, s| daemons(s).all(|d| d.regressions == 0),
         )
@@ -406,6 +449,7 @@ fn config(
         reachable: &[RcStatus::Finalized, RcStatus::Aborted],
         bugs: Bugs::NONE,
         lose_node: None,
+        member_may_crash: false,
     }
 }
 
@@ -443,6 +487,16 @@ pub fn pr_configs() -> Vec<RcConfig> {
             true,
             2,
         ),
+        RcConfig {
+            member_may_crash: true,
+            ..config(
+                "rc-add-lost-1n-2e-1new",
+                (1, 4, 2, 1),
+                vec![add(1)],
+                false,
+                2,
+            )
+        },
         RcConfig {
             lose_node: Some(1),
             ..config(

@@ -69,6 +69,16 @@ pub fn corpus() -> Vec<Planted> {
             "RC-14 replicas match the master when quiet",
         ),
         p(
+            IgnoreLoss,
+            "rc-add-lost-1n-2e-1new",
+            "RC-18 a change undecided at a loss is never finalized",
+        ),
+        p(
+            MisattributeExit,
+            "rc-add-crash-1n-2e-1new",
+            "RC-18 a dead process is not in the job data",
+        ),
+        p(
             FreeSlotBeforeExit,
             "rc-sub-1n-3e",
             "SLOT-3 a running process holds its slot",

@@ -407,6 +407,11 @@ impl Master {
         self.changes.values().map(|c| &c.info)
     }
 
+    /// The keys published on the data server (the application's and the protocol's).
+    pub fn published_keys(&self) -> impl Iterator<Item = &str> {
+        self.data.keys().map(String::as_str)
+    }
+
     /// The accepts recorded for a change: bound pset → new pset (`RC-8`).
     pub fn accepts(&self, delta: &PsetName) -> Option<&BTreeMap<PsetName, PsetName>> {
         self.changes.get(delta).map(|c| &c.accepted)

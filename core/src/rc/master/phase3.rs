@@ -413,13 +413,15 @@ impl Master {
             self.out
                 .push_back(MasterOutput::NodeReleased(crate::rc::types::NodeId(node)));
         }
+        let misattribute = self.bug(Bug::MisattributeExit);
         let owner = self
             .changes
             .iter()
-            .filter(|(_, c)| !c.done)
+            .filter(|(_, c)| !c.done || misattribute)
             .find(|(_, c)| {
                 let i = &c.info;
                 match i.status {
+                    _ if misattribute => i.includes(pid),
                     RcStatus::Finalized => i.removed.contains(pid),
                     _ => i.added.contains(pid),
                 }
@@ -454,7 +456,9 @@ impl Master {
             return;
         };
         if let Some(delta) = self.in_flight.get(&app).cloned() {
-            self.abort(now, &delta, "a process of the application was lost");
+            if !self.bug(Bug::IgnoreLoss) {
+                self.abort(now, &delta, "a process of the application was lost");
+            }
         }
         let stuck: Vec<PsetName> = self
             .fences
