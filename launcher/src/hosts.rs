@@ -244,7 +244,15 @@ mod tests {
             parse_host_arg("h1:4,h2,10.77.0.3:2,h2:3").unwrap(),
             [h("h1", 4), h("h2", 4), h("10.77.0.3", 2)]
         );
-        for bad in ["", "h1:0", "h1:-2", "h1:x", "-oProxyCommand=x", "a b", "h:99999999"] {
+        for bad in [
+            "",
+            "h1:0",
+            "h1:-2",
+            "h1:x",
+            "-oProxyCommand=x",
+            "a b",
+            "h:99999999",
+        ] {
             assert!(parse_host_arg(bad).is_err(), "{bad:?}");
         }
     }

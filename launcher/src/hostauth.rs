@@ -1,0 +1,196 @@
+//! The daemons' proof that they belong to the job (`spec/runtime.md`, AUTH-1..AUTH-5):
+//! an HMAC-SHA256 challenge-response over the per-job key, with fresh nonces from both
+//! sides, so the key never crosses the wire and a recorded exchange is worthless.
+//!
+//! ```text
+//! daemon → master  "DRDH" | version u8 | node u32 | daemon nonce [32]
+//! master → daemon  master nonce [32] | HMAC(key, "dynres master" | transcript) [32]
+//! daemon → master  HMAC(key, "dynres daemon" | transcript) [32]
+//! master → daemon  0x01 (accepted), or the connection closes
+//! transcript = "DRDH" | version | node | daemon nonce | master nonce
+//! ```
+//!
+//! The master proves itself first, so a daemon never answers a challenge for a party
+//! that does not hold the key (a fake master learns nothing it could replay: its own
+//! nonce is in the transcript). Tags are compared in constant time (`Mac::verify_slice`).
+
+use std::io::{Read, Write};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const MAGIC: &[u8; 4] = b"DRDH";
+const VERSION: u8 = 1;
+const NONCE: usize = 32;
+const TAG: usize = 32;
+/// The master's one-byte acceptance.
+const ACCEPTED: u8 = 0x01;
+
+/// Why an authentication failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The connection failed or closed during the exchange.
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer does not speak this exchange (or another version of it).
+    #[error("not a dynres daemon hello (or another version)")]
+    Malformed,
+    /// The peer's tag is wrong: it does not hold the job's key.
+    #[error("wrong key: the peer does not hold the job's key")]
+    WrongKey,
+    /// The master closed the connection after our tag: it refused our key.
+    #[error("refused by the master (wrong key?)")]
+    Refused,
+    /// No randomness for a nonce.
+    #[error("cannot read /dev/urandom: {0}")]
+    Random(std::io::Error),
+}
+
+fn nonce() -> Result<[u8; NONCE], AuthError> {
+    let mut b = [0u8; NONCE];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(AuthError::Random)?;
+    Ok(b)
+}
+
+fn mac(key: &[u8], label: &[u8], transcript: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length; this cannot fail.
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
+    m.update(label);
+    m.update(transcript);
+    m
+}
+
+fn transcript(hello: &[u8], master_nonce: &[u8; NONCE]) -> Vec<u8> {
+    let mut t = hello.to_vec();
+    t.extend_from_slice(master_nonce);
+    t
+}
+
+/// The daemon's side: proves it holds `key` for node `node` of the job, after checking
+/// that the master does. Returns once the master accepted.
+pub fn daemon_handshake(
+    s: &mut (impl Read + Write),
+    key: &[u8],
+    node: u32,
+) -> Result<(), AuthError> {
+    let mut hello = Vec::with_capacity(4 + 1 + 4 + NONCE);
+    hello.extend_from_slice(MAGIC);
+    hello.push(VERSION);
+    hello.extend_from_slice(&node.to_be_bytes());
+    hello.extend_from_slice(&nonce()?);
+    s.write_all(&hello)?;
+    let mut answer = [0u8; NONCE + TAG];
+    s.read_exact(&mut answer)?;
+    let (master_nonce, master_tag) = answer.split_at(NONCE);
+    let master_nonce: [u8; NONCE] = master_nonce.try_into().expect("split at NONCE");
+    let t = transcript(&hello, &master_nonce);
+    mac(key, b"dynres master", &t)
+        .verify_slice(master_tag)
+        .map_err(|_| AuthError::WrongKey)?;
+    let tag = mac(key, b"dynres daemon", &t).finalize().into_bytes();
+    s.write_all(&tag)?;
+    let mut ok = [0u8; 1];
+    match s.read(&mut ok) {
+        Ok(1) if ok[0] == ACCEPTED => Ok(()),
+        Ok(_) => Err(AuthError::Refused),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Err(AuthError::Refused),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The master's side: checks that the peer holds `key`; returns the node it claims.
+/// On a wrong tag nothing is sent back (the caller closes the connection).
+pub fn master_handshake(s: &mut (impl Read + Write), key: &[u8]) -> Result<u32, AuthError> {
+    let mut hello = [0u8; 4 + 1 + 4 + NONCE];
+    s.read_exact(&mut hello)?;
+    if &hello[..4] != MAGIC || hello[4] != VERSION {
+        return Err(AuthError::Malformed);
+    }
+    let node = u32::from_be_bytes(hello[5..9].try_into().expect("4 bytes"));
+    let master_nonce = nonce()?;
+    let t = transcript(&hello, &master_nonce);
+    let tag = mac(key, b"dynres master", &t).finalize().into_bytes();
+    let mut answer = Vec::with_capacity(NONCE + TAG);
+    answer.extend_from_slice(&master_nonce);
+    answer.extend_from_slice(&tag);
+    s.write_all(&answer)?;
+    let mut theirs = [0u8; TAG];
+    s.read_exact(&mut theirs)?;
+    mac(key, b"dynres daemon", &t)
+        .verify_slice(&theirs)
+        .map_err(|_| AuthError::WrongKey)?;
+    s.write_all(&[ACCEPTED])?;
+    Ok(node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn pair(
+        daemon_key: &'static [u8],
+        master_key: &'static [u8],
+    ) -> (Result<(), AuthError>, Result<u32, AuthError>) {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let m = std::thread::spawn(move || {
+            let r = master_handshake(&mut b, master_key);
+            drop(b);
+            r
+        });
+        let d = daemon_handshake(&mut a, daemon_key, 3);
+        (d, m.join().unwrap())
+    }
+
+    #[test]
+    fn the_right_key_is_accepted_with_its_node() {
+        let (d, m) = pair(b"k1", b"k1");
+        d.unwrap();
+        assert_eq!(m.unwrap(), 3);
+    }
+
+    #[test]
+    fn a_daemon_with_the_wrong_key_is_refused() {
+        let (d, m) = pair(b"wrong", b"k1");
+        // The daemon sees the master's tag fail first: it never answers.
+        assert!(matches!(d, Err(AuthError::WrongKey)), "{d:?}");
+        assert!(m.is_err());
+    }
+
+    #[test]
+    fn a_recorded_daemon_answer_does_not_pass_a_fresh_challenge() {
+        // Record one good exchange's daemon tag, then replay it against a new master
+        // nonce: the transcript differs, the tag fails.
+        let key: &[u8] = b"job-key";
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let m = std::thread::spawn(move || master_handshake(&mut b, key));
+        let mut hello = Vec::new();
+        hello.extend_from_slice(MAGIC);
+        hello.push(VERSION);
+        hello.extend_from_slice(&7u32.to_be_bytes());
+        hello.extend_from_slice(&[9u8; NONCE]);
+        a.write_all(&hello).unwrap();
+        let mut answer = [0u8; NONCE + TAG];
+        a.read_exact(&mut answer).unwrap();
+        // A tag computed for a different (recorded) master nonce.
+        let stale = transcript(&hello, &[0u8; NONCE]);
+        a.write_all(&mac(key, b"dynres daemon", &stale).finalize().into_bytes())
+            .unwrap();
+        assert!(matches!(m.join().unwrap(), Err(AuthError::WrongKey)));
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(b"GET / HTTP/1.1\r\n\r\n0123456789012345678901234567")
+            .unwrap();
+        assert!(matches!(
+            master_handshake(&mut b, b"k"),
+            Err(AuthError::Malformed)
+        ));
+    }
+}
