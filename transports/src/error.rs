@@ -62,6 +62,35 @@ pub enum TransportError {
         /// What was wrong.
         reason: &'static str,
     },
+    /// A shared-memory segment belongs to another user: someone else created the name
+    /// (squatting), so it is not mapped.
+    #[error("shared-memory segment {name} is owned by uid {owner}, not by us (uid {euid})")]
+    SegmentNotOwned {
+        /// Segment name.
+        name: String,
+        /// The segment's owner.
+        owner: u32,
+        /// Our effective uid.
+        euid: u32,
+    },
+    /// A shared-memory segment can be read or written by group or others, so someone
+    /// else may have planted or be tampering with it; it is not mapped.
+    #[error("shared-memory segment {name} has mode {mode:o}: open to group or others")]
+    SegmentPermissions {
+        /// Segment name.
+        name: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Every name tried for a new segment already existed (all taken, or squatted by
+    /// someone who can predict them).
+    #[error("no unused shared-memory segment name after {attempts} attempts (last: {last})")]
+    SegmentNamesExhausted {
+        /// How many names were tried.
+        attempts: u32,
+        /// The last name tried.
+        last: String,
+    },
     /// The peer's inbox has no free connection slot.
     #[error("shared-memory segment {name} has no free connection slot")]
     NoFreeSlot {

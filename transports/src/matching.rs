@@ -243,6 +243,34 @@ impl Matcher {
         }
     }
 
+    /// We closed the connection: receives that only it could satisfy fail, and its
+    /// messages that nobody has received are dropped, as are any still being filled.
+    /// Nothing can name the connection any more, and keeping them would grow the queues
+    /// with every connection a long-lived process ever had.
+    pub(crate) fn forget_conn(&mut self, conn: ConnId, err: &TransportError) {
+        self.fail_conn(conn, err);
+        let done = &mut self.done;
+        self.unexpected.retain_mut(|u| {
+            if u.conn != conn {
+                return true;
+            }
+            if let Some((h, _)) = u.claimed_by.take() {
+                done.insert(h, Err(err.duplicate()));
+            }
+            false
+        });
+        let filling: Vec<RecvHandle> = self
+            .active
+            .iter()
+            .filter(|(_, (c, _, _))| *c == conn)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in filling {
+            self.active.remove(&h);
+            self.done.insert(h, Err(err.duplicate()));
+        }
+    }
+
     /// Withdraws a receive that no message has matched yet. Returns false if it is
     /// already matched (being filled, or done).
     pub(crate) fn cancel(&mut self, h: RecvHandle) -> bool {
@@ -399,5 +427,31 @@ mod tests {
         );
         assert!(matches!(m.take(h3), Err(TransportError::PeerClosed { .. })));
         assert!(m.take(h).unwrap().is_none());
+    }
+
+    #[test]
+    fn forgetting_a_conn_drops_its_unreceived_messages_only() {
+        let mut m = Matcher::default();
+        for conn in [1, 2, 1] {
+            let s = m.incoming(ConnId(conn), hdr(4, 1));
+            m.append(s, 0, &[conn as u8]);
+            m.finish(s);
+        }
+        // One of conn 1's messages is still arriving into a receive posted meanwhile.
+        let s = m.incoming(ConnId(1), hdr(5, 2));
+        m.append(s, 0, b"a");
+        let filling = m.post(spec(Some(5)), vec![0; 2]);
+        let err = TransportError::PeerClosed {
+            conn: 1,
+            mid_message: true,
+        };
+        m.forget_conn(ConnId(1), &err);
+        assert!(matches!(
+            m.take(filling),
+            Err(TransportError::PeerClosed { .. })
+        ));
+        assert_eq!(m.unexpected.len(), 1, "only conn 2's message is left");
+        let h = m.post(spec(Some(4)), vec![0; 1]);
+        assert_eq!(m.take(h).unwrap().unwrap().conn, ConnId(2));
     }
 }

@@ -4,9 +4,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dynres_transports::device::{Device, RecvSpec, accept_blocking, recv_blocking};
+use dynres_transports::shm::layout::{Inbox, SLOT_FREE};
 use dynres_transports::shm::segment::SEGMENT_PREFIX;
 use dynres_transports::shm::{ShmConfig, ShmDevice};
 use dynres_transports::tcp::{TcpConfig, TcpDevice};
@@ -81,6 +83,13 @@ fn child(role: &str) {
                 .unwrap();
             assert!(!dev.test_send(h).unwrap(), "must still be in flight");
             println!("in-flight");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "linger" => {
+            dev.send(conn, hdr(1, 0), b"hello", T).unwrap();
+            println!("sent");
             loop {
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -273,6 +282,52 @@ fn killed_mid_message(kind: &str) {
     );
 }
 
+/// The launcher's order with a crash: the long-lived side drops each connection while
+/// the peer is still attached, then the peer is killed without closing its side. Its
+/// slot must come back once it is dead (a two-slot inbox would run out at the third
+/// peer otherwise), and its inbox must be unlinked.
+fn shm_killed_after_release_frees_slot() {
+    let cfg = ShmConfig {
+        slots: 2,
+        ..ShmConfig::default()
+    };
+    let mut dev = ShmDevice::new(cfg).unwrap();
+    let addr = addr_string("shm", &dev);
+    let occupied = |dev: &ShmDevice| {
+        let inbox = Inbox::open(&dev.addr().segment).unwrap();
+        (0..inbox.nslots())
+            .filter(|&i| inbox.slot(i).state.load(Ordering::Acquire) != SLOT_FREE)
+            .count()
+    };
+    for round in 0..5u64 {
+        let mut kids = Children(Vec::new());
+        let child = kids.spawn("linger", "shm", &addr, round, 0);
+        let pid = child.id();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "sent");
+        let r = recv_blocking(&mut dev, spec(None), vec![0; 8], T).unwrap();
+        assert_eq!(r.data, b"hello");
+        dev.disconnect(r.conn).unwrap();
+        assert_eq!(occupied(&dev), 1, "still attached: not recycled yet");
+        drop(kids);
+        // The liveness check finds it dead within a few wake-ups; bounded, no sleep.
+        let deadline = Instant::now() + T;
+        while occupied(&dev) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: slot never recycled"
+            );
+            dev.progress().unwrap();
+            dev.wait_activity(Duration::from_millis(20)).unwrap();
+        }
+        assert!(segments_of(pid).is_empty(), "dead peer's inbox unlinked");
+    }
+    dev.finalize().unwrap();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("DYNRES_MP_ROLE") {
         child(&role);
@@ -285,6 +340,10 @@ fn main() {
         ("tcp_many_peers", || many_peers("tcp")),
         ("shm_killed_mid_message", || killed_mid_message("shm")),
         ("tcp_killed_mid_message", || killed_mid_message("tcp")),
+        (
+            "shm_killed_after_release_frees_slot",
+            shm_killed_after_release_frees_slot,
+        ),
     ];
     let filter: Vec<String> = std::env::args()
         .skip(1)

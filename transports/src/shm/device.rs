@@ -1,13 +1,12 @@
 //! The shared-memory [`Device`].
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::time::{Duration, Instant};
 
-use super::layout::{Inbox, SLOT_CLOSED, SLOT_OPEN};
+use super::layout::{Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot};
 use super::record::{pad_for, push_message, stream_chunk};
 use super::ring::{Consumer, Producer, RawStorage};
-use super::segment::{self, SEGMENT_PREFIX, pid_alive};
+use super::segment::{self, pid_alive};
 use super::waiter::{WaitOutcome, calibrated_spins};
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
@@ -75,11 +74,29 @@ struct Conn {
     inbound: Option<(usize, Consumer<RawStorage>)>,
     rx: Rx,
     tx: VecDeque<PendingSend>,
-    /// A peer that closed or died: remaining receives on it fail with this.
-    dead: Option<TransportError>,
     /// A large message nobody has asked for yet is waiting in the ring (rendezvous:
     /// it is copied once, into the receive buffer, when a receive is posted).
     stalled: bool,
+}
+
+/// What one of our inbox slots feeds.
+///
+/// Slot recycling rule: a slot goes back to FREE only once nothing can write to it —
+/// its sender closed it (`SLOT_CLOSED`, stored after its last write and together with
+/// dropping its producer) or its process is dead. Our own end of a connection going
+/// away proves neither: the sender may be in the middle of a push, and resetting the
+/// ring under it, or handing the slot to a new claimer, would interleave two
+/// producers in one ring. Such a slot becomes an [`SlotUse::Orphan`] until its sender
+/// closes (seen at the next slot scan: the close bumps `conn_gen`) or dies (seen by the
+/// liveness check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotUse {
+    /// Attached to nothing: free, being claimed, or opened and not scanned yet.
+    Unattached,
+    /// The inbound ring of a live connection.
+    Conn(ConnId),
+    /// Its connection is gone but its sender may still write: recycled later.
+    Orphan,
 }
 
 /// Shared-memory device. See the [module docs](super).
@@ -89,14 +106,24 @@ pub struct ShmDevice {
     addr: ShmAddr,
     /// Our inbox (declared before `conns` is irrelevant: conns map peers, not this).
     inbox: Option<Inbox>,
+    /// Live connections.
     conns: IdMap<ConnId, Conn>,
+    /// Tombstones of connections whose peer closed or died, until they are
+    /// disconnected: operations on them fail with this. Everything else of such a
+    /// connection (rings, the mapping of the peer's inbox) is released at once.
+    dead: IdMap<ConnId, TransportError>,
     /// Keys of `conns`, kept in step, so hot loops need not allocate.
     ids: Vec<ConnId>,
     progress_calls: u32,
+    /// Live connections by the peer's inbox name.
     by_name: HashMap<String, ConnId>,
-    /// Which of our inbox slots feed which connection.
-    slot_conn: Vec<Option<ConnId>>,
+    /// What each of our inbox slots feeds.
+    slot_use: Vec<SlotUse>,
+    /// How many of `slot_use` are orphans (so the common case skips looking for them).
+    orphans: usize,
     seen_gen: u32,
+    /// Connections opened by peers and not yet returned by `accept` (live or dead;
+    /// removed on disconnect).
     accepted: VecDeque<ConnId>,
     matcher: Matcher,
     next_conn: u64,
@@ -106,17 +133,14 @@ pub struct ShmDevice {
     last_liveness: Instant,
 }
 
-static SEGMENT_COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
-
 impl ShmDevice {
     /// Creates this process' inbox and sweeps segments left by dead processes.
     pub fn new(cfg: ShmConfig) -> Result<Self> {
         assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
         assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
         segment::reap_stale();
-        let n = SEGMENT_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("{SEGMENT_PREFIX}{}-{n}", std::process::id());
-        let inbox = Inbox::create(&name, cfg.slots, cfg.ring_bytes)?;
+        let inbox = Inbox::create(cfg.slots, cfg.ring_bytes)?;
+        let name = inbox.seg.name().to_owned();
         tracing::debug!(segment = %name, "shm inbox created");
         Ok(Self {
             spins: calibrated_spins(),
@@ -125,10 +149,12 @@ impl ShmDevice {
                 pid: std::process::id(),
                 segment: name,
             },
-            slot_conn: vec![None; cfg.slots],
+            slot_use: vec![SlotUse::Unattached; cfg.slots],
+            orphans: 0,
             cfg,
             inbox: Some(inbox),
             conns: IdMap::default(),
+            dead: IdMap::default(),
             ids: Vec::new(),
             progress_calls: 0,
             by_name: HashMap::new(),
@@ -184,7 +210,6 @@ impl ShmDevice {
                 inbound: None,
                 rx: Rx::Idle,
                 tx: VecDeque::new(),
-                dead: None,
                 stalled: false,
             },
         );
@@ -194,26 +219,50 @@ impl ShmDevice {
         Ok(id)
     }
 
-    /// Scans our inbox for newly opened slots and attaches them to connections.
+    /// Scans our inbox after a sender opened or closed a slot: recycles orphans whose
+    /// sender closed, ends connections whose sender closed, and attaches newly opened
+    /// slots to connections (opening the way back to new peers).
     fn scan_slots(&mut self) -> Result<usize> {
         let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        // Acquire: a sender bumps the generation after storing OPEN or CLOSED, so the
+        // loads below see at least the states behind the bump we saw.
         let gen_now = inbox.header().conn_gen.0.load(Ordering::Acquire);
         if gen_now == self.seen_gen {
             return Ok(0);
         }
         self.seen_gen = gen_now;
+        let mut events = self.reclaim_slots(false);
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
         let mut found = Vec::new();
+        let mut closed = Vec::new();
         for i in 0..inbox.nslots() {
-            if self.slot_conn[i].is_none()
-                && inbox.slot(i).state.load(Ordering::Acquire) == SLOT_OPEN
-            {
-                found.push((i, inbox.sender_name(i)));
+            let st = inbox.slot(i).state.load(Ordering::Acquire);
+            match self.slot_use[i] {
+                // A slot closed before we ever saw it open may still hold messages: it
+                // is attached (and then ended) like any other.
+                SlotUse::Unattached if st == SLOT_OPEN || st == SLOT_CLOSED => {
+                    found.push((i, inbox.sender_name(i)));
+                }
+                SlotUse::Conn(id) if st == SLOT_CLOSED => closed.push(id),
+                _ => {}
             }
         }
-        let mut events = 0;
+        // Ended first: a sender that closed and connected again has its old slot and a
+        // new one here, and the new one must start a new connection.
+        for id in closed {
+            events += self.retire(id, true);
+        }
         for (i, name) in found {
-            let known = self.by_name.get(&name).copied();
-            let conn = match known {
+            if let Some(old) = self.by_name.get(&name).copied() {
+                if self.conns.get(&old).is_some_and(|c| c.inbound.is_some()) {
+                    // A second slot from the same sender: it only opens one after
+                    // dropping its connection that used the first, so that connection
+                    // is over even if we have not seen its close yet (its slot stays an
+                    // orphan until we do).
+                    events += self.retire(old, true);
+                }
+            }
+            let conn = match self.by_name.get(&name).copied() {
                 Some(c) => c,
                 None => match self.open_conn(&name) {
                     Ok(c) => {
@@ -221,11 +270,12 @@ impl ShmDevice {
                         c
                     }
                     Err(e) => {
-                        // The sender vanished before we could open its inbox.
+                        // The sender vanished (or its inbox is not acceptable) before we
+                        // could open the way back.
                         tracing::warn!(peer = %name, error = %e, "cannot open sender inbox");
                         let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
-                        let pid = inbox.slot(i).pid.load(Ordering::Relaxed);
-                        if !pid_alive(pid) {
+                        let s = inbox.slot(i);
+                        if s.is_closed() || producer_dead(s) {
                             inbox.free_slot(i);
                         }
                         continue;
@@ -239,26 +289,94 @@ impl ShmDevice {
                 let (ctrl, data) = inbox.ring(i);
                 Consumer::new(ctrl, data)
             };
+            let closed_now = inbox.slot(i).is_closed();
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.inbound = Some((i, cons));
-                self.slot_conn[i] = Some(conn);
+                self.slot_use[i] = SlotUse::Conn(conn);
                 events += 1;
+                if closed_now {
+                    events += self.retire(conn, true);
+                }
             }
         }
         Ok(events)
+    }
+
+    /// Recycles orphaned slots whose sender closed them (or, with `check_pids`, died),
+    /// and slots left claimed by a sender that died before opening them. Returns how
+    /// many were recycled.
+    fn reclaim_slots(&mut self, check_pids: bool) -> usize {
+        if self.orphans == 0 && !check_pids {
+            return 0;
+        }
+        let Some(inbox) = self.inbox.as_ref() else {
+            return 0;
+        };
+        let mut n = 0;
+        for i in 0..inbox.nslots() {
+            let s = inbox.slot(i);
+            let recycle = match self.slot_use[i] {
+                SlotUse::Orphan if s.is_closed() => true,
+                SlotUse::Orphan if check_pids && producer_dead(s) => {
+                    // It died without closing, so nobody unlinked its inbox (we had
+                    // already dropped our connection to it): cleanup on peer crash.
+                    let name = inbox.sender_name(i);
+                    if segment::owner_of(&name) == Some(s.pid.load(Ordering::Relaxed)) {
+                        segment::unlink(&name);
+                    }
+                    true
+                }
+                SlotUse::Unattached => {
+                    check_pids
+                        && s.state.load(Ordering::Acquire) == SLOT_CLAIMED
+                        && producer_dead(s)
+                }
+                SlotUse::Orphan | SlotUse::Conn(_) => false,
+            };
+            if recycle {
+                if self.slot_use[i] == SlotUse::Orphan {
+                    self.orphans -= 1;
+                }
+                self.slot_use[i] = SlotUse::Unattached;
+                inbox.free_slot(i);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            tracing::debug!(slots = n, "shm inbox slots recycled");
+        }
+        n
+    }
+
+    /// Detaches inbox slot `slot` from its connection: recycled now if nothing can write
+    /// to it any more, else left as an orphan (see [`SlotUse`]).
+    fn release_slot(&mut self, slot: usize) {
+        let Some(inbox) = self.inbox.as_ref() else {
+            return;
+        };
+        let s = inbox.slot(slot);
+        if s.is_closed() || producer_dead(s) {
+            self.slot_use[slot] = SlotUse::Unattached;
+            inbox.free_slot(slot);
+        } else {
+            self.slot_use[slot] = SlotUse::Orphan;
+            self.orphans += 1;
+        }
     }
 
     /// Drains every inbound ring into the matcher.
     fn drain_all(&mut self) -> usize {
         let mut events = 0;
         for i in 0..self.ids.len() {
-            events += self.drain(self.ids[i]);
+            events += self.drain(self.ids[i], false);
         }
         events
     }
 
-    /// Drains one connection's inbound ring (records and payload chunks).
-    fn drain(&mut self, id: ConnId) -> usize {
+    /// Drains one connection's inbound ring (records and payload chunks). `closing`:
+    /// the peer is gone, so a large unmatched message cannot wait in the ring for its
+    /// receive (the ring is about to be recycled) and is buffered like a small one.
+    fn drain(&mut self, id: ConnId, closing: bool) -> usize {
         let Some(c) = self.conns.get_mut(&id) else {
             return 0;
         };
@@ -299,7 +417,8 @@ impl ShmDevice {
                         // Fast path: straight from the ring into the user's buffer.
                         let end = len.min(*got + stream_chunk(self.cfg.ring_bytes));
                         cons.pop_some(&mut win[*got..end])
-                    } else if len > self.cfg.eager_threshold
+                    } else if !closing
+                        && len > self.cfg.eager_threshold
                         && matches!(sink, Sink::Unexpected(_))
                         && !self.matcher.has_posted_for(id)
                     {
@@ -374,76 +493,89 @@ impl ShmDevice {
         events
     }
 
-    /// Checks peers for death or close; fails what depended on them.
+    /// Checks peers for death or close; fails what depended on them. Also recycles
+    /// slots whose sender died without closing them.
     fn check_peers(&mut self) -> Result<usize> {
         self.last_liveness = Instant::now();
+        self.inbox()?;
+        let mut events = self.reclaim_slots(true);
         let ids = self.ids.clone();
-        let mut events = 0;
         for id in ids {
-            let (pid, closed) = {
-                let c = &self.conns[&id];
-                if c.dead.is_some() {
-                    continue;
-                }
-                let inbox = self.inbox()?;
-                let closed = c.inbound.as_ref().is_some_and(|(slot, _)| {
-                    inbox.slot(*slot).state.load(Ordering::Acquire) == SLOT_CLOSED
-                });
-                (c.peer_pid, closed)
+            let Some(c) = self.conns.get(&id) else {
+                continue;
             };
-            let alive = pid_alive(pid);
+            let closed = match (self.inbox.as_ref(), c.inbound.as_ref()) {
+                (Some(inbox), Some((slot, _))) => inbox.slot(*slot).is_closed(),
+                _ => false,
+            };
+            let alive = pid_alive(c.peer_pid);
             if alive && !closed {
                 continue;
             }
-            // Deliver whatever it managed to send completely before going away.
-            events += self.drain(id);
-            let c = self.conns.get_mut(&id).expect("id from keys");
-            let mid_message = matches!(c.rx, Rx::Payload { .. });
-            let err = if alive {
-                TransportError::PeerClosed {
-                    conn: id.0,
-                    mid_message,
-                }
-            } else {
-                TransportError::PeerDied {
-                    conn: id.0,
-                    pid,
-                    mid_message,
-                }
-            };
-            tracing::info!(conn = id.0, pid, error = %err, "shm peer gone");
-            if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
-                self.matcher.abort(sink, &err);
-            }
-            for p in c.tx.drain(..) {
-                self.send_done.insert(p.handle, Err(err.duplicate()));
-            }
-            self.matcher.fail_conn(id, &err);
-            if let Some((slot, _)) = c.inbound.take() {
-                self.slot_conn[slot] = None;
-                if let Some(inbox) = self.inbox.as_ref() {
-                    inbox.free_slot(slot);
-                }
-            }
-            if !alive {
-                // Its owner cannot unlink it any more: we do (cleanup on peer crash).
-                segment::unlink(&c.peer_name);
-            }
-            c.dead = Some(err);
-            events += 1;
+            events += self.retire(id, alive);
         }
         Ok(events)
     }
 
-    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
-        let c = self
-            .conns
-            .get_mut(&id)
-            .ok_or(TransportError::UnknownConn(id.0))?;
-        match &c.dead {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(c),
+    /// Ends a connection whose peer closed its side (`alive`) or died: delivers what it
+    /// sent completely, fails what depended on it, releases both rings and our mapping
+    /// of the peer's inbox, and leaves a tombstone so later operations on `id` fail the
+    /// same way until it is disconnected. Returns the events (drained messages + 1).
+    fn retire(&mut self, id: ConnId, alive: bool) -> usize {
+        // Deliver whatever it managed to send completely before going away.
+        let events = self.drain(id, true);
+        let Some(mut c) = self.conns.remove(&id) else {
+            return events;
+        };
+        self.ids.retain(|i| *i != id);
+        self.by_name.remove(&c.peer_name);
+        let pid = c.peer_pid;
+        let mid_message = matches!(c.rx, Rx::Payload { .. });
+        let err = if alive {
+            TransportError::PeerClosed {
+                conn: id.0,
+                mid_message,
+            }
+        } else {
+            TransportError::PeerDied {
+                conn: id.0,
+                pid,
+                mid_message,
+            }
+        };
+        tracing::info!(conn = id.0, pid, error = %err, "shm peer gone");
+        if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+            self.matcher.abort(sink, &err);
         }
+        for p in c.tx.drain(..) {
+            self.send_done.insert(p.handle, Err(err.duplicate()));
+        }
+        self.matcher.fail_conn(id, &err);
+        if let Some((slot, _)) = c.inbound.take() {
+            self.release_slot(slot);
+        }
+        if alive {
+            // Close our end too, so the peer can recycle the slot we had in its inbox
+            // (it may be holding it as an orphan since it dropped the connection).
+            c.peer.close_slot(c.out_slot);
+            notify_peer(&c.peer);
+        } else {
+            // Its owner cannot unlink it any more: we do (cleanup on peer crash).
+            segment::unlink(&c.peer_name);
+        }
+        // Dropping `c` unmaps the peer's inbox.
+        drop(c);
+        self.dead.insert(id, err);
+        events + 1
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
+        if let Some(e) = self.dead.get(&id) {
+            return Err(e.duplicate());
+        }
+        self.conns
+            .get_mut(&id)
+            .ok_or(TransportError::UnknownConn(id.0))
     }
 
     /// Receive fast path for the common blocking case: a receive on one connection
@@ -464,7 +596,7 @@ impl ShmDevice {
         let Some(c) = self.conns.get_mut(&id) else {
             return Ok(Err(buf));
         };
-        if c.dead.is_some() || !matches!(c.rx, Rx::Idle) {
+        if !matches!(c.rx, Rx::Idle) {
             return Ok(Err(buf));
         }
         let Some((slot, cons)) = c.inbound.as_mut() else {
@@ -514,7 +646,7 @@ impl ShmDevice {
         let h = inbox.header();
         // Ask receivers of rings we wait on for space to wake us when they drain.
         for c in self.conns.values() {
-            if c.dead.is_none() && (need_space || !c.tx.is_empty()) {
+            if need_space || !c.tx.is_empty() {
                 c.peer.slot(c.out_slot).waiting.swap(1, Ordering::AcqRel);
             }
         }
@@ -544,7 +676,16 @@ impl ShmDevice {
 fn conns_running(conns: &IdMap<ConnId, Conn>) -> bool {
     conns
         .values()
-        .any(|c| c.dead.is_none() && c.peer.header().running.0.load(Ordering::Relaxed) != 0)
+        .any(|c| c.peer.header().running.0.load(Ordering::Relaxed) != 0)
+}
+
+/// Whether the sender that claimed slot `s` of our inbox is known to be dead (so it
+/// can never write to the slot again). A pid of 0 (claim not finished, or slot being
+/// reset) tells nothing and counts as alive; a reused pid can only make a dead sender
+/// look alive, which delays recycling but never makes it unsafe.
+fn producer_dead(s: &Slot) -> bool {
+    let pid = s.pid.load(Ordering::Relaxed);
+    pid != 0 && !pid_alive(pid)
 }
 
 fn notify_peer(peer: &Inbox) {
@@ -678,7 +819,17 @@ impl Device for ShmDevice {
 
     fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
         if let Some(c) = spec.conn {
-            self.conn_mut(c)?;
+            if let Some(err) = self.dead.get(&c) {
+                // What the peer sent completely before it went away can still be
+                // received (it may have closed right after sending); only a receive
+                // that nothing queued matches fails, through its handle.
+                let h = self.matcher.post(spec, buf);
+                self.matcher.fail_conn(c, err);
+                return Ok(h);
+            }
+            if !self.conns.contains_key(&c) {
+                return Err(TransportError::UnknownConn(c.0));
+            }
         }
         // A new receive may be what a stalled large message waits for.
         for c in self.conns.values_mut() {
@@ -729,36 +880,38 @@ impl Device for ShmDevice {
         Ok(())
     }
 
+    /// Closes one connection. Messages that arrived on it but were not received yet
+    /// are discarded, receives waiting for it fail, and the id is forgotten: nothing
+    /// about it stays behind. A connection whose peer already went away only loses its
+    /// tombstone.
     fn disconnect(&mut self, conn: ConnId) -> Result<()> {
-        let c = self
+        if self.dead.remove(&conn).is_some() {
+            self.accepted.retain(|c| *c != conn);
+            return Ok(());
+        }
+        let mut c = self
             .conns
             .remove(&conn)
             .ok_or(TransportError::UnknownConn(conn.0))?;
+        self.accepted.retain(|i| *i != conn);
         self.by_name.remove(&c.peer_name);
         self.ids.retain(|i| *i != conn);
-        // Tell the receiver this ring will carry nothing more.
-        c.peer
-            .slot(c.out_slot)
-            .state
-            .store(SLOT_CLOSED, Ordering::Release);
+        // Tell the receiver this ring will carry nothing more, so it recycles the slot.
+        c.peer.close_slot(c.out_slot);
         notify_peer(&c.peer);
-        if let Some((slot, _)) = c.inbound {
-            if let Some(inbox) = self.inbox.as_ref() {
-                // Recycle the slot only once its producer is done; otherwise leave it
-                // attached to the dead id so a still-writing peer cannot collide with a
-                // new claimer.
-                let st = inbox.slot(slot).state.load(Ordering::Acquire);
-                if st == SLOT_CLOSED || !pid_alive(c.peer_pid) {
-                    self.slot_conn[slot] = None;
-                    inbox.free_slot(slot);
-                }
-            }
+        // Our inbound slot is recycled only once its producer is done with it (it may
+        // still be writing: we are the first to let go); see `SlotUse`.
+        if let Some((slot, _)) = c.inbound.take() {
+            self.release_slot(slot);
         }
         let err = TransportError::PeerClosed {
             conn: conn.0,
-            mid_message: false,
+            mid_message: matches!(c.rx, Rx::Payload { .. }),
         };
-        self.matcher.fail_conn(conn, &err);
+        if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+            self.matcher.abort(sink, &err);
+        }
+        self.matcher.forget_conn(conn, &err);
         for p in c.tx {
             self.send_done.insert(p.handle, Err(err.duplicate()));
         }
@@ -770,6 +923,8 @@ impl Device for ShmDevice {
         for id in ids {
             self.disconnect(id)?;
         }
+        self.dead.clear();
+        self.accepted.clear();
         // Dropping the inbox unmaps and unlinks it.
         self.inbox = None;
         Ok(())

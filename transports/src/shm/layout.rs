@@ -18,7 +18,9 @@ const VERSION: u32 = 1;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 
-/// Slot states (`Slot::state`).
+/// Slot states (`Slot::state`). A slot goes FREE → CLAIMED → OPEN → CLOSED → FREE:
+/// the sender makes the first three moves and the last but one, only the owner makes it
+/// FREE again ([`Slot::recycle`]), and only once nothing can write to it any more.
 pub const SLOT_FREE: u32 = 0;
 /// Claimed by a sender that is still writing its name.
 pub const SLOT_CLAIMED: u32 = 1;
@@ -38,7 +40,8 @@ pub struct InboxHeader {
     /// 1 while the owner is running, 0 while it sleeps in the futex (004: peers skip
     /// spinning on a process that is not running).
     pub running: CachePadded<AtomicU32>,
-    /// Bumped by every sender that opens a slot, so the owner scans slots only then.
+    /// Bumped by every sender that opens or closes a slot, so the owner scans slots only
+    /// then (and recycles a closed slot promptly, without a timer).
     pub conn_gen: CachePadded<AtomicU32>,
     /// The owner's futex word: notified on new data, new slots and freed ring space.
     pub wait: CachePadded<WaitWord>,
@@ -61,6 +64,69 @@ pub struct Slot {
     pub ring: RingControl,
 }
 
+impl Slot {
+    /// A free slot with an empty ring (what [`Inbox::create`] lays out).
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU32::new(SLOT_FREE),
+            pid: AtomicU32::new(0),
+            waiting: AtomicU32::new(0),
+            name_len: AtomicU32::new(0),
+            name: [0; NAME_MAX],
+            ring: RingControl::new(),
+        }
+    }
+
+    /// Sender: takes a free slot (FREE → CLAIMED). The Acquire pairs with the Release
+    /// in [`Slot::recycle`], so the claimer sees the ring reset, and with it the end of
+    /// everything the previous producer and consumer did to the ring's bytes.
+    pub fn try_claim(&self) -> bool {
+        self.state
+            .compare_exchange(
+                SLOT_FREE,
+                SLOT_CLAIMED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Sender: the ring will carry nothing more. Called after the last record and only
+    /// by a sender that drops its producer at the same time, so from here on nothing in
+    /// this process touches the slot again: that is what lets the owner recycle it.
+    /// Then bumps the owner's `conn_gen` (`conn_gen` of the inbox holding the slot) so
+    /// its next scan sees the close; the Release orders the close before the bump, so a
+    /// scan that saw the bump (Acquire) also sees `SLOT_CLOSED`.
+    pub fn close(&self, conn_gen: &AtomicU32) {
+        self.state.store(SLOT_CLOSED, Ordering::Release);
+        conn_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Owner: whether the sender closed its end. The Acquire makes every byte and
+    /// position it wrote before closing visible, so the owner may drain and then reset.
+    pub fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SLOT_CLOSED
+    }
+
+    /// Owner: resets the slot for the next claimer. The caller must know that no
+    /// producer can write to it any more: the sender closed it ([`Slot::is_closed`]) or
+    /// its process is dead. Resetting under a live producer would let the next claimer
+    /// and the old producer write the same ring.
+    pub fn recycle(&self) {
+        self.ring.reset();
+        self.pid.store(0, Ordering::Relaxed);
+        self.waiting.store(0, Ordering::Relaxed);
+        self.name_len.store(0, Ordering::Relaxed);
+        self.state.store(SLOT_FREE, Ordering::Release);
+    }
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Typed view of a mapped inbox.
 pub struct Inbox {
     /// The mapping (kept alive by this value).
@@ -79,11 +145,13 @@ fn data_off(nslots: usize) -> usize {
 }
 
 impl Inbox {
-    /// Creates our own inbox.
-    pub fn create(name: &str, nslots: usize, ring_cap: usize) -> Result<Self> {
-        assert!(ring_cap.is_power_of_two() && name.len() <= NAME_MAX);
+    /// Creates our own inbox under a fresh unpredictable name
+    /// ([`Segment::create_unique`]).
+    pub fn create(nslots: usize, ring_cap: usize) -> Result<Self> {
+        assert!(ring_cap.is_power_of_two());
         let data_off = data_off(nslots);
-        let seg = Segment::create(name, data_off + nslots * ring_cap)?;
+        let seg = Segment::create_unique(data_off + nslots * ring_cap)?;
+        debug_assert!(seg.name().len() <= NAME_MAX);
         let base = seg.ptr().as_ptr();
         // SAFETY: the fresh mapping is large enough, page-aligned, and ours alone until
         // the name is published; all-zero bytes are valid for the atomics, and we write
@@ -103,14 +171,7 @@ impl Inbox {
             for i in 0..nslots {
                 base.add(slots_off() + i * std::mem::size_of::<Slot>())
                     .cast::<Slot>()
-                    .write(Slot {
-                        state: AtomicU32::new(SLOT_FREE),
-                        pid: AtomicU32::new(0),
-                        waiting: AtomicU32::new(0),
-                        name_len: AtomicU32::new(0),
-                        name: [0; NAME_MAX],
-                        ring: RingControl::new(),
-                    });
+                    .write(Slot::new());
             }
         }
         Ok(Self {
@@ -121,7 +182,8 @@ impl Inbox {
         })
     }
 
-    /// Opens a peer's inbox and checks it is one of ours.
+    /// Opens a peer's inbox and checks it is one of ours (owned by our effective uid
+    /// with no group/other access — [`Segment::open`] — and laid out by this version).
     pub fn open(name: &str) -> Result<Self> {
         let seg = Segment::open(name)?;
         let bad = |reason| TransportError::BadSegment {
@@ -203,15 +265,7 @@ impl Inbox {
     pub fn claim(&self, name: &str) -> Result<usize> {
         for i in 0..self.nslots {
             let s = self.slot(i);
-            if s.state
-                .compare_exchange(
-                    SLOT_FREE,
-                    SLOT_CLAIMED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
+            if s.try_claim() {
                 s.pid.store(std::process::id(), Ordering::Relaxed);
                 let n = name.len().min(NAME_MAX);
                 // SAFETY: the claim gives us exclusive write access to the name bytes
@@ -239,13 +293,84 @@ impl Inbox {
         String::from_utf8_lossy(&s.name[..n]).into_owned()
     }
 
-    /// Resets slot `i` for reuse (owner only, once the sender is gone).
+    /// Sender: closes our slot `i` in this (peer's) inbox; see [`Slot::close`]. The
+    /// caller must drop its producer on the slot now and wake the owner.
+    pub fn close_slot(&self, i: usize) {
+        self.slot(i).close(&self.header().conn_gen.0);
+    }
+
+    /// Owner: resets slot `i` for reuse, once its sender closed it or died; see
+    /// [`Slot::recycle`].
     pub fn free_slot(&self, i: usize) {
-        let s = self.slot(i);
-        s.ring.reset();
-        s.pid.store(0, Ordering::Relaxed);
-        s.waiting.store(0, Ordering::Relaxed);
-        s.name_len.store(0, Ordering::Relaxed);
-        s.state.store(SLOT_FREE, Ordering::Release);
+        self.slot(i).recycle();
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::shm::ring::loom_storage::CellStorage;
+    use crate::shm::ring::{Consumer, Producer};
+    use loom::sync::Arc;
+
+    /// The owner recycles a slot once it saw the sender's close through the generation
+    /// bump (as `scan_slots` does), and a new sender claims it: the close must make all
+    /// of the first sender's bytes visible, the reset must be what the next claimer
+    /// sees, and the next claimer's writes must be ordered after the owner's reads of
+    /// the same bytes (loom flags any unordered access to the ring cells).
+    #[test]
+    fn loom_closed_slot_is_recycled_for_the_next_claimer() {
+        loom::model(|| {
+            let slot = Arc::new(Slot::new());
+            let conn_gen = Arc::new(AtomicU32::new(0));
+            let cells = CellStorage::cells(4);
+            assert!(slot.try_claim());
+            slot.state.store(SLOT_OPEN, Ordering::Release);
+
+            let (s1, g1, c1) = (slot.clone(), conn_gen.clone(), cells.clone());
+            let first = loom::thread::spawn(move || {
+                // SAFETY: `s1` keeps the control block alive; the claim makes this the
+                // only producer.
+                let mut p = unsafe { Producer::new(NonNull::from(&s1.ring), CellStorage(c1)) };
+                assert_eq!(p.push_some(&[1, 2]), 2);
+                drop(p);
+                s1.close(&g1);
+            });
+            let (s2, c2) = (slot.clone(), cells.clone());
+            // One attempt (a spinning claimer makes the model too large): the claim can
+            // only succeed once the owner recycled the slot.
+            let second = loom::thread::spawn(move || {
+                if !s2.try_claim() {
+                    return false;
+                }
+                // SAFETY: as above, for the new claim.
+                let mut p = unsafe { Producer::new(NonNull::from(&s2.ring), CellStorage(c2)) };
+                assert_eq!(p.push_some(&[3]), 1);
+                s2.state.store(SLOT_OPEN, Ordering::Release);
+                true
+            });
+
+            let ctrl = NonNull::from(&slot.ring);
+            // SAFETY: `slot` outlives the consumer; one consumer at a time.
+            let mut cons = unsafe { Consumer::new(ctrl, CellStorage(cells.clone())) };
+            while conn_gen.load(Ordering::Acquire) == 0 {
+                loom::thread::yield_now();
+            }
+            assert!(slot.is_closed(), "a scan that saw the bump sees the close");
+            let mut got = [0u8; 2];
+            assert!(cons.pop_exact(&mut got), "everything sent before the close");
+            assert_eq!(got, [1, 2]);
+            drop(cons);
+            slot.recycle();
+            first.join().unwrap();
+            if second.join().unwrap() {
+                // The next claimer wrote at the start of a reset ring.
+                // SAFETY: as above.
+                let mut cons = unsafe { Consumer::new(ctrl, CellStorage(cells.clone())) };
+                let mut b = [0u8; 1];
+                assert!(cons.pop_exact(&mut b));
+                assert_eq!(b, [3]);
+            }
+        });
     }
 }

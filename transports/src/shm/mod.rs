@@ -8,7 +8,11 @@
 //!   the receiver copies straight into the posted user buffer when there is one.
 //! * Waiting: spin-then-block on the process' futex word ([`waiter`]).
 //! * Cleanup: the owner unlinks its inbox on finalize/drop; a peer that notices the owner
-//!   died unlinks it, and [`segment::reap_stale`] sweeps leftovers at start-up.
+//!   died unlinks it, and [`segment::reap_stale`] sweeps leftovers at start-up. A slot is
+//!   recycled once its sender closed it or died, even if we dropped the connection
+//!   first (see [`layout::Slot::recycle`]).
+//! * Names: `dynres-shm-{pid}-{random}`, created exclusively with mode 0600; a segment
+//!   of another user or open to others is never mapped ([`segment::Segment::open`]).
 
 pub mod layout;
 mod record;

@@ -376,15 +376,23 @@ mod tests {
     }
 }
 
+/// Ring storage for loom models (shared with the slot-recycling model in `layout`).
 #[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
+pub(crate) mod loom_storage {
+    use super::RingStorage;
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
 
     /// Ring bytes as loom cells, so loom flags any read of a byte that is not ordered
     /// after its write (a missing Acquire/Release would show up here).
-    struct CellStorage(Arc<Vec<UnsafeCell<u8>>>);
+    pub(crate) struct CellStorage(pub(crate) Arc<Vec<UnsafeCell<u8>>>);
+
+    impl CellStorage {
+        /// `n` zeroed cells.
+        pub(crate) fn cells(n: usize) -> Arc<Vec<UnsafeCell<u8>>> {
+            Arc::new((0..n).map(|_| UnsafeCell::new(0)).collect())
+        }
+    }
 
     // SAFETY: `cap()` cells exist for the life of the Arc.
     unsafe impl RingStorage for CellStorage {
@@ -404,13 +412,19 @@ mod loom_tests {
             }
         }
     }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::loom_storage::CellStorage;
+    use super::*;
+    use loom::sync::Arc;
 
     #[test]
     fn loom_spsc_delivers_in_order_across_wrap() {
         loom::model(|| {
             let ctrl = Arc::new(RingControl::new());
-            let cells: Arc<Vec<UnsafeCell<u8>>> =
-                Arc::new((0..4).map(|_| UnsafeCell::new(0)).collect());
+            let cells = CellStorage::cells(4);
             let cp = NonNull::from(&*ctrl);
             // SAFETY: `ctrl` and `cells` are kept alive by the Arcs moved into each thread.
             let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };

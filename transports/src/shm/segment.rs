@@ -28,9 +28,80 @@ fn c_name(name: &str) -> Result<CString> {
     })
 }
 
+/// How many fresh names [`Segment::create_unique`] tries before giving up. With 64
+/// random bits a collision with an honest segment is negligible, so needing more than
+/// one retry already means someone is creating our names on purpose.
+pub const CREATE_ATTEMPTS: u32 = 8;
+
+/// A fresh segment name for this process: `dynres-shm-{pid}-{16 random hex digits}`.
+/// The pid keeps [`owner_of`] (and so [`reap_stale`] and the launcher's sweep of a dead
+/// process' segments) working; the random part makes the name unpredictable, so
+/// another local user cannot create it first and make us fail or use their segment.
+pub fn unique_name() -> Result<String> {
+    Ok(format!(
+        "{SEGMENT_PREFIX}{}-{:016x}",
+        std::process::id(),
+        random_u64()?
+    ))
+}
+
+/// 64 bits from the kernel's CSPRNG (`getrandom(2)`, which never returns short for 8
+/// bytes once the pool is initialised; interrupted calls are retried).
+fn random_u64() -> Result<u64> {
+    let mut b = [0u8; 8];
+    loop {
+        // SAFETY: writes at most `b.len()` bytes into `b`.
+        let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+        if n == b.len() as isize {
+            return Ok(u64::from_ne_bytes(b));
+        }
+        let e = std::io::Error::last_os_error();
+        if n < 0 && e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(TransportError::io("getrandom", e));
+        }
+    }
+}
+
 impl Segment {
-    /// Creates (exclusively) and maps a zero-filled segment of `len` bytes.
+    /// Creates (exclusively, mode 0600) and maps a zero-filled segment of `len` bytes.
     pub fn create(name: &str, len: usize) -> Result<Self> {
+        Self::try_create(name, len)?.ok_or_else(|| {
+            TransportError::io(
+                format!("shm_open create {name}"),
+                std::io::Error::from_raw_os_error(libc::EEXIST),
+            )
+        })
+    }
+
+    /// Creates and maps a segment of `len` bytes under a fresh [`unique_name`].
+    pub fn create_unique(len: usize) -> Result<Self> {
+        Self::create_unique_with(len, unique_name)
+    }
+
+    /// Creates a segment under the first name from `next_name` that does not exist yet,
+    /// trying at most [`CREATE_ATTEMPTS`] names. An existing name is never opened (it
+    /// may be someone else's, planted there): `O_EXCL` makes the create fail and we
+    /// move on to the next name.
+    pub fn create_unique_with(
+        len: usize,
+        mut next_name: impl FnMut() -> Result<String>,
+    ) -> Result<Self> {
+        let mut last = String::new();
+        for _ in 0..CREATE_ATTEMPTS {
+            last = next_name()?;
+            if let Some(seg) = Self::try_create(&last, len)? {
+                return Ok(seg);
+            }
+            tracing::warn!(segment = %last, "shm segment name already exists; trying another");
+        }
+        Err(TransportError::SegmentNamesExhausted {
+            attempts: CREATE_ATTEMPTS,
+            last,
+        })
+    }
+
+    /// [`Segment::create`], with `None` if the name exists already.
+    fn try_create(name: &str, len: usize) -> Result<Option<Self>> {
         let c = c_name(name)?;
         // SAFETY: `c` is a valid C string; flags and mode are plain integers.
         let fd = unsafe {
@@ -41,10 +112,11 @@ impl Segment {
             )
         };
         if fd < 0 {
-            return Err(TransportError::io(
-                format!("shm_open create {name}"),
-                std::io::Error::last_os_error(),
-            ));
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                return Ok(None);
+            }
+            return Err(TransportError::io(format!("shm_open create {name}"), e));
         }
         // SAFETY: `fd` was just opened by us.
         if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
@@ -61,10 +133,13 @@ impl Segment {
             // SAFETY: unlinking the name we created.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         }
-        seg
+        seg.map(Some)
     }
 
-    /// Opens and maps an existing segment.
+    /// Opens and maps an existing segment, refusing one that is not owned by our
+    /// effective uid or that group or others may access: such a segment was not made by
+    /// a process of this job (ours are created 0600), and mapping it would let its
+    /// owner feed us arbitrary rings.
     pub fn open(name: &str) -> Result<Self> {
         let c = c_name(name)?;
         // SAFETY: valid C string.
@@ -78,11 +153,18 @@ impl Segment {
         // SAFETY: zeroed stat is a valid out-parameter; `fd` is open.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            let e = std::io::Error::last_os_error();
+        let refusal = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            Some(TransportError::io(
+                format!("fstat {name}"),
+                std::io::Error::last_os_error(),
+            ))
+        } else {
+            check_trusted(name, &st)
+        };
+        if let Some(e) = refusal {
             // SAFETY: our fd.
             unsafe { libc::close(fd) };
-            return Err(TransportError::io(format!("fstat {name}"), e));
+            return Err(e);
         }
         Self::map(name, fd, st.st_size as usize, false)
     }
@@ -145,6 +227,27 @@ impl Drop for Segment {
     }
 }
 
+/// Why a segment we did not create must not be mapped, if it must not.
+fn check_trusted(name: &str, st: &libc::stat) -> Option<TransportError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if st.st_uid != euid {
+        return Some(TransportError::SegmentNotOwned {
+            name: name.to_owned(),
+            owner: st.st_uid,
+            euid,
+        });
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o077 != 0 {
+        return Some(TransportError::SegmentPermissions {
+            name: name.to_owned(),
+            mode,
+        });
+    }
+    None
+}
+
 /// Removes a segment name (no-op if already gone).
 pub fn unlink(name: &str) {
     if let Ok(c) = c_name(name) {
@@ -175,7 +278,7 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
-/// The owner pid encoded in a segment name `dynres-shm-{pid}-{n}`.
+/// The owner pid encoded in a segment name `dynres-shm-{pid}-{suffix}`.
 pub fn owner_of(name: &str) -> Option<u32> {
     name.strip_prefix(SEGMENT_PREFIX)?
         .split('-')
@@ -207,6 +310,8 @@ pub fn reap_stale() -> usize {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::shm::layout::Inbox;
+    use std::path::Path;
 
     #[test]
     fn create_open_share_and_unlink_on_drop() {
@@ -231,6 +336,114 @@ mod tests {
         assert!(pid_alive(std::process::id()));
         assert!(!pid_alive(u32::MAX));
         assert_eq!(owner_of("dynres-shm-123-4"), Some(123));
+        assert_eq!(owner_of("dynres-shm-123-00ff00ff00ff00ff"), Some(123));
         assert_eq!(owner_of("other-123"), None);
+    }
+
+    #[test]
+    fn unique_names_keep_the_pid_and_are_unpredictable() {
+        let (a, b) = (unique_name().unwrap(), unique_name().unwrap());
+        assert_ne!(a, b);
+        let prefix = format!("{SEGMENT_PREFIX}{}-", std::process::id());
+        for n in [&a, &b] {
+            let suffix = n
+                .strip_prefix(&prefix)
+                .expect("pid prefix the sweeps match");
+            assert_eq!(suffix.len(), 16);
+            assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()));
+            assert_eq!(owner_of(n), Some(std::process::id()));
+        }
+    }
+
+    /// Creates `name` the way another user would squat it: mode `mode`, owned by
+    /// `uid` if given. Returns false if the ownership could not be given away (not
+    /// root).
+    fn plant(name: &str, mode: libc::mode_t, uid: Option<libc::uid_t>) -> bool {
+        let c = c_name(name).unwrap();
+        // SAFETY: valid C string; the fd is closed below.
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: our fd; fchmod is not subject to the umask.
+        let mut ok = unsafe { libc::ftruncate(fd, 4096) == 0 && libc::fchmod(fd, mode) == 0 };
+        if let Some(uid) = uid {
+            // SAFETY: our fd.
+            ok &= unsafe { libc::fchown(fd, uid, uid) } == 0;
+        }
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        ok
+    }
+
+    #[test]
+    fn squatted_names_are_skipped_and_exhaustion_is_typed() {
+        let pid = std::process::id();
+        let squatted = format!("{SEGMENT_PREFIX}{pid}-squatted");
+        let fresh = format!("{SEGMENT_PREFIX}{pid}-fresh");
+        assert!(plant(&squatted, 0o666, None));
+        let mut names = [squatted.clone(), fresh.clone()].into_iter();
+        let seg = Segment::create_unique_with(8192, || Ok(names.next().unwrap())).unwrap();
+        assert_eq!(seg.name(), fresh, "the planted name is passed over");
+        let planted = std::fs::metadata(Path::new("/dev/shm").join(&squatted)).unwrap();
+        assert_eq!(planted.len(), 4096, "the planted segment is left alone");
+        let mut tries = 0;
+        let e = Segment::create_unique_with(8192, || {
+            tries += 1;
+            Ok(squatted.clone())
+        })
+        .err()
+        .expect("every name taken");
+        assert!(
+            matches!(e, TransportError::SegmentNamesExhausted { attempts, .. } if attempts == CREATE_ATTEMPTS),
+            "{e}"
+        );
+        assert_eq!(tries, CREATE_ATTEMPTS);
+        unlink(&squatted);
+    }
+
+    #[test]
+    fn foreign_or_open_segments_are_refused() {
+        let pid = std::process::id();
+        let open = format!("{SEGMENT_PREFIX}{pid}-mode0666");
+        assert!(plant(&open, 0o666, None));
+        let e = Segment::open(&open).err().expect("mode 0666 refused");
+        assert!(
+            matches!(e, TransportError::SegmentPermissions { mode: 0o666, .. }),
+            "{e}"
+        );
+        let e = Inbox::open(&open)
+            .err()
+            .expect("and not mapped as an inbox");
+        assert!(
+            matches!(e, TransportError::SegmentPermissions { .. }),
+            "{e}"
+        );
+        unlink(&open);
+        let group = format!("{SEGMENT_PREFIX}{pid}-mode0640");
+        assert!(plant(&group, 0o640, None));
+        assert!(matches!(
+            Segment::open(&group),
+            Err(TransportError::SegmentPermissions { mode: 0o640, .. })
+        ));
+        unlink(&group);
+        // Another user's segment (uid 65534, "nobody"): only root can make one.
+        let foreign = format!("{SEGMENT_PREFIX}{pid}-foreign");
+        if plant(&foreign, 0o600, Some(65534)) {
+            let e = Segment::open(&foreign)
+                .err()
+                .expect("foreign owner refused");
+            assert!(
+                matches!(e, TransportError::SegmentNotOwned { owner: 65534, .. }),
+                "{e}"
+            );
+        } else {
+            eprintln!("not root: cannot give a segment to another uid; owner check not run");
+        }
+        unlink(&foreign);
     }
 }

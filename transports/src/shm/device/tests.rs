@@ -206,3 +206,183 @@ mod fast_path {
         ));
     }
 }
+
+/// Slot recycling and per-connection state in a long-lived process that sees many
+/// short-lived peers come and go (the launcher's rank 0 across grow/shrink changes).
+mod recycling {
+    use super::super::*;
+    use crate::shm::layout::SLOT_FREE;
+
+    const T: Duration = Duration::from_secs(10);
+    const CYCLES: usize = 200;
+
+    fn hdr(tag: u64) -> MsgHeader {
+        MsgHeader {
+            source: 1,
+            tag,
+            context_id: 0,
+            len: 0,
+        }
+    }
+
+    fn addrs(d: &ShmDevice) -> PeerAddrs {
+        let mut a = PeerAddrs::default();
+        d.local_address(&mut a);
+        a
+    }
+
+    /// Slots of `dev`'s inbox that are not free, read through a second mapping.
+    fn occupied(dev: &ShmDevice) -> usize {
+        let inbox = Inbox::open(&dev.addr().segment).unwrap();
+        (0..inbox.nslots())
+            .filter(|&i| inbox.slot(i).state.load(Ordering::Acquire) != SLOT_FREE)
+            .count()
+    }
+
+    /// Our mappings of any of `names` (other tests map segments of their own at the
+    /// same time, so only the names this test made are counted).
+    fn mappings_of(names: &[String]) -> usize {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter(|l| {
+                let path = l.trim_end().trim_end_matches(" (deleted)");
+                names.iter().any(|n| path.ends_with(&format!("/{n}")))
+            })
+            .count()
+    }
+
+    /// One short-lived peer: connects, says hello, gets a reply over the connection
+    /// the long-lived side opened back. Returns the peer and the long-lived side's id.
+    fn visit(root: &mut ShmDevice) -> (ShmDevice, ConnId) {
+        let mut p = ShmDevice::new(ShmConfig::default()).unwrap();
+        let pr = p.connect(&addrs(root)).unwrap();
+        p.send(pr, hdr(1), b"hello", T).unwrap();
+        let got = root.recv(RecvSpec::default(), vec![0; 8], T).unwrap();
+        assert_eq!(got.data, b"hello");
+        root.send(got.conn, hdr(2), b"reply", T).unwrap();
+        let back = p.recv(RecvSpec::default(), vec![0; 8], T).unwrap();
+        assert_eq!(back.data, b"reply");
+        (p, got.conn)
+    }
+
+    /// The launcher's order: the long-lived side releases the connection while the
+    /// peer is still alive and attached, and the peer closes its side only later. The
+    /// slot must come back once the peer closes, or a small inbox runs out.
+    #[test]
+    fn long_lived_side_disconnecting_first_recycles_slots() {
+        let cfg = ShmConfig {
+            slots: 4,
+            ..ShmConfig::default()
+        };
+        let mut root = ShmDevice::new(cfg).unwrap();
+        let mut names = Vec::new();
+        for cycle in 0..CYCLES {
+            let (p, conn) = visit(&mut root);
+            names.push(p.addr().segment.clone());
+            root.disconnect(conn)
+                .unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+            drop(p);
+            // Nothing of the departed peer stays mapped, whoever closed first.
+            assert_eq!(mappings_of(&names), 0, "cycle {cycle}");
+        }
+        root.progress().unwrap();
+        assert_eq!(occupied(&root), 0, "every slot recycled");
+        assert_eq!(root.conns.len() + root.dead.len(), 0);
+        assert!(
+            root.accepted.is_empty(),
+            "disconnected conns left in accepted"
+        );
+    }
+
+    /// A peer may close right after its last sends (the launcher's root broadcasts,
+    /// then drops the communicator): the connection ends at once, but what arrived
+    /// before the close is still received on it, in order; only then does it fail.
+    #[test]
+    fn messages_sent_before_a_close_are_received_after_it() {
+        let mut root = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut p = ShmDevice::new(ShmConfig::default()).unwrap();
+        let pr = p.connect(&addrs(&root)).unwrap();
+        let got = {
+            p.send(pr, hdr(1), b"one", T).unwrap();
+            root.recv(RecvSpec::default(), vec![0; 8], T).unwrap()
+        };
+        p.send(pr, hdr(2), b"two", T).unwrap();
+        p.send(pr, hdr(3), b"three", T).unwrap();
+        drop(p);
+        root.progress().unwrap();
+        assert!(root.dead.contains_key(&got.conn), "the close was seen");
+        let on = |tag| RecvSpec {
+            conn: Some(got.conn),
+            tag,
+            ..RecvSpec::default()
+        };
+        assert_eq!(
+            root.recv(on(Some(3)), vec![0; 8], T).unwrap().data,
+            b"three"
+        );
+        assert_eq!(root.recv(on(None), vec![0; 8], T).unwrap().data, b"two");
+        let e = root.recv(on(None), vec![0; 8], T).unwrap_err();
+        assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+    }
+
+    /// A large message may wait in the ring until it is asked for (rendezvous), but not
+    /// past its sender's close: the ring is recycled then, so the message is kept.
+    #[test]
+    fn large_message_waiting_in_the_ring_survives_the_close() {
+        let mut root = ShmDevice::new(ShmConfig::default()).unwrap();
+        let mut p = ShmDevice::new(ShmConfig::default()).unwrap();
+        let pr = p.connect(&addrs(&root)).unwrap();
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i * 13) as u8).collect();
+        p.send(pr, hdr(1), &big, T).unwrap();
+        let id = loop {
+            root.progress().unwrap();
+            if let Some(c) = root.accepted.front() {
+                break *c;
+            }
+        };
+        drop(p);
+        root.progress().unwrap();
+        assert!(root.dead.contains_key(&id), "the close was seen");
+        let spec = RecvSpec {
+            conn: Some(id),
+            ..RecvSpec::default()
+        };
+        let r = root.recv(spec, vec![0; big.len()], T).unwrap();
+        assert!(r.data == big);
+    }
+
+    /// A peer that closes its side frees its slot and the mapping of its inbox at once,
+    /// even though the long-lived side never disconnects its id; receiving on that id
+    /// still fails with the peer's close.
+    #[test]
+    fn closed_peers_free_slots_without_a_disconnect() {
+        let cfg = ShmConfig {
+            slots: 4,
+            ..ShmConfig::default()
+        };
+        let mut root = ShmDevice::new(cfg).unwrap();
+        let mut names = Vec::new();
+        let mut ids = Vec::new();
+        for cycle in 0..CYCLES {
+            let (p, conn) = visit(&mut root);
+            names.push(p.addr().segment.clone());
+            ids.push(conn);
+            drop(p);
+            root.progress().unwrap();
+            assert_eq!(occupied(&root), 0, "cycle {cycle}");
+            assert_eq!(mappings_of(&names), 0, "cycle {cycle}");
+        }
+        let spec = RecvSpec {
+            conn: ids.last().copied(),
+            ..RecvSpec::default()
+        };
+        let e = root.recv(spec, vec![0; 8], T).unwrap_err();
+        assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+        assert_eq!(root.conns.len(), 0, "no live connection left");
+        // The tombstones go once their ids are released.
+        for id in ids {
+            root.disconnect(id).unwrap();
+        }
+        assert_eq!(root.dead.len() + root.accepted.len(), 0);
+    }
+}
