@@ -143,6 +143,8 @@ mod tests {
             r
         });
         let d = daemon_handshake(&mut a, daemon_key, 3);
+        // A daemon that gives up closes its side, as a real one does by exiting.
+        drop(a);
         (d, m.join().unwrap())
     }
 
