@@ -18,6 +18,7 @@ pub mod comm;
 pub mod env;
 pub mod error;
 pub mod framing;
+pub mod private;
 pub mod runtime;
 pub mod tool;
 
