@@ -51,8 +51,10 @@ pub enum Event {
     Tool {
         /// The command.
         line: String,
-        /// Where the answer goes.
-        stream: UnixStream,
+        /// Where the answer goes: the connection's own thread writes it, so a tool
+        /// that does not read cannot stall the engine. Dropping it unanswered tells
+        /// the tool that the job ended.
+        reply: Sender<String>,
     },
     /// The launcher thread started a process (or failed to).
     Launched {
@@ -239,9 +241,9 @@ impl Engine {
                     }
                 }
             }
-            Event::Tool { line, mut stream } => {
+            Event::Tool { line, reply } => {
                 let answer = self.on_tool(line.trim());
-                let _ = stream.write_all(answer.as_bytes());
+                let _ = reply.send(answer);
             }
             Event::Launched { rank, child } => self.on_launched(rank, child),
             Event::Exited { rank, status } => self.on_exit(rank, status),
