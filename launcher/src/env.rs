@@ -21,7 +21,9 @@ pub const CLI_SOCK: &str = "cli.sock";
 pub const SECRET_FILE: &str = "secret";
 
 /// The directory that holds job directories: `$DYNRES_RUNTIME_DIR`, else
-/// `$XDG_RUNTIME_DIR/dynres`, else `/tmp/dynres-<uid>`.
+/// `$XDG_RUNTIME_DIR/dynres`, else `/tmp/dynres-<uid>`. Only a path: the runtime and
+/// the tools check it (ours, mode 0700, not a symlink) before they use it, see
+/// [`crate::private`].
 pub fn runtime_root() -> std::path::PathBuf {
     if let Some(d) = std::env::var_os(RUNTIME_DIR) {
         return d.into();

@@ -20,6 +20,7 @@ pub mod error;
 pub mod framing;
 pub mod hostauth;
 pub mod hosts;
+pub mod private;
 pub mod runtime;
 pub mod tool;
 

@@ -2,6 +2,8 @@
 //! [`Finished::assert_nothing_left`] checks that the job left no process, socket or
 //! shared-memory segment behind.
 
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -46,7 +48,19 @@ impl Runtime {
             std::env::temp_dir().join(format!("dynres-test-{}-{name}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create runtime dir");
+        // The runtime refuses a directory that group or others may use.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .expect("chmod runtime dir");
         Runtime { dir }
+    }
+
+    /// A scratch directory for a test's own files, outside the runtime directory (so
+    /// that [`Finished::assert_nothing_left`] does not see them); removed on drop.
+    pub fn scratch(&self) -> PathBuf {
+        let d = self.dir.with_extension("scratch");
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create scratch dir");
+        d
     }
 
     /// `dynres ARGS` with this runtime directory.
@@ -63,6 +77,18 @@ impl Runtime {
     pub fn run(&self, args: &[&str]) -> Finished {
         let out = self.command(args).output().expect("run dynres");
         Finished::new(out, self.dir.clone())
+    }
+
+    /// Runs `cmd` (a [`Runtime::command`], possibly adjusted) for at most `limit`:
+    /// `Err` with what it printed if it had to be killed.
+    pub fn run_bounded(&self, cmd: Command, limit: Duration) -> Result<Finished, Finished> {
+        let mut cmd = cmd;
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dynres");
+        wait_bounded(child, self.dir.clone(), limit)
     }
 
     /// Starts `dynres ARGS` in the background.
@@ -89,7 +115,59 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(self.dir.with_extension("scratch"));
     }
+}
+
+/// Waits for `child` (its stdout and stderr piped) for at most `limit`; kills it
+/// (SIGKILL) if it is still running then. `Err`: it had to be killed.
+pub fn wait_bounded(
+    mut child: Child,
+    runtime_dir: PathBuf,
+    limit: Duration,
+) -> Result<Finished, Finished> {
+    // Read both pipes while waiting, so a chatty child cannot block on a full pipe.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let mut killed = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for dynres") {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            killed = true;
+            break child.wait().expect("wait for killed dynres");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    let f = Finished::new(output, runtime_dir);
+    if killed { Err(f) } else { Ok(f) }
 }
 
 /// A finished `dynres` invocation.

@@ -203,3 +203,93 @@ fn processes_die_with_a_killed_runtime() {
         }
     }
 }
+
+#[test]
+fn bad_programs_and_arguments_are_refused_before_anything_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = Runtime::new("badprog");
+    let scratch = rt.scratch();
+    let plain = scratch.join("plain.txt");
+    std::fs::write(&plain, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plain = plain.display().to_string();
+    let dir = scratch.display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "-n", "1", "--", "dynres-no-such-program"],
+            "`dynres-no-such-program`: not found in PATH",
+        ),
+        (
+            &["run", "-n", "1", "--", "/nonexistent/prog"],
+            "/nonexistent/prog",
+        ),
+        (&["run", "-n", "1", "--", &plain], "not executable"),
+        (&["run", "-n", "1", "--", &dir], "directory"),
+        (
+            &[
+                "run",
+                "-n",
+                "1",
+                "--example",
+                "synthetic",
+                "--",
+                "--mode",
+                "sideways",
+            ],
+            "sideways",
+        ),
+        (
+            &[
+                "run",
+                "-n",
+                "1",
+                "--example",
+                "synthetic",
+                "--",
+                "--plan",
+                "+2,x",
+            ],
+            "--plan",
+        ),
+        (
+            &["run", "-n", "1", "--example", "check", "--", "extra"],
+            "check",
+        ),
+        (
+            &["run", "-n", "1", "--max", "4294967295", "--", "true"],
+            "--max",
+        ),
+        (
+            &["run", "-n", "1", "--slots", "4294967295", "--", "true"],
+            "--slots",
+        ),
+        (
+            &[
+                "run",
+                "-n",
+                "4294967295",
+                "--slots",
+                "4294967295",
+                "--",
+                "true",
+            ],
+            "-n",
+        ),
+    ];
+    for (args, needle) in cases {
+        let f = match rt.run_bounded(rt.command(args), Duration::from_secs(60)) {
+            Ok(f) | Err(f) => f,
+        };
+        assert_eq!(f.code, Some(2), "{args:?}\n{}", f.dump());
+        let lines: Vec<&str> = f.stderr.trim().lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?} printed\n{}", f.dump());
+        assert!(
+            lines[0].starts_with("dynres: ") && lines[0].contains(needle),
+            "{args:?}: {} (want {needle:?})",
+            lines[0]
+        );
+        assert!(!f.stderr.contains("launched"), "{args:?}\n{}", f.dump());
+        let left: Vec<_> = std::fs::read_dir(&rt.dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+    }
+}

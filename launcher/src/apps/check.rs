@@ -22,8 +22,20 @@ fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), CommError> {
     if ok { Ok(()) } else { Err(fail(msg())) }
 }
 
+/// `check` takes no arguments: any is a mistake, not something to ignore.
+pub fn validate(args: &[String]) -> Result<(), String> {
+    match args.first() {
+        None => Ok(()),
+        Some(a) => Err(format!("check takes no arguments, got {a:?}")),
+    }
+}
+
 /// Entry point.
-pub fn main(_args: &[String]) -> ExitCode {
+pub fn main(args: &[String]) -> ExitCode {
+    if let Err(e) = validate(args) {
+        let _ = writeln!(std::io::stderr(), "check: {e}");
+        return ExitCode::from(2);
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -11,6 +11,27 @@ use std::process::ExitCode;
 /// The built-in examples.
 pub const EXAMPLES: &[&str] = &["synthetic", "check"];
 
+/// Checks example `name`'s arguments without running it, so that `dynres run
+/// --example NAME -- ARGS` refuses bad ones before the job starts instead of in every
+/// process. `Err` is one line.
+pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
+    match name {
+        "synthetic" => synthetic::validate(args),
+        "check" => check::validate(args),
+        _ => Err(format!(
+            "no example {name:?} (have: {})",
+            EXAMPLES.join(", ")
+        )),
+    }
+}
+
+/// The first line of a clap error, without clap's `error: ` prefix.
+fn clap_line(e: &clap::Error) -> String {
+    let msg = e.to_string();
+    let first = msg.lines().next().unwrap_or("bad arguments");
+    first.trim_start_matches("error: ").to_string()
+}
+
 /// Runs example `name` with `args` (as if they were its command line).
 pub fn run_example(name: &str, args: &[String]) -> ExitCode {
     match name {

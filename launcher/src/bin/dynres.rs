@@ -155,14 +155,23 @@ fn count(s: &str, sign: char, what: &str) -> Result<u32, LauncherError> {
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
+    // Counts that size tables: refuse absurd ones before anything is allocated.
+    for (flag, v) in [
+        ("-n", Some(args.n)),
+        ("--max", args.max),
+        ("--slots", args.slots),
+    ] {
+        if let Some(v) = v.filter(|v| *v > runtime::MAX_PROCS) {
+            return Err(LauncherError::Usage(format!(
+                "{flag} {v} is too large (at most {})",
+                runtime::MAX_PROCS
+            )));
+        }
+    }
     let (program, rest) = match &args.example {
         Some(name) => {
-            if !apps::EXAMPLES.contains(&name.as_str()) {
-                return Err(LauncherError::Usage(format!(
-                    "no example {name:?} (have: {})",
-                    apps::EXAMPLES.join(", ")
-                )));
-            }
+            apps::validate(name, &args.command)
+                .map_err(|e| LauncherError::Usage(format!("--example {name}: {e}")))?;
             let exe = std::env::current_exe()
                 .map_err(|e| LauncherError::io("find the dynres executable", e))?;
             let mut rest = vec!["example".to_string(), name.clone()];
@@ -275,7 +284,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("dynres: {e}");
-            ExitCode::FAILURE
+            if e.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -1,45 +1,229 @@
-//! The per-job directory (mode 0700): `control.sock`, `cli.sock` and the `secret` file
-//! (mode 0600). Removed when the job ends.
+//! The per-job directory (mode 0700) in the runtime directory: `control.sock`,
+//! `cli.sock`, the `secret` file (mode 0600) and the `pid` file, which the runtime
+//! keeps locked (`flock`) while it lives. Removed when the job ends.
+//!
+//! A runtime that dies without cleaning up (SIGKILL, a crash) leaves its directory
+//! behind; the kernel drops its lock with it. A later job with the same id therefore
+//! finds the directory unlocked, removes it and goes on; a locked one belongs to a
+//! live runtime and the id is refused. The lock, unlike the pid written in the file,
+//! cannot be fooled by a reused pid.
 
-use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::Write;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::env;
 use crate::error::LauncherError;
+use crate::private;
+
+/// Name of the file, inside a job directory, that holds the runtime's pid and its lock.
+pub const PID_FILE: &str = "pid";
 
 /// A job directory; removed on drop.
 #[derive(Debug)]
 pub struct JobDir {
     path: PathBuf,
+    /// The `pid` file, locked for as long as this runtime lives.
+    _lock: File,
+}
+
+/// Whether a job directory's runtime lives.
+#[derive(Debug)]
+enum Owner {
+    Alive,
+    /// No pid file: not made by this version of the runtime; it may be alive.
+    Unknown,
+    /// Dead: the directory may be taken over; the open pid file keeps others out
+    /// while it is (its lock is held until it is dropped).
+    Dead(Option<File>),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LauncherError {
+    let what = what.into();
+    move |e| LauncherError::io(what, e)
+}
+
+/// Takes the lock on an open pid file without waiting: `Ok(false)` if another open
+/// file description holds it.
+fn try_lock(f: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Whether the runtime of the existing job directory `path` lives.
+fn owner(path: &Path) -> Result<Owner, LauncherError> {
+    let pid_path = path.join(PID_FILE);
+    let f = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&pid_path)
+    {
+        Ok(f) => f,
+        // No pid file: this version writes it before the directory appears under its
+        // name, so it is another version's directory, perhaps of a live runtime.
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Owner::Unknown),
+        Err(e) => return Err(LauncherError::io(format!("open {}", pid_path.display()), e)),
+    };
+    match try_lock(&f) {
+        Ok(true) => Ok(Owner::Dead(Some(f))),
+        Ok(false) => Ok(Owner::Alive),
+        Err(e) => {
+            // A filesystem without flock: fall back on the recorded pid.
+            tracing::debug!(error = %e, "flock unavailable; checking the recorded pid");
+            let pid: Option<libc::pid_t> = fs::read_to_string(&pid_path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            let alive = pid.is_some_and(|p| {
+                p > 0
+                    && (unsafe { libc::kill(p, 0) } == 0
+                        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+            });
+            Ok(if alive {
+                Owner::Alive
+            } else {
+                Owner::Dead(None)
+            })
+        }
+    }
 }
 
 impl JobDir {
-    /// Creates `root/job_id` with mode 0700 (and `root` if needed) and writes `secret`.
+    /// Creates `root/job_id` with mode 0700 (and `root`, checked to be private, see
+    /// [`private::ensure_dir`]), writes `secret` and the locked `pid` file. A directory
+    /// of the same id left by a dead runtime is removed first; one of a live runtime
+    /// is [`LauncherError::AlreadyRunning`].
     pub fn create(root: &Path, job_id: &str, secret: &str) -> Result<JobDir, LauncherError> {
+        private::ensure_dir(root)?;
+        let path = private::job_path(root, job_id)?;
+        let me = std::process::id();
+        // Built under a name no job id can have, then renamed into place: a job
+        // directory is never seen without its (locked) pid file.
+        let tmp = root.join(format!(".{job_id}.{me}.new"));
+        // Only a dead runtime that had our pid can have left this.
+        let _ = fs::remove_dir_all(&tmp);
+        let built = Self::build(&tmp, secret);
+        let lock = match built {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(e);
+            }
+        };
+        // Bounded: each round either succeeds, refuses, or removes one stale directory
+        // that a concurrent runtime may have replaced with its own in the meantime.
+        for _ in 0..8 {
+            match fs::rename(&tmp, &path) {
+                Ok(()) => {
+                    return Ok(JobDir { path, _lock: lock });
+                }
+                // rename(2) replaces an empty directory but not a non-empty one.
+                Err(e)
+                    if e.kind() == ErrorKind::DirectoryNotEmpty
+                        || e.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    match owner(&path) {
+                        Ok(Owner::Alive) => {
+                            let _ = fs::remove_dir_all(&tmp);
+                            return Err(LauncherError::AlreadyRunning(job_id.into()));
+                        }
+                        Ok(Owner::Unknown) => {
+                            let _ = fs::remove_dir_all(&tmp);
+                            return Err(LauncherError::ForeignJobDir(path));
+                        }
+                        Ok(Owner::Dead(held)) => {
+                            Self::remove_stale(root, &path, job_id)?;
+                            drop(held);
+                        }
+                        Err(e) => {
+                            let _ = fs::remove_dir_all(&tmp);
+                            return Err(e);
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&tmp);
+                    return Err(LauncherError::io(
+                        format!("create job directory {}", path.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&tmp);
+        Err(LauncherError::AlreadyRunning(job_id.into()))
+    }
+
+    /// The directory's contents, in `tmp`; returns the locked pid file.
+    fn build(tmp: &Path, secret: &str) -> Result<File, LauncherError> {
         DirBuilder::new()
-            .recursive(true)
             .mode(0o700)
-            .create(root)
-            .map_err(|e| LauncherError::io(format!("create {}", root.display()), e))?;
-        let path = root.join(job_id);
-        DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
-            LauncherError::io(format!("create job directory {}", path.display()), e)
-        })?;
-        let dir = JobDir { path };
+            .create(tmp)
+            .map_err(io(format!("create job directory {}", tmp.display())))?;
         // The mode given to mkdir is masked by the umask; make it exact.
-        fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o700))
-            .map_err(|e| LauncherError::io("chmod job directory", e))?;
+        fs::set_permissions(tmp, fs::Permissions::from_mode(0o700))
+            .map_err(io("chmod job directory"))?;
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(tmp.join(PID_FILE))
+            .map_err(io("write pid file"))?;
+        if !try_lock(&lock).unwrap_or(true) {
+            return Err(LauncherError::io(
+                "lock pid file",
+                std::io::Error::from(ErrorKind::WouldBlock),
+            ));
+        }
+        writeln!(lock, "{}", std::process::id()).map_err(io("write pid file"))?;
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(dir.path.join(env::SECRET_FILE))
-            .map_err(|e| LauncherError::io("write secret file", e))?;
+            .open(tmp.join(env::SECRET_FILE))
+            .map_err(io("write secret file"))?;
         f.write_all(secret.as_bytes())
-            .map_err(|e| LauncherError::io("write secret file", e))?;
-        Ok(dir)
+            .map_err(io("write secret file"))?;
+        Ok(lock)
+    }
+
+    /// Moves the dead runtime's directory out of the way (atomically, so that a
+    /// concurrent runtime never sees it half removed), then removes it.
+    fn remove_stale(root: &Path, path: &Path, job_id: &str) -> Result<(), LauncherError> {
+        let trash = root.join(format!(".{job_id}.{}.stale", std::process::id()));
+        let _ = fs::remove_dir_all(&trash);
+        match fs::rename(path, &trash) {
+            Ok(()) => {}
+            // Someone else took it over first: look again.
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(LauncherError::io(
+                    format!("remove stale job directory {}", path.display()),
+                    e,
+                ));
+            }
+        }
+        tracing::info!(
+            dir = %path.display(),
+            "removed the job directory a dead runtime left behind"
+        );
+        fs::remove_dir_all(&trash).map_err(io(format!(
+            "remove stale job directory {}",
+            trash.display()
+        )))
     }
 
     /// The directory.
@@ -60,8 +244,95 @@ impl JobDir {
 
 impl Drop for JobDir {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            tracing::warn!(dir = %self.path.display(), error = %e, "could not remove job directory");
+        // Renamed away first so the job id is free at once and nobody sees the
+        // directory half removed; the lock is released after (field drop).
+        let gone = self
+            .path
+            .file_name()
+            .map(|n| {
+                let mut t = std::ffi::OsString::from(".");
+                t.push(n);
+                t.push(format!(".{}.old", std::process::id()));
+                self.path.with_file_name(t)
+            })
+            .filter(|t| fs::rename(&self.path, t).is_ok())
+            .unwrap_or_else(|| self.path.clone());
+        if let Err(e) = fs::remove_dir_all(&gone) {
+            tracing::warn!(dir = %gone.display(), error = %e, "could not remove job directory");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("dynres-jobdir-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn entries(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_live_directory_is_refused_and_a_dead_ones_taken_over() {
+        let r = root("owner");
+        let first = JobDir::create(&r, "j", "s1").unwrap();
+        assert_eq!(entries(first.path()), ["pid", "secret"]);
+        assert!(matches!(
+            JobDir::create(&r, "j", "s2"),
+            Err(LauncherError::AlreadyRunning(_))
+        ));
+        // The refusal left the live directory as it was, and nothing else.
+        assert_eq!(
+            fs::read_to_string(first.path().join("secret")).unwrap(),
+            "s1"
+        );
+        assert_eq!(entries(&r), ["j"]);
+
+        drop(first);
+        assert!(entries(&r).is_empty(), "{:?}", entries(&r));
+
+        // What SIGKILL leaves: the files, the pid of a dead process, no lock.
+        fs::create_dir_all(r.join("j")).unwrap();
+        fs::write(r.join("j/pid"), "999999999\n").unwrap();
+        fs::write(r.join("j/secret"), "old").unwrap();
+        let second = JobDir::create(&r, "j", "s3").unwrap();
+        assert_eq!(
+            fs::read_to_string(second.path().join("secret")).unwrap(),
+            "s3"
+        );
+        assert_eq!(
+            fs::read_to_string(second.path().join("pid"))
+                .unwrap()
+                .trim(),
+            std::process::id().to_string()
+        );
+        drop(second);
+        assert!(entries(&r).is_empty(), "{:?}", entries(&r));
+
+        // A directory without a pid file may be a live runtime of another version:
+        // refused, and left alone.
+        fs::create_dir_all(r.join("k/junk")).unwrap();
+        assert!(matches!(
+            JobDir::create(&r, "k", "s4"),
+            Err(LauncherError::ForeignJobDir(_))
+        ));
+        assert_eq!(entries(&r), ["k"]);
+        assert_eq!(entries(&r.join("k")), ["junk"]);
+        // An empty one is nobody's.
+        fs::remove_dir(r.join("k/junk")).unwrap();
+        drop(JobDir::create(&r, "k", "s5").unwrap());
+        assert!(entries(&r).is_empty(), "{:?}", entries(&r));
+        let _ = fs::remove_dir_all(&r);
     }
 }

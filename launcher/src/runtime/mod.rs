@@ -19,7 +19,7 @@ use dynres_core::{Duration, Namespace};
 
 pub use engine::{ChangeLog, Event, OnLoss, Outcome};
 pub use jobdir::JobDir;
-pub use procs::LaunchSpec;
+pub use procs::{LaunchSpec, check_program};
 
 use crate::auth::new_secret;
 use crate::env;
@@ -67,10 +67,21 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// Runs a job to its end; nothing is left behind (processes, sockets, shm segments).
-pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
+/// Most processes (and slots) a job may have: the kernel keeps a table entry per
+/// slot, so an absurd count would only exhaust memory before anything runs.
+pub const MAX_PROCS: u32 = 1 << 20;
+
+/// Checks a job's configuration before anything is created or started.
+fn validate(cfg: &JobConfig) -> Result<(), LauncherError> {
     if cfg.n == 0 {
         return Err(LauncherError::Usage("-n must be at least 1".into()));
+    }
+    for (what, v) in [("-n", cfg.n), ("the slot count", cfg.slots)] {
+        if v > MAX_PROCS {
+            return Err(LauncherError::Usage(format!(
+                "{what} {v} is too large (at most {MAX_PROCS})"
+            )));
+        }
     }
     if cfg.n > cfg.slots {
         return Err(LauncherError::Usage(format!(
@@ -78,13 +89,21 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
             cfg.n, cfg.slots
         )));
     }
+    procs::check_program(&cfg.program)
+}
+
+/// Runs a job to its end; nothing is left behind (processes, sockets, shm segments).
+/// Everything that can be checked (counts, the program, the runtime directory) is
+/// checked before anything is created or launched.
+pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
+    validate(&cfg)?;
     let job_id = cfg
         .job_id
         .clone()
         .unwrap_or_else(|| std::process::id().to_string());
-    if job_id.is_empty() || job_id.contains('/') || job_id.starts_with('.') {
-        return Err(LauncherError::Usage(format!("bad job id {job_id:?}")));
-    }
+    let root = env::runtime_root();
+    // Checks the id before the kernel names a namespace after it.
+    crate::private::job_path(&root, &job_id)?;
     let namespace = Namespace::new(format!("job-{job_id}"));
     let master = Master::new(MasterConfig {
         namespace: namespace.clone(),
@@ -99,7 +118,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     })
     .map_err(LauncherError::Start)?;
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
-    let dir = JobDir::create(&env::runtime_root(), &job_id, &secret)?;
+    let dir = JobDir::create(&root, &job_id, &secret)?;
     let bind = |p: &std::path::Path| {
         UnixListener::bind(p).map_err(|e| LauncherError::io(format!("bind {}", p.display()), e))
     };
@@ -107,22 +126,24 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     let cli = bind(&dir.cli_sock())?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let servers = [
+    let serve = |listener, kind| {
         server::Server::start(
-            control,
-            dir.control_sock(),
-            server::Kind::Control,
+            listener,
+            kind,
+            server::Limits::of(kind),
             secret.clone(),
             tx.clone(),
-        ),
-        server::Server::start(
-            cli,
-            dir.cli_sock(),
-            server::Kind::Tool,
-            secret.clone(),
-            tx.clone(),
-        ),
-    ];
+        )
+        .map_err(|e| LauncherError::io(format!("start the {kind:?} socket's server"), e))
+    };
+    let control = serve(control, server::Kind::Control)?;
+    let servers = match serve(cli, server::Kind::Tool) {
+        Ok(cli) => [control, cli],
+        Err(e) => {
+            control.stop();
+            return Err(e);
+        }
+    };
     tracing::info!(
         "job {job_id}: {} processes of {} on {} slots; `dynres status {job_id}` (dir {})",
         cfg.n,

@@ -1,14 +1,18 @@
 //! Launching application processes (fork/exec through `std::process::Command`),
 //! forwarding their output with a rank prefix, reporting their exits, killing them.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::engine::Event;
 use crate::env;
+use crate::error::LauncherError;
 
 /// What every launched process gets.
 #[derive(Clone, Debug)]
@@ -45,6 +49,14 @@ pub struct Child {
     pub threads: Vec<JoinHandle<()>>,
 }
 
+/// How long output is still forwarded after a process exited: what it wrote is in
+/// the pipe already; only descendants that inherited the pipe (a daemonized child)
+/// write later, and they must not keep the runtime from ending.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// Longest piece of output forwarded as one line.
+const MAX_LINE: usize = 64 << 10;
+
 /// Starts the thread that launches processes (one long-lived thread, so that the
 /// parent-death signal clients arm, tied to the launching thread, fires only when the
 /// runtime is gone). Each launch is reported as [`Event::Launched`], and later its exit
@@ -54,7 +66,7 @@ pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHan
     let t = std::thread::spawn(move || {
         for rank in rx {
             match launch(&spec, rank) {
-                Ok((child, proc)) => {
+                Ok((child, proc, exited)) => {
                     if events
                         .send(Event::Launched {
                             rank,
@@ -65,14 +77,15 @@ pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHan
                         return;
                     }
                     // Started after `Launched` is queued, so the exit comes after it.
-                    let tx = events.clone();
-                    let mut proc = proc;
-                    std::thread::spawn(move || {
-                        let status = proc.wait();
-                        let _ = tx.send(Event::Exited { rank, status });
-                    });
+                    reap(rank, proc, exited, &events);
                 }
                 Err(e) => {
+                    // Name the program: "No such file or directory" alone does not
+                    // say what was missing.
+                    let e = std::io::Error::new(
+                        e.kind(),
+                        format!("cannot launch rank {rank} (`{}`): {e}", spec.program),
+                    );
                     let _ = events.send(Event::Launched {
                         rank,
                         child: Err(e),
@@ -84,7 +97,57 @@ pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHan
     (tx, t)
 }
 
-fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process::Child)> {
+/// Waits for `proc` on a thread of its own, tells its forwarders (`exited`) and
+/// reports its exit. Without a thread (the system is out of them), the process is
+/// killed and reaped here: its exit must be reported, and waiting here for a process
+/// that may run for hours would stop every other launch.
+fn reap(rank: u32, proc: std::process::Child, exited: OwnedFd, events: &Sender<Event>) {
+    let tx = events.clone();
+    let proc = Arc::new(Mutex::new(Some((proc, exited))));
+    let mine = proc.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("dynres-reap-{rank}"))
+        .spawn(move || {
+            let p = mine.lock().ok().and_then(|mut p| p.take());
+            if let Some((mut p, exited)) = p {
+                let status = p.wait();
+                signal(&exited);
+                let _ = tx.send(Event::Exited { rank, status });
+            }
+        });
+    if let Err(e) = spawned {
+        // The closure was dropped with the failed spawn; the process is still here.
+        let p = proc.lock().ok().and_then(|mut p| p.take());
+        if let Some((mut p, exited)) = p {
+            tracing::error!(rank, error = %e, "cannot start a thread to reap rank {rank}; killing it");
+            let _ = p.kill();
+            let status = p.wait();
+            signal(&exited);
+            let _ = events.send(Event::Exited { rank, status });
+        }
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Makes the read end of `w`'s pipe readable for good (it is never read).
+fn signal(w: &OwnedFd) {
+    // SAFETY: writes one byte from a valid buffer to a descriptor we own.
+    let _ = unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+}
+
+/// A launched process, its handle, and the write end of its "exited" pipe.
+type Launched = (Child, std::process::Child, OwnedFd);
+
+fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<Launched> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .env(env::SOCKET, &spec.socket)
@@ -96,6 +159,8 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process:
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Before the process, so that a failure leaves nothing to clean up.
+    let (exited_r, exited_w) = pipe()?;
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
     let launched = std::time::Instant::now();
@@ -107,11 +172,29 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process:
         "spawned"
     );
     let mut threads = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        threads.push(forward(out, rank, false));
-    }
-    if let Some(err) = child.stderr.take() {
-        threads.push(forward(err, rank, true));
+    let pipes = [
+        child.stdout.take().map(OwnedFd::from),
+        child.stderr.take().map(OwnedFd::from),
+    ];
+    for (to_stderr, pipe) in [false, true].into_iter().zip(pipes) {
+        let Some(pipe) = pipe else { continue };
+        let started = exited_r
+            .try_clone()
+            .and_then(|exited| forward(pipe, exited, rank, to_stderr));
+        match started {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // Unread output would block the process once its pipe is full: it
+                // cannot run without its forwarder.
+                let _ = child.kill();
+                let _ = child.wait();
+                signal(&exited_w);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot start a thread to forward its output: {e}"),
+                ));
+            }
+        }
     }
     Ok((
         Child {
@@ -122,32 +205,101 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<(Child, std::process:
             threads,
         },
         child,
+        exited_w,
     ))
 }
 
-fn forward(r: impl Read + Send + 'static, rank: u32, to_stderr: bool) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(r);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match lines.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            if line.last() != Some(&b'\n') {
-                line.push(b'\n');
-            }
-            let mut buf = format!("[rank {rank}] ").into_bytes();
-            buf.extend_from_slice(&line);
-            // One write per line so lines of different ranks do not interleave.
-            let _ = if to_stderr {
-                std::io::stderr().lock().write_all(&buf)
-            } else {
-                std::io::stdout().lock().write_all(&buf)
+/// Waits in poll(2) for `fds` (`timeout` `None`: for ever). The count of ready ones,
+/// 0 on timeout; EINTR counts as a timeout of nothing.
+fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> usize {
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: `fds` points at valid pollfd structures for the duration of the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    usize::try_from(r).unwrap_or(0)
+}
+
+/// Forwards the output `pipe` of rank `rank` line by line with a `[rank N] ` prefix,
+/// until the pipe ends, or [`DRAIN_AFTER_EXIT`] after the process exited (`exited`
+/// readable), whichever comes first.
+fn forward(
+    pipe: OwnedFd,
+    exited: OwnedFd,
+    rank: u32,
+    to_stderr: bool,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("dynres-out-{rank}"))
+        .spawn(move || {
+            let mut r = std::fs::File::from(pipe);
+            let emit = |line: &[u8]| {
+                let mut buf = format!("[rank {rank}] ").into_bytes();
+                buf.extend_from_slice(line);
+                if buf.last() != Some(&b'\n') {
+                    buf.push(b'\n');
+                }
+                // One write per line so lines of different ranks do not interleave.
+                let _ = if to_stderr {
+                    std::io::stderr().lock().write_all(&buf)
+                } else {
+                    std::io::stdout().lock().write_all(&buf)
+                };
             };
-        }
-    })
+            let mut pending: Vec<u8> = Vec::new();
+            let mut chunk = [0u8; 8192];
+            let mut until: Option<Instant> = None;
+            loop {
+                let left = until.map(|t| t.saturating_duration_since(Instant::now()));
+                if left == Some(Duration::ZERO) {
+                    tracing::debug!(
+                        rank,
+                        "rank {rank} exited; output its descendants still write is dropped"
+                    );
+                    break;
+                }
+                let mut fds = [
+                    libc::pollfd {
+                        fd: r.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: exited.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // Once the exit is known, only the pipe matters (and only for a while).
+                let n = if until.is_some() { 1 } else { 2 };
+                if poll(&mut fds[..n], left) == 0 {
+                    continue;
+                }
+                if n == 2 && fds[1].revents != 0 {
+                    until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                if fds[0].revents == 0 {
+                    continue;
+                }
+                match r.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(k) => pending.extend_from_slice(&chunk[..k]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+                while let Some(i) = pending.iter().position(|&b| b == b'\n') {
+                    emit(&pending[..=i]);
+                    pending.drain(..=i);
+                }
+                // Output without newlines (binary, a progress bar) is not held in
+                // memory without bound: it goes out in pieces.
+                if pending.len() >= MAX_LINE {
+                    emit(&pending);
+                    pending.clear();
+                }
+            }
+            if !pending.is_empty() {
+                emit(&pending);
+            }
+        })
 }
 
 /// Sends SIGKILL to a process.
@@ -186,4 +338,99 @@ pub fn sweep_shm(os_pids: &[u32]) -> usize {
         }
     }
     n
+}
+
+/// Whether `path` names an executable regular file (following symlinks, as exec does).
+fn executable(path: &std::path::Path) -> Result<(), &'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let m = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err("permission denied");
+        }
+        Err(_) => return Err("no such file"),
+    };
+    if m.is_dir() {
+        return Err("is a directory");
+    }
+    if !m.is_file() {
+        return Err("not a regular file");
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return Err("no such file");
+    };
+    // SAFETY: access reads a NUL-terminated path and nothing else.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err("not executable");
+    }
+    Ok(())
+}
+
+/// Checks, before a job starts, that `program` can be launched as
+/// `std::process::Command` will: a path (with a `/`) must name an executable file, a
+/// bare name must be found in `PATH` as one. `Err` names the program and the reason.
+pub fn check_program(program: &str) -> Result<(), LauncherError> {
+    let refuse = |reason: String| LauncherError::CannotRun {
+        program: program.to_string(),
+        reason,
+    };
+    if program.is_empty() {
+        return Err(refuse("empty program name".into()));
+    }
+    if program.contains('/') {
+        return executable(std::path::Path::new(program)).map_err(|r| refuse(r.into()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut seen = None;
+    for dir in std::env::split_paths(&path) {
+        // An empty entry is the current directory (POSIX), as execvp reads it.
+        let dir = if dir.as_os_str().is_empty() {
+            std::path::PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        match executable(&candidate) {
+            Ok(()) => return Ok(()),
+            Err("no such file") => {}
+            Err(r) => {
+                seen.get_or_insert((candidate, r));
+            }
+        }
+    }
+    Err(refuse(match seen {
+        Some((p, r)) => format!("{} {r}", p.display()),
+        None => "not found in PATH".into(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn programs_are_checked_before_launch() {
+        let d = std::env::temp_dir().join(format!("dynres-prog-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let plain = d.join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let reason = |p: &str| match check_program(p) {
+            Err(LauncherError::CannotRun { program, reason }) => {
+                assert_eq!(program, p);
+                reason
+            }
+            other => panic!("{p}: {other:?}"),
+        };
+        assert!(check_program("sh").is_ok());
+        assert!(check_program("/bin/sh").is_ok());
+        assert_eq!(reason("dynres-no-such-program"), "not found in PATH");
+        assert_eq!(reason("/nonexistent/prog"), "no such file");
+        assert_eq!(reason(d.to_str().unwrap()), "is a directory");
+        assert_eq!(reason(""), "empty program name");
+        // As root, access(X_OK) fails only without any x bit: true for everyone.
+        assert_eq!(reason(plain.to_str().unwrap()), "not executable");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
