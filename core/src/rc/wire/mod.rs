@@ -25,6 +25,7 @@
 mod change;
 pub mod errors;
 mod frames;
+pub mod link;
 mod messages;
 mod pset;
 pub mod types;

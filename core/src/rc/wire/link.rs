@@ -1,0 +1,194 @@
+//! The runtime link between the master's process and a remote node's daemon process
+//! (`spec/runtime.md`, LINK-1..LINK-6): after the daemon authenticated (AUTH-1..AUTH-5),
+//! the TCP stream carries core's master ↔ daemon frames ([`ToDaemon`](crate::rc::ToDaemon),
+//! [`ToMaster`](crate::rc::ToMaster)) and these few control messages of the runtime
+//! itself, all in the kernel's frame format (type range `0x05xx`).
+//!
+//! Nothing here decides a protocol step: the control messages carry what the driver of a
+//! remote daemon needs to start processes (the launch template), liveness (heartbeats,
+//! HB-1..HB-3) and how processes ended, which `dynres status` and `RC-18` reports use.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::wire::prim::{put_seq, put_str, put_u32, seq, string, u32};
+use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all};
+
+use super::MAX_APP_LEN;
+use super::values::{boolean, put_bool};
+
+/// First type of the runtime link's control messages.
+pub const LINK_FIRST: u16 = 0x0501;
+/// Last type reserved for them.
+pub const LINK_LAST: u16 = 0x05ff;
+
+const SETUP: u16 = 0x0501;
+const HEARTBEAT: u16 = 0x0502;
+const STARTED: u16 = 0x0503;
+const ENDED: u16 = 0x0504;
+const SHUTDOWN: u16 = 0x0505;
+
+/// Longest program path, job id, namespace or address in a [`NodeSetup`], in bytes.
+pub const MAX_SETUP_STR: usize = 4096;
+/// Longest single program argument, in bytes.
+pub const MAX_ARG_LEN: usize = 64 << 10;
+/// Most program arguments.
+pub const MAX_ARGS: usize = 4096;
+
+/// What a remote daemon needs to run its node's share of the job (`LINK-2`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NodeSetup {
+    /// The node this daemon serves.
+    pub node: u32,
+    /// The job's id (names the daemon's local job directory).
+    pub job: String,
+    /// The job's namespace.
+    pub namespace: String,
+    /// The application's name.
+    pub app: String,
+    /// The program every process runs.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The node's address as the job's host list names it: processes bind their TCP
+    /// endpoints there.
+    pub node_addr: String,
+    /// The shared-memory spin budget calibrated by the master's host.
+    pub shm_spins: u32,
+    /// How often each side sends a heartbeat, in milliseconds (`HB-1`).
+    pub heartbeat_ms: u32,
+}
+
+/// A control message of the runtime link.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LinkMsg {
+    /// Master → daemon, the first frame after authentication.
+    Setup(NodeSetup),
+    /// Either way: "I am alive" (`HB-1`).
+    Heartbeat,
+    /// Daemon → master: a process was started (`LINK-4`).
+    Started {
+        /// Its rank.
+        rank: u32,
+        /// Its pid on the node.
+        os_pid: u32,
+    },
+    /// Daemon → master: how a process ended, sent before core's `Exited` for it so the
+    /// master can judge a loss by it (`LINK-4`, `RC-18`).
+    Ended {
+        /// Its rank.
+        rank: u32,
+        /// Its pid on the node (0 if it never started).
+        os_pid: u32,
+        /// Exit code, or 128 + signal number when a signal ended it.
+        code: u32,
+        /// Whether the runtime killed it (a kill asked for by core, or the job ending).
+        killed: bool,
+    },
+    /// Master → daemon: the job is over; kill what still runs, report it, and exit
+    /// (`LINK-5`).
+    Shutdown,
+}
+
+/// Whether a frame's type belongs to the runtime link's control messages.
+pub fn is_link_type(msg_type: u16) -> bool {
+    (LINK_FIRST..=LINK_LAST).contains(&msg_type)
+}
+
+/// Encodes a control message as one frame.
+pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
+    let mut out = Vec::new();
+    match msg {
+        LinkMsg::Setup(s) => encode_frame(&mut out, SETUP, |b| {
+            put_u32(b, s.node);
+            put_str(b, &s.job);
+            put_str(b, &s.namespace);
+            put_str(b, &s.app);
+            put_str(b, &s.program);
+            put_seq(b, &s.args, |b, a| put_str(b, a));
+            put_str(b, &s.node_addr);
+            put_u32(b, s.shm_spins);
+            put_u32(b, s.heartbeat_ms);
+        }),
+        LinkMsg::Heartbeat => encode_frame(&mut out, HEARTBEAT, |_| {}),
+        LinkMsg::Started { rank, os_pid } => encode_frame(&mut out, STARTED, |b| {
+            put_u32(b, *rank);
+            put_u32(b, *os_pid);
+        }),
+        LinkMsg::Ended {
+            rank,
+            os_pid,
+            code,
+            killed,
+        } => encode_frame(&mut out, ENDED, |b| {
+            put_u32(b, *rank);
+            put_u32(b, *os_pid);
+            put_u32(b, *code);
+            put_bool(b, *killed);
+        }),
+        LinkMsg::Shutdown => encode_frame(&mut out, SHUTDOWN, |_| {}),
+    }
+    out
+}
+
+fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
+    let text = |what| string(what, MAX_SETUP_STR);
+    let (i, node) = u32(i)?;
+    let (i, job) = text("job id")(i)?;
+    let (i, namespace) = text("namespace")(i)?;
+    let (i, app) = string("app", MAX_APP_LEN)(i)?;
+    let (i, program) = text("program")(i)?;
+    let (i, args) = seq("arguments", MAX_ARGS, string("argument", MAX_ARG_LEN))(i)?;
+    let (i, node_addr) = text("node address")(i)?;
+    let (i, shm_spins) = u32(i)?;
+    let (i, heartbeat_ms) = u32(i)?;
+    Ok((
+        i,
+        NodeSetup {
+            node,
+            job,
+            namespace,
+            app,
+            program,
+            args,
+            node_addr,
+            shm_spins,
+            heartbeat_ms,
+        },
+    ))
+}
+
+/// Decodes one frame written by [`encode_link`]; a type outside the link's control
+/// messages is [`WireError::UnknownType`].
+pub fn decode_link(frame: &[u8]) -> Result<LinkMsg, WireError> {
+    let (h, body) = decode_frame(frame)?;
+    match h.msg_type {
+        SETUP => parse_all(body, |i| {
+            let (i, s) = setup(i)?;
+            Ok((i, LinkMsg::Setup(s)))
+        }),
+        HEARTBEAT => parse_all(body, |i| Ok((i, LinkMsg::Heartbeat))),
+        STARTED => parse_all(body, |i| {
+            let (i, rank) = u32(i)?;
+            let (i, os_pid) = u32(i)?;
+            Ok((i, LinkMsg::Started { rank, os_pid }))
+        }),
+        ENDED => parse_all(body, |i| {
+            let (i, rank) = u32(i)?;
+            let (i, os_pid) = u32(i)?;
+            let (i, code) = u32(i)?;
+            let (i, killed) = boolean(i)?;
+            Ok((
+                i,
+                LinkMsg::Ended {
+                    rank,
+                    os_pid,
+                    code,
+                    killed,
+                },
+            ))
+        }),
+        SHUTDOWN => parse_all(body, |i| Ok((i, LinkMsg::Shutdown))),
+        other => Err(WireError::UnknownType { msg_type: other }),
+    }
+}
