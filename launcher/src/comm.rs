@@ -2,7 +2,8 @@
 //! point-to-point send/recv, barrier, broadcast and allreduce.
 //!
 //! The kernel tells a process a pset's size and version but not its member list, so a
-//! communicator is wired up through the data server: each member claims one index of
+//! communicator is wired up through the data server: after a fence over the pset (so
+//! that every member reads the same version), each member claims one index of
 //! `dynres/comm/{pset}/v{version}/{i}` (publish never overwrites, so exactly one member
 //! gets each index) with its rank and transport address, then looks up every index and
 //! orders the members by rank. Communicator ranks are positions in that order. After a
@@ -126,6 +127,13 @@ impl Communicator {
         pset: &PsetName,
         hint: usize,
     ) -> Result<Communicator, CommError> {
+        // Each node's runtime learns of a pset's new version in its own time (core
+        // orders the master's messages per node only, RC-3), and a member may have
+        // heard of the change from another process first (the root's broadcast): its
+        // own node may still answer with the old version. A fence completes at the
+        // master after every member arrived, and its reply follows the pset update on
+        // every node's link, so after it each member reads the same version.
+        session.fence(pset, CREATE_WAIT)?;
         let info = session.pset_info(pset)?;
         let size = info.size;
         let version = info.attrs.version;

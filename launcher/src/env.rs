@@ -10,6 +10,9 @@ pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
 pub const RANK: &str = "DYNRES_RANK";
 /// The process' application.
 pub const APP: &str = "DYNRES_APP";
+/// The address of the node a process runs on, as the job's host list names it (set on
+/// jobs over several hosts): communicators bind their TCP endpoints there.
+pub const NODE_ADDR: &str = "DYNRES_NODE_ADDR";
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
 

@@ -15,6 +15,9 @@ pub enum LauncherError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The link between a node daemon and the master failed (`spec/runtime.md`).
+    #[error("link to the master: {0}")]
+    Link(String),
     /// The kernel refused to start the job.
     #[error("cannot start the job: {0}")]
     Start(RcError),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use dynres_launcher::error::LauncherError;
 use dynres_launcher::runtime::{self, JobConfig};
-use dynres_launcher::{apps, tool};
+use dynres_launcher::{apps, hosts, tool};
 
 #[derive(Parser)]
 #[command(
@@ -62,6 +62,17 @@ enum Cmd {
         #[arg(long)]
         no_wait: bool,
     },
+    /// (Started by `dynres run` on another host through the launch agent.) One host's
+    /// daemon of a job: reads the job's key from standard input.
+    #[command(hide = true)]
+    Daemon {
+        /// The master's `host:port`.
+        #[arg(long)]
+        master: String,
+        /// This host's node number.
+        #[arg(long)]
+        node: u32,
+    },
     /// Processes, psets and resource changes of a running job.
     Status {
         /// The job id.
@@ -108,6 +119,20 @@ struct RunArgs {
     /// (kill the others, exit non-zero) or let it `continue` without it.
     #[arg(long, value_enum, default_value = "end")]
     on_loss: LossArg,
+    /// Hosts and their slots, `h1:4,h2:4` (as mpirun's `--host`). One of them must be
+    /// this machine; the others get a daemon through the launch agent.
+    #[arg(long, conflicts_with = "hostfile")]
+    host: Option<String>,
+    /// A file of hosts, one per line: `NAME [slots=N]` (as mpirun's `--hostfile`).
+    #[arg(long)]
+    hostfile: Option<String>,
+    /// How daemons are started on other hosts: `CMD… HOST dynres daemon …` (default
+    /// `ssh -o BatchMode=yes`; inside a Slurm allocation `srun` on the node).
+    #[arg(long)]
+    launch_agent: Option<String>,
+    /// Milliseconds between heartbeats of master and daemons; 4 missed ones lose a node.
+    #[arg(long, default_value_t = 1_000)]
+    heartbeat_ms: u64,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
     /// go to it.
     #[arg(long)]
@@ -115,6 +140,35 @@ struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// The job's hosts and launch agent: `--host`, `--hostfile`, else the Slurm allocation
+/// (`SLURM_JOB_NODELIST`), else this host alone (no hosts).
+fn hosts_of(args: &RunArgs) -> Result<(Vec<hosts::Host>, Vec<String>), LauncherError> {
+    let usage = |e: hosts::HostsError| LauncherError::Usage(e.to_string());
+    let mut agent = vec!["ssh".to_string(), "-o".into(), "BatchMode=yes".into()];
+    let hosts = if let Some(h) = &args.host {
+        hosts::parse_host_arg(h).map_err(usage)?
+    } else if let Some(f) = &args.hostfile {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| LauncherError::io(format!("read the hostfile {f}"), e))?;
+        hosts::parse_hostfile(f, &text).map_err(usage)?
+    } else if let Some(h) = hosts::from_slurm_env(|k| std::env::var(k).ok()) {
+        // Inside an allocation: daemons are job steps on their node.
+        agent = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]
+            .map(String::from)
+            .to_vec();
+        h.map_err(usage)?
+    } else {
+        Vec::new()
+    };
+    if let Some(a) = &args.launch_agent {
+        agent = a.split_whitespace().map(String::from).collect();
+        if agent.is_empty() {
+            return Err(LauncherError::Usage("--launch-agent is empty".into()));
+        }
+    }
+    Ok((hosts, agent))
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -196,7 +250,21 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         }
     }
     let slots = args.slots.or(args.max).unwrap_or_else(runtime::cores);
+    let (hosts, agent) = hosts_of(&args)?;
+    if args.heartbeat_ms == 0 || args.heartbeat_ms > 60_000 {
+        return Err(LauncherError::Usage(
+            "--heartbeat-ms must be 1..=60000".into(),
+        ));
+    }
+    let exe =
+        std::env::current_exe().map_err(|e| LauncherError::io("find the dynres executable", e))?;
     let outcome = runtime::run(JobConfig {
+        hosts,
+        agent: runtime::Agent {
+            command: agent,
+            exe,
+        },
+        heartbeat: Duration::from_millis(args.heartbeat_ms),
         n: args.n,
         slots,
         program,
@@ -254,6 +322,13 @@ fn main() -> ExitCode {
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
+        Cmd::Daemon { master, node } => runtime::daemon(&master, node).map(|o| match o.ended {
+            Some(why) => {
+                eprintln!("dynres daemon (node {node}): {why}");
+                ExitCode::FAILURE
+            }
+            None => ExitCode::SUCCESS,
+        }),
         Cmd::Grow {
             job,
             count: k,

@@ -7,29 +7,28 @@
 //! open file description and must keep blocking in `read`.
 
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use dynres_core::Rank;
 
 /// Most reply bytes kept for a client that does not read.
 pub const MAX_PENDING: usize = 16 << 20;
 
-/// One client's control connection.
+/// One client's control connection (or a node daemon's link: any stream socket).
 #[derive(Debug)]
 pub struct Conn {
-    /// The process' rank.
+    /// The process' rank (for a daemon link: the node).
     pub rank: Rank,
-    stream: UnixStream,
+    stream: OwnedFd,
     pending: Vec<u8>,
 }
 
 impl Conn {
-    /// Wraps an accepted, authenticated stream.
-    pub fn new(rank: Rank, stream: UnixStream) -> Conn {
+    /// Wraps an accepted, authenticated stream (a `UnixStream` or a `TcpStream`).
+    pub fn new(rank: Rank, stream: impl Into<OwnedFd>) -> Conn {
         Conn {
             rank,
-            stream,
+            stream: stream.into(),
             pending: Vec::new(),
         }
     }
@@ -79,12 +78,15 @@ impl Conn {
 
     /// Closes both directions (the reader thread then reports the connection gone).
     pub fn close(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        // SAFETY: shutdown on a descriptor we own; it only changes the socket's state.
+        unsafe {
+            libc::shutdown(self.stream.as_raw_fd(), libc::SHUT_RDWR);
+        }
     }
 }
 
 /// `send(2)` that never blocks: the bytes the socket took (0 when it is full).
-fn send_nonblocking(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
+fn send_nonblocking(stream: &OwnedFd, bytes: &[u8]) -> io::Result<usize> {
     let mut sent = 0;
     while sent < bytes.len() {
         let rest = &bytes[sent..];
@@ -116,6 +118,7 @@ fn send_nonblocking(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::os::unix::net::UnixStream;
 
     #[test]
     fn a_client_that_does_not_read_never_blocks_and_is_cut_off_past_the_cap() {

@@ -12,7 +12,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration as StdDuration;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::wire::encode_reply;
+use dynres_core::rc::wire::link::{LinkMsg, decode_link, encode_link, is_link_type};
+use dynres_core::rc::wire::{
+    decode_to_daemon, decode_to_master, encode_reply, encode_to_daemon, encode_to_master,
+};
 use dynres_core::rc::{
     ClientReply, ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterInput,
     MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
@@ -20,6 +23,8 @@ use dynres_core::rc::{
 use dynres_core::{Instant, Namespace, ProcessId, Rank};
 
 use super::conns::Conn;
+use super::daemon::Upstream;
+use super::nodes::Nodes;
 use super::procs::{self, Child, LaunchSpec};
 use super::signals;
 use super::tools::{self, Command, ToolRequests};
@@ -73,6 +78,28 @@ pub enum Event {
         rank: Rank,
         /// How.
         status: std::io::Result<ExitStatus>,
+    },
+    /// (Master) a daemon authenticated as `node` (AUTH-1..5).
+    NodeUp {
+        /// The node it claims.
+        node: u32,
+        /// Its link.
+        stream: std::net::TcpStream,
+    },
+    /// A frame on a master ↔ daemon link: from `node`'s daemon on the master, from the
+    /// master on a daemon (LINK-1).
+    NodeFrame {
+        /// The peer's node (on a daemon: its own node).
+        node: u32,
+        /// The whole frame.
+        frame: Vec<u8>,
+    },
+    /// A master ↔ daemon link ended (NODE-1, RT-3).
+    NodeGone {
+        /// The peer's node (on a daemon: its own node).
+        node: u32,
+        /// Why.
+        why: String,
     },
 }
 
@@ -128,10 +155,38 @@ pub struct ExitRecord {
 /// history is bounded so that a job's memory does not grow with its age.
 pub const HISTORY: usize = 32;
 
-/// The runtime's state.
+/// A process on another node, as the master knows it (LINK-4).
+#[derive(Clone, Debug)]
+pub(super) struct RemoteProc {
+    /// Its node.
+    pub node: u32,
+    /// Its pid there, once started.
+    pub os_pid: Option<u32>,
+    /// How it ended (exit code or 128 + signal, whether the runtime killed it).
+    pub ended: Option<(u32, bool)>,
+}
+
+/// The runtime's state: on the master's host, core's master and its own node's daemon
+/// (plus links to the other nodes' daemons); on another host, that node's daemon and
+/// its link to the master.
 pub struct Engine {
-    pub(super) master: Master,
+    /// Core's master (absent on a node daemon).
+    pub(super) master: Option<Master>,
+    /// This process' node.
+    node: NodeId,
     daemon: Daemon,
+    /// The other nodes' daemons (master with several hosts).
+    pub(super) nodes: Option<Nodes>,
+    /// The link to the master (node daemon).
+    upstream: Option<Upstream>,
+    /// Processes on other nodes (master).
+    pub(super) remote_procs: BTreeMap<Rank, RemoteProc>,
+    /// Nodes found dead, not yet reported to core (NODE-1).
+    lost_nodes: Vec<(u32, String)>,
+    /// (Node daemon) the master said the job is over, or its link ended (LINK-5, RT-3).
+    upstream_done: Option<Result<(), String>>,
+    /// While core hears of a lost node: why, for the loss reports of its processes.
+    node_lost_why: Option<String>,
     start: std::time::Instant,
     pub(super) namespace: Namespace,
     pub(super) app: String,
@@ -177,9 +232,12 @@ pub struct Outcome {
 const INTERRUPT_BOUND: StdDuration = StdDuration::from_secs(5);
 
 impl Engine {
-    /// A runtime around a started master.
+    /// A runtime for `node`: with `master`, the job's master process (its own node's
+    /// daemon included); without, a node daemon (see [`Engine::with_upstream`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        master: Master,
+        master: Option<Master>,
+        node: u32,
         job_id: String,
         namespace: Namespace,
         app: String,
@@ -189,7 +247,14 @@ impl Engine {
     ) -> Engine {
         Engine {
             master,
-            daemon: Daemon::new(NodeId(0)),
+            node: NodeId(node),
+            daemon: Daemon::new(NodeId(node)),
+            nodes: None,
+            upstream: None,
+            remote_procs: BTreeMap::new(),
+            lost_nodes: Vec::new(),
+            upstream_done: None,
+            node_lost_why: None,
             start: std::time::Instant::now(),
             namespace,
             app,
@@ -211,6 +276,18 @@ impl Engine {
         }
     }
 
+    /// Adds the other hosts' daemons (a master over several hosts).
+    pub fn with_nodes(mut self, nodes: Nodes) -> Engine {
+        self.nodes = Some(nodes);
+        self
+    }
+
+    /// Adds the link to the master (a node daemon).
+    pub fn with_upstream(mut self, up: Upstream) -> Engine {
+        self.upstream = Some(up);
+        self
+    }
+
     fn now(&self) -> Instant {
         Instant(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -225,14 +302,24 @@ impl Engine {
     }
 
     fn live(&self) -> usize {
-        self.launching.len() + self.children.len()
+        self.launching.len() + self.children.len() + self.remote_procs.len()
+    }
+
+    /// Whether the loop goes on: a master runs until its job's last process exited; a
+    /// node daemon until the master is done with it and its processes exited.
+    fn running(&self) -> bool {
+        if self.master.is_some() {
+            self.live() > 0
+        } else {
+            self.upstream_done.is_none() || self.live() > 0
+        }
     }
 
     /// Runs the job until its last process has exited.
     pub fn run(mut self, rx: Receiver<Event>) -> Outcome {
         self.drain();
         let mut interrupted_at: Option<std::time::Instant> = None;
-        while self.live() > 0 {
+        while self.running() {
             if interrupted_at.is_none() && signals::interrupted() {
                 interrupted_at = Some(std::time::Instant::now());
                 tracing::warn!("interrupted: killing the job");
@@ -247,10 +334,12 @@ impl Engine {
             }
             let now = self.now();
             let mut wait = StdDuration::from_millis(200);
-            if let Some(t) = self.master.poll_timeout() {
+            if let Some(t) = self.master.as_ref().and_then(Master::poll_timeout) {
                 wait = wait.min(StdDuration::from_nanos(t.0.saturating_sub(now.0)));
             }
-            if self.conns.values().any(Conn::has_pending) {
+            let links_pending = self.nodes.as_ref().is_some_and(Nodes::has_pending)
+                || self.upstream.as_ref().is_some_and(Upstream::has_pending);
+            if self.conns.values().any(Conn::has_pending) || links_pending {
                 // Retry blocked replies soon; nothing else wakes us for them.
                 wait = wait.min(StdDuration::from_millis(2));
             }
@@ -259,13 +348,21 @@ impl Engine {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            if let Some(t) = self.master.poll_timeout() {
+            if let Some(t) = self.master.as_ref().and_then(Master::poll_timeout) {
                 let now = self.now();
                 if t <= now {
                     self.master_input(MasterInput::Timeout);
                 }
             }
+            self.tick_links();
             self.flush_conns();
+        }
+        if let Some(mut nodes) = self.nodes.take() {
+            nodes.shutdown();
+            nodes.finish(INTERRUPT_BOUND);
+        }
+        if let Some(up) = &mut self.upstream {
+            up.finish();
         }
         if let Some((tx, t)) = self.spawner.take() {
             drop(tx);
@@ -281,10 +378,40 @@ impl Engine {
                 let _ = t.join();
             }
         }
+        let ended = match self.upstream_done.take() {
+            Some(Err(why)) => Some(why),
+            _ => self.ending,
+        };
         Outcome {
             failed: self.failed,
-            ended: self.ending,
+            ended,
             interrupted: interrupted_at.is_some(),
+        }
+    }
+
+    /// Heartbeats and failure detection on master ↔ daemon links (HB-1..3).
+    fn tick_links(&mut self) {
+        if let Some(nodes) = &mut self.nodes {
+            let dead = nodes.tick();
+            if !dead.is_empty() {
+                self.lost_nodes.extend(dead);
+                self.drain();
+            }
+        }
+        if let Some(up) = &mut self.upstream {
+            if let Err(why) = up.tick() {
+                self.master_gone(why);
+            }
+        }
+    }
+
+    /// (Node daemon) the master is gone or silent (RT-3): end this node's processes
+    /// and exit once they are reaped.
+    fn master_gone(&mut self, why: String) {
+        if self.upstream_done.is_none() {
+            tracing::error!("lost the master: {why}; ending this node's processes");
+            self.upstream_done = Some(Err(format!("lost the master: {why}")));
+            self.kill_all();
         }
     }
 
@@ -295,6 +422,13 @@ impl Engine {
         }
         for k in self.launching.values_mut() {
             *k = true;
+        }
+        // Other nodes end their processes on `Shutdown` and report them (LINK-5); the
+        // processes of a node whose daemon never connected never started.
+        if let Some(nodes) = &mut self.nodes {
+            for node in nodes.shutdown() {
+                self.remote_procs.retain(|_, p| p.node != node);
+            }
         }
     }
 
@@ -312,6 +446,186 @@ impl Engine {
             Event::Tool { line, reply } => self.on_tool(line.trim(), reply),
             Event::Launched { rank, child } => self.on_launched(rank, child),
             Event::Exited { rank, status } => self.on_exit(rank, status),
+            Event::NodeUp { node, stream } => {
+                if let Some(nodes) = &mut self.nodes {
+                    if let Err(why) = nodes.on_auth(node, stream) {
+                        self.lost_nodes.push((node, why));
+                        self.drain();
+                    }
+                }
+            }
+            Event::NodeFrame { node, frame } => {
+                if self.master.is_some() {
+                    self.on_node_frame(node, &frame);
+                } else {
+                    self.on_master_frame(&frame);
+                }
+            }
+            Event::NodeGone { node, why } => {
+                if self.master.is_some() {
+                    self.lost_nodes.push((node, why));
+                    self.drain();
+                } else {
+                    self.master_gone(why);
+                }
+            }
+        }
+    }
+
+    /// (Master) a frame from `node`'s daemon (LINK-1, LINK-3, LINK-4).
+    fn on_node_frame(&mut self, node: u32, frame: &[u8]) {
+        if let Some(nodes) = &mut self.nodes {
+            nodes.heard(node);
+        }
+        let ty = frame_type(frame);
+        if is_link_type(ty) {
+            match decode_link(frame) {
+                Ok(LinkMsg::Heartbeat) => {}
+                Ok(LinkMsg::Started { rank, os_pid }) => {
+                    if let Some(p) = self.remote_procs.get_mut(&rank) {
+                        p.os_pid = Some(os_pid);
+                    }
+                }
+                Ok(LinkMsg::Ended {
+                    rank,
+                    os_pid,
+                    code,
+                    killed,
+                }) => {
+                    if let Some(p) = self.remote_procs.get_mut(&rank) {
+                        p.os_pid = p.os_pid.or(Some(os_pid).filter(|p| *p != 0));
+                        p.ended = Some((code, killed));
+                    }
+                }
+                Ok(m) => self.node_violation(node, format!("unexpected {m:?} from a daemon")),
+                Err(e) => self.node_violation(node, format!("malformed frame: {e}")),
+            }
+            return;
+        }
+        match decode_to_master(frame) {
+            Ok(msg) => {
+                let exited = match &msg {
+                    ToMaster::Exited { pid } => Some(pid.rank),
+                    ToMaster::Forward { .. } => None,
+                };
+                self.master_input(MasterInput::FromDaemon {
+                    node: NodeId(node),
+                    msg,
+                });
+                if let Some(rank) = exited {
+                    self.remote_procs.remove(&rank);
+                }
+            }
+            Err(e) => self.node_violation(node, format!("malformed frame: {e}")),
+        }
+    }
+
+    /// (Master) relays core's frame to another node's daemon (LINK-3); processes it is
+    /// told to launch count as the job's until their node reports them gone.
+    fn send_to_node(&mut self, node: u32, msg: &ToDaemon) {
+        if let ToDaemon::Launch { procs } = msg {
+            for p in procs {
+                self.remote_procs.insert(
+                    p.rank,
+                    RemoteProc {
+                        node,
+                        os_pid: None,
+                        ended: None,
+                    },
+                );
+            }
+        }
+        let sent = match &mut self.nodes {
+            Some(nodes) => nodes.send(node, &encode_to_daemon(msg)),
+            None => Err(format!("node {node} has no host")),
+        };
+        if let Err(why) = sent {
+            self.lost_nodes.push((node, why));
+        }
+    }
+
+    /// (Node daemon) a frame for the master; a link that fails ends this node (RT-3).
+    fn upstream_send(&mut self, frame: &[u8]) {
+        let r = match &mut self.upstream {
+            Some(up) => up.send(frame),
+            None => Ok(()),
+        };
+        if let Err(why) = r {
+            self.master_gone(why);
+        }
+    }
+
+    /// (Node daemon) LINK-4: how a process ended, before core's `Exited` for it.
+    fn report_end(&mut self, rank: Rank, os_pid: u32, code: u32, killed: bool) {
+        if self.upstream.is_some() {
+            self.upstream_send(&encode_link(&LinkMsg::Ended {
+                rank,
+                os_pid,
+                code,
+                killed,
+            }));
+        }
+    }
+
+    /// LINK-1: a frame that does not decode ends the link; the node is lost.
+    fn node_violation(&mut self, node: u32, why: String) {
+        tracing::warn!(node, "{why}; dropping the node's link");
+        self.lost_nodes.push((node, why));
+        self.drain();
+    }
+
+    /// (Node daemon) a frame from the master (LINK-1..3, LINK-5).
+    fn on_master_frame(&mut self, frame: &[u8]) {
+        if let Some(up) = &mut self.upstream {
+            up.heard();
+        }
+        let ty = frame_type(frame);
+        if is_link_type(ty) {
+            match decode_link(frame) {
+                Ok(LinkMsg::Heartbeat) => {}
+                Ok(LinkMsg::Shutdown) => {
+                    tracing::debug!("the master ended the job");
+                    if self.upstream_done.is_none() {
+                        self.upstream_done = Some(Ok(()));
+                    }
+                    self.kill_all();
+                }
+                Ok(m) => self.master_gone(format!("unexpected {m:?} from the master")),
+                Err(e) => self.master_gone(format!("malformed frame from the master: {e}")),
+            }
+            return;
+        }
+        match decode_to_daemon(frame) {
+            Ok(msg) => self.daemon_input(DaemonInput::FromMaster(msg)),
+            Err(e) => self.master_gone(format!("malformed frame from the master: {e}")),
+        }
+    }
+
+    /// (Master) core learns of the nodes found dead (NODE-1, RC-17); their processes
+    /// are judged lost (NODE-2) while still listed, then forgotten.
+    fn report_lost_nodes(&mut self) {
+        while let Some((node, why)) = self.lost_nodes.pop() {
+            let Some(nodes) = &mut self.nodes else {
+                continue;
+            };
+            let host = nodes.host(node).to_string();
+            nodes.drop_node(node);
+            let had = self.remote_procs.values().any(|p| p.node == node);
+            if self.ending.is_some() || !had {
+                tracing::info!(node, host, "daemon gone: {why}");
+            } else {
+                tracing::error!(node, host, "node lost: {why}");
+            }
+            self.node_lost_why = Some(format!("node {node} ({host}) lost: {why}"));
+            let now = self.now();
+            if let Some(m) = &mut self.master {
+                if let Err(e) = m.handle(now, MasterInput::NodeLost { node: NodeId(node) }) {
+                    tracing::debug!(error = %e, "master refused NodeLost");
+                }
+            }
+            self.drain_links();
+            self.node_lost_why = None;
+            self.remote_procs.retain(|_, p| p.node != node);
         }
     }
 
@@ -342,6 +656,10 @@ impl Engine {
         match child {
             Ok(mut c) => {
                 tracing::debug!(rank, os_pid = c.os_pid, "launched");
+                if self.upstream.is_some() {
+                    let os_pid = c.os_pid;
+                    self.upstream_send(&encode_link(&LinkMsg::Started { rank, os_pid }));
+                }
                 if kill {
                     c.killed = true;
                     procs::kill(c.os_pid);
@@ -351,6 +669,7 @@ impl Engine {
             Err(e) => {
                 tracing::error!(rank, error = %e, "launch failed");
                 self.failed.push(rank);
+                self.report_end(rank, 0, 127, false);
                 let pid = self.pid(rank);
                 self.daemon_input(DaemonInput::Exited { pid });
             }
@@ -404,9 +723,11 @@ impl Engine {
             // A process that did not finish cleanly cannot unlink its segments.
             procs::sweep_shm(&[c.os_pid]);
         }
+        let (os_pid, killed) = (c.os_pid, c.killed);
         if let Some(conn) = self.by_rank.get(&rank).copied() {
             self.drop_conn(conn);
         }
+        self.report_end(rank, os_pid, procs::code_of(&status), killed);
         let pid = self.pid(rank);
         // Core learns the exit while the child is still listed, so that a loss it
         // reports can be judged by its exit status.
@@ -455,7 +776,10 @@ impl Engine {
 
     fn master_input(&mut self, input: MasterInput) {
         let now = self.now();
-        if let Err(e) = self.master.handle(now, input) {
+        let Some(m) = &mut self.master else {
+            return;
+        };
+        if let Err(e) = m.handle(now, input) {
             tracing::debug!(error = %e, "master refused an input");
         }
         self.drain();
@@ -473,6 +797,10 @@ impl Engine {
     /// launches they asked for to the launcher thread.
     fn drain(&mut self) {
         self.drain_links();
+        while !self.lost_nodes.is_empty() {
+            self.report_lost_nodes();
+            self.drain_links();
+        }
         for rank in std::mem::take(&mut self.to_launch) {
             self.launch(rank);
         }
@@ -480,7 +808,7 @@ impl Engine {
 
     fn drain_links(&mut self) {
         loop {
-            while let Some(o) = self.master.poll_output() {
+            while let Some(o) = self.master.as_mut().and_then(Master::poll_output) {
                 self.on_master_output(o);
             }
             while let Some(o) = self.daemon.poll_output() {
@@ -492,13 +820,16 @@ impl Engine {
             let now = self.now();
             let r = match link {
                 Link::ToDaemon(msg) => self.daemon.handle(now, DaemonInput::FromMaster(msg)),
-                Link::ToMaster(msg) => self.master.handle(
-                    now,
-                    MasterInput::FromDaemon {
-                        node: NodeId(0),
-                        msg,
-                    },
-                ),
+                Link::ToMaster(msg) => match &mut self.master {
+                    Some(m) => m.handle(
+                        now,
+                        MasterInput::FromDaemon {
+                            node: self.node,
+                            msg,
+                        },
+                    ),
+                    None => Ok(()),
+                },
             };
             if let Err(e) = r {
                 tracing::debug!(error = %e, "input refused");
@@ -508,7 +839,10 @@ impl Engine {
 
     fn on_master_output(&mut self, o: MasterOutput) {
         match o {
-            MasterOutput::Send(env) => self.links.push_back(Link::ToDaemon(env.msg)),
+            MasterOutput::Send(env) if env.to == self.node => {
+                self.links.push_back(Link::ToDaemon(env.msg));
+            }
+            MasterOutput::Send(env) => self.send_to_node(env.to.0, &env.msg),
             MasterOutput::Status { delta, status } => self.on_status(delta, status),
             MasterOutput::Started { ticket, delta } => self.tools.started(ticket, &delta),
             MasterOutput::Refused {
@@ -519,7 +853,19 @@ impl Engine {
                 tracing::warn!(?request, %error, "change request refused");
                 self.tools.refused(ticket, &error);
             }
-            MasterOutput::NodeAllocated(n) => tracing::debug!(node = n.0, "node allocated"),
+            MasterOutput::NodeAllocated(n) => {
+                tracing::debug!(node = n.0, "node allocated");
+                if n != self.node {
+                    let started = match &mut self.nodes {
+                        Some(nodes) => nodes.start(n.0),
+                        None => Err(format!("node {} has no host", n.0)),
+                    };
+                    if let Err(why) = started {
+                        tracing::error!("{why}");
+                        self.lost_nodes.push((n.0, why));
+                    }
+                }
+            }
             MasterOutput::NodeReleased(n) => tracing::debug!(node = n.0, "node released"),
             MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank),
         }
@@ -529,22 +875,40 @@ impl Engine {
     /// (status 0) is a process that finished its work; anything else is a failure,
     /// which ends the job unless it was started with [`OnLoss::Continue`].
     fn on_lost(&mut self, rank: Rank) {
-        let Some(c) = self.children.get(&rank) else {
+        let why = if let Some(c) = self.children.get(&rank) {
+            let Some(status) = c.exit else {
+                return;
+            };
+            if status.success() || c.killed {
+                tracing::debug!(rank, "process finished");
+                return;
+            }
+            format!(
+                "rank {rank} (pid {}) exited unexpectedly ({})",
+                c.os_pid,
+                procs::describe(&status)
+            )
+        } else if let Some(p) = self.remote_procs.get(&rank) {
+            // LINK-4: a remote process' end arrives before core's `Exited` for it; one
+            // without it went down with its node (NODE-2).
+            let host = self.nodes.as_ref().map_or("?", |n| n.host(p.node));
+            let pid = p.os_pid.map_or("-".into(), |p| p.to_string());
+            match (p.ended, &self.node_lost_why) {
+                (Some((code, killed)), _) if code == 0 || killed => {
+                    tracing::debug!(rank, "process finished");
+                    return;
+                }
+                (Some((code, _)), _) => format!(
+                    "rank {rank} (pid {pid} on {host}) exited unexpectedly ({})",
+                    procs::describe_code(code)
+                ),
+                (None, Some(node_why)) => format!("rank {rank} (on {host}) lost: {node_why}"),
+                (None, None) => format!("rank {rank} (on {host}) lost"),
+            }
+        } else {
             return;
         };
-        let Some(status) = c.exit else {
-            return;
-        };
-        if status.success() || c.killed {
-            tracing::debug!(rank, "process finished");
-            return;
-        }
         self.failed.push(rank);
-        let why = format!(
-            "rank {rank} (pid {}) exited unexpectedly ({})",
-            c.os_pid,
-            procs::describe(&status)
-        );
         match self.on_loss {
             OnLoss::Continue => {
                 tracing::error!("{why}; the job goes on without it");
@@ -563,9 +927,8 @@ impl Engine {
         let t = self.start.elapsed();
         let info = self
             .master
-            .all_changes()
-            .find(|c| c.delta == delta)
-            .cloned();
+            .as_ref()
+            .and_then(|m| m.all_changes().find(|c| c.delta == delta).cloned());
         let pos = self.changes.iter().rposition(|l| l.delta == delta);
         let log = match pos {
             Some(i) => &mut self.changes[i],
@@ -607,7 +970,10 @@ impl Engine {
 
     fn on_daemon_output(&mut self, o: DaemonOutput) {
         match o {
-            DaemonOutput::ToMaster(msg) => self.links.push_back(Link::ToMaster(msg)),
+            DaemonOutput::ToMaster(msg) if self.master.is_some() => {
+                self.links.push_back(Link::ToMaster(msg));
+            }
+            DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
             DaemonOutput::ToClient { to, req, reply } => self.reply(to.rank, req, &reply),
             DaemonOutput::Launch { procs } => {
                 self.to_launch.extend(procs.iter().map(|p| p.rank));
@@ -648,6 +1014,7 @@ impl Engine {
     fn launch(&mut self, rank: Rank) {
         if self.ending.is_some() || signals::interrupted() {
             // The job is being ended: report the launch as failed at once.
+            self.report_end(rank, 0, 128 + 9, true);
             let pid = self.pid(rank);
             self.daemon_input(DaemonInput::Exited { pid });
             return;
@@ -660,9 +1027,19 @@ impl Engine {
             self.launching.insert(rank, false);
         } else {
             tracing::error!(rank, "launcher thread gone");
+            self.report_end(rank, 0, 127, false);
             let pid = self.pid(rank);
             self.daemon_input(DaemonInput::Exited { pid });
         }
+    }
+}
+
+/// The message type of a whole frame (split by the link's reader, so the header is
+/// there).
+fn frame_type(frame: &[u8]) -> u16 {
+    match frame {
+        [_, _, _, a, b, ..] => u16::from_be_bytes([*a, *b]),
+        _ => 0,
     }
 }
 

@@ -1,9 +1,14 @@
 //! `dynres run`: on one host the runtime is the master and the node's daemon at once,
-//! plus the Unix-socket servers for clients and tools.
+//! plus the Unix-socket servers for clients and tools. Over several hosts
+//! (`spec/runtime.md`), the other hosts get a node daemon each (`dynres daemon`),
+//! started by a launch agent and linked to the master over TCP.
 
 mod conns;
+mod daemon;
 mod engine;
 mod jobdir;
+mod link;
+mod nodes;
 mod procs;
 mod server;
 mod signals;
@@ -17,13 +22,16 @@ use dynres_core::rc::{Master, MasterConfig};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Namespace};
 
+pub use daemon::run as daemon;
 pub use engine::{ChangeLog, Event, OnLoss, Outcome};
 pub use jobdir::JobDir;
+pub use nodes::Agent;
 pub use procs::{LaunchSpec, check_program};
 
 use crate::auth::new_secret;
 use crate::env;
 use crate::error::LauncherError;
+use crate::hosts::Host;
 
 /// How to run a job.
 #[derive(Clone, Debug)]
@@ -48,6 +56,13 @@ pub struct JobConfig {
     pub max_queued: usize,
     /// `RC-18`: what a failed process does to the job.
     pub on_loss: OnLoss,
+    /// The job's hosts (`--host`, `--hostfile`, Slurm); empty: this host only, with
+    /// `slots` slots.
+    pub hosts: Vec<Host>,
+    /// How daemons are started on the other hosts.
+    pub agent: Agent,
+    /// HB-1: how often master and daemons tell each other they are alive.
+    pub heartbeat: StdDuration,
 }
 
 /// The host's number of cores: the default slot count.
@@ -67,6 +82,21 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// RT-1: whether `name` is this machine: `localhost`, its host name, or an address
+/// one of its interfaces has (binding a socket to it succeeds).
+fn is_this_host(name: &str) -> bool {
+    let me = host_name();
+    if name == "localhost" || name == me || me.split('.').next() == Some(name) {
+        return true;
+    }
+    let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(name, 0)) else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| std::net::TcpListener::bind((a.ip(), 0)).is_ok())
+}
+
 /// Most processes (and slots) a job may have: the kernel keeps a table entry per
 /// slot, so an absurd count would only exhaust memory before anything runs.
 pub const MAX_PROCS: u32 = 1 << 20;
@@ -83,13 +113,49 @@ fn validate(cfg: &JobConfig) -> Result<(), LauncherError> {
             )));
         }
     }
-    if cfg.n > cfg.slots {
+    if cfg.hosts.is_empty() && cfg.n > cfg.slots {
         return Err(LauncherError::Usage(format!(
             "-n {} exceeds the {} slots of this host (use --slots or --max)",
             cfg.n, cfg.slots
         )));
     }
+    let total: u64 = cfg.hosts.iter().map(|h| u64::from(h.slots)).sum();
+    if !cfg.hosts.is_empty() && u64::from(cfg.n) > total {
+        return Err(LauncherError::Usage(format!(
+            "-n {} exceeds the {total} slots of the job's hosts",
+            cfg.n
+        )));
+    }
+    if total > u64::from(MAX_PROCS) {
+        return Err(LauncherError::Usage(format!(
+            "the hosts have {total} slots in all (at most {MAX_PROCS})"
+        )));
+    }
     procs::check_program(&cfg.program)
+}
+
+/// Listens for the other hosts' daemons on this host's address (AUTH, LINK).
+fn start_nodes(
+    hosts: &[Host],
+    own: u32,
+    agent: &Agent,
+    template: nodes::Template,
+    events: std::sync::mpsc::Sender<Event>,
+) -> Result<nodes::Nodes, LauncherError> {
+    let me = &hosts[own as usize].name;
+    let listener = std::net::TcpListener::bind((me.as_str(), 0))
+        .map_err(|e| LauncherError::io(format!("listen for daemons on {me}"), e))?;
+    let key = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
+    nodes::Nodes::new(
+        hosts.to_vec(),
+        own,
+        key.into_bytes(),
+        listener,
+        agent.clone(),
+        template,
+        events,
+    )
+    .map_err(|e| LauncherError::io("start accepting daemons", e))
 }
 
 /// Runs a job to its end; nothing is left behind (processes, sockets, shm segments).
@@ -105,12 +171,35 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     // Checks the id before the kernel names a namespace after it.
     crate::private::job_path(&root, &job_id)?;
     let namespace = Namespace::new(format!("job-{job_id}"));
-    let master = Master::new(MasterConfig {
-        namespace: namespace.clone(),
-        nodes: vec![NodeSpec {
+    let (hosts, own) = if cfg.hosts.is_empty() {
+        let me = Host {
             name: host_name(),
             slots: cfg.slots,
-        }],
+        };
+        (vec![me], 0)
+    } else {
+        // RT-1: the first entry naming this machine is served in-process.
+        let own = cfg
+            .hosts
+            .iter()
+            .position(|h| is_this_host(&h.name))
+            .ok_or_else(|| {
+                LauncherError::Usage(
+                    "none of the job's hosts is this machine: run `dynres run` on one of them"
+                        .into(),
+                )
+            })?;
+        (cfg.hosts.clone(), own as u32)
+    };
+    let master = Master::new(MasterConfig {
+        namespace: namespace.clone(),
+        nodes: hosts
+            .iter()
+            .map(|h| NodeSpec {
+                name: h.name.clone(),
+                slots: h.slots,
+            })
+            .collect(),
         apps: vec![(cfg.app.clone(), cfg.n)],
         change_timeout: core_duration(cfg.change_timeout),
         grace: core_duration(cfg.grace),
@@ -144,11 +233,12 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
             return Err(e);
         }
     };
+    let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     tracing::info!(
-        "job {job_id}: {} processes of {} on {} slots; `dynres status {job_id}` (dir {})",
+        "job {job_id}: {} processes of {} on {slots} slots of {} host(s); `dynres status {job_id}` (dir {})",
         cfg.n,
         cfg.program,
-        cfg.slots,
+        hosts.len(),
         dir.path().display()
     );
     let spec = LaunchSpec {
@@ -159,16 +249,39 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins: dynres_transports::shm::waiter::calibrated_spins(),
+        node_addr: (!cfg.hosts.is_empty()).then(|| hosts[own as usize].name.clone()),
     };
-    let engine = engine::Engine::new(
-        master,
+    let template = nodes::Template {
+        job: job_id.clone(),
+        namespace: namespace.as_str().to_string(),
+        app: cfg.app.clone(),
+        program: cfg.program.clone(),
+        args: cfg.args.clone(),
+        shm_spins: spec.shm_spins,
+        heartbeat: cfg.heartbeat,
+    };
+    let mut engine = engine::Engine::new(
+        Some(master),
+        own,
         job_id,
         namespace,
         cfg.app.clone(),
         spec,
         cfg.on_loss,
-        tx,
+        tx.clone(),
     );
+    if hosts.len() > 1 {
+        let started = start_nodes(&hosts, own, &cfg.agent, template, tx);
+        match started {
+            Ok(n) => engine = engine.with_nodes(n),
+            Err(e) => {
+                for s in servers {
+                    s.stop();
+                }
+                return Err(e);
+            }
+        }
+    }
     let outcome = engine.run(rx);
     for s in servers {
         s.stop();

@@ -32,6 +32,9 @@ pub struct LaunchSpec {
     /// `DYNRES_SHM_SPINS`: the shared-memory spin budget, calibrated once by the
     /// runtime instead of once in every process (a ~ms futex ping-pong each).
     pub shm_spins: u32,
+    /// `DYNRES_NODE_ADDR`: the address of the node as the job's host list names it
+    /// (processes bind their TCP endpoints there); none on a one-host job.
+    pub node_addr: Option<String>,
 }
 
 /// A launched process.
@@ -159,6 +162,9 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<Launched> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(a) = &spec.node_addr {
+        cmd.env(env::NODE_ADDR, a);
+    }
     // Before the process, so that a failure leaves nothing to clean up.
     let (exited_r, exited_w) = pipe()?;
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
@@ -318,6 +324,23 @@ pub fn describe(status: &ExitStatus) -> String {
         (Some(c), _) => format!("exit {c}"),
         (None, Some(s)) => format!("signal {s}"),
         _ => "unknown".into(),
+    }
+}
+
+/// An exit as one number for the link (LINK-4): the exit code, or 128 + the signal.
+pub fn code_of(status: &ExitStatus) -> u32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u32 & 0xff,
+        (None, Some(s)) => 128 + s as u32,
+        _ => 255,
+    }
+}
+
+/// Describes a [`code_of`] number as [`describe`] does an exit status.
+pub fn describe_code(code: u32) -> String {
+    match code {
+        0..=128 => format!("exit {code}"),
+        c => format!("signal {}", c - 128),
     }
 }
 

@@ -15,6 +15,10 @@ fn ms(d: Option<std::time::Duration>) -> String {
 /// Renders the job's state.
 pub fn render(e: &Engine) -> String {
     let mut s = String::new();
+    let Some(master) = &e.master else {
+        // Tools talk to the master only; a node daemon has no job-wide view.
+        return s;
+    };
     let _ = writeln!(
         s,
         "job {}  namespace {}  app {}  up {:.1} s",
@@ -24,13 +28,18 @@ pub fn render(e: &Engine) -> String {
         e.uptime().as_secs_f64()
     );
     let _ = writeln!(s, "\nPROCESSES\n{:>6} {:>8}  state", "rank", "pid");
-    let slots = e.master.slots().slots();
+    let slots = master.slots().slots();
     for (rank, c) in &e.children {
         let leaving = slots
             .iter()
             .any(|x| matches!(x, SlotState::Leaving(p) if p.rank == *rank));
         let state = if leaving { "leaving" } else { "running" };
         let _ = writeln!(s, "{rank:>6} {:>8}  {state}", c.os_pid);
+    }
+    for (rank, p) in &e.remote_procs {
+        let host = e.nodes.as_ref().map_or("?", |n| n.host(p.node));
+        let pid = p.os_pid.map_or("-".into(), |p| p.to_string());
+        let _ = writeln!(s, "{rank:>6} {pid:>8}  running on node {} ({host})", p.node);
     }
     for x in &e.exited {
         let _ = writeln!(
@@ -46,12 +55,30 @@ pub fn render(e: &Engine) -> String {
         "(running processes, then the last {} exits)",
         super::engine::HISTORY
     );
+    if let Some(nodes) = &e.nodes {
+        let _ = writeln!(
+            s,
+            "\nNODES\n{:>4} {:<24} {:>5} {:>5}  daemon",
+            "node", "host", "slots", "used"
+        );
+        for (i, spec) in master.slots().nodes().iter().enumerate() {
+            let i = i as u32;
+            let used = master.slots().processes_on(i).len();
+            let _ = writeln!(
+                s,
+                "{i:>4} {:<24} {:>5} {used:>5}  {}",
+                spec.name,
+                spec.slots,
+                nodes.daemon_state(i)
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "\nPSETS\n{:<32} {:>5} {:>8} {:>6} {:>7}",
         "name", "size", "version", "epoch", "active"
     );
-    let reg = e.master.registry();
+    let reg = master.registry();
     for (name, p) in reg.live_psets() {
         let size = reg
             .members(&Origin::Runtime, name)

@@ -1,0 +1,235 @@
+//! `dynres daemon`: one host's share of a job that spans several (`spec/runtime.md`).
+//! Started by the master's launch agent, it reads the job's key from standard input
+//! (AUTH-1), connects back to the master over TCP and proves it holds the key
+//! (AUTH-2..5), takes its launch template from `Setup` (LINK-2), and then runs core's
+//! daemon for its node: launching, reaping and serving that node's processes, relaying
+//! core's frames (LINK-3), reporting how processes ended (LINK-4), and ending with the
+//! job (LINK-5) or with the master (RT-3).
+
+use std::io::BufRead;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixListener;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dynres_core::Namespace;
+use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link};
+
+use super::conns::Conn;
+use super::engine::{Engine, OnLoss, Outcome};
+use super::jobdir::JobDir;
+use super::procs::LaunchSpec;
+use super::{link, server, signals};
+use crate::auth::new_secret;
+use crate::env;
+use crate::error::LauncherError;
+use crate::framing::{Frame, FrameReader};
+use crate::hostauth;
+
+/// How long a daemon tries to reach the master, and then to get its `Setup`.
+const CONNECT_BOUND: Duration = Duration::from_secs(10);
+
+/// The daemon's link to the master, as its engine uses it.
+pub struct Upstream {
+    conn: Conn,
+    reader: Option<JoinHandle<()>>,
+    last_heard: Instant,
+    last_sent: Instant,
+    heartbeat: Duration,
+}
+
+impl Upstream {
+    /// Queues `frame` for the master (never blocks the engine, as LINK-6 on the master).
+    pub fn send(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.last_sent = Instant::now();
+        self.conn.send(frame).map_err(|e| format!("link: {e}"))
+    }
+
+    /// The master was heard from (HB-1).
+    pub fn heard(&mut self) {
+        self.last_heard = Instant::now();
+    }
+
+    /// Flushes, sends a heartbeat when due, and checks the master is alive (HB-2).
+    pub fn tick(&mut self) -> Result<(), String> {
+        if self.last_heard.elapsed() > self.heartbeat * 4 {
+            return Err(format!(
+                "the master was silent for {} ms",
+                self.last_heard.elapsed().as_millis()
+            ));
+        }
+        self.conn.flush().map_err(|e| format!("link: {e}"))?;
+        if self.last_sent.elapsed() >= self.heartbeat {
+            self.send(&encode_link(&LinkMsg::Heartbeat))?;
+        }
+        Ok(())
+    }
+
+    /// Whether bytes wait for the master to read.
+    pub fn has_pending(&self) -> bool {
+        self.conn.has_pending()
+    }
+
+    /// Flushes what is pending (bounded: 2 s), then closes the link.
+    pub fn finish(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.conn.has_pending() && Instant::now() < deadline {
+            if self.conn.flush().is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.conn.close();
+        if let Some(t) = self.reader.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn link_err(why: impl std::fmt::Display) -> LauncherError {
+    LauncherError::Link(why.to_string())
+}
+
+/// Reads the job's key, one line of hex, from standard input (AUTH-1).
+fn read_key() -> Result<Vec<u8>, LauncherError> {
+    let mut line = String::new();
+    std::io::Read::take(std::io::stdin().lock(), 1024)
+        .read_line(&mut line)
+        .map_err(|e| LauncherError::io("read the job key from standard input", e))?;
+    let hex = line.trim();
+    let bad = || LauncherError::Usage("dynres daemon: no job key (hex) on standard input".into());
+    if hex.is_empty() || hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
+}
+
+fn connect(master: &str) -> Result<TcpStream, LauncherError> {
+    let deadline = Instant::now() + CONNECT_BOUND;
+    loop {
+        let addrs: Vec<_> = master
+            .to_socket_addrs()
+            .map_err(|e| LauncherError::Usage(format!("--master {master}: {e}")))?
+            .collect();
+        let mut last = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(link_err(format!(
+                "cannot reach the master at {master}: {}",
+                last.map_or("no address".into(), |e| e.to_string())
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Authenticates, then waits for the master's `Setup` (LINK-2).
+fn handshake(
+    stream: &mut TcpStream,
+    key: &[u8],
+    node: u32,
+) -> Result<(NodeSetup, FrameReader), LauncherError> {
+    stream
+        .set_read_timeout(Some(CONNECT_BOUND))
+        .and_then(|()| stream.set_write_timeout(Some(CONNECT_BOUND)))
+        .map_err(|e| LauncherError::io("set timeouts on the link", e))?;
+    hostauth::daemon_handshake(stream, key, node).map_err(link_err)?;
+    let mut frames = FrameReader::new();
+    let frame = match frames.next(stream) {
+        Ok(Ok(Frame::Frame(f))) => f,
+        Ok(Ok(Frame::Closed)) => return Err(link_err("the master closed the link")),
+        Ok(Err(e)) => return Err(link_err(format!("malformed frame: {e}"))),
+        Err(e) => return Err(link_err(e)),
+    };
+    let setup = match decode_link(&frame) {
+        Ok(LinkMsg::Setup(s)) if s.node == node => s,
+        Ok(LinkMsg::Setup(s)) => {
+            return Err(link_err(format!(
+                "the master set this daemon up as node {}, not {node}",
+                s.node
+            )));
+        }
+        Ok(m) => return Err(link_err(format!("expected Setup first, got {m:?}"))),
+        Err(e) => return Err(link_err(format!("malformed Setup: {e}"))),
+    };
+    stream
+        .set_read_timeout(None)
+        .and_then(|()| stream.set_write_timeout(None))
+        .map_err(|e| LauncherError::io("clear timeouts on the link", e))?;
+    Ok((setup, frames))
+}
+
+/// Runs node `node`'s daemon of the job whose master listens at `master` (`host:port`)
+/// until the master ends the job (LINK-5) or is lost (RT-3).
+pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
+    let key = read_key()?;
+    let mut stream = connect(master)?;
+    // `frames` may hold what the master sent right after `Setup`: the reader goes on
+    // from there.
+    let (setup, frames) = handshake(&mut stream, &key, node)?;
+    tracing::info!(node, job = %setup.job, "daemon up");
+    let _ = stream.set_nodelay(true);
+    let root = env::runtime_root();
+    // A job directory of its own on this host (other nodes may share the file system).
+    let dir_name = format!("{}.node{node}", setup.job);
+    let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
+    let dir = JobDir::create(&root, &dir_name, &secret)?;
+    let sock = dir.control_sock();
+    let listener = UnixListener::bind(&sock)
+        .map_err(|e| LauncherError::io(format!("bind {}", sock.display()), e))?;
+    signals::install();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = server::Server::start(
+        listener,
+        server::Kind::Control,
+        server::Limits::of(server::Kind::Control),
+        secret.clone(),
+        tx.clone(),
+    )
+    .map_err(|e| LauncherError::io("start the control socket's server", e))?;
+    let reader = stream
+        .try_clone()
+        .and_then(|s| link::reader(s, frames, node, tx.clone()))
+        .map_err(|e| LauncherError::io("start the link's reader", e))?;
+    let now = Instant::now();
+    let upstream = Upstream {
+        conn: Conn::new(node, stream),
+        reader: Some(reader),
+        last_heard: now,
+        last_sent: now,
+        heartbeat: Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),
+    };
+    let spec = LaunchSpec {
+        program: setup.program,
+        args: setup.args,
+        socket: sock.display().to_string(),
+        secret,
+        namespace: setup.namespace.clone(),
+        app: setup.app.clone(),
+        shm_spins: setup.shm_spins,
+        node_addr: Some(setup.node_addr),
+    };
+    let engine = Engine::new(
+        None,
+        node,
+        setup.job,
+        Namespace::new(setup.namespace),
+        setup.app,
+        spec,
+        OnLoss::Continue,
+        tx,
+    )
+    .with_upstream(upstream);
+    let outcome = engine.run(rx);
+    server.stop();
+    drop(dir);
+    Ok(outcome)
+}

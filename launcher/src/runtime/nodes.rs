@@ -1,0 +1,506 @@
+//! The master's side of the other hosts (`spec/runtime.md`): starting their daemons
+//! through the launch agent (RT-2), accepting and authenticating them (AUTH-1..5),
+//! relaying frames to them without blocking (LINK-2, LINK-6), heartbeats and the
+//! failure detector (HB-1..3, NODE-1). Nothing here decides a protocol step: a node
+//! found dead is reported to the engine, which tells core (`NodeLost`, RC-17).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, encode_link};
+
+use super::conns::Conn;
+use super::engine::Event;
+use super::link;
+use crate::framing::FrameReader;
+use crate::hostauth;
+use crate::hosts::Host;
+
+/// How long a daemon has to connect and authenticate after its launch (HB-3).
+pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
+/// How long one authentication exchange may take (AUTH-5).
+const AUTH_BOUND: Duration = Duration::from_secs(10);
+/// Most authentications in progress at once: a flood of connections costs threads
+/// only up to this.
+const MAX_AUTHENTICATING: usize = 16;
+
+/// The launch template every daemon gets in its `Setup` (LINK-2), minus the node.
+#[derive(Clone, Debug)]
+pub struct Template {
+    /// The job id.
+    pub job: String,
+    /// The job's namespace.
+    pub namespace: String,
+    /// The application's name.
+    pub app: String,
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The calibrated shm spin budget.
+    pub shm_spins: u32,
+    /// The heartbeat interval (HB-1).
+    pub heartbeat: Duration,
+}
+
+/// How daemons are started: `AGENT… HOST DYNRES daemon --master ADDR --node N`.
+#[derive(Clone, Debug)]
+pub struct Agent {
+    /// The agent command and its arguments (`ssh -o BatchMode=yes`, `srun …`).
+    pub command: Vec<String>,
+    /// The `dynres` executable as the other hosts find it.
+    pub exe: PathBuf,
+}
+
+enum State {
+    /// The agent runs; the daemon has not authenticated yet. Frames wait in order.
+    Starting { since: Instant, queued: Vec<u8> },
+    /// Authenticated and set up.
+    Up {
+        conn: Conn,
+        last_heard: Instant,
+        last_sent: Instant,
+    },
+    /// Lost or shut down: frames for it are dropped.
+    Gone,
+}
+
+struct Remote {
+    agent: Option<Child>,
+    state: State,
+    reader: Option<JoinHandle<()>>,
+}
+
+/// The other hosts of a job, as the master sees them.
+pub struct Nodes {
+    hosts: Vec<Host>,
+    own: u32,
+    key: Arc<Vec<u8>>,
+    master_addr: String,
+    agent: Agent,
+    template: Template,
+    remote: BTreeMap<u32, Remote>,
+    events: Sender<Event>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Nodes {
+    /// Listens for daemons on `listener` (bound to this host's address) and prepares to
+    /// start them. `key` is the job's daemon key (AUTH-1).
+    pub fn new(
+        hosts: Vec<Host>,
+        own: u32,
+        key: Vec<u8>,
+        listener: TcpListener,
+        agent: Agent,
+        template: Template,
+        events: Sender<Event>,
+    ) -> std::io::Result<Nodes> {
+        let port = listener.local_addr()?.port();
+        let master_addr = format!("{}:{port}", hosts[own as usize].name);
+        let key = Arc::new(key);
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor = accept_loop(listener, key.clone(), stop.clone(), events.clone())?;
+        Ok(Nodes {
+            hosts,
+            own,
+            key,
+            master_addr,
+            agent,
+            template,
+            remote: BTreeMap::new(),
+            events,
+            stop,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The host name of `node`.
+    pub fn host(&self, node: u32) -> &str {
+        self.hosts
+            .get(node as usize)
+            .map_or("?", |h| h.name.as_str())
+    }
+
+    /// The state of `node`'s daemon, for `dynres status`.
+    pub fn daemon_state(&self, node: u32) -> &'static str {
+        if node == self.own {
+            return "in-process";
+        }
+        match self.remote.get(&node).map(|r| &r.state) {
+            None => "not started",
+            Some(State::Starting { .. }) => "starting",
+            Some(State::Up { .. }) => "up",
+            Some(State::Gone) => "gone",
+        }
+    }
+
+    /// Starts `node`'s daemon through the launch agent (RT-2), once.
+    pub fn start(&mut self, node: u32) -> Result<(), String> {
+        if self.remote.contains_key(&node) {
+            return Ok(());
+        }
+        let host = self.host(node).to_string();
+        let mut cmd = Command::new(&self.agent.command[0]);
+        cmd.args(&self.agent.command[1..])
+            .arg(&host)
+            .arg(&self.agent.exe)
+            .args(["daemon", "--master", &self.master_addr, "--node"])
+            .arg(node.to_string())
+            .stdin(Stdio::piped());
+        tracing::info!(node, host, agent = %self.agent.command.join(" "), "starting a daemon");
+        let started = cmd.spawn().and_then(|mut child| {
+            // AUTH-1: the key goes over the agent's stdin, never on a command line.
+            let mut stdin = child.stdin.take().expect("piped");
+            let r = writeln!(stdin, "{}", hex(&self.key));
+            drop(stdin);
+            match r {
+                Ok(()) => Ok(child),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Err(e)
+                }
+            }
+        });
+        let (agent, state) = match started {
+            Ok(child) => (
+                Some(child),
+                State::Starting {
+                    since: Instant::now(),
+                    queued: Vec::new(),
+                },
+            ),
+            Err(e) => {
+                let why = format!(
+                    "cannot start the launch agent `{}` for {host}: {e}",
+                    self.agent.command[0]
+                );
+                self.remote.insert(
+                    node,
+                    Remote {
+                        agent: None,
+                        state: State::Gone,
+                        reader: None,
+                    },
+                );
+                return Err(why);
+            }
+        };
+        self.remote.insert(
+            node,
+            Remote {
+                agent,
+                state,
+                reader: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Sends a frame to `node`'s daemon, or queues it until the daemon is up (RT-2).
+    /// An error means the node must be declared lost (LINK-6).
+    pub fn send(&mut self, node: u32, frame: &[u8]) -> Result<(), String> {
+        let Some(r) = self.remote.get_mut(&node) else {
+            return Err(format!("no daemon was started for node {node}"));
+        };
+        match &mut r.state {
+            State::Starting { queued, .. } => {
+                queued.extend_from_slice(frame);
+                Ok(())
+            }
+            State::Up {
+                conn, last_sent, ..
+            } => {
+                *last_sent = Instant::now();
+                conn.send(frame).map_err(|e| format!("link: {e}"))
+            }
+            State::Gone => Ok(()),
+        }
+    }
+
+    /// A daemon authenticated as `node`: accepted only if its daemon was started and has
+    /// not connected yet (AUTH-5). Sends `Setup` and what was queued (LINK-2).
+    pub fn on_auth(&mut self, node: u32, stream: TcpStream) -> Result<(), String> {
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string());
+        let Some(r) = self.remote.get_mut(&node) else {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            tracing::warn!(node, %peer, "refused a daemon: no daemon was started for that node");
+            return Ok(());
+        };
+        let State::Starting { queued, .. } = &mut r.state else {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            tracing::warn!(node, %peer, "refused a daemon: the node has one already (or is gone)");
+            return Ok(());
+        };
+        let queued = std::mem::take(queued);
+        let reader_stream = stream
+            .try_clone()
+            .map_err(|e| format!("cannot clone the link: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let mut conn = Conn::new(node, stream);
+        let setup = encode_link(&LinkMsg::Setup(NodeSetup {
+            node,
+            job: self.template.job.clone(),
+            namespace: self.template.namespace.clone(),
+            app: self.template.app.clone(),
+            program: self.template.program.clone(),
+            args: self.template.args.clone(),
+            node_addr: self.hosts[node as usize].name.clone(),
+            shm_spins: self.template.shm_spins,
+            heartbeat_ms: u32::try_from(self.template.heartbeat.as_millis()).unwrap_or(u32::MAX),
+        }));
+        conn.send(&setup)
+            .and_then(|()| conn.send(&queued))
+            .map_err(|e| format!("link: {e}"))?;
+        r.reader = Some(
+            link::reader(reader_stream, FrameReader::new(), node, self.events.clone())
+                .map_err(|e| format!("no thread to read the link: {e}"))?,
+        );
+        let now = Instant::now();
+        r.state = State::Up {
+            conn,
+            last_heard: now,
+            last_sent: now,
+        };
+        tracing::info!(node, %peer, host = %self.hosts[node as usize].name, "daemon up");
+        Ok(())
+    }
+
+    /// Something arrived from `node` (HB-1: any frame is a sign of life).
+    pub fn heard(&mut self, node: u32) {
+        if let Some(Remote {
+            state: State::Up { last_heard, .. },
+            ..
+        }) = self.remote.get_mut(&node)
+        {
+            *last_heard = Instant::now();
+        }
+    }
+
+    /// Heartbeats, pending writes and the failure detector: returns the nodes found
+    /// dead, with why (HB-2, HB-3, LINK-6).
+    pub fn tick(&mut self) -> Vec<(u32, String)> {
+        let hb = self.template.heartbeat;
+        let mut dead = Vec::new();
+        for (&node, r) in &mut self.remote {
+            if let Some(agent) = &mut r.agent {
+                if let Ok(Some(st)) = agent.try_wait() {
+                    r.agent = None;
+                    if matches!(r.state, State::Starting { .. }) {
+                        dead.push((
+                            node,
+                            format!("its launch agent exited ({st}) before the daemon connected"),
+                        ));
+                        continue;
+                    }
+                }
+            }
+            match &mut r.state {
+                State::Starting { since, .. } if since.elapsed() > CONNECT_BOUND => {
+                    dead.push((
+                        node,
+                        format!(
+                            "its daemon did not connect within {} s",
+                            CONNECT_BOUND.as_secs()
+                        ),
+                    ));
+                }
+                State::Up {
+                    conn,
+                    last_heard,
+                    last_sent,
+                } => {
+                    if last_heard.elapsed() > hb * 4 {
+                        dead.push((
+                            node,
+                            format!(
+                                "its daemon was silent for {} ms",
+                                last_heard.elapsed().as_millis()
+                            ),
+                        ));
+                        continue;
+                    }
+                    let mut r = conn.flush();
+                    if r.is_ok() && last_sent.elapsed() >= hb {
+                        *last_sent = Instant::now();
+                        r = conn.send(&encode_link(&LinkMsg::Heartbeat));
+                    }
+                    if let Err(e) = r {
+                        dead.push((node, format!("link: {e}")));
+                    }
+                }
+                _ => {}
+            }
+        }
+        dead
+    }
+
+    /// Whether writes to some daemon wait for it to read.
+    pub fn has_pending(&self) -> bool {
+        self.remote
+            .values()
+            .any(|r| matches!(&r.state, State::Up { conn, .. } if conn.has_pending()))
+    }
+
+    /// Forgets `node`'s link and stops its agent: it is lost or done.
+    pub fn drop_node(&mut self, node: u32) {
+        if let Some(r) = self.remote.get_mut(&node) {
+            if let State::Up { conn, .. } = &r.state {
+                conn.close();
+            }
+            r.state = State::Gone;
+            if let Some(a) = &mut r.agent {
+                let _ = a.kill();
+            }
+        }
+    }
+
+    /// Tells every connected daemon the job is over (LINK-5) and stops daemons that
+    /// have not connected; returns those (their processes never started).
+    pub fn shutdown(&mut self) -> Vec<u32> {
+        let bye = encode_link(&LinkMsg::Shutdown);
+        let mut never = Vec::new();
+        for (&node, r) in &mut self.remote {
+            match &mut r.state {
+                State::Up { conn, .. } => {
+                    let _ = conn.send(&bye);
+                    let _ = conn.flush();
+                }
+                State::Starting { .. } => {
+                    if let Some(a) = &mut r.agent {
+                        let _ = a.kill();
+                    }
+                    r.state = State::Gone;
+                    never.push(node);
+                }
+                State::Gone => {}
+            }
+        }
+        never
+    }
+
+    /// After [`Nodes::shutdown`]: waits (at most `bound`) for the daemons to exit,
+    /// kills the agents left, and stops accepting.
+    pub fn finish(mut self, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        for r in self.remote.values_mut() {
+            while let Some(a) = &mut r.agent {
+                if let State::Up { conn, .. } = &mut r.state {
+                    let _ = conn.flush();
+                }
+                match a.try_wait() {
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Ok(None) => {
+                        tracing::warn!("a daemon did not exit in time; killing its agent");
+                        let _ = a.kill();
+                        let _ = a.wait();
+                        r.agent = None;
+                    }
+                    Ok(Some(_)) | Err(_) => r.agent = None,
+                }
+            }
+            if let State::Up { conn, .. } = &r.state {
+                conn.close();
+            }
+            if let Some(t) = r.reader.take() {
+                let _ = t.join();
+            }
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Accepts daemons until `stop`; each connection is authenticated on a thread of its
+/// own (bounded in time and number) and reported as [`Event::NodeUp`].
+fn accept_loop(
+    listener: TcpListener,
+    key: Arc<Vec<u8>>,
+    stop: Arc<AtomicBool>,
+    events: Sender<Event>,
+) -> std::io::Result<JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    let busy = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("dynres-daemons".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let (stream, peer) = match listener.accept() {
+                    Ok(s) => s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a daemon failed");
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                };
+                if busy.load(Ordering::Relaxed) >= MAX_AUTHENTICATING {
+                    tracing::warn!(%peer, "refused a daemon connection: too many authenticating");
+                    continue;
+                }
+                let (key, events, busy2) = (key.clone(), events.clone(), busy.clone());
+                busy.fetch_add(1, Ordering::Relaxed);
+                let spawned = std::thread::Builder::new()
+                    .name("dynres-auth".into())
+                    .spawn(move || {
+                        authenticate(stream, peer, &key, &events);
+                        busy2.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, "refused a daemon connection: no thread for it");
+                }
+            }
+        })
+}
+
+fn authenticate(
+    mut stream: TcpStream,
+    peer: std::net::SocketAddr,
+    key: &[u8],
+    events: &Sender<Event>,
+) {
+    let bounded = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(AUTH_BOUND)))
+        .and_then(|()| stream.set_write_timeout(Some(AUTH_BOUND)));
+    if bounded.is_err() {
+        return;
+    }
+    match hostauth::master_handshake(&mut stream, key) {
+        Ok(node) => {
+            let ready = stream
+                .set_read_timeout(None)
+                .and_then(|()| stream.set_write_timeout(None));
+            if ready.is_ok() {
+                let _ = events.send(Event::NodeUp { node, stream });
+            }
+        }
+        // AUTH-4: refused and logged; nothing of the job changes.
+        Err(e) => tracing::warn!(%peer, error = %e, "refused a daemon"),
+    }
+}
