@@ -241,7 +241,7 @@ impl Finished {
         let left: Vec<_> = std::fs::read_dir(&self.runtime_dir)
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
-        assert!(left.is_empty(), "left behind: {left:?}");
+        assert!(left.is_empty(), "left behind: {left:?}\n{}", self.dump());
         let shm: Vec<String> = std::fs::read_dir("/dev/shm")
             .map(|d| {
                 d.flatten()

@@ -215,6 +215,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         namespace: setup.namespace.clone(),
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
+        die_with_parent: true,
         node_addr: Some(setup.node_addr),
     };
     let engine = Engine::new(

@@ -277,7 +277,15 @@ impl Engine {
     }
 
     /// Adds the other hosts' daemons (a master over several hosts).
-    pub fn with_nodes(mut self, nodes: Nodes) -> Engine {
+    /// RT-2: every other host's daemon is started with the job (core replicates psets
+    /// to every node from the start); a host whose agent cannot start is lost at once.
+    pub fn with_nodes(mut self, mut nodes: Nodes) -> Engine {
+        for node in nodes.others() {
+            if let Err(why) = nodes.start(node) {
+                tracing::error!("{why}");
+                self.lost_nodes.push((node, why));
+            }
+        }
         self.nodes = Some(nodes);
         self
     }
@@ -611,10 +619,12 @@ impl Engine {
             let host = nodes.host(node).to_string();
             nodes.drop_node(node);
             let had = self.remote_procs.values().any(|p| p.node == node);
-            if self.ending.is_some() || !had {
+            if self.ending.is_some() || signals::interrupted() {
                 tracing::info!(node, host, "daemon gone: {why}");
-            } else {
+            } else if had {
                 tracing::error!(node, host, "node lost: {why}");
+            } else {
+                tracing::warn!(node, host, "node lost: {why}; its slots are retired");
             }
             self.node_lost_why = Some(format!("node {node} ({host}) lost: {why}"));
             let now = self.now();

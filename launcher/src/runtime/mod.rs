@@ -249,6 +249,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins: dynres_transports::shm::waiter::calibrated_spins(),
+        die_with_parent: false,
         node_addr: (!cfg.hosts.is_empty()).then(|| hosts[own as usize].name.clone()),
     };
     let template = nodes::Template {

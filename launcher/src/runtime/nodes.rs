@@ -131,6 +131,13 @@ impl Nodes {
             .map_or("?", |h| h.name.as_str())
     }
 
+    /// The nodes other than the master's own.
+    pub fn others(&self) -> Vec<u32> {
+        (0..self.hosts.len() as u32)
+            .filter(|n| *n != self.own)
+            .collect()
+    }
+
     /// The state of `node`'s daemon, for `dynres status`.
     pub fn daemon_state(&self, node: u32) -> &'static str {
         if node == self.own {
@@ -354,16 +361,14 @@ impl Nodes {
             .any(|r| matches!(&r.state, State::Up { conn, .. } if conn.has_pending()))
     }
 
-    /// Forgets `node`'s link and stops its agent: it is lost or done.
+    /// Forgets `node`'s link: it is lost or done. Its agent is left to exit (a daemon
+    /// whose link closed ends by itself, RT-3); [`Nodes::finish`] bounds the wait.
     pub fn drop_node(&mut self, node: u32) {
         if let Some(r) = self.remote.get_mut(&node) {
             if let State::Up { conn, .. } = &r.state {
                 conn.close();
             }
             r.state = State::Gone;
-            if let Some(a) = &mut r.agent {
-                let _ = a.kill();
-            }
         }
     }
 

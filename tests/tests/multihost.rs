@@ -1,0 +1,341 @@
+//! The runtime across hosts (`spec/runtime.md`), end to end on this machine: loopback
+//! addresses `127.0.0.1`, `127.0.0.2`, … name the job's hosts, and a launch agent that
+//! runs the daemon here stands in for `ssh` (the netns/sshd tests run the same over real
+//! network namespaces). Each daemon is a separate process with its own job directory,
+//! TCP link, authentication and heartbeats: only the agent is local.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dynres_tests::job::{Finished, Runtime, signal};
+
+/// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
+/// the logged pid is the daemon's).
+fn agent(rt: &Runtime) -> (PathBuf, PathBuf) {
+    let dir = rt.scratch();
+    let log = dir.join("agent.log");
+    let script = dir.join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$$ $*\" >> {}\nshift\nexec \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (script, log)
+}
+
+/// `(daemon pid, node, master address)` of each daemon the agent started.
+fn daemons(log: &Path) -> Vec<(u32, u32, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = |flag: &str| w.iter().position(|x| *x == flag).map(|i| w[i + 1]);
+            Some((
+                w.first()?.parse().ok()?,
+                at("--node")?.parse().ok()?,
+                at("--master")?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn wait_daemon(rt: &Runtime, job: &str, log: &Path, node: u32) -> (u32, String) {
+    rt.wait_status(job, &format!("node {node}'s daemon up"), |s| {
+        node_state(s, node) == Some("up".into())
+    });
+    daemons(log)
+        .into_iter()
+        .find(|d| d.1 == node)
+        .map(|d| (d.0, d.2))
+        .expect("the agent logged the daemon")
+}
+
+/// The daemon column of `node`'s line in the NODES table.
+fn node_state(status: &str, node: u32) -> Option<String> {
+    status
+        .lines()
+        .skip_while(|l| *l != "NODES")
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .find(|l| l.split_whitespace().next() == Some(&node.to_string()))
+        .and_then(|l| l.split_whitespace().last().map(str::to_string))
+}
+
+fn hosts(n: u32, slots: u32) -> String {
+    (1..=n)
+        .map(|i| format!("127.0.0.{i}:{slots}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// RT-1, RT-2, LINK-1..5: a job starts on host 1, grows onto hosts 2 and 3 (a daemon
+/// is started for each when its first process is placed there), shrinks back, and ends
+/// cleanly: daemons exit, their job directories go, no process is left.
+#[test]
+fn a_job_grows_onto_other_hosts_and_shrinks_back() {
+    let rt = Runtime::new("mh-grow");
+    let (agent, log) = agent(&rt);
+    let h = hosts(3, 2);
+    let cmd = rt.command(&[
+        "run",
+        "-n",
+        "2",
+        "--job-id",
+        "mhgrow",
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "step",
+        "--n-start",
+        "2",
+        "--n-limit",
+        "6",
+        "--n-delta",
+        "4",
+        "-f",
+        "2",
+        "-i",
+        "40",
+        "--problem-size",
+        "100000",
+    ]);
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let sizes: Vec<String> = f.csv().iter().map(|r| r[1].clone()).collect();
+    let grown = sizes.iter().position(|s| s == "6");
+    assert!(
+        grown.is_some_and(|i| sizes[i..].iter().any(|s| s == "2")),
+        "expected 2 → 6 → 2, got {sizes:?}\n{}",
+        f.dump()
+    );
+    let mut nodes: Vec<u32> = daemons(&log).iter().map(|d| d.1).collect();
+    nodes.sort();
+    assert_eq!(nodes, vec![1, 2], "one daemon per other host\n{}", f.dump());
+    for n in [1, 2] {
+        assert!(
+            f.stderr
+                .lines()
+                .any(|l| l.contains("daemon up") && l.contains(&format!("node={n} "))),
+            "node {n}\n{}",
+            f.dump()
+        );
+    }
+    f.assert_nothing_left();
+}
+
+/// NODE-1, NODE-2, SLOT-4: a daemon killed with SIGKILL is a lost node; with
+/// `--on-loss continue` the job goes on, and a later growth uses the other hosts only.
+#[test]
+fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
+    let rt = Runtime::new("mh-lost");
+    let (agent, log) = agent(&rt);
+    let job = "mhlost";
+    let h = hosts(3, 2);
+    let mut cmd = rt.command(&[
+        "run",
+        "-n",
+        "2",
+        "--job-id",
+        job,
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--on-loss",
+        "continue",
+        "--heartbeat-ms",
+        "200",
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "none",
+        "-i",
+        "100000000",
+        "--problem-size",
+        "1000",
+    ]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    rt.wait_for_job(job);
+    // Onto host 2 and back: its daemon stays up with nothing to run.
+    for (op, k) in [("grow", "+2"), ("shrink", "-2")] {
+        let r = rt.run(&[op, job, k]);
+        assert!(r.stdout.contains("FINALIZED"), "{op}: {}", r.dump());
+    }
+    let (daemon, _) = wait_daemon(&rt, job, &log, 1);
+    signal(daemon, libc::SIGKILL);
+    rt.wait_status(job, "node 1 gone", |s| {
+        node_state(s, 1) == Some("gone".into())
+    });
+    // SLOT-4: host 2's slots are retired; the next processes go to host 3.
+    let r = rt.run(&["grow", job, "+2"]);
+    assert!(r.stdout.contains("FINALIZED"), "grow: {}", r.dump());
+    let st = rt.wait_status(job, "processes on node 2", |s| {
+        s.lines()
+            .filter(|l| l.contains("running on node 2"))
+            .count()
+            == 2
+    });
+    assert!(!st.contains("running on node 1"), "{st}");
+    signal(child.id(), libc::SIGTERM);
+    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
+        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    assert_eq!(f.code, Some(130), "{}", f.dump());
+    assert!(
+        f.stderr
+            .lines()
+            .any(|l| l.contains("node lost: the link closed") && l.contains("node=1 ")),
+        "the loss is logged\n{}",
+        f.dump()
+    );
+}
+
+/// NODE-2: by default, losing a node that runs processes of the job ends the job with
+/// one line naming the node and why.
+#[test]
+fn a_lost_node_with_processes_ends_the_job() {
+    let rt = Runtime::new("mh-end");
+    let (agent, log) = agent(&rt);
+    let job = "mhend";
+    let h = hosts(2, 2);
+    let mut cmd = rt.command(&[
+        "run",
+        "-n",
+        "4",
+        "--job-id",
+        job,
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--",
+        "sleep",
+        "60",
+    ]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    rt.wait_for_job(job);
+    let (daemon, _) = wait_daemon(&rt, job, &log, 1);
+    rt.wait_status(job, "processes on node 1", |s| {
+        s.lines()
+            .filter(|l| l.contains("running on node 1"))
+            .count()
+            == 2
+    });
+    signal(daemon, libc::SIGKILL);
+    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
+        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    assert_eq!(f.code, Some(1), "{}", f.dump());
+    let last = f.stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("dynres: job failed: rank ")
+            && last.contains("node 1 (127.0.0.2) lost: the link closed"),
+        "{}",
+        f.dump()
+    );
+    for p in f.launched_pids() {
+        let alive = std::path::Path::new(&format!("/proc/{p}")).exists();
+        let ours = std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| c.starts_with("sleep"));
+        assert!(
+            !(alive && ours),
+            "process {p} outlived its node\n{}",
+            f.dump()
+        );
+    }
+}
+
+/// AUTH-3, AUTH-4: a daemon that does not hold the job's key is refused (the master's
+/// tag does not verify for it, so it never answers), the refusal is logged, and the job
+/// runs on unharmed.
+#[test]
+fn a_daemon_with_the_wrong_key_is_refused() {
+    let rt = Runtime::new("mh-key");
+    let (agent, log) = agent(&rt);
+    let job = "mhkey";
+    let h = hosts(2, 2);
+    let mut cmd = rt.command(&[
+        "run",
+        "-n",
+        "3",
+        "--job-id",
+        job,
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--",
+        "sleep",
+        "60",
+    ]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    rt.wait_for_job(job);
+    let (_, master) = wait_daemon(&rt, job, &log, 1);
+    let mut fake = rt.command(&["daemon", "--master", &master, "--node", "1"]);
+    let mut fake = fake
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = fake.stdin.take().unwrap();
+        writeln!(stdin, "{}", "ab".repeat(32)).unwrap();
+    }
+    let fake = fake.wait_with_output().unwrap();
+    let fake = Finished::new(fake, rt.dir.clone());
+    assert_eq!(fake.code, Some(1), "{}", fake.dump());
+    assert!(fake.stderr.contains("wrong key"), "{}", fake.dump());
+    // The job is unharmed: its real daemon is still the one up.
+    let st = rt.run(&["status", job]);
+    assert_eq!(
+        node_state(&st.stdout, 1),
+        Some("up".into()),
+        "{}",
+        st.dump()
+    );
+    signal(child.id(), libc::SIGTERM);
+    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
+        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    assert_eq!(f.code, Some(130), "{}", f.dump());
+    assert!(f.stderr.contains("refused a daemon"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+/// RT-1: a host list that does not include this machine is refused before anything
+/// starts, with one line and the usage exit status.
+#[test]
+fn a_host_list_without_this_machine_is_refused() {
+    let rt = Runtime::new("mh-none");
+    let f = rt.run(&["run", "-n", "1", "--host", "192.0.2.1:2", "--", "true"]);
+    assert_eq!(f.code, Some(2), "{}", f.dump());
+    assert!(
+        f.stderr.contains("none of the job's hosts is this machine"),
+        "{}",
+        f.dump()
+    );
+}
