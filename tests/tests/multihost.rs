@@ -326,16 +326,31 @@ fn a_daemon_with_the_wrong_key_is_refused() {
     f.assert_nothing_left();
 }
 
-/// RT-1: a host list that does not include this machine is refused before anything
-/// starts, with one line and the usage exit status.
+/// RT-1, HB-3, NODE-2: without a host that is this machine every host needs a daemon;
+/// when its launch agent fails, the node is lost before any process ran there and the
+/// job ends with one line naming the host and why.
 #[test]
-fn a_host_list_without_this_machine_is_refused() {
+fn a_host_whose_agent_fails_ends_the_job_with_a_clear_line() {
     let rt = Runtime::new("mh-none");
-    let f = rt.run(&["run", "-n", "1", "--host", "192.0.2.1:2", "--", "true"]);
-    assert_eq!(f.code, Some(2), "{}", f.dump());
+    let f = rt.run(&[
+        "run",
+        "-n",
+        "1",
+        "--host",
+        "192.0.2.1:2",
+        "--launch-agent",
+        "false",
+        "--",
+        "true",
+    ]);
+    assert_eq!(f.code, Some(1), "{}", f.dump());
+    let last = f.stderr.trim().lines().last().unwrap_or_default();
     assert!(
-        f.stderr.contains("none of the job's hosts is this machine"),
+        last.starts_with("dynres: job failed: rank 0 (on 192.0.2.1) lost: node 0 (192.0.2.1) lost: its launch agent exited"),
         "{}",
         f.dump()
     );
+    // Nothing ran; nothing is left in the runtime directory.
+    let left = std::fs::read_dir(&rt.dir).unwrap().count();
+    assert_eq!(left, 0, "{}", f.dump());
 }

@@ -119,15 +119,17 @@ struct RunArgs {
     /// (kill the others, exit non-zero) or let it `continue` without it.
     #[arg(long, value_enum, default_value = "end")]
     on_loss: LossArg,
-    /// Hosts and their slots, `h1:4,h2:4` (as mpirun's `--host`). One of them must be
-    /// this machine; the others get a daemon through the launch agent.
+    /// Hosts and their slots, `h1:4,h2:4` (as mpirun's `--host`). The first one that is
+    /// this machine runs in this process; every other gets a daemon through the launch
+    /// agent.
     #[arg(long, conflicts_with = "hostfile")]
     host: Option<String>,
     /// A file of hosts, one per line: `NAME [slots=N]` (as mpirun's `--hostfile`).
     #[arg(long)]
     hostfile: Option<String>,
     /// How daemons are started on other hosts: `CMD… HOST dynres daemon …` (default
-    /// `ssh -o BatchMode=yes`; inside a Slurm allocation `srun` on the node).
+    /// `ssh -o BatchMode=yes -o ConnectTimeout=10`; inside a Slurm allocation `srun`
+    /// on the node).
     #[arg(long)]
     launch_agent: Option<String>,
     /// Milliseconds between heartbeats of master and daemons; 4 missed ones lose a node.
@@ -146,7 +148,9 @@ struct RunArgs {
 /// (`SLURM_JOB_NODELIST`), else this host alone (no hosts).
 fn hosts_of(args: &RunArgs) -> Result<(Vec<hosts::Host>, Vec<String>), LauncherError> {
     let usage = |e: hosts::HostsError| LauncherError::Usage(e.to_string());
-    let mut agent = vec!["ssh".to_string(), "-o".into(), "BatchMode=yes".into()];
+    let mut agent = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+        .map(String::from)
+        .to_vec();
     let hosts = if let Some(h) = &args.host {
         hosts::parse_host_arg(h).map_err(usage)?
     } else if let Some(f) = &args.hostfile {

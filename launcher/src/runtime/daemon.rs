@@ -177,6 +177,11 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
     let (setup, frames) = handshake(&mut stream, &key, node)?;
     tracing::info!(node, job = %setup.job, "daemon up");
     let _ = stream.set_nodelay(true);
+    let node_ip = stream
+        .local_addr()
+        .map_err(|e| LauncherError::io("read the link's address", e))?
+        .ip()
+        .to_string();
     let root = env::runtime_root();
     // A job directory of its own on this host (other nodes may share the file system).
     let dir_name = format!("{}.node{node}", setup.job);
@@ -216,7 +221,9 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
         die_with_parent: true,
-        node_addr: Some(setup.node_addr),
+        // The address this host reaches the master from: routable from the other
+        // hosts, whatever name the host list gave it (a Slurm node name may not resolve).
+        node_addr: Some(node_ip),
     };
     let engine = Engine::new(
         None,

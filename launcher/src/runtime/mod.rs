@@ -134,28 +134,44 @@ fn validate(cfg: &JobConfig) -> Result<(), LauncherError> {
     procs::check_program(&cfg.program)
 }
 
-/// Listens for the other hosts' daemons on this host's address (AUTH, LINK).
+/// Listens for the other hosts' daemons (AUTH, LINK): on this host's address when it
+/// is one of the job's hosts (then that address is also its node's, for its processes),
+/// else on every interface, reached by this machine's host name.
 fn start_nodes(
     hosts: &[Host],
     own: u32,
     agent: &Agent,
     template: nodes::Template,
     events: std::sync::mpsc::Sender<Event>,
-) -> Result<nodes::Nodes, LauncherError> {
-    let me = &hosts[own as usize].name;
-    let listener = std::net::TcpListener::bind((me.as_str(), 0))
-        .map_err(|e| LauncherError::io(format!("listen for daemons on {me}"), e))?;
+) -> Result<(nodes::Nodes, Option<String>), LauncherError> {
+    let (listener, master_addr, own_addr) = if own == nodes::NO_NODE {
+        let l = std::net::TcpListener::bind(("0.0.0.0", 0))
+            .map_err(|e| LauncherError::io("listen for daemons", e))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| LauncherError::io("listen", e))?
+            .port();
+        (l, format!("{}:{port}", host_name()), None)
+    } else {
+        let me = &hosts[own as usize].name;
+        let l = std::net::TcpListener::bind((me.as_str(), 0))
+            .map_err(|e| LauncherError::io(format!("listen for daemons on {me}"), e))?;
+        let a = l.local_addr().map_err(|e| LauncherError::io("listen", e))?;
+        (l, a.to_string(), Some(a.ip().to_string()))
+    };
     let key = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
-    nodes::Nodes::new(
+    let nodes = nodes::Nodes::new(
         hosts.to_vec(),
         own,
         key.into_bytes(),
         listener,
+        master_addr,
         agent.clone(),
         template,
         events,
     )
-    .map_err(|e| LauncherError::io("start accepting daemons", e))
+    .map_err(|e| LauncherError::io("start accepting daemons", e))?;
+    Ok((nodes, own_addr))
 }
 
 /// Runs a job to its end; nothing is left behind (processes, sockets, shm segments).
@@ -178,18 +194,14 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         };
         (vec![me], 0)
     } else {
-        // RT-1: the first entry naming this machine is served in-process.
+        // RT-1: the first entry naming this machine is served in-process; without one,
+        // every host gets a daemon.
         let own = cfg
             .hosts
             .iter()
             .position(|h| is_this_host(&h.name))
-            .ok_or_else(|| {
-                LauncherError::Usage(
-                    "none of the job's hosts is this machine: run `dynres run` on one of them"
-                        .into(),
-                )
-            })?;
-        (cfg.hosts.clone(), own as u32)
+            .map_or(nodes::NO_NODE, |i| i as u32);
+        (cfg.hosts.clone(), own)
     };
     let master = Master::new(MasterConfig {
         namespace: namespace.clone(),
@@ -241,6 +253,29 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         hosts.len(),
         dir.path().display()
     );
+    let shm_spins = dynres_transports::shm::waiter::calibrated_spins();
+    let template = nodes::Template {
+        job: job_id.clone(),
+        namespace: namespace.as_str().to_string(),
+        app: cfg.app.clone(),
+        program: cfg.program.clone(),
+        args: cfg.args.clone(),
+        shm_spins,
+        heartbeat: cfg.heartbeat,
+    };
+    let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE {
+        match start_nodes(&hosts, own, &cfg.agent, template, tx.clone()) {
+            Ok((n, a)) => (Some(n), a),
+            Err(e) => {
+                for s in servers {
+                    s.stop();
+                }
+                return Err(e);
+            }
+        }
+    } else {
+        (None, None)
+    };
     let spec = LaunchSpec {
         program: cfg.program.clone(),
         args: cfg.args.clone(),
@@ -248,18 +283,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         secret,
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
-        shm_spins: dynres_transports::shm::waiter::calibrated_spins(),
+        shm_spins,
         die_with_parent: false,
-        node_addr: (!cfg.hosts.is_empty()).then(|| hosts[own as usize].name.clone()),
-    };
-    let template = nodes::Template {
-        job: job_id.clone(),
-        namespace: namespace.as_str().to_string(),
-        app: cfg.app.clone(),
-        program: cfg.program.clone(),
-        args: cfg.args.clone(),
-        shm_spins: spec.shm_spins,
-        heartbeat: cfg.heartbeat,
+        node_addr: own_addr,
     };
     let mut engine = engine::Engine::new(
         Some(master),
@@ -269,19 +295,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cfg.app.clone(),
         spec,
         cfg.on_loss,
-        tx.clone(),
+        tx,
     );
-    if hosts.len() > 1 {
-        let started = start_nodes(&hosts, own, &cfg.agent, template, tx);
-        match started {
-            Ok(n) => engine = engine.with_nodes(n),
-            Err(e) => {
-                for s in servers {
-                    s.stop();
-                }
-                return Err(e);
-            }
-        }
+    if let Some(n) = nodes {
+        engine = engine.with_nodes(n);
     }
     let outcome = engine.run(rx);
     for s in servers {

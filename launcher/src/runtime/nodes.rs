@@ -24,6 +24,10 @@ use crate::framing::FrameReader;
 use crate::hostauth;
 use crate::hosts::Host;
 
+/// The node of a master that serves none of the job's hosts (RT-1): every host then
+/// has a daemon.
+pub const NO_NODE: u32 = u32::MAX;
+
 /// How long a daemon has to connect and authenticate after its launch (HB-3).
 pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
 /// How long one authentication exchange may take (AUTH-5).
@@ -82,6 +86,7 @@ struct Remote {
 /// The other hosts of a job, as the master sees them.
 pub struct Nodes {
     hosts: Vec<Host>,
+    /// The master's own node ([`NO_NODE`] when it serves none).
     own: u32,
     key: Arc<Vec<u8>>,
     master_addr: String,
@@ -94,19 +99,19 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    /// Listens for daemons on `listener` (bound to this host's address) and prepares to
-    /// start them. `key` is the job's daemon key (AUTH-1).
+    /// Listens for daemons on `listener` and prepares to start them; they connect to
+    /// `master_addr`. `key` is the job's daemon key (AUTH-1).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         hosts: Vec<Host>,
         own: u32,
         key: Vec<u8>,
         listener: TcpListener,
+        master_addr: String,
         agent: Agent,
         template: Template,
         events: Sender<Event>,
     ) -> std::io::Result<Nodes> {
-        let port = listener.local_addr()?.port();
-        let master_addr = format!("{}:{port}", hosts[own as usize].name);
         let key = Arc::new(key);
         let stop = Arc::new(AtomicBool::new(false));
         let acceptor = accept_loop(listener, key.clone(), stop.clone(), events.clone())?;
@@ -165,19 +170,16 @@ impl Nodes {
             .arg(node.to_string())
             .stdin(Stdio::piped());
         tracing::info!(node, host, agent = %self.agent.command.join(" "), "starting a daemon");
-        let started = cmd.spawn().and_then(|mut child| {
-            // AUTH-1: the key goes over the agent's stdin, never on a command line.
-            let mut stdin = child.stdin.take().expect("piped");
-            let r = writeln!(stdin, "{}", hex(&self.key));
-            drop(stdin);
-            match r {
-                Ok(()) => Ok(child),
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    Err(e)
+        let started = cmd.spawn().map(|mut child| {
+            // AUTH-1: the key goes over the agent's stdin, never on a command line. An
+            // agent that does not take it has exited or will not start the daemon:
+            // `tick` reports it (HB-3).
+            if let Some(mut stdin) = child.stdin.take() {
+                if let Err(e) = writeln!(stdin, "{}", hex(&self.key)) {
+                    tracing::debug!(node, error = %e, "the launch agent did not take the key");
                 }
             }
+            child
         });
         let (agent, state) = match started {
             Ok(child) => (

@@ -50,8 +50,8 @@ pub struct NodeSetup {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// The node's address as the job's host list names it: processes bind their TCP
-    /// endpoints there.
+    /// The node's name as the job's host list gives it (for logs: processes bind to
+    /// the address their daemon reaches the master from, `spec/runtime.md`).
     pub node_addr: String,
     /// The shared-memory spin budget calibrated by the master's host.
     pub shm_spins: u32,
