@@ -288,6 +288,52 @@ impl Runtime {
     }
 }
 
+/// A running `dynres` in a process group of its own. If the test ends before it does (a
+/// failed assertion unwinds), the whole group is killed and reaped: a failing test must
+/// not leave a job running.
+pub struct Running(Option<Child>);
+
+impl Running {
+    /// Starts `cmd` (stdout and stderr piped) as the leader of a new process group.
+    pub fn start(mut cmd: Command) -> Running {
+        use std::os::unix::process::CommandExt;
+        let child = cmd
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dynres");
+        Running(Some(child))
+    }
+
+    /// Takes charge of `child`, started with `process_group(0)` by the caller.
+    pub fn adopt(child: Child) -> Running {
+        Running(Some(child))
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// Hands the process over, e.g. to [`wait_bounded`] (which kills it on its bound).
+    pub fn into_child(mut self) -> Child {
+        self.0.take().expect("not taken yet")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            // SAFETY: kill has no memory-safety preconditions; -pid names the group.
+            unsafe {
+                libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL);
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Sends `sig` to process `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.

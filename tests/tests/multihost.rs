@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dynres_tests::job::{Finished, Runtime, signal};
+use dynres_tests::job::{Finished, Running, Runtime, signal};
 
 /// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
 /// the logged pid is the daemon's).
@@ -143,7 +143,7 @@ fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
     let (agent, log) = agent(&rt);
     let job = "mhlost";
     let h = hosts(3, 2);
-    let mut cmd = rt.command(&[
+    let cmd = rt.command(&[
         "run",
         "-n",
         "2",
@@ -167,11 +167,7 @@ fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
         "--problem-size",
         "1000",
     ]);
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Running::start(cmd);
     rt.wait_for_job(job);
     // Onto host 2 and back: its daemon stays up with nothing to run.
     for (op, k) in [("grow", "+2"), ("shrink", "-2")] {
@@ -194,8 +190,12 @@ fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
     });
     assert!(!st.contains("running on node 1"), "{st}");
     signal(child.id(), libc::SIGTERM);
-    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
-        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = dynres_tests::job::wait_bounded(
+        child.into_child(),
+        rt.dir.clone(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(
         f.stderr
@@ -214,7 +214,7 @@ fn a_lost_node_with_processes_ends_the_job() {
     let (agent, log) = agent(&rt);
     let job = "mhend";
     let h = hosts(2, 2);
-    let mut cmd = rt.command(&[
+    let cmd = rt.command(&[
         "run",
         "-n",
         "4",
@@ -228,11 +228,7 @@ fn a_lost_node_with_processes_ends_the_job() {
         "sleep",
         "60",
     ]);
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (daemon, _) = wait_daemon(&rt, job, &log, 1);
     rt.wait_status(job, "processes on node 1", |s| {
@@ -242,8 +238,12 @@ fn a_lost_node_with_processes_ends_the_job() {
             == 2
     });
     signal(daemon, libc::SIGKILL);
-    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
-        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = dynres_tests::job::wait_bounded(
+        child.into_child(),
+        rt.dir.clone(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
     assert_eq!(f.code, Some(1), "{}", f.dump());
     let last = f.stderr.trim().lines().last().unwrap_or_default();
     assert!(
@@ -273,7 +273,7 @@ fn a_daemon_with_the_wrong_key_is_refused() {
     let (agent, log) = agent(&rt);
     let job = "mhkey";
     let h = hosts(2, 2);
-    let mut cmd = rt.command(&[
+    let cmd = rt.command(&[
         "run",
         "-n",
         "3",
@@ -287,11 +287,7 @@ fn a_daemon_with_the_wrong_key_is_refused() {
         "sleep",
         "60",
     ]);
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (_, master) = wait_daemon(&rt, job, &log, 1);
     let mut fake = rt.command(&["daemon", "--master", &master, "--node", "1"]);
@@ -319,8 +315,12 @@ fn a_daemon_with_the_wrong_key_is_refused() {
         st.dump()
     );
     signal(child.id(), libc::SIGTERM);
-    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(30))
-        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = dynres_tests::job::wait_bounded(
+        child.into_child(),
+        rt.dir.clone(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(f.stderr.contains("refused a daemon"), "{}", f.dump());
     f.assert_nothing_left();
@@ -353,4 +353,55 @@ fn a_host_whose_agent_fails_ends_the_job_with_a_clear_line() {
     // Nothing ran; nothing is left in the runtime directory.
     let left = std::fs::read_dir(&rt.dir).unwrap().count();
     assert_eq!(left, 0, "{}", f.dump());
+}
+
+/// HB-1, HB-2: a daemon that stops answering (SIGSTOP: its link stays open) is a lost
+/// node once 10 heartbeats went unanswered; woken up, it finds its link closed and ends
+/// (RT-3).
+#[test]
+fn a_silent_daemon_is_a_lost_node() {
+    let rt = Runtime::new("mh-silent");
+    let (agent, log) = agent(&rt);
+    let job = "mhsilent";
+    let h = hosts(2, 2);
+    let cmd = rt.command(&[
+        "run",
+        "-n",
+        "2",
+        "--job-id",
+        job,
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--heartbeat-ms",
+        "50",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    let child = Running::start(cmd);
+    rt.wait_for_job(job);
+    let (daemon, _) = wait_daemon(&rt, job, &log, 1);
+    signal(daemon, libc::SIGSTOP);
+    rt.wait_status(job, "node 1 gone", |s| {
+        node_state(s, 1) == Some("gone".into())
+    });
+    signal(daemon, libc::SIGCONT);
+    signal(child.id(), libc::SIGTERM);
+    let f = dynres_tests::job::wait_bounded(
+        child.into_child(),
+        rt.dir.clone(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    assert_eq!(f.code, Some(130), "{}", f.dump());
+    assert!(
+        f.stderr
+            .lines()
+            .any(|l| l.contains("node lost: its daemon was silent for") && l.contains("node=1 ")),
+        "{}",
+        f.dump()
+    );
+    f.assert_nothing_left();
 }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use dynres_tests::job::{Finished, Runtime, signal};
+use dynres_tests::job::{Finished, Running, Runtime, signal};
 
 #[derive(Clone, Copy, Debug)]
 struct Sample {
@@ -110,11 +110,13 @@ fn soak_grow_and_shrink_cycles() {
     child.env("DYNRES_LOG", "info");
     let log_path = rt.scratch().join("soak-runtime.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let child = child
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let child = Running::adopt(
+        std::os::unix::process::CommandExt::process_group(&mut child, 0)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     rt.wait_for_job(job);
     settle(&rt, job, 2);
     // Warm up (first launches, allocator pools), then take the baseline.
@@ -151,7 +153,7 @@ fn soak_grow_and_shrink_cycles() {
     settle(&rt, job, 2);
     let end = sample(&rt, job, child.id());
     signal(child.id(), libc::SIGTERM);
-    let mut out = child.wait_with_output().unwrap();
+    let mut out = child.into_child().wait_with_output().unwrap();
     out.stderr = std::fs::read(&log_path).unwrap_or_default();
     let f = Finished::new(out, rt.dir.clone());
     assert!(

@@ -132,7 +132,7 @@ struct RunArgs {
     /// on the node).
     #[arg(long)]
     launch_agent: Option<String>,
-    /// Milliseconds between heartbeats of master and daemons; 4 missed ones lose a node.
+    /// Milliseconds between heartbeats of master and daemons; 10 missed ones lose a node.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`

@@ -52,7 +52,7 @@ impl Upstream {
 
     /// Flushes, sends a heartbeat when due, and checks the master is alive (HB-2).
     pub fn tick(&mut self) -> Result<(), String> {
-        if self.last_heard.elapsed() > self.heartbeat * 4 {
+        if self.last_heard.elapsed() > self.heartbeat * super::nodes::SILENT_BEATS {
             return Err(format!(
                 "the master was silent for {} ms",
                 self.last_heard.elapsed().as_millis()

@@ -28,6 +28,9 @@ use crate::hosts::Host;
 /// has a daemon.
 pub const NO_NODE: u32 = u32::MAX;
 
+/// HB-2: heartbeats missed before a link counts as dead.
+pub const SILENT_BEATS: u32 = 10;
+
 /// How long a daemon has to connect and authenticate after its launch (HB-3).
 pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
 /// How long one authentication exchange may take (AUTH-5).
@@ -331,7 +334,7 @@ impl Nodes {
                     last_heard,
                     last_sent,
                 } => {
-                    if last_heard.elapsed() > hb * 4 {
+                    if last_heard.elapsed() > hb * SILENT_BEATS {
                         dead.push((
                             node,
                             format!(

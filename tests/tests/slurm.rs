@@ -1,0 +1,153 @@
+//! The runtime inside a real Slurm allocation (`spec/runtime.md` RT-1, RT-2): a local
+//! Slurm cluster of 3 logical nodes (`tests/slurm/slurm-local.sh`, slurmctld + 3 slurmd
+//! on this machine), `salloc -N3`, and `dynres run` in it: host list and slots come from
+//! Slurm, every node's daemon is a job step started with `srun`, and the job grows across
+//! the nodes and shrinks back.
+//!
+//! Needs root and Slurm's daemons (`.ci/run` installs them); without them the test prints
+//! `skipped: <reason>` and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use dynres_tests::job::Runtime;
+
+fn which(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// Why this machine cannot run a local Slurm cluster, if it cannot.
+fn unsupported() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (slurmd must run as root)".into());
+    }
+    for p in ["slurmctld", "slurmd", "salloc", "srun", "sinfo", "bc"] {
+        if !which(p) {
+            return Some(format!("{p} not installed (apt-get install slurm-wlm bc)"));
+        }
+    }
+    None
+}
+
+/// A local cluster, stopped on drop.
+struct Cluster {
+    script: PathBuf,
+    base: PathBuf,
+    conf: PathBuf,
+}
+
+impl Cluster {
+    fn start(nodes: u32) -> Cluster {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm/slurm-local.sh");
+        let base = std::env::temp_dir().join(format!("dynres-slurm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        // Ports away from a cluster someone may run with the defaults.
+        let port = 20_000 + (std::process::id() % 20_000) as u16;
+        let c = Cluster {
+            conf: base.join("etc/slurm.conf"),
+            script,
+            base,
+        };
+        let out = c
+            .cmd()
+            .env("SLURM_LOCAL_CTLD_PORT", port.to_string())
+            .env("SLURM_LOCAL_SLURMD_PORT", (port + 1).to_string())
+            .args(["start", &nodes.to_string()])
+            .output()
+            .expect("run slurm-local.sh");
+        assert!(
+            out.status.success(),
+            "slurm-local.sh start failed\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(&self.script)
+            .env("SLURM_LOCAL_BASE", &self.base)
+            .env("SLURM_LOCAL_AUTH", "none");
+        c
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("stop").output();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+#[test]
+fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes() {
+    if let Some(why) = unsupported() {
+        println!("skipped: {why}");
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let rt = Runtime::new("slurm");
+    let mut cmd = Command::new("salloc");
+    cmd.args(["-N3", "--exclusive", "--time=5"])
+        .arg(dynres_tests::job::dynres_bin())
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--job-id",
+            "sl",
+            "--example",
+            "synthetic",
+            "--",
+            "--mode",
+            "step",
+            "--n-start",
+            "2",
+            "--n-limit",
+            "6",
+            "--n-delta",
+            "4",
+            "-f",
+            "2",
+            // Long enough iterations that the first change is decided while the job runs
+            // (daemons started by srun take ~2 s to connect).
+            "-i",
+            "60",
+            "--problem-size",
+            "3000000",
+        ])
+        .env("SLURM_CONF", &cluster.conf)
+        .env("DYNRES_RUNTIME_DIR", &rt.dir)
+        .env("DYNRES_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(180))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    // RT-1: the allocation's shell is not one of its nodes, so every node has a daemon,
+    // each started as a job step on its node.
+    for (n, host) in ["n1", "n2", "n3"].iter().enumerate() {
+        assert!(
+            f.stderr.lines().any(|l| l.contains("starting a daemon")
+                && l.contains(&format!("node={n} "))
+                && l.contains(&format!("host=\"{host}\""))
+                && l.contains("agent=srun")),
+            "node {n} ({host})\n{}",
+            f.dump()
+        );
+    }
+    let sizes: Vec<String> = f.csv().iter().map(|r| r[1].clone()).collect();
+    let grown = sizes.iter().position(|s| s == "6");
+    assert!(
+        grown.is_some_and(|i| sizes[i..].iter().any(|s| s == "2")),
+        "expected 2 → 6 → 2, got {sizes:?}\n{}",
+        f.dump()
+    );
+    f.assert_nothing_left();
+}
