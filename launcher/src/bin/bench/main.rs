@@ -4,10 +4,17 @@
 //!
 //! Runs the `dynres` binary next to this one:
 //! `cargo build --release -p dynres-launcher && target/release/dynres-bench [REPS]`.
+//!
+//! `dynres-bench hosts [REPS]` measures the runtime across hosts (`spec/runtime.md`)
+//! against one host in the same run: hosts are loopback addresses with a launch agent
+//! that starts each daemon here (`DYNRES_BENCH_AGENT` overrides it, e.g. an agent that
+//! enters a network namespace per host).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+
+mod hosts;
 
 const SIZES: [u32; 4] = [1, 2, 4, 8];
 
@@ -20,7 +27,7 @@ struct Samples {
     total: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -50,10 +57,12 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn main() -> ExitCode {
-    let reps: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let hosts_mode = args.first().is_some_and(|a| a == "hosts");
+    if hosts_mode {
+        args.remove(0);
+    }
+    let reps: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
     let dynres: PathBuf = match std::env::current_exe() {
         Ok(p) => p.with_file_name("dynres"),
         Err(e) => {
@@ -67,6 +76,9 @@ fn main() -> ExitCode {
             dynres.display()
         );
         return ExitCode::FAILURE;
+    }
+    if hosts_mode {
+        return hosts::run_all(&dynres, reps);
     }
     let mut add: BTreeMap<u32, Samples> = BTreeMap::new();
     let mut sub: BTreeMap<u32, Samples> = BTreeMap::new();
