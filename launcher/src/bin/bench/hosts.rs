@@ -55,8 +55,7 @@ fn add_ms(out: &Output, k: u32) -> Option<f64> {
         .lines()
         .filter_map(|l| l.strip_prefix("[rank 0] "))
         .map(|r| r.split(',').collect::<Vec<_>>())
-        .filter(|c| c.len() >= 8 && c[7] == format!("add{k}:finalized"))
-        .last()
+        .rfind(|c| c.len() >= 8 && c[7] == format!("add{k}:finalized"))
         .map(|c| (3..6).map(|i| c[i].parse::<f64>().unwrap_or(0.0)).sum())
 }
 
