@@ -358,6 +358,17 @@
 #define DYNRES_PSET_NAME_CAP 256
 
 /**
+ * Longest value [`crate::session::dynres_lookup`] can return, without its NUL.
+ */
+#define DYNRES_VALUE_MAX 4096
+
+/**
+ * Bytes of a frame header: a frame is `DYNRES_FRAME_HEADER_LEN` bytes of header
+ * (magic, version, type, body length) and the body.
+ */
+#define DYNRES_FRAME_HEADER_LEN 9
+
+/**
  * `get_res_change` found no change (`MPI_RC_NULL`).
  */
 #define DYNRES_RC_NONE 0

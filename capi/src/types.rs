@@ -14,11 +14,13 @@ pub const DYNRES_PSET_NAME_CAP: usize = 256;
 const _: () = assert!(DYNRES_PSET_NAME_CAP == MAX_NAME_LEN + 1);
 
 /// Longest value [`crate::session::dynres_lookup`] can return, without its NUL.
-pub const DYNRES_VALUE_MAX: usize = dynres_core::rc::wire::MAX_VALUE_LEN;
+pub const DYNRES_VALUE_MAX: usize = 4096;
+const _: () = assert!(DYNRES_VALUE_MAX == dynres_core::rc::wire::MAX_VALUE_LEN);
 
 /// Bytes of a frame header: a frame is `DYNRES_FRAME_HEADER_LEN` bytes of header
 /// (magic, version, type, body length) and the body.
-pub const DYNRES_FRAME_HEADER_LEN: usize = dynres_core::wire::HEADER_LEN;
+pub const DYNRES_FRAME_HEADER_LEN: usize = 9;
+const _: () = assert!(DYNRES_FRAME_HEADER_LEN == dynres_core::wire::HEADER_LEN);
 
 /// `get_res_change` found no change (`MPI_RC_NULL`).
 pub const DYNRES_RC_NONE: i32 = 0;
