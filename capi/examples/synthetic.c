@@ -68,6 +68,12 @@ static double work(void) {
   return 4.0 * (double)in / (double)n;
 }
 
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void lookup(const char *key, char *value, size_t cap) {
   size_t len;
   OK(dynres_lookup(s, key, 60 * SEC, value, cap, &len));
@@ -77,7 +83,7 @@ static void lookup(const char *key, char *value, size_t cap) {
 
 static int plan[MAXPLAN], nplan, next_item, freq = 1, blocking;
 static int outstanding; /* requested, not decided yet */
-static int retries;
+static double refused_since; /* when the current request was first refused, 0 if not */
 static int pending, pkind;
 static char pdelta[DYNRES_PSET_NAME_CAP];
 static uint64_t sizes[MAXPLAN + 1];
@@ -120,10 +126,15 @@ static void root_step(int it, int iterations, const char *app, outcome *o, char 
       if (rc == DYNRES_OK) {
         next_item++;
         outstanding++;
-      } else if (rc == DYNRES_ERR_RC_SLOTS && ++retries <= 5) {
-        /* Removed processes keep their slots until they exit (SLOT-3): ask again. */
-        fprintf(stderr, "synthetic.c: %+d refused for now (%s); asking again\n", k,
-                dynres_last_error());
+        refused_since = 0;
+      } else if (rc == DYNRES_ERR_RC_SLOTS && (refused_since == 0 || seconds() - refused_since < 60)) {
+        /* Removed processes keep their slots until they have exited (SLOT-3): ask
+         * again at the next due iteration, for up to a minute. */
+        if (refused_since == 0) {
+          refused_since = seconds();
+          fprintf(stderr, "synthetic.c: %+d refused for now (%s); asking again\n", k,
+                  dynres_last_error());
+        }
       } else {
         die("request %+d: %s: %s", k, dynres_error_name(rc), dynres_last_error());
       }
