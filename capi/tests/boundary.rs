@@ -188,8 +188,14 @@ fn null_pointers_are_error_codes() {
         );
         assert_eq!(last_error(), "request.victims is NULL");
         // The first action (node 0 allocated) has no payload: no buffer needed.
-        assert_eq!(dynres_master_poll_output(m, &mut a, null_mut(), 0), DYNRES_OK);
-        assert_eq!((a.kind, a.node, a.len), (DYNRES_ACTION_NODE_ALLOCATED, 0, 0));
+        assert_eq!(
+            dynres_master_poll_output(m, &mut a, null_mut(), 0),
+            DYNRES_OK
+        );
+        assert_eq!(
+            (a.kind, a.node, a.len),
+            (DYNRES_ACTION_NODE_ALLOCATED, 0, 0)
+        );
         // A NULL payload buffer with room claimed is refused, and the action kept.
         assert_eq!(
             dynres_master_poll_output(m, &mut a, null_mut(), 4096),
