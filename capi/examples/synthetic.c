@@ -22,12 +22,8 @@
  * "synthetic.c: sizes 2 4 2 ... as planned"; the exit status is 0 only then.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <dynres.h>
+#include "example.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define SEC 1000000000ull
@@ -36,24 +32,6 @@
 
 static dynres_session *s;
 static uint32_t rank;
-
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "synthetic.c[%u]: FAILED: ", rank);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
-
-#define OK(call)                                                                     \
-  do {                                                                               \
-    int rc_ = (call);                                                                \
-    if (rc_ != DYNRES_OK)                                                            \
-      die("%s:%d: %s: %s: %s", __FILE__, __LINE__, #call, dynres_error_name(rc_),    \
-          dynres_last_error());                                                      \
-  } while (0)
 
 /* A little work: a Monte Carlo estimate of pi. */
 static double work(void) {
@@ -96,11 +74,6 @@ typedef struct {
   uint32_t removed[MAXRANKS];
 } outcome;
 
-static void copy_name(char *dst, const char *src) {
-  size_t n = strnlen(src, DYNRES_PSET_NAME_CAP - 1);
-  memcpy(dst, src, n);
-  dst[n] = 0;
-}
 
 static uint64_t size_of(const char *pset) {
   dynres_pset_info info;
@@ -136,18 +109,18 @@ static void root_step(int it, int iterations, const char *app, outcome *o, char 
                   dynres_last_error());
         }
       } else {
-        die("request %+d: %s: %s", k, dynres_error_name(rc), dynres_last_error());
+        fail("request %+d: %s: %s", k, dynres_error_name(rc), dynres_last_error());
       }
     }
     dynres_res_change q;
     OK(dynres_get_res_change(s, NULL, &q));
     if (q.kind != DYNRES_RC_NONE && q.status == DYNRES_STATUS_ANNOUNCED) {
       /* Phase 2: the application's pset becomes app ∪ delta or app ∖ delta. */
-      if (q.kind != DYNRES_RC_ADD && q.kind != DYNRES_RC_SUB) die("kind %d", q.kind);
+      if (q.kind != DYNRES_RC_ADD && q.kind != DYNRES_RC_SUB) fail("kind %d", q.kind);
       dynres_pset_name result;
       OK(dynres_pset_op(s, q.kind == DYNRES_RC_ADD ? DYNRES_OP_UNION : DYNRES_OP_DIFFERENCE,
                         app, q.delta.name, app, &result));
-      if (strcmp(result.name, app) != 0) die("phase 2 made %s", result.name);
+      if (strcmp(result.name, app) != 0) fail("phase 2 made %s", result.name);
       pending = 1;
       pkind = q.kind;
       copy_name(pdelta, q.delta.name);
@@ -162,7 +135,7 @@ static void root_step(int it, int iterations, const char *app, outcome *o, char 
       OK(dynres_accept_res_change(s, pdelta, app, NULL, &a));
     if (a.status == DYNRES_STATUS_FINALIZED) {
       OK(dynres_session_removed(s, o->removed, MAXRANKS, &o->nremoved));
-      if (o->nremoved != a.nremoved) die("%zu removed ranks, %llu announced", o->nremoved,
+      if (o->nremoved != a.nremoved) fail("%zu removed ranks, %llu announced", o->nremoved,
                                          (unsigned long long)a.nremoved);
       if (pkind == DYNRES_RC_ADD) {
         char key[300], value[32];
@@ -176,7 +149,7 @@ static void root_step(int it, int iterations, const char *app, outcome *o, char 
       outstanding--;
       finalized_now = 1;
     } else if (a.status != DYNRES_STATUS_PENDING) {
-      die("change %s is %d", pdelta, a.status);
+      fail("change %s is %d", pdelta, a.status);
     } else {
       snprintf(event, ecap, "%s:pending", pkind == DYNRES_RC_ADD ? "add" : "sub");
     }
@@ -198,22 +171,22 @@ static void decode(const char *v, outcome *o) {
   int used;
   if (sscanf(v, "%d %llu %zu%n", &o->stop, &n, &o->nremoved, &used) != 3 ||
       o->nremoved > MAXRANKS)
-    die("bad outcome '%s'", v);
+    fail("bad outcome '%s'", v);
   o->nprocs = n;
   v += used;
   for (size_t i = 0; i < o->nremoved; i++) {
-    if (sscanf(v, " %u%n", &o->removed[i], &used) != 1) die("bad outcome ranks");
+    if (sscanf(v, " %u%n", &o->removed[i], &used) != 1) fail("bad outcome ranks");
     v += used;
   }
 }
 
 static void parse_plan(const char *p) {
   char *copy = strdup(p), *save = NULL;
-  if (!copy) die("out of memory");
+  if (!copy) fail("out of memory");
   for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (nplan == MAXPLAN) die("plan too long");
+    if (nplan == MAXPLAN) fail("plan too long");
     int k = atoi(t);
-    if (k == 0 || (t[0] != '+' && t[0] != '-')) die("bad plan item '%s'", t);
+    if (k == 0 || (t[0] != '+' && t[0] != '-')) fail("bad plan item '%s'", t);
     plan[nplan++] = k;
   }
   free(copy);
@@ -231,6 +204,7 @@ int main(int argc, char **argv) {
 
   OK(dynres_session_init(&s));
   OK(dynres_session_rank(s, &rank));
+  snprintf(example_tag, sizeof example_tag, "synthetic.c[%u]", rank);
   dynres_pset_name app;
   OK(dynres_session_app_pset(s, &app));
 
@@ -243,7 +217,7 @@ int main(int argc, char **argv) {
     dynres_pset_name main_pset;
     char key[300], value[32];
     OK(dynres_confirm_res_change(s, me.delta.name, 30 * SEC, &main_pset));
-    if (strcmp(main_pset.name, app.name) != 0) die("confirmed into %s", main_pset.name);
+    if (strcmp(main_pset.name, app.name) != 0) fail("confirmed into %s", main_pset.name);
     snprintf(key, sizeof key, "syn/join/%s", me.delta.name);
     lookup(key, value, sizeof value);
     it = atoi(value);
@@ -259,7 +233,7 @@ int main(int argc, char **argv) {
   static outcome o;
   for (;; it++) {
     double pi = work();
-    if (pi < 3.0 || pi > 3.3) die("pi = %f", pi);
+    if (pi < 3.0 || pi > 3.3) fail("pi = %f", pi);
     char key[64], value[DYNRES_VALUE_MAX + 1];
     snprintf(key, sizeof key, "syn/it/%d", it);
     if (is_root) {
@@ -302,7 +276,7 @@ int main(int argc, char **argv) {
     }
     printf(" %s\n", good ? "as planned" : "NOT as planned");
     fflush(stdout);
-    if (!good) die("the job did not go through the planned sizes");
+    if (!good) fail("the job did not go through the planned sizes");
   }
   OK(dynres_session_finalize(s));
   return 0;

@@ -9,12 +9,7 @@
  * Exit status 0 and a last line "toy_runtime: ok" when every check held.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <dynres.h>
-
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "example.h"
 
 #define NS "toy"
 #define APP "app"
@@ -25,30 +20,6 @@
 #define MAXP 16
 #define BUFCAP 65536
 #define SMALL 16
-
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "toy_runtime: FAILED: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
-
-/* A dynres call that must succeed. */
-#define OK(call)                                                                     \
-  do {                                                                               \
-    int rc_ = (call);                                                                \
-    if (rc_ != DYNRES_OK)                                                            \
-      fail("%s:%d: %s returned %s: %s", __FILE__, __LINE__, #call,                   \
-           dynres_error_name(rc_), dynres_last_error());                             \
-  } while (0)
-
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    if (!(cond)) fail(__VA_ARGS__);                                                  \
-  } while (0)
 
 /* ---- the in-memory network: one FIFO of frames ---- */
 
@@ -116,12 +87,6 @@ static struct {
 
 static uint8_t buf[BUFCAP];
 
-/* Copies a NUL-terminated pset name into a DYNRES_PSET_NAME_CAP array. */
-static void copy_name(char *dst, const void *src) {
-  size_t n = strnlen(src, DYNRES_PSET_NAME_CAP - 1);
-  memcpy(dst, src, n);
-  dst[n] = 0;
-}
 
 /* Polls one machine's next action: first with a small buffer, so that the
  * too-small path is taken whenever a payload is larger, then with a large one. */
@@ -504,6 +469,7 @@ static void boundary_errors(void) {
 }
 
 int main(void) {
+  snprintf(example_tag, sizeof example_tag, "toy_runtime");
   dynres_node_spec nodes[NODES] = {{.name = "n0", .slots = SLOTS}, {.name = "n1", .slots = SLOTS}};
   dynres_app_spec apps[] = {{.name = APP, .nprocs = START}};
   dynres_master_config cfg = {.job_namespace = NS, .nodes = nodes, .nnodes = NODES,

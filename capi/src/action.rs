@@ -97,26 +97,42 @@ impl Encoded {
     }
 }
 
-/// Hands the next output over: takes it from `pending` (or polls the machine), encodes
-/// it, and writes it to `*action` and `buf`. If `cap` is below the payload's size, the
-/// output stays in `pending`, `*action` tells its kind and `len` the size needed, and
-/// the call fails with `DYNRES_ERR_BUFFER_TOO_SMALL`.
+/// A kernel machine behind a C handle: its outputs, held back while a buffer is too
+/// small, and how each becomes an action.
+pub trait Machine: crate::error::Poison {
+    /// The machine's output type.
+    type Output;
+    /// What a caller gets besides the action (the client's result).
+    type Extra;
+    /// The output held back by a too-small buffer.
+    fn pending(&mut self) -> &mut Option<Self::Output>;
+    /// The machine's next output.
+    fn next_output(&mut self) -> Option<Self::Output>;
+    /// The action of an output.
+    fn encode(o: &Self::Output) -> Encoded<Self::Extra>;
+    /// The machine's next deadline.
+    fn timeout(&self) -> Option<dynres_core::Instant>;
+}
+
+/// Hands the next output over: takes it from the held-back one (or polls the machine),
+/// encodes it, and writes it to `*action` and `buf`. If `cap` is below the payload's
+/// size, the output is held back, `*action` tells its kind and `len` the size needed,
+/// and the call fails with `DYNRES_ERR_BUFFER_TOO_SMALL`.
 ///
 /// # Safety
 /// `action` is NULL or writable; `buf` is NULL or valid for `cap` byte writes.
-pub unsafe fn hand_over<O, X>(
-    pending: &mut Option<O>,
-    poll: impl FnOnce() -> Option<O>,
-    encode: impl FnOnce(&O) -> Encoded<X>,
+pub unsafe fn hand_over<M: Machine>(
+    m: &mut M,
     action: *mut dynres_action,
     buf: *mut u8,
     cap: usize,
-) -> Result<Option<X>, CapiError> {
+) -> Result<Option<M::Extra>, CapiError> {
     crate::types::need(action, "action")?;
-    if pending.is_none() {
-        *pending = poll();
+    if m.pending().is_none() {
+        let next = m.next_output();
+        *m.pending() = next;
     }
-    let Some(out) = pending.as_ref() else {
+    let Some(out) = m.pending().as_ref() else {
         // SAFETY: checked non-NULL above; writable by the caller's promise.
         unsafe { put(action, dynres_action::default(), "action")? };
         return Ok(None);
@@ -125,13 +141,48 @@ pub unsafe fn hand_over<O, X>(
         action: mut a,
         payload,
         extra,
-    } = encode(out);
+    } = M::encode(out);
     a.len = payload.len();
     // SAFETY: as above.
     unsafe { put(action, a, "action")? };
     copy_payload(&payload, buf, cap)?;
-    *pending = None;
+    *m.pending() = None;
     Ok(Some(extra))
+}
+
+/// `*_poll_output` of a machine whose actions carry nothing else.
+///
+/// # Safety
+/// `m` is NULL or a live handle; the rest as [`hand_over`].
+pub unsafe fn poll_output<M: Machine>(
+    m: *mut M,
+    action: *mut dynres_action,
+    buf: *mut u8,
+    cap: usize,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { crate::error::guard_handle(m, |m| hand_over(m, action, buf, cap).map(|_| ())) }
+}
+
+/// `*_poll_timeout` of a machine: `*armed` 1 and `*deadline_ns` the deadline, or
+/// `*armed` 0.
+///
+/// # Safety
+/// `m` is NULL or a live handle; both pointers are NULL or writable.
+pub unsafe fn poll_timeout<M: Machine>(
+    m: *mut M,
+    deadline_ns: *mut u64,
+    armed: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        crate::error::guard_handle(m, |m| {
+            crate::types::need(armed, "armed")?;
+            let t = m.timeout();
+            put(deadline_ns, t.map_or(0, |t| t.0), "deadline_ns")?;
+            put(armed, c_int::from(t.is_some()), "armed")
+        })
+    }
 }
 
 fn copy_payload(payload: &[u8], buf: *mut u8, cap: usize) -> CapiResult {
@@ -151,21 +202,6 @@ fn copy_payload(payload: &[u8], buf: *mut u8, cap: usize) -> CapiResult {
     // SAFETY: `buf` holds `cap >= payload.len()` bytes by the caller's promise.
     unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };
     Ok(())
-}
-
-/// `poll_timeout` in C form: `*armed` 1 and `*deadline_ns` the deadline, or `*armed` 0.
-///
-/// # Safety
-/// Both pointers are NULL or writable.
-pub unsafe fn put_timeout(
-    t: Option<dynres_core::Instant>,
-    deadline_ns: *mut u64,
-    armed: *mut c_int,
-) -> CapiResult {
-    crate::types::need(armed, "armed")?;
-    // SAFETY (both): forwarded.
-    unsafe { put(deadline_ns, t.map_or(0, |t| t.0), "deadline_ns")? };
-    unsafe { put(armed, c_int::from(t.is_some()), "armed") }
 }
 
 /// The frame in `(frame, len)`.

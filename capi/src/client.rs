@@ -7,9 +7,9 @@ use dynres_core::rc::wire::{decode_reply, encode_client};
 use dynres_core::rc::{CallId, Client, ClientCall, ClientInput, ClientOutput};
 use dynres_core::{Instant, Namespace, ProcessId};
 
-use crate::action::{self, Encoded, dynres_action, hand_over, put_timeout};
+use crate::action::{self, Encoded, Machine, dynres_action, hand_over};
 use crate::calls::{self, dynres_result};
-use crate::error::{CapiError, Poison, guard, guard_handle};
+use crate::error::{CapiError, Poison, create_handle, free_handle, guard_handle};
 use crate::types::{dynres_change_request, put, text};
 
 /// A client (opaque): the runtime side of one application process.
@@ -25,6 +25,23 @@ impl Poison for dynres_client {
     const WHAT: &'static str = "client";
     fn poisoned(&mut self) -> &mut bool {
         &mut self.poisoned
+    }
+}
+
+impl Machine for dynres_client {
+    type Output = ClientOutput;
+    type Extra = Option<dynres_result>;
+    fn pending(&mut self) -> &mut Option<ClientOutput> {
+        &mut self.pending
+    }
+    fn next_output(&mut self) -> Option<ClientOutput> {
+        self.client.poll_output()
+    }
+    fn encode(o: &ClientOutput) -> Encoded<Option<dynres_result>> {
+        encode(o)
+    }
+    fn timeout(&self) -> Option<Instant> {
+        self.client.poll_timeout()
     }
 }
 
@@ -58,19 +75,18 @@ pub unsafe extern "C" fn dynres_client_new(
     rank: u32,
     out: *mut *mut dynres_client,
 ) -> c_int {
-    guard(|| {
-        crate::types::need(out, "out")?;
-        // SAFETY: forwarded.
-        let ns = Namespace::new(unsafe { text(job_namespace, "job_namespace") }?);
-        let c = Box::new(dynres_client {
-            client: Client::new(ProcessId::new(ns.clone(), rank)),
-            ns,
-            pending: None,
-            poisoned: false,
-        });
-        // SAFETY: checked non-NULL; writable by the caller's promise.
-        unsafe { put(out, Box::into_raw(c), "out") }
-    })
+    // SAFETY: forwarded (both).
+    unsafe {
+        create_handle(out, || {
+            let ns = Namespace::new(text(job_namespace, "job_namespace")?);
+            Ok(dynres_client {
+                client: Client::new(ProcessId::new(ns.clone(), rank)),
+                ns,
+                pending: None,
+                poisoned: false,
+            })
+        })
+    }
 }
 
 /// Frees a client. NULL is a no-op.
@@ -81,13 +97,8 @@ pub unsafe extern "C" fn dynres_client_new(
 /// `c` is NULL or a live client not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_client_free(c: *mut dynres_client) -> c_int {
-    guard(|| {
-        if !c.is_null() {
-            // SAFETY: from Box::into_raw in dynres_client_new, freed once.
-            drop(unsafe { Box::from_raw(c) });
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { free_handle(c) }
 }
 
 /// Feeds a reply frame from the daemon (a `DYNRES_ACTION_SEND_TO_CLIENT` payload).
@@ -337,15 +348,7 @@ pub unsafe extern "C" fn dynres_client_poll_output(
     // SAFETY: forwarded.
     unsafe {
         guard_handle(c, |c| {
-            let client = &mut c.client;
-            let extra = hand_over(
-                &mut c.pending,
-                || client.poll_output(),
-                encode,
-                action,
-                buf,
-                cap,
-            )?;
+            let extra = hand_over(c, action, buf, cap)?;
             if let (Some(Some(r)), false) = (extra, result.is_null()) {
                 put(result, r, "result")?;
             }
@@ -365,9 +368,5 @@ pub unsafe extern "C" fn dynres_client_poll_timeout(
     armed: *mut c_int,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe {
-        guard_handle(c, |c| {
-            put_timeout(c.client.poll_timeout(), deadline_ns, armed)
-        })
-    }
+    unsafe { action::poll_timeout(c, deadline_ns, armed) }
 }

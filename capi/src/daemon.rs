@@ -6,9 +6,9 @@ use dynres_core::rc::wire::{decode_client, decode_to_daemon, encode_reply, encod
 use dynres_core::rc::{Daemon, DaemonInput, DaemonOutput, NodeId};
 use dynres_core::{Instant, Namespace, ProcessId};
 
-use crate::action::{self, Encoded, dynres_action, hand_over, put_timeout};
-use crate::error::{Poison, guard, guard_handle};
-use crate::types::{put, ranks_bytes, text};
+use crate::action::{self, Encoded, Machine, dynres_action};
+use crate::error::{Poison, create_handle, free_handle, guard_handle};
+use crate::types::{ranks_bytes, text};
 
 /// A daemon (opaque): one per node; answers queries from its replica, forwards the
 /// rest to the master, launches, kills and reports local processes.
@@ -24,6 +24,23 @@ impl Poison for dynres_daemon {
     const WHAT: &'static str = "daemon";
     fn poisoned(&mut self) -> &mut bool {
         &mut self.poisoned
+    }
+}
+
+impl Machine for dynres_daemon {
+    type Output = DaemonOutput;
+    type Extra = ();
+    fn pending(&mut self) -> &mut Option<DaemonOutput> {
+        &mut self.pending
+    }
+    fn next_output(&mut self) -> Option<DaemonOutput> {
+        self.daemon.poll_output()
+    }
+    fn encode(o: &DaemonOutput) -> Encoded {
+        encode(o)
+    }
+    fn timeout(&self) -> Option<Instant> {
+        self.daemon.poll_timeout()
     }
 }
 
@@ -63,19 +80,17 @@ pub unsafe extern "C" fn dynres_daemon_new(
     job_namespace: *const c_char,
     out: *mut *mut dynres_daemon,
 ) -> c_int {
-    guard(|| {
-        crate::types::need(out, "out")?;
-        // SAFETY: forwarded.
-        let ns = Namespace::new(unsafe { text(job_namespace, "job_namespace") }?);
-        let d = Box::new(dynres_daemon {
-            daemon: Daemon::new(NodeId(node)),
-            ns,
-            pending: None,
-            poisoned: false,
-        });
-        // SAFETY: checked non-NULL; writable by the caller's promise.
-        unsafe { put(out, Box::into_raw(d), "out") }
-    })
+    // SAFETY: forwarded (both).
+    unsafe {
+        create_handle(out, || {
+            Ok(dynres_daemon {
+                daemon: Daemon::new(NodeId(node)),
+                ns: Namespace::new(text(job_namespace, "job_namespace")?),
+                pending: None,
+                poisoned: false,
+            })
+        })
+    }
 }
 
 /// Frees a daemon. NULL is a no-op.
@@ -86,13 +101,8 @@ pub unsafe extern "C" fn dynres_daemon_new(
 /// `d` is NULL or a live daemon not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_daemon_free(d: *mut dynres_daemon) -> c_int {
-    guard(|| {
-        if !d.is_null() {
-            // SAFETY: from Box::into_raw in dynres_daemon_new, freed once.
-            drop(unsafe { Box::from_raw(d) });
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { free_handle(d) }
 }
 
 /// Feeds a frame from the master (a `DYNRES_ACTION_SEND_TO_DAEMON` payload), in the
@@ -182,20 +192,7 @@ pub unsafe extern "C" fn dynres_daemon_poll_output(
     cap: usize,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe {
-        guard_handle(d, |d| {
-            let daemon = &mut d.daemon;
-            hand_over(
-                &mut d.pending,
-                || daemon.poll_output(),
-                encode,
-                action,
-                buf,
-                cap,
-            )
-            .map(|_| ())
-        })
-    }
+    unsafe { action::poll_output(d, action, buf, cap) }
 }
 
 /// Daemons arm no timers (every deadline is the master's): `*armed` is always 0. Here
@@ -210,9 +207,5 @@ pub unsafe extern "C" fn dynres_daemon_poll_timeout(
     armed: *mut c_int,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe {
-        guard_handle(d, |d| {
-            put_timeout(d.daemon.poll_timeout(), deadline_ns, armed)
-        })
-    }
+    unsafe { action::poll_timeout(d, deadline_ns, armed) }
 }

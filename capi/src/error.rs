@@ -254,6 +254,37 @@ pub unsafe fn guard_handle<H: Poison>(
     code
 }
 
+/// A constructor: boxes what `make` builds and stores the pointer in `*out` (untouched
+/// on failure).
+///
+/// # Safety
+/// `out` is NULL or writable.
+pub unsafe fn create_handle<H>(
+    out: *mut *mut H,
+    make: impl FnOnce() -> Result<H, CapiError>,
+) -> c_int {
+    guard(|| {
+        crate::types::need(out, "out")?;
+        let h = Box::new(make()?);
+        // SAFETY: checked non-NULL; writable by the caller's promise.
+        unsafe { crate::types::put(out, Box::into_raw(h), "out") }
+    })
+}
+
+/// A destructor: frees a handle from [`create_handle`]; NULL is a no-op.
+///
+/// # Safety
+/// `h` is NULL or a live handle from [`create_handle`] not freed before.
+pub unsafe fn free_handle<H>(h: *mut H) -> c_int {
+    guard(|| {
+        if !h.is_null() {
+            // SAFETY: from Box::into_raw in create_handle, freed once.
+            drop(unsafe { Box::from_raw(h) });
+        }
+        Ok(())
+    })
+}
+
 /// The message of the last error on the calling thread, NUL-terminated UTF-8 (empty if
 /// no call on this thread has failed yet).
 ///

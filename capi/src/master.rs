@@ -7,8 +7,8 @@ use dynres_core::rc::{Master, MasterConfig, MasterInput, MasterOutput, NodeId};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Instant, Namespace};
 
-use crate::action::{self, Encoded, dynres_action, hand_over, put_timeout};
-use crate::error::{CapiError, Poison, guard, guard_handle, rc_code};
+use crate::action::{self, Encoded, Machine, dynres_action};
+use crate::error::{CapiError, Poison, create_handle, free_handle, guard_handle, rc_code};
 use crate::registry::dynres_registry;
 use crate::types::{dynres_change_request, name, put, slice, status_code, text, with_nul};
 
@@ -76,6 +76,23 @@ impl Poison for dynres_master {
     }
 }
 
+impl Machine for dynres_master {
+    type Output = MasterOutput;
+    type Extra = ();
+    fn pending(&mut self) -> &mut Option<MasterOutput> {
+        &mut self.pending
+    }
+    fn next_output(&mut self) -> Option<MasterOutput> {
+        self.master.poll_output()
+    }
+    fn encode(o: &MasterOutput) -> Encoded {
+        encode(o)
+    }
+    fn timeout(&self) -> Option<Instant> {
+        self.master.poll_timeout()
+    }
+}
+
 fn encode(o: &MasterOutput) -> Encoded {
     match o {
         MasterOutput::Send(env) => {
@@ -138,42 +155,41 @@ pub unsafe extern "C" fn dynres_master_new(
     cfg: *const dynres_master_config,
     out: *mut *mut dynres_master,
 ) -> c_int {
-    guard(|| {
-        crate::types::need(out, "out")?;
-        // SAFETY: NULL or valid by the caller's promise.
-        let cfg = unsafe { cfg.as_ref() }.ok_or(CapiError::Null("cfg"))?;
-        // SAFETY (each pointer below): the caller's promise about `cfg`.
-        let ns = Namespace::new(unsafe { text(cfg.job_namespace, "cfg.job_namespace") }?);
-        let nodes = unsafe { slice(cfg.nodes, cfg.nnodes, "cfg.nodes") }?
-            .iter()
-            .map(|n| {
-                Ok(NodeSpec {
-                    name: unsafe { text(n.name, "node name") }?.to_string(),
-                    slots: n.slots,
+    // SAFETY: `out` and every pointer of `cfg` are valid or NULL by the caller's
+    // promise; each is checked before use.
+    unsafe {
+        create_handle(out, || {
+            let cfg = cfg.as_ref().ok_or(CapiError::Null("cfg"))?;
+            let ns = Namespace::new(text(cfg.job_namespace, "cfg.job_namespace")?);
+            let nodes = slice(cfg.nodes, cfg.nnodes, "cfg.nodes")?
+                .iter()
+                .map(|n| {
+                    Ok(NodeSpec {
+                        name: text(n.name, "node name")?.to_string(),
+                        slots: n.slots,
+                    })
                 })
+                .collect::<Result<Vec<_>, CapiError>>()?;
+            let apps = slice(cfg.apps, cfg.napps, "cfg.apps")?
+                .iter()
+                .map(|a| Ok((text(a.name, "app name")?.to_string(), a.nprocs)))
+                .collect::<Result<Vec<_>, CapiError>>()?;
+            let master = Master::new(MasterConfig {
+                namespace: ns.clone(),
+                nodes,
+                apps,
+                change_timeout: Duration::from_nanos(cfg.change_timeout_ns),
+                grace: Duration::from_nanos(cfg.grace_ns),
+                max_queued: cfg.max_queued,
+            })?;
+            Ok(dynres_master {
+                master,
+                ns,
+                pending: None,
+                poisoned: false,
             })
-            .collect::<Result<Vec<_>, CapiError>>()?;
-        let apps = unsafe { slice(cfg.apps, cfg.napps, "cfg.apps") }?
-            .iter()
-            .map(|a| Ok((unsafe { text(a.name, "app name") }?.to_string(), a.nprocs)))
-            .collect::<Result<Vec<_>, CapiError>>()?;
-        let master = Master::new(MasterConfig {
-            namespace: ns.clone(),
-            nodes,
-            apps,
-            change_timeout: Duration::from_nanos(cfg.change_timeout_ns),
-            grace: Duration::from_nanos(cfg.grace_ns),
-            max_queued: cfg.max_queued,
-        })?;
-        let m = Box::new(dynres_master {
-            master,
-            ns,
-            pending: None,
-            poisoned: false,
-        });
-        // SAFETY: checked non-NULL; writable by the caller's promise.
-        unsafe { put(out, Box::into_raw(m), "out") }
-    })
+        })
+    }
 }
 
 /// Frees a master. NULL is a no-op (like `free(3)`).
@@ -185,13 +201,8 @@ pub unsafe extern "C" fn dynres_master_new(
 /// `m` is NULL or a live master not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_master_free(m: *mut dynres_master) -> c_int {
-    guard(|| {
-        if !m.is_null() {
-            // SAFETY: from Box::into_raw in dynres_master_new, freed once.
-            drop(unsafe { Box::from_raw(m) });
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { free_handle(m) }
 }
 
 /// Feeds a frame that daemon `node` sent (a `DYNRES_ACTION_SEND_TO_MASTER` payload).
@@ -309,20 +320,7 @@ pub unsafe extern "C" fn dynres_master_poll_output(
     cap: usize,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe {
-        guard_handle(m, |m| {
-            let master = &mut m.master;
-            hand_over(
-                &mut m.pending,
-                || master.poll_output(),
-                encode,
-                action,
-                buf,
-                cap,
-            )
-            .map(|_| ())
-        })
-    }
+    unsafe { action::poll_output(m, action, buf, cap) }
 }
 
 /// When to call `dynres_master_timeout` next: `*armed` is 1 and `*deadline_ns` the time
@@ -337,11 +335,7 @@ pub unsafe extern "C" fn dynres_master_poll_timeout(
     armed: *mut c_int,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe {
-        guard_handle(m, |m| {
-            put_timeout(m.master.poll_timeout(), deadline_ns, armed)
-        })
-    }
+    unsafe { action::poll_timeout(m, deadline_ns, armed) }
 }
 
 /// The status (`DYNRES_STATUS_*`) of the change whose delta pset is `delta`
@@ -382,8 +376,8 @@ pub unsafe extern "C" fn dynres_master_registry_copy(
     unsafe {
         guard_handle(m, |m| {
             crate::types::need(out, "out")?;
-            let r = dynres_registry::boxed(m.master.registry().clone(), m.ns.clone());
-            put(out, Box::into_raw(r), "out")
+            let r = dynres_registry::new(m.master.registry().clone(), m.ns.clone());
+            put(out, Box::into_raw(Box::new(r)), "out")
         })
     }
 }

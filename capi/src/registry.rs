@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 use dynres_core::pset::{AttrUpdate, Origin, PsetOp, PsetRegistry};
 use dynres_core::{Namespace, ProcessId};
 
-use crate::error::{CapiError, CapiResult, Poison, guard, guard_handle};
+use crate::error::{CapiError, CapiResult, Poison, create_handle, free_handle, guard_handle};
 use crate::master::dynres_app_spec;
 use crate::types::{
     copy_out, dynres_pset_info, dynres_pset_name, name, need, opt_name, opt_text, put, set_op,
@@ -30,12 +30,12 @@ impl Poison for dynres_registry {
 
 impl dynres_registry {
     /// A handle on `registry`, whose processes are in namespace `ns`.
-    pub fn boxed(registry: PsetRegistry, ns: Namespace) -> Box<Self> {
-        Box::new(dynres_registry {
+    pub fn new(registry: PsetRegistry, ns: Namespace) -> Self {
+        dynres_registry {
             registry,
             ns,
             poisoned: false,
-        })
+        }
     }
 
     fn pid(&self, rank: u32) -> ProcessId {
@@ -52,12 +52,15 @@ impl dynres_registry {
 /// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_registry_new(out: *mut *mut dynres_registry) -> c_int {
-    guard(|| {
-        need(out, "out")?;
-        let r = dynres_registry::boxed(PsetRegistry::new(), Namespace::new(""));
-        // SAFETY: checked non-NULL; writable by the caller's promise.
-        unsafe { put(out, Box::into_raw(r), "out") }
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        create_handle(out, || {
+            Ok(dynres_registry::new(
+                PsetRegistry::new(),
+                Namespace::new(""),
+            ))
+        })
+    }
 }
 
 /// Frees a registry. NULL is a no-op.
@@ -69,13 +72,8 @@ pub unsafe extern "C" fn dynres_registry_new(out: *mut *mut dynres_registry) -> 
 /// `r` is NULL or a live registry not freed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_registry_free(r: *mut dynres_registry) -> c_int {
-    guard(|| {
-        if !r.is_null() {
-            // SAFETY: from Box::into_raw, freed once.
-            drop(unsafe { Box::from_raw(r) });
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { free_handle(r) }
 }
 
 /// Defines the job's initial psets: `mpi://WORLD` and one active `mpi://app/{name}` per

@@ -8,7 +8,7 @@ use dynres_launcher::ClientError;
 use dynres_launcher::client::Session;
 
 use crate::calls::{self, Described};
-use crate::error::{CapiError, CapiResult, Poison, guard, guard_handle};
+use crate::error::{CapiError, CapiResult, Poison, create_handle, free_handle, guard_handle};
 use crate::types::{
     copy_out, dynres_accept_result, dynres_change_request, dynres_pset_info, dynres_pset_name,
     dynres_res_change, need, put,
@@ -57,16 +57,16 @@ impl dynres_session {
 /// `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_session_init(out: *mut *mut dynres_session) -> c_int {
-    guard(|| {
-        need(out, "out")?;
-        let s = Box::new(dynres_session {
-            session: Session::init()?,
-            removed: Vec::new(),
-            poisoned: false,
-        });
-        // SAFETY: checked non-NULL; writable by the caller's promise.
-        unsafe { put(out, Box::into_raw(s), "out") }
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        create_handle(out, || {
+            Ok(dynres_session {
+                session: Session::init()?,
+                removed: Vec::new(),
+                poisoned: false,
+            })
+        })
+    }
 }
 
 /// Ends a session: closes the connection and frees it. NULL is a no-op.
@@ -77,13 +77,8 @@ pub unsafe extern "C" fn dynres_session_init(out: *mut *mut dynres_session) -> c
 /// `s` is NULL or a live session not finalized before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dynres_session_finalize(s: *mut dynres_session) -> c_int {
-    guard(|| {
-        if !s.is_null() {
-            // SAFETY: from Box::into_raw in dynres_session_init, freed once.
-            drop(unsafe { Box::from_raw(s) });
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { free_handle(s) }
 }
 
 /// This process' rank in the job's namespace.
