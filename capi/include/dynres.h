@@ -3,7 +3,8 @@
  *
  * Conventions, for every function:
  *  - The return value is DYNRES_OK (0) or an error code (DYNRES_ERR_*); the message of
- *    the last failure on the calling thread is dynres_last_error().
+ *    the last failure on the calling thread is dynres_last_error(). (That function and
+ *    dynres_error_name return strings instead.)
  *  - Every pointer is checked: a NULL where a value is needed is DYNRES_ERR_NULL, and
  *    nothing is done. Non-NULL pointers must be valid (the library cannot check that).
  *  - No Rust panic crosses the boundary: it is DYNRES_ERR_PANIC, and the handle it
