@@ -96,7 +96,7 @@ run_loop "$work/synthetic" "+3,-3,+6,-6" "2 5 2 8 2" 10 2 -b
 step "synthetic loop in Fortran (ISO_C_BINDING) under dynres run"
 if command -v gfortran >/dev/null; then
   # shellcheck disable=SC2046
-  gfortran -std=f2018 -Wall -Werror -g -fsanitize=address capi/examples/synthetic.f90 \
+  gfortran -std=f2018 -Wall -Werror -g -fsanitize=address -J "$work" capi/examples/synthetic.f90 \
     $(pkg-config --cflags --libs dynres) -Wl,-rpath,"$prefix/lib" -o "$work/synthetic_f"
   run_loop "$work/synthetic_f" "+2,-2,+3,-3" "2 4 2 5 2" 10 2 -b
 else
