@@ -146,3 +146,42 @@ fn stalled_large_message_does_not_block_a_later_small_one() {
     assert!(r.header.tag == 1 && r.data == big);
     assert!(a.test_send(s1).unwrap() && a.test_send(s2).unwrap());
 }
+
+/// Two processes that connect to each other at once get two sockets; each side's
+/// receives on its own connection still see what the other sent on the other socket,
+/// in order, and closing one side ends both sockets.
+#[test]
+fn simultaneous_connect_is_one_logical_connection() {
+    let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    // b has not looked at its listener yet: it connects too instead of reusing.
+    b.listener_ready = false;
+    b.progress_calls = 1;
+    let ba = b.connect(&pa).unwrap();
+    assert_eq!(b.conns.len(), 1, "b did not accept before connecting");
+    let on = |c| RecvSpec {
+        conn: Some(c),
+        ..any()
+    };
+    for i in 0..3u8 {
+        a.send(ab, hdr(1), &[i], T).unwrap();
+        b.send(ba, hdr(1), &[10 + i], T).unwrap();
+    }
+    for i in 0..3u8 {
+        let r = recv_blocking(&mut b, on(ba), vec![0; 1], T).unwrap();
+        assert_eq!((r.conn, &r.data[..]), (ba, &[i][..]));
+        let r = recv_blocking(&mut a, on(ab), vec![0; 1], T).unwrap();
+        assert_eq!((r.conn, &r.data[..]), (ab, &[10 + i][..]));
+    }
+    assert_eq!((a.conns.len(), b.conns.len()), (2, 2), "two sockets each");
+    assert_eq!(a.connect(&pb).unwrap(), ab, "later sends reuse the first");
+    a.disconnect(ab).unwrap();
+    assert!(a.conns.is_empty(), "both sockets closed");
+    let e = recv_blocking(&mut b, on(ba), vec![0; 1], T).unwrap_err();
+    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+    assert!(b.by_addr.is_empty());
+}
