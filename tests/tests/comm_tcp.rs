@@ -23,54 +23,36 @@ fn check_on_nodes(rt: &Runtime, n: u32, per_node: u32) -> Finished {
     ])
 }
 
+/// `check` passed on all `n` processes, and rank 0 reached the others over `devices`
+/// (`1=tcp 2=shm …`), leaving nothing behind.
+fn assert_checked(f: &Finished, n: u32, devices: &str) {
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    for line in [
+        format!("[rank 0] check: devices from 0: {devices}\n"),
+        format!("[rank 0] check: {n} processes ok\n"),
+    ] {
+        assert!(f.stdout.contains(&line), "no {line:?} in\n{}", f.dump());
+    }
+    f.assert_nothing_left();
+}
+
 #[test]
 fn two_hosts_talk_over_tcp() {
     let rt = Runtime::new("tcp2");
-    let f = check_on_nodes(&rt, 2, 1);
-    assert_eq!(f.code, Some(0), "{}", f.dump());
-    assert!(
-        f.stdout.contains("[rank 0] check: devices from 0: 1=tcp\n"),
-        "{}",
-        f.dump()
-    );
-    assert!(
-        f.stdout.contains("[rank 0] check: 2 processes ok"),
-        "{}",
-        f.dump()
-    );
-    f.assert_nothing_left();
+    assert_checked(&check_on_nodes(&rt, 2, 1), 2, "1=tcp");
 }
 
 #[test]
 fn same_host_keeps_shared_memory_next_to_a_remote_member() {
     let rt = Runtime::new("tcp3");
-    let f = check_on_nodes(&rt, 3, 2);
-    assert_eq!(f.code, Some(0), "{}", f.dump());
-    assert!(
-        f.stdout
-            .contains("[rank 0] check: devices from 0: 1=shm 2=tcp\n"),
-        "{}",
-        f.dump()
-    );
-    assert!(
-        f.stdout.contains("[rank 0] check: 3 processes ok"),
-        "{}",
-        f.dump()
-    );
-    f.assert_nothing_left();
+    assert_checked(&check_on_nodes(&rt, 3, 2), 3, "1=shm 2=tcp");
 }
 
 #[test]
 fn one_host_without_overrides_uses_shared_memory() {
     let rt = Runtime::new("tcp1");
     let f = rt.run(&["run", "-n", "2", "--slots", "2", "--example", "check"]);
-    assert_eq!(f.code, Some(0), "{}", f.dump());
-    assert!(
-        f.stdout.contains("[rank 0] check: devices from 0: 1=shm\n"),
-        "{}",
-        f.dump()
-    );
-    f.assert_nothing_left();
+    assert_checked(&f, 2, "1=shm");
 }
 
 #[test]
