@@ -228,12 +228,24 @@ impl TcpDevice {
             .collect()
     }
 
-    /// Closes a connection (with the other socket of a simultaneous connect, if any)
-    /// after a peer failure and fails everything waiting on it.
+    /// Closes a socket after a peer failure or close. Receives waiting on its
+    /// connection fail once no socket of the connection is left: the other half of a
+    /// simultaneous connect may still hold messages the peer sent before it closed.
     fn kill(&mut self, id: ConnId, err: TransportError) {
-        for k in self.group(id) {
-            self.kill_socket(k, err.duplicate());
+        self.kill_socket(id, err.duplicate());
+        let Some(root) = self.conns.get(&id).map(|c| c.logical(id)) else {
+            return;
+        };
+        if self.live_socket(root).is_none() {
+            self.matcher.fail_conn(root, &err);
         }
+    }
+
+    /// A socket of `root`'s connection that is still open, if any.
+    fn live_socket(&self, root: ConnId) -> Option<ConnId> {
+        self.group(root)
+            .into_iter()
+            .find(|k| self.conns.get(k).is_some_and(|c| c.dead.is_none()))
     }
 
     fn kill_socket(&mut self, id: ConnId, err: TransportError) {
@@ -259,7 +271,6 @@ impl TcpDevice {
                 self.by_addr.remove(&a);
             }
         }
-        self.matcher.fail_conn(id, &err);
         c.dead = Some(err);
     }
 
@@ -673,7 +684,14 @@ impl Device for TcpDevice {
 
     fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
         if let Some(c) = spec.conn {
-            self.conn_mut(c)?;
+            if let Err(e) = self.conn_mut(c) {
+                // What the peer sent before it closed can still be received, and the
+                // other half of a simultaneous connect may still deliver.
+                let open = self.conns.contains_key(&c) && self.live_socket(c).is_some();
+                if !open && self.matcher.probe(&spec).is_none() {
+                    return Err(e);
+                }
+            }
         }
         // A new receive may be what a stalled large message waits for.
         for c in self.conns.values_mut() {
