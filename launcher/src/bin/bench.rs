@@ -98,7 +98,7 @@ fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
     let mut latency_us: Vec<f64> = Vec::new();
     let mut rate: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for rep in 0..reps {
-        let out = Command::new(&dynres)
+        let out = Command::new(dynres)
             .args([
                 "run",
                 "-n",
