@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Output};
 
 const SIZES: [u32; 4] = [1, 2, 4, 8];
 
@@ -91,6 +91,24 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Runs `dynres run -n 2 --job-id JOB ARGS…` (debug log) to completion; `Err` with its
+/// log if it failed.
+fn run_job(dynres: &Path, job: &str, args: &[&str]) -> Result<Output, String> {
+    let out = Command::new(dynres)
+        .args(["run", "-n", "2", "--job-id", job])
+        .args(args)
+        .env("DYNRES_LOG", "debug")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", dynres.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "job {job} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out)
+}
+
 /// The synthetic benchmark's resource changes and process start-up.
 fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
     let mut add: BTreeMap<u32, Samples> = BTreeMap::new();
@@ -98,17 +116,14 @@ fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
     let mut latency_us: Vec<f64> = Vec::new();
     let mut rate: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for rep in 0..reps {
-        let out = Command::new(dynres)
-            .args([
-                "run",
-                "-n",
-                "2",
+        let out = run_job(
+            dynres,
+            &format!("bench-{}-{rep}", std::process::id()),
+            &[
                 "--max",
                 "10",
                 "--slots",
                 "20",
-                "--job-id",
-                &format!("bench-{}-{rep}", std::process::id()),
                 "--example",
                 "synthetic",
                 "--",
@@ -127,19 +142,8 @@ fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
                 "16",
                 "--problem-size",
                 "100000",
-            ])
-            .env("DYNRES_LOG", "debug")
-            .output();
-        let out = match out {
-            Ok(o) if o.status.success() => o,
-            Ok(o) => {
-                return Err(format!(
-                    "job failed:\n{}",
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-            Err(e) => return Err(e.to_string()),
-        };
+            ],
+        )?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         for row in stdout.lines().filter_map(|l| l.strip_prefix("[rank 0] ")) {
             let c: Vec<&str> = row.split(',').collect();
@@ -265,29 +269,12 @@ fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
     let (mut comm, mut raw, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     let mut device = String::new();
     for rep in 0..reps {
-        let out = Command::new(dynres)
-            .args([
-                "run",
-                "-n",
-                "2",
-                "--slots",
-                "2",
-                "--job-id",
-                &format!("bench-pp-{}-{rep}", std::process::id()),
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .arg(dynres)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "ping-pong job failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        let exe = dynres.display().to_string();
+        let out = run_job(
+            dynres,
+            &format!("bench-pp-{}-{rep}", std::process::id()),
+            &["--slots", "2", "--", "sh", "-c", &script, &exe],
+        )?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let line = stdout
             .lines()
