@@ -1,5 +1,9 @@
-//! A communicator made from a pset over `dynres-transports` (shared memory on one host):
-//! point-to-point send/recv, barrier, broadcast and allreduce.
+//! A communicator made from a pset over `dynres-transports`: point-to-point send/recv,
+//! barrier, broadcast and allreduce. Each process opens shared memory and TCP; the
+//! router picks shared memory for a peer on the same host (equal host ids) and TCP
+//! otherwise. The TCP endpoint listens on the node's address (`DYNRES_NODE_ADDR`,
+//! default `127.0.0.1`), any free port; `DYNRES_HOST_ID` overrides the host id (see
+//! [`crate::env`]).
 //!
 //! The kernel tells a process a pset's size and version but not its member list, so a
 //! communicator is wired up through the data server: after a fence over the pset (so
@@ -10,13 +14,15 @@
 //! barrier over the new communicator each member unpublishes its index again.
 
 use std::cell::RefCell;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
 use dynres_core::pset::PsetName;
 use dynres_core::rc::RcError;
 use dynres_transports::shm::{ShmConfig, ShmDevice};
-use dynres_transports::{MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
+use dynres_transports::tcp::{TcpConfig, TcpDevice};
+use dynres_transports::{DeviceKind, MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
 
 use crate::client::Session;
 use crate::error::{ClientError, CommError};
@@ -39,19 +45,29 @@ pub struct Transport {
     router: Rc<RefCell<Router>>,
 }
 
+/// The devices of a [`Transport`], opened but not yet routed.
+type Devices = (ShmDevice, TcpDevice);
+
 impl Transport {
-    /// Opens the shared-memory device.
+    /// Opens the shared-memory and TCP devices (TCP listening on
+    /// [`node_addr`]`()`, any free port).
     pub fn new() -> Result<Transport, CommError> {
-        let shm = ShmDevice::new(ShmConfig::default())?;
-        Ok(Transport {
-            router: Rc::new(RefCell::new(Router::new(vec![Box::new(shm)]))),
-        })
+        Ok(Transport::from_devices(open_devices()?))
     }
 
-    /// Opens the shared-memory device on a helper thread, so that a new process can
-    /// overlap it with its confirm; [`OpeningTransport::finish`] waits for it.
+    /// Opens the devices on a helper thread, so that a new process can overlap it with
+    /// its confirm; [`OpeningTransport::finish`] waits for them.
     pub fn open_in_background() -> OpeningTransport {
-        OpeningTransport(std::thread::spawn(|| ShmDevice::new(ShmConfig::default())))
+        OpeningTransport(std::thread::spawn(open_devices))
+    }
+
+    fn from_devices((shm, tcp): Devices) -> Transport {
+        Transport {
+            router: Rc::new(RefCell::new(Router::new(vec![
+                Box::new(shm),
+                Box::new(tcp),
+            ]))),
+        }
     }
 
     /// This process' addresses, as published for its peers.
@@ -66,45 +82,88 @@ impl Transport {
 }
 
 /// A [`Transport`] being opened by [`Transport::open_in_background`].
-pub struct OpeningTransport(std::thread::JoinHandle<dynres_transports::Result<ShmDevice>>);
+pub struct OpeningTransport(std::thread::JoinHandle<Result<Devices, CommError>>);
 
 impl OpeningTransport {
-    /// Waits for the device and returns the transport.
+    /// Waits for the devices and returns the transport.
     pub fn finish(self) -> Result<Transport, CommError> {
-        let shm = self
+        let devices = self
             .0
             .join()
             .map_err(|_| CommError::Malformed("transport thread panicked"))??;
-        Ok(Transport {
-            router: Rc::new(RefCell::new(Router::new(vec![Box::new(shm)]))),
-        })
+        Ok(Transport::from_devices(devices))
     }
 }
 
-fn encode_addrs(a: &PeerAddrs) -> String {
-    match &a.shm {
-        Some(s) => format!("shm:{}:{}:{}", s.host_id, s.pid, s.segment),
-        None => String::from("none"),
+/// The address this process' TCP endpoint listens on: `DYNRES_NODE_ADDR` (an IP
+/// address, set by the runtime to the address of the node the process runs on), or
+/// `127.0.0.1` when it is unset or empty.
+pub fn node_addr() -> Result<IpAddr, CommError> {
+    parse_node_addr(std::env::var(crate::env::NODE_ADDR).ok().as_deref())
+}
+
+fn parse_node_addr(v: Option<&str>) -> Result<IpAddr, CommError> {
+    match v.map(str::trim) {
+        None | Some("") => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Some(v) => v.parse().map_err(|_| CommError::NodeAddr {
+            var: crate::env::NODE_ADDR,
+            value: v.to_string(),
+        }),
     }
+}
+
+fn open_devices() -> Result<Devices, CommError> {
+    let bind = SocketAddr::new(node_addr()?, 0);
+    let tcp = TcpDevice::new(TcpConfig {
+        bind,
+        ..TcpConfig::default()
+    })?;
+    let shm = ShmDevice::new(ShmConfig::default())?;
+    Ok((shm, tcp))
+}
+
+/// `shm:HOST_ID:PID:SEGMENT;tcp:IP:PORT` (either part may be missing; `none` if both are).
+fn encode_addrs(a: &PeerAddrs) -> String {
+    let mut parts = Vec::with_capacity(2);
+    if let Some(s) = &a.shm {
+        parts.push(format!("shm:{}:{}:{}", s.host_id, s.pid, s.segment));
+    }
+    if let Some(t) = &a.tcp {
+        parts.push(format!("tcp:{t}"));
+    }
+    if parts.is_empty() {
+        return String::from("none");
+    }
+    parts.join(";")
 }
 
 fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
     let bad = || CommError::BadAddress(s.to_string());
-    let mut it = s.splitn(4, ':');
-    if it.next() != Some("shm") {
-        return Err(bad());
+    let mut addrs = PeerAddrs::default();
+    for part in s.split(';') {
+        if let Some(shm) = part.strip_prefix("shm:") {
+            let mut it = shm.splitn(3, ':');
+            let host_id = it.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
+            let pid = it.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
+            let segment = it.next().filter(|x| !x.is_empty()).ok_or_else(bad)?;
+            let new = ShmAddr {
+                host_id,
+                pid,
+                segment: segment.to_string(),
+            };
+            if addrs.shm.replace(new).is_some() {
+                return Err(bad());
+            }
+        } else if let Some(tcp) = part.strip_prefix("tcp:") {
+            let new: SocketAddr = tcp.parse().map_err(|_| bad())?;
+            if addrs.tcp.replace(new).is_some() {
+                return Err(bad());
+            }
+        } else {
+            return Err(bad());
+        }
     }
-    let host_id = it.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
-    let pid = it.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
-    let segment = it.next().ok_or_else(bad)?.to_string();
-    Ok(PeerAddrs {
-        shm: Some(ShmAddr {
-            host_id,
-            pid,
-            segment,
-        }),
-        ..PeerAddrs::default()
-    })
+    Ok(addrs)
 }
 
 /// A communicator over the members of one version of a pset.
@@ -217,6 +276,14 @@ impl Communicator {
     /// The pset and version this communicator was made from.
     pub fn pset(&self) -> (&PsetName, u64) {
         (&self.pset, self.version)
+    }
+
+    /// The device that carries messages between this process and member `i`: shared
+    /// memory on the same host, TCP across hosts (connecting on first use).
+    pub fn device(&self, i: usize) -> Result<DeviceKind, CommError> {
+        let peer = self.peer(i)?.clone();
+        let (kind, _) = self.transport.router.borrow_mut().route(&peer)?;
+        Ok(kind)
     }
 
     fn peer(&self, i: usize) -> Result<&PeerRef, CommError> {
@@ -348,16 +415,52 @@ mod tests {
 
     #[test]
     fn addresses_round_trip_and_garbage_is_refused() {
-        let a = PeerAddrs {
-            shm: Some(ShmAddr {
-                host_id: 42,
-                pid: 7,
-                segment: "/dynres-shm-7-0".into(),
-            }),
+        let shm = Some(ShmAddr {
+            host_id: 42,
+            pid: 7,
+            segment: "/dynres-shm-7-0".into(),
+        });
+        for tcp in [None, Some("10.77.0.2:4100"), Some("[fe80::1]:9")] {
+            let a = PeerAddrs {
+                shm: shm.clone(),
+                tcp: tcp.map(|t| t.parse().unwrap()),
+                ..PeerAddrs::default()
+            };
+            assert_eq!(decode_addrs(&encode_addrs(&a)).unwrap(), a);
+        }
+        let tcp_only = PeerAddrs {
+            tcp: Some("127.0.0.1:80".parse().unwrap()),
             ..PeerAddrs::default()
         };
-        assert_eq!(decode_addrs(&encode_addrs(&a)).unwrap(), a);
-        assert!(decode_addrs("tcp:1.2.3.4").is_err());
-        assert!(decode_addrs("shm:x:1:s").is_err());
+        assert_eq!(encode_addrs(&tcp_only), "tcp:127.0.0.1:80");
+        assert_eq!(decode_addrs("tcp:127.0.0.1:80").unwrap(), tcp_only);
+        for bad in [
+            "tcp:1.2.3.4",
+            "shm:x:1:s",
+            "shm:1:1:",
+            "none",
+            "",
+            "shm:1:2:s;shm:1:2:s",
+            "tcp:1.2.3.4:5;tcp:1.2.3.4:5",
+            "shm:1:2:s;udp:1.2.3.4:5",
+        ] {
+            assert!(decode_addrs(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn node_address_defaults_to_loopback_and_must_be_an_ip() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert_eq!(parse_node_addr(None).unwrap(), lo);
+        assert_eq!(parse_node_addr(Some("")).unwrap(), lo);
+        assert_eq!(
+            parse_node_addr(Some("10.77.0.3")).unwrap(),
+            IpAddr::from([10, 77, 0, 3])
+        );
+        assert_eq!(parse_node_addr(Some("::1")).unwrap().to_string(), "::1");
+        for bad in ["node1", "10.77.0.3:22", "10.77.0"] {
+            let e = parse_node_addr(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("DYNRES_NODE_ADDR"), "{e}");
+        }
     }
 }

@@ -10,9 +10,6 @@ pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
 pub const RANK: &str = "DYNRES_RANK";
 /// The process' application.
 pub const APP: &str = "DYNRES_APP";
-/// The address of the node a process runs on, as the job's host list names it (set on
-/// jobs over several hosts): communicators bind their TCP endpoints there.
-pub const NODE_ADDR: &str = "DYNRES_NODE_ADDR";
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
 
@@ -38,3 +35,11 @@ pub fn runtime_root() -> std::path::PathBuf {
     let uid = unsafe { libc::getuid() };
     std::path::PathBuf::from(format!("/tmp/dynres-{uid}"))
 }
+
+/// The IP address of the node a process runs on, set by the runtime per node: the
+/// process' TCP endpoint listens there (any free port). Unset or empty: `127.0.0.1`.
+pub const NODE_ADDR: &str = "DYNRES_NODE_ADDR";
+/// The node's identity, set by the runtime per node: processes with different values
+/// never use shared memory with each other (see [`dynres_transports::HOST_ID_ENV`]).
+/// Unset or empty: the kernel's boot id and the host name.
+pub const HOST_ID: &str = dynres_transports::HOST_ID_ENV;

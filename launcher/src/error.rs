@@ -125,4 +125,12 @@ pub enum CommError {
     /// A message had an unexpected size or content.
     #[error("malformed message: {0}")]
     Malformed(&'static str),
+    /// The node address the runtime gave (`DYNRES_NODE_ADDR`) is not an IP address.
+    #[error("{var}={value:?} is not an IP address")]
+    NodeAddr {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
 }

@@ -38,14 +38,33 @@ pub struct PeerAddrs {
     pub tcp: Option<SocketAddr>,
 }
 
+/// Environment variable that overrides the host id ([`ShmAddr::local_host_id`]): the
+/// runtime sets it per node. Processes with different values never use shared memory
+/// with each other, even under one kernel (network-namespace "hosts" share one boot id
+/// and, unless renamed, one host name).
+pub const HOST_ID_ENV: &str = "DYNRES_HOST_ID";
+
 impl ShmAddr {
-    /// This host's id: a hash of the kernel boot id and the host name, so two processes
-    /// get the same id exactly when they run under one kernel on one host (and can thus
-    /// map the same `/dev/shm`).
+    /// This host's id. By default a hash of the kernel boot id and the host name, so two
+    /// processes get the same id exactly when they run under one kernel on one host (and
+    /// can thus map the same `/dev/shm`). When [`HOST_ID_ENV`] is set and not empty, a
+    /// hash of its value instead.
     pub fn local_host_id() -> u64 {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        fnv1a(boot.trim().bytes().chain([0]).chain(host.trim().bytes()))
+        Self::host_id_from(std::env::var(HOST_ID_ENV).ok().as_deref())
+    }
+
+    /// The host id for an override value (`None` or empty: the boot id and host name).
+    pub fn host_id_from(over: Option<&str>) -> u64 {
+        match over {
+            // A distinct prefix keeps an override from ever equalling a boot-id hash.
+            Some(v) if !v.is_empty() => fnv1a(b"dynres-host-id\0".iter().copied().chain(v.bytes())),
+            _ => {
+                let boot =
+                    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                fnv1a(boot.trim().bytes().chain([0]).chain(host.trim().bytes()))
+            }
+        }
     }
 }
 
@@ -64,5 +83,16 @@ mod tests {
         let a = ShmAddr::local_host_id();
         assert_eq!(a, ShmAddr::local_host_id());
         assert_ne!(a, fnv1a(std::iter::empty()));
+    }
+
+    #[test]
+    fn host_id_override_separates_hosts_under_one_kernel() {
+        let kernel = ShmAddr::host_id_from(None);
+        assert_eq!(ShmAddr::host_id_from(Some("")), kernel, "empty means unset");
+        let n1 = ShmAddr::host_id_from(Some("node1"));
+        let n2 = ShmAddr::host_id_from(Some("node2"));
+        assert_ne!(n1, n2);
+        assert_ne!(n1, kernel);
+        assert_eq!(n1, ShmAddr::host_id_from(Some("node1")), "stable");
     }
 }

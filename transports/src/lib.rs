@@ -27,7 +27,7 @@ pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use addr::{PeerAddrs, ShmAddr, VerbsAddr};
+pub use addr::{HOST_ID_ENV, PeerAddrs, ShmAddr, VerbsAddr};
 pub use device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
 pub use error::{Result, TransportError};
 pub use header::MsgHeader;

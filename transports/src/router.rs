@@ -216,12 +216,13 @@ impl Router {
             let h = self.devices[dev].post_recv(spec, buf.take().expect("unused"))?;
             posted = Some((dev, h));
         }
-        // Spin-then-block only when one device can deliver; with several, take turns.
-        let slice = if self.devices.len() == 1 {
-            Duration::from_millis(20)
-        } else {
-            Duration::from_micros(200)
-        };
+        // Spin-then-block on one device when only it can deliver (a single device, or
+        // a receive posted on one); with an any-source receive over several, take
+        // turns. The other devices still make progress between slices: what they
+        // deliver meanwhile is queued, and a peer connecting is held by the kernel.
+        let long = Duration::from_millis(20);
+        let short = Duration::from_micros(200);
+        let single = self.devices.len() == 1;
         loop {
             let mut events = 0;
             for d in &mut self.devices {
@@ -262,6 +263,11 @@ impl Router {
                 }
                 return Err(TransportError::Timeout(timeout, "a routed receive"));
             }
+            let slice = if single || posted.is_some() {
+                long
+            } else {
+                short
+            };
             let wait = (deadline - now).min(slice);
             match posted {
                 Some((dev, _)) => self.devices[dev].wait_activity(wait)?,

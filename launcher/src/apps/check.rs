@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use dynres_core::pset::PsetName;
 use dynres_core::rc::RcError;
+use dynres_transports::DeviceKind;
 
 use crate::client::Session;
 use crate::comm::{Communicator, Transport};
@@ -16,6 +17,15 @@ use crate::error::{ClientError, CommError};
 fn fail(msg: String) -> CommError {
     let _ = writeln!(std::io::stderr(), "check: {msg}");
     CommError::Malformed("check failed")
+}
+
+/// A device's name as `check` prints it.
+pub fn device_name(kind: DeviceKind) -> &'static str {
+    match kind {
+        DeviceKind::Shm => "shm",
+        DeviceKind::Tcp => "tcp",
+        DeviceKind::Verbs => "verbs",
+    }
 }
 
 fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), CommError> {
@@ -97,6 +107,18 @@ fn run() -> Result<(), CommError> {
         ensure(v == format!("v{r}"), || format!("lookup of rank {r}: {v}"))?;
     }
     let (n, i) = (comm.size(), comm.rank());
+    // Which device reaches each member: shm on the same host, TCP across hosts.
+    let routes = (0..n)
+        .filter(|j| *j != i)
+        .map(|j| Ok(format!("{j}={}", device_name(comm.device(j)?))))
+        .collect::<Result<Vec<_>, CommError>>()?;
+    if i == 0 && n > 1 {
+        let _ = writeln!(
+            std::io::stdout(),
+            "check: devices from 0: {}",
+            routes.join(" ")
+        );
+    }
     // Ring: send to the right, receive from the left (even ranks send first).
     if n > 1 {
         let (right, left) = ((i + 1) % n, (i + n - 1) % n);

@@ -2,6 +2,7 @@
 //! so that one `cargo run` builds everything a first job needs.
 
 pub mod check;
+pub mod pingpong;
 pub mod plan;
 pub mod synthetic;
 pub mod work;
@@ -9,7 +10,7 @@ pub mod work;
 use std::process::ExitCode;
 
 /// The built-in examples.
-pub const EXAMPLES: &[&str] = &["synthetic", "check"];
+pub const EXAMPLES: &[&str] = &["synthetic", "check", "pingpong"];
 
 /// Checks example `name`'s arguments without running it, so that `dynres run
 /// --example NAME -- ARGS` refuses bad ones before the job starts instead of in every
@@ -18,6 +19,7 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
     match name {
         "synthetic" => synthetic::validate(args),
         "check" => check::validate(args),
+        "pingpong" => pingpong::validate(args),
         _ => Err(format!(
             "no example {name:?} (have: {})",
             EXAMPLES.join(", ")
@@ -37,6 +39,7 @@ pub fn run_example(name: &str, args: &[String]) -> ExitCode {
     match name {
         "synthetic" => synthetic::main(args),
         "check" => check::main(args),
+        "pingpong" => pingpong::main(args),
         _ => {
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),

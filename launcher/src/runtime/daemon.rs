@@ -221,6 +221,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
         die_with_parent: true,
+        host_id: Some(setup.node_addr),
         // The address this host reaches the master from: routable from the other
         // hosts, whatever name the host list gave it (a Slurm node name may not resolve).
         node_addr: Some(node_ip),

@@ -285,6 +285,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         app: cfg.app.clone(),
         shm_spins,
         die_with_parent: false,
+        host_id: own_addr
+            .as_ref()
+            .map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };
     let mut engine = engine::Engine::new(

@@ -36,9 +36,13 @@ pub struct LaunchSpec {
     /// runs, so none outlives a daemon that is killed outright (costs fork + exec
     /// instead of posix_spawn, which only the master's own node keeps).
     pub die_with_parent: bool,
-    /// `DYNRES_NODE_ADDR`: the address of the node as the job's host list names it
+    /// `DYNRES_NODE_ADDR`: the IP address of the node that the other nodes reach
     /// (processes bind their TCP endpoints there); none on a one-host job.
     pub node_addr: Option<String>,
+    /// `DYNRES_HOST_ID`: the node's name in the job's host list, so that processes of
+    /// different entries use TCP, not shared memory, even under one kernel (unless the
+    /// runtime's own environment sets it); none on a one-host job.
+    pub host_id: Option<String>,
 }
 
 /// A launched process.
@@ -168,6 +172,11 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<Launched> {
         .stderr(Stdio::piped());
     if let Some(a) = &spec.node_addr {
         cmd.env(env::NODE_ADDR, a);
+    }
+    if let Some(h) = &spec.host_id {
+        if std::env::var_os(env::HOST_ID).is_none() {
+            cmd.env(env::HOST_ID, h);
+        }
     }
     if spec.die_with_parent {
         let daemon = std::process::id() as libc::pid_t;

@@ -67,6 +67,19 @@ struct Conn {
     /// A large message nobody asked for yet: leave it in the kernel's socket buffer
     /// (TCP flow control is the rendezvous) until a receive is posted.
     stalled: bool,
+    /// The connection this socket is a second half of. Two processes that connect to
+    /// each other at the same time end up with two sockets; the one we accepted, whose
+    /// HELLO names a peer we already have a connection to, delivers its messages as that
+    /// connection's (each side keeps sending on its own socket, so order holds per
+    /// direction), and the two live and die together.
+    alias_of: Option<ConnId>,
+}
+
+impl Conn {
+    /// The connection id this socket's messages are matched under.
+    fn logical(&self, own: ConnId) -> ConnId {
+        self.alias_of.unwrap_or(own)
+    }
 }
 
 /// Unmatched messages above this size wait in the socket instead of being buffered.
@@ -98,7 +111,8 @@ fn io_err(what: &str) -> impl FnOnce(io::Error) -> TransportError + '_ {
 impl TcpDevice {
     /// Binds the listening socket.
     pub fn new(cfg: TcpConfig) -> Result<Self> {
-        let listener = TcpListener::bind(cfg.bind).map_err(io_err("tcp bind"))?;
+        let listener = TcpListener::bind(cfg.bind)
+            .map_err(|e| TransportError::io(format!("tcp bind {}", cfg.bind), e))?;
         listener
             .set_nonblocking(true)
             .map_err(io_err("tcp listener nonblocking"))?;
@@ -159,6 +173,7 @@ impl TcpDevice {
                 hello: Vec::new(),
                 dead: None,
                 stalled: false,
+                alias_of: None,
             },
         );
         if let Some(a) = peer_listen {
@@ -200,8 +215,40 @@ impl TcpDevice {
         }
     }
 
-    /// Closes a connection after a peer failure and fails everything waiting on it.
+    /// The sockets of the logical connection `id` belongs to (itself included).
+    fn group(&self, id: ConnId) -> Vec<ConnId> {
+        let Some(c) = self.conns.get(&id) else {
+            return Vec::new();
+        };
+        let root = c.logical(id);
+        self.conns
+            .iter()
+            .filter(|(k, c)| **k == root || c.alias_of == Some(root))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Closes a socket after a peer failure or close. Receives waiting on its
+    /// connection fail once no socket of the connection is left: the other half of a
+    /// simultaneous connect may still hold messages the peer sent before it closed.
     fn kill(&mut self, id: ConnId, err: TransportError) {
+        self.kill_socket(id, err.duplicate());
+        let Some(root) = self.conns.get(&id).map(|c| c.logical(id)) else {
+            return;
+        };
+        if self.live_socket(root).is_none() {
+            self.matcher.fail_conn(root, &err);
+        }
+    }
+
+    /// A socket of `root`'s connection that is still open, if any.
+    fn live_socket(&self, root: ConnId) -> Option<ConnId> {
+        self.group(root)
+            .into_iter()
+            .find(|k| self.conns.get(k).is_some_and(|c| c.dead.is_none()))
+    }
+
+    fn kill_socket(&mut self, id: ConnId, err: TransportError) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -224,7 +271,6 @@ impl TcpDevice {
                 self.by_addr.remove(&a);
             }
         }
-        self.matcher.fail_conn(id, &err);
         c.dead = Some(err);
     }
 
@@ -290,7 +336,7 @@ impl TcpDevice {
                     && fh.msg.len > STALL_MIN
                     && self.matcher.posted_window(*sink).is_none()
                     && matches!(sink, Sink::Unexpected(_))
-                    && !self.matcher.has_posted_for(id)
+                    && !self.matcher.has_posted_for(c.logical(id))
                 {
                     c.stalled = true;
                     return Ok(events);
@@ -425,7 +471,7 @@ fn consume(
                 at += FRAME_HEADER_LEN;
                 match fh.kind {
                     FrameKind::Data => {
-                        let sink = matcher.incoming(id, fh.msg);
+                        let sink = matcher.incoming(c.logical(id), fh.msg);
                         if fh.msg.len == 0 {
                             matcher.finish(sink);
                             events += 1;
@@ -460,7 +506,11 @@ fn consume(
                     if fh.kind == FrameKind::Hello {
                         let addr = framing::parse_hello(&c.hello).map_err(malformed)?;
                         c.peer_listen = Some(addr);
-                        by_addr.entry(addr).or_insert(id);
+                        let owner = *by_addr.entry(addr).or_insert(id);
+                        if owner != id {
+                            tracing::debug!(%addr, conn = id.0, of = owner.0, "simultaneous connect: second socket joins the first");
+                            c.alias_of = Some(owner);
+                        }
                     } else {
                         matcher.finish(*sink);
                         events += 1;
@@ -634,7 +684,14 @@ impl Device for TcpDevice {
 
     fn post_recv(&mut self, spec: RecvSpec, buf: Vec<u8>) -> Result<RecvHandle> {
         if let Some(c) = spec.conn {
-            self.conn_mut(c)?;
+            if let Err(e) = self.conn_mut(c) {
+                // What the peer sent before it closed can still be received, and the
+                // other half of a simultaneous connect may still deliver.
+                let open = self.conns.contains_key(&c) && self.live_socket(c).is_some();
+                if !open && self.matcher.probe(&spec).is_none() {
+                    return Err(e);
+                }
+            }
         }
         // A new receive may be what a stalled large message waits for.
         for c in self.conns.values_mut() {
@@ -696,10 +753,39 @@ impl Device for TcpDevice {
     }
 
     fn disconnect(&mut self, conn: ConnId) -> Result<()> {
-        let c = self
+        if !self.conns.contains_key(&conn) {
+            return Err(TransportError::UnknownConn(conn.0));
+        }
+        // The second socket of a simultaneous connect goes with its connection.
+        let halves: Vec<ConnId> = self
             .conns
-            .remove(&conn)
-            .ok_or(TransportError::UnknownConn(conn.0))?;
+            .iter()
+            .filter(|(_, c)| c.alias_of == Some(conn))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in halves {
+            self.close_socket(k);
+        }
+        self.close_socket(conn);
+        Ok(())
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.close_socket(id);
+        }
+        self.listener = None;
+        Ok(())
+    }
+}
+
+impl TcpDevice {
+    /// Closes one socket we no longer want; receives only it could satisfy fail.
+    fn close_socket(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
         if let Some(a) = c.peer_listen {
             if self.by_addr.get(&a) == Some(&conn) {
                 self.by_addr.remove(&a);
@@ -717,16 +803,6 @@ impl Device for TcpDevice {
                 self.send_done.insert(h, Err(err.duplicate()));
             }
         }
-        Ok(())
-    }
-
-    fn finalize(&mut self) -> Result<()> {
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
-        for id in ids {
-            self.disconnect(id)?;
-        }
-        self.listener = None;
-        Ok(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! `dynres-bench`: resource-change costs on this host, in the thesis' parametrisation
-//! (synthetic benchmark, mode step, n_start 2, n_delta 1, f 1, blocking accept), and
-//! process start-up (launch → connected to the runtime) latency and rate.
+//! (synthetic benchmark, mode step, n_start 2, n_delta 1, f 1, blocking accept),
+//! process start-up (launch → connected to the runtime) latency and rate, and a 1 B
+//! ping-pong between two "hosts" through the communicator (TCP) against a bare TCP
+//! ping-pong in the same run.
 //!
 //! Runs the `dynres` binary next to this one:
 //! `cargo build --release -p dynres-launcher && target/release/dynres-bench [REPS]`.
@@ -9,10 +11,16 @@
 //! against one host in the same run: hosts are loopback addresses with a launch agent
 //! that starts each daemon here (`DYNRES_BENCH_AGENT` overrides it, e.g. an agent that
 //! enters a network namespace per host).
+//!
+//! `DYNRES_BENCH_ONLY=changes|pingpong` runs one part. The ping-pong's two processes get
+//! different `DYNRES_HOST_ID`s and node addresses `127.0.0.1` / `127.0.0.2`; with
+//! `DYNRES_BENCH_NETNS=PREFIX` they run inside the test hosts `PREFIXh1` / `PREFIXh2`
+//! instead (`tests/netns/hosts.sh up 2`, addresses `10.77.0.1` / `10.77.0.2`), so their
+//! TCP crosses a veth pair and a bridge.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Output};
 
 mod hosts;
 
@@ -80,22 +88,55 @@ fn main() -> ExitCode {
     if hosts_mode {
         return hosts::run_all(&dynres, reps);
     }
+    let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
+    if only != "pingpong" {
+        if let Err(e) = changes(&dynres, reps) {
+            eprintln!("dynres-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if only != "changes" {
+        if let Err(e) = pingpong(&dynres, reps) {
+            eprintln!("dynres-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs `dynres run -n 2 --job-id JOB ARGS…` (debug log) to completion; `Err` with its
+/// log if it failed.
+fn run_job(dynres: &Path, job: &str, args: &[&str]) -> Result<Output, String> {
+    let out = Command::new(dynres)
+        .args(["run", "-n", "2", "--job-id", job])
+        .args(args)
+        .env("DYNRES_LOG", "debug")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", dynres.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "job {job} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out)
+}
+
+/// The synthetic benchmark's resource changes and process start-up.
+fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
     let mut add: BTreeMap<u32, Samples> = BTreeMap::new();
     let mut sub: BTreeMap<u32, Samples> = BTreeMap::new();
     let mut latency_us: Vec<f64> = Vec::new();
     let mut rate: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for rep in 0..reps {
-        let out = Command::new(&dynres)
-            .args([
-                "run",
-                "-n",
-                "2",
+        let out = run_job(
+            dynres,
+            &format!("bench-{}-{rep}", std::process::id()),
+            &[
                 "--max",
                 "10",
                 "--slots",
                 "20",
-                "--job-id",
-                &format!("bench-{}-{rep}", std::process::id()),
                 "--example",
                 "synthetic",
                 "--",
@@ -114,23 +155,8 @@ fn main() -> ExitCode {
                 "16",
                 "--problem-size",
                 "100000",
-            ])
-            .env("DYNRES_LOG", "debug")
-            .output();
-        let out = match out {
-            Ok(o) if o.status.success() => o,
-            Ok(o) => {
-                eprintln!(
-                    "dynres-bench: job failed:\n{}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-                return ExitCode::FAILURE;
-            }
-            Err(e) => {
-                eprintln!("dynres-bench: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+            ],
+        )?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         for row in stdout.lines().filter_map(|l| l.strip_prefix("[rank 0] ")) {
             let c: Vec<&str> = row.split(',').collect();
@@ -222,5 +248,84 @@ fn main() -> ExitCode {
             r.len()
         );
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// Shell wrapper that puts rank R on node R+1: its own host id and node address, and
+/// with `netns` inside that test host's namespace.
+fn node_wrapper(netns: Option<&str>) -> String {
+    let placement = match netns {
+        Some(p) => format!(
+            "export DYNRES_NODE_ADDR=10.77.0.$node; exec ip netns exec {p}h$node \"$0\" example pingpong"
+        ),
+        None => "export DYNRES_NODE_ADDR=127.0.0.$node; exec \"$0\" example pingpong".into(),
+    };
+    format!("node=$((DYNRES_RANK + 1)); export DYNRES_HOST_ID=bench-node$node; {placement}")
+}
+
+/// 1 B ping-pong across two "hosts": communicator (TCP) vs a bare TCP socket.
+fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
+    let netns = std::env::var("DYNRES_BENCH_NETNS")
+        .ok()
+        .filter(|p| !p.is_empty());
+    if let Some(p) = &netns {
+        if !p
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "DYNRES_BENCH_NETNS={p:?}: letters, digits, - and _ only"
+            ));
+        }
+    }
+    let script = node_wrapper(netns.as_deref());
+    let (mut comm, mut raw, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let mut device = String::new();
+    for rep in 0..reps {
+        let exe = dynres.display().to_string();
+        let out = run_job(
+            dynres,
+            &format!("bench-pp-{}-{rep}", std::process::id()),
+            &["--slots", "2", "--", "sh", "-c", &script, &exe],
+        )?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("[rank 0] pingpong: "))
+            .ok_or_else(|| format!("no pingpong line in:\n{stdout}"))?;
+        let num = |k: &str| {
+            field(line, k)
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| format!("no {k} in {line:?}"))
+        };
+        comm.push(num("comm_us=")?);
+        raw.push(num("raw_us=")?);
+        ratio.push(num("ratio=")?);
+        device = field(line, "device=").unwrap_or("?").to_string();
+    }
+    let (lo, hi) = ratio
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| {
+            (a.min(*r), b.max(*r))
+        });
+    println!(
+        "\n1 B ping-pong across two hosts ({}; {reps} jobs of 5 × 2000 round trips each way, \
+         alternating; half round trip, median of the jobs' medians)",
+        match &netns {
+            Some(p) => format!("network namespaces {p}h1/{p}h2, 10.77.0.1 ↔ 10.77.0.2"),
+            None => "loopback, 127.0.0.1 ↔ 127.0.0.2".into(),
+        }
+    );
+    println!("| path | median | ratio to raw TCP (range over jobs) |");
+    println!("|---|---|---|");
+    println!(
+        "| communicator ({device}) | {:.2} µs | {:.2}× ({lo:.2}–{hi:.2}×) |",
+        median(&comm),
+        median(&ratio)
+    );
+    println!(
+        "| raw TCP (std, TCP_NODELAY) | {:.2} µs | 1 |",
+        median(&raw)
+    );
+    Ok(())
 }

@@ -146,3 +146,83 @@ fn stalled_large_message_does_not_block_a_later_small_one() {
     assert!(r.header.tag == 1 && r.data == big);
     assert!(a.test_send(s1).unwrap() && a.test_send(s2).unwrap());
 }
+
+/// Two processes that connect to each other at once get two sockets; each side's
+/// receives on its own connection still see what the other sent on the other socket,
+/// in order; closing one side closes both sockets, and the other side still receives
+/// what was sent before, whichever socket's close it sees first.
+#[test]
+fn simultaneous_connect_is_one_logical_connection() {
+    let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    // b has not looked at its listener yet: it connects too instead of reusing.
+    b.listener_ready = false;
+    b.progress_calls = 1;
+    let ba = b.connect(&pa).unwrap();
+    assert_eq!(b.conns.len(), 1, "b did not accept before connecting");
+    let on = |c| RecvSpec {
+        conn: Some(c),
+        ..any()
+    };
+    for i in 0..3u8 {
+        a.send(ab, hdr(1), &[i], T).unwrap();
+        b.send(ba, hdr(1), &[10 + i], T).unwrap();
+    }
+    for i in 0..3u8 {
+        let r = recv_blocking(&mut b, on(ba), vec![0; 1], T).unwrap();
+        assert_eq!((r.conn, &r.data[..]), (ba, &[i][..]));
+        let r = recv_blocking(&mut a, on(ab), vec![0; 1], T).unwrap();
+        assert_eq!((r.conn, &r.data[..]), (ab, &[10 + i][..]));
+    }
+    assert_eq!((a.conns.len(), b.conns.len()), (2, 2), "two sockets each");
+    assert_eq!(a.connect(&pb).unwrap(), ab, "later sends reuse the first");
+    // a's last message, then it closes both sockets. b sees the close of the socket
+    // it opened first: the message on the other one must still arrive.
+    a.send(ab, hdr(1), b"last", T).unwrap();
+    a.disconnect(ab).unwrap();
+    assert!(a.conns.is_empty(), "both sockets closed");
+    let deadline = Instant::now() + T;
+    let e = loop {
+        match b.read_conn(ba) {
+            Err(e) => break e,
+            Ok(n) => assert_eq!(n, 0, "nothing else comes on this socket"),
+        }
+        assert!(Instant::now() < deadline, "close never seen");
+        b.poll(Duration::from_millis(10)).unwrap();
+    };
+    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+    b.kill(ba, e);
+    let r = recv_blocking(&mut b, on(ba), vec![0; 4], T).unwrap();
+    assert_eq!(r.data, b"last");
+    let e = recv_blocking(&mut b, on(ba), vec![0; 1], T).unwrap_err();
+    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+    assert!(b.by_addr.is_empty());
+}
+
+/// A message that arrived before its peer closed is still received by a receive
+/// posted after the close was seen.
+#[test]
+fn a_message_sent_before_close_is_still_received() {
+    let (mut a, mut b, ab, ba) = pair();
+    a.send(ab, hdr(1), b"bye", T).unwrap();
+    a.disconnect(ab).unwrap();
+    // b reads the message and the close before anyone asks for the message.
+    let deadline = Instant::now() + T;
+    while b.conn_mut(ba).is_ok() {
+        assert!(Instant::now() < deadline, "close never seen");
+        b.progress().unwrap();
+        b.wait_activity(Duration::from_millis(10)).unwrap();
+    }
+    let on = RecvSpec {
+        conn: Some(ba),
+        ..any()
+    };
+    let r = recv_blocking(&mut b, on, vec![0; 3], T).unwrap();
+    assert_eq!(r.data, b"bye");
+    let e = recv_blocking(&mut b, on, vec![0; 3], T).unwrap_err();
+    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+}
