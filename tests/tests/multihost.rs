@@ -405,3 +405,38 @@ fn a_silent_daemon_is_a_lost_node() {
     );
     f.assert_nothing_left();
 }
+
+/// The data plane across hosts: the runtime gives each host's processes their node's
+/// address and identity, so members on one host use shared memory and members on
+/// different hosts TCP (send/recv, barrier, bcast and allreduce all checked by the
+/// `check` example).
+#[test]
+fn members_on_one_host_use_shm_and_across_hosts_tcp() {
+    let rt = Runtime::new("mh-check");
+    let (agent, _) = agent(&rt);
+    let h = hosts(2, 2);
+    let cmd = rt.command(&[
+        "run",
+        "-n",
+        "3",
+        "--job-id",
+        "mhcheck",
+        "--host",
+        &h,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+        "--example",
+        "check",
+    ]);
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout.contains("check: devices from 0: 1=shm 2=tcp"),
+        "{}",
+        f.dump()
+    );
+    assert!(f.stdout.contains("check: 3 processes ok"), "{}", f.dump());
+    f.assert_nothing_left();
+}
