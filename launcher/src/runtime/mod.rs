@@ -285,9 +285,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         app: cfg.app.clone(),
         shm_spins,
         die_with_parent: false,
-        host_id: own_addr
-            .as_ref()
-            .map(|_| hosts[own as usize].name.clone()),
+        host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };
     let mut engine = engine::Engine::new(
