@@ -51,6 +51,9 @@ pub enum Bug {
     /// — the defect issue 10 found: a process added long ago that dies is not lost
     /// (`RC-18`).
     MisattributeExit,
+    /// A node is given back while a process of the job is placed on it (`RC-20`,
+    /// `SLOT-5`).
+    ReturnBusyNode,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -29,7 +29,8 @@ pub enum SlotState {
     Occupied(ProcessId),
     /// A process that was told to terminate still runs here.
     Leaving(ProcessId),
-    /// The node was lost; the slot is never used again (`SLOT-4`).
+    /// The node was lost (`SLOT-4`) or given back (`SLOT-5`); the slot is never used
+    /// again.
     Retired,
 }
 
@@ -142,8 +143,8 @@ impl SlotMap {
             .collect()
     }
 
-    /// Retires every slot of a lost node: its processes are gone and nothing is placed
-    /// there again (`SLOT-4`). Returns the processes that were on it.
+    /// Retires every slot of a lost (`SLOT-4`) or returned (`SLOT-5`) node: nothing is
+    /// placed there again. Returns the processes that were on it.
     pub fn retire_node(&mut self, node: u32) -> Vec<ProcessId> {
         let gone = self.processes_on(node);
         let n = node as usize;

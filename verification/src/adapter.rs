@@ -44,6 +44,8 @@ pub enum RcMsg {
     Exited(ProcessId),
     /// Failure detector → master: this node is gone.
     NodeLost(NodeId),
+    /// Scheduler → master: give this node back (`RC-20`).
+    ReturnNode(NodeId),
 }
 
 /// Timers.
@@ -82,8 +84,9 @@ pub enum Role {
 pub enum RcActor {
     /// The master, with its configuration and planted bugs.
     Master(MasterConfig, Bugs),
-    /// Sends these requests to the master, one message each.
-    Scheduler(Vec<ChangeRequest>),
+    /// Sends these requests to the master, one message each, then asks for this node
+    /// back, if any (`RC-20`).
+    Scheduler(Vec<ChangeRequest>, Option<NodeId>),
     /// The daemon of a node, with planted bugs and whether its node may crash.
     Daemon(NodeId, Bugs, bool),
     /// A process.
@@ -111,6 +114,8 @@ pub struct MasterState {
     pub log: Vec<(PsetName, RcStatus)>,
     /// Every `ProcessLost` output, with the length of `log` when it came (`RC-18`).
     pub lost: Vec<(ProcessId, usize)>,
+    /// Nodes the master accepted back (`RC-20`).
+    pub returned: Vec<NodeId>,
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
@@ -230,6 +235,11 @@ impl Layout {
     }
     /// The daemon of `node`.
     pub fn daemon(&self, node: NodeId) -> Id {
+        Self::daemon_of(node)
+    }
+    /// The daemon of `node` (daemons follow the master and the scheduler in every
+    /// layout).
+    pub fn daemon_of(node: NodeId) -> Id {
         Id::from(2 + node.0 as usize)
     }
     /// The process of `pid`.
@@ -475,14 +485,18 @@ impl Actor for RcNode {
                     now: Instant::ZERO,
                     log: Vec::new(),
                     lost: Vec::new(),
+                    returned: Vec::new(),
                     version_violations: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
                 RcState::Master(Box::new(st))
             }
-            RcActor::Scheduler(reqs) => {
+            RcActor::Scheduler(reqs, give_back) => {
                 for r in reqs {
                     o.send(Layout::master(), RcMsg::Request(r.clone()));
+                }
+                if let Some(node) = give_back {
+                    o.send(Layout::master(), RcMsg::ReturnNode(*node));
                 }
                 RcState::Scheduler
             }
@@ -522,6 +536,7 @@ impl Actor for RcNode {
                     // state space what it was.
                     RcMsg::Request(req) => MasterInput::RequestChange { ticket: 0, req },
                     RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
+                    RcMsg::ReturnNode(node) => MasterInput::NodeReturned { node },
                     RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
                         node: self.layout.node(src),
                         msg,
@@ -529,7 +544,14 @@ impl Actor for RcNode {
                     _ => return,
                 };
                 let before = versions(&st.master);
-                let _ = st.master.handle(st.now, input);
+                let giving_back = match &input {
+                    MasterInput::NodeReturned { node } => Some(*node),
+                    _ => None,
+                };
+                let r = st.master.handle(st.now, input);
+                if let (Some(node), Ok(())) = (giving_back, r) {
+                    st.returned.push(node);
+                }
                 if !version_step_ok(&before, &st.master) {
                     st.version_violations += 1;
                 }

@@ -41,6 +41,8 @@ pub struct RcConfig {
     pub lose_node: Option<u32>,
     /// Whether existing non-root processes may crash (`RC-18`).
     pub member_may_crash: bool,
+    /// A node the scheduler asks back after its requests (`RC-20`).
+    pub return_node: Option<u32>,
 }
 
 /// The model type of every resource-change configuration.
@@ -78,7 +80,10 @@ impl RcConfig {
         };
         let mut model = ActorModel::new((), ())
             .actor(node(RcActor::Master(cfg, self.bugs)))
-            .actor(node(RcActor::Scheduler(self.requests.clone())));
+            .actor(node(RcActor::Scheduler(
+                self.requests.clone(),
+                self.return_node.map(dynres_core::rc::NodeId),
+            )));
         for n in 0..self.nodes {
             model = model.actor(node(RcActor::Daemon(
                 dynres_core::rc::NodeId(n),
@@ -112,6 +117,27 @@ impl RcConfig {
             model = model.property(Expectation::Sometimes, "RC-18 a process is lost", |_, s| {
                 !master(s).lost.is_empty()
             });
+        }
+        if self.return_node.is_some() {
+            model = model
+                .property(
+                    Expectation::Always,
+                    "SLOT-5 nothing runs on a returned node",
+                    |_, s| {
+                        master(s).returned.iter().all(|n| {
+                            let d = crate::adapter::Layout::daemon_of(*n);
+                            procs(s).all(|p| {
+                                p.phase != crate::adapter::Phase::Running || p.daemon != Some(d)
+                            })
+                        })
+                    },
+                )
+                // Without this the configuration could pass without returning the node.
+                .property(
+                    Expectation::Sometimes,
+                    "RC-20 a node is returned",
+                    |_, s| !master(s).returned.is_empty(),
+                );
         }
         if self.lose_node.is_some() {
             // Without this the node-loss configuration could pass without losing a node.
@@ -450,6 +476,7 @@ fn config(
         bugs: Bugs::NONE,
         lose_node: None,
         member_may_crash: false,
+        return_node: None,
     }
 }
 
@@ -505,6 +532,18 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 vec![add(1)],
                 false,
                 1,
+            )
+        },
+        // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1
+        // back at any point, and an ADD then wants a slot (node 1's, unless returned).
+        RcConfig {
+            return_node: Some(1),
+            ..config(
+                "rc-sub-return-2n-2e-1new",
+                (2, 1, 2, 1),
+                vec![ChangeRequest::sub(APP, 1), add(1)],
+                false,
+                2,
             )
         },
     ]

@@ -79,6 +79,11 @@ pub fn corpus() -> Vec<Planted> {
             "RC-18 a dead process is not in the job data",
         ),
         p(
+            ReturnBusyNode,
+            "rc-sub-return-2n-2e-1new",
+            "SLOT-5 nothing runs on a returned node",
+        ),
+        p(
             FreeSlotBeforeExit,
             "rc-sub-1n-3e",
             "SLOT-3 a running process holds its slot",

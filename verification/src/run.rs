@@ -144,7 +144,7 @@ pub fn rc_labels(model: &RcModel) -> Vec<String> {
         .iter()
         .map(|a| match &a.actor {
             crate::adapter::RcActor::Master(..) => "master".to_string(),
-            crate::adapter::RcActor::Scheduler(_) => "scheduler".to_string(),
+            crate::adapter::RcActor::Scheduler(..) => "scheduler".to_string(),
             crate::adapter::RcActor::Daemon(n, ..) => format!("daemon{}", n.0),
             crate::adapter::RcActor::Proc { pid, .. } => format!("rank{}", pid.rank),
         })

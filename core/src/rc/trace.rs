@@ -61,7 +61,8 @@ pub fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
 }
 
 /// Encodes a master input: tag 1 `FromDaemon` (node, `ToMaster` frame), 2 `RequestChange`
-/// (client frame; its request id is the ticket), 3 `Timeout`, 4 `NodeLost` (node).
+/// (client frame; its request id is the ticket), 3 `Timeout`, 4 `NodeLost` (node),
+/// 5 `NodeReturned` (node).
 pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
     let mut out = Vec::new();
     match input {
@@ -81,6 +82,10 @@ pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
         MasterInput::Timeout => put_u8(&mut out, 3),
         MasterInput::NodeLost { node } => {
             put_u8(&mut out, 4);
+            put_u32(&mut out, node.0);
+        }
+        MasterInput::NodeReturned { node } => {
+            put_u8(&mut out, 5);
             put_u32(&mut out, node.0);
         }
     }
@@ -120,6 +125,10 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
             4 => {
                 let (i, node) = prim::u32(i)?;
                 Ok((i, MasterInput::NodeLost { node: NodeId(node) }))
+            }
+            5 => {
+                let (i, node) = prim::u32(i)?;
+                Ok((i, MasterInput::NodeReturned { node: NodeId(node) }))
             }
             t => Err(nom::Err::Failure(WireError::InvalidValue {
                 what: "master input tag",

@@ -78,6 +78,14 @@ pub enum MasterInput {
         /// The node.
         node: NodeId,
     },
+    /// The driver gives back a node with no process of the job on it (one reported
+    /// [`MasterOutput::NodeReleased`]), e.g. to the resource manager (`RC-20`): its slots
+    /// are retired (`SLOT-5`). Refused, with nothing changed, while a process of the
+    /// job is placed there (running, leaving, or launched by a change in flight).
+    NodeReturned {
+        /// The node.
+        node: NodeId,
+    },
 }
 
 /// What the master wants done.
@@ -347,6 +355,7 @@ impl Master {
             }
             MasterInput::Timeout => self.on_timeout(now),
             MasterInput::NodeLost { node } => self.on_node_lost(now, node),
+            MasterInput::NodeReturned { node } => return self.on_node_returned(node),
         }
         Ok(())
     }

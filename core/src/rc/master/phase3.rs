@@ -488,6 +488,23 @@ impl Master {
         self.out.push_back(MasterOutput::NodeReleased(node));
     }
 
+    /// A node given back (`RC-20`): only an empty one; its slots are retired (`SLOT-5`)
+    /// so nothing is placed there again. No process is affected.
+    pub(crate) fn on_node_returned(&mut self, node: NodeId) -> Result<(), RcError> {
+        if node.0 as usize >= self.cfg.nodes.len() {
+            return Err(RcError::BadRequest("no such node"));
+        }
+        let busy = !self.slots.processes_on(node.0).is_empty();
+        if busy && !self.bug(Bug::ReturnBusyNode) {
+            return Err(RcError::BadRequest(
+                "the node still has processes of the job",
+            ));
+        }
+        let gone = self.slots.retire_node(node.0);
+        tracing::debug!(node = node.0, planted = gone.len(), "node returned");
+        Ok(())
+    }
+
     fn note_exit(&mut self, delta: &PsetName, pid: &ProcessId) {
         if let Some(c) = self.changes.get_mut(delta) {
             c.exited.insert(pid.clone());
