@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use dynres_tests::job::Runtime;
+use dynres_tests::job::{Running, Runtime, signal, wait_bounded};
 
 fn which(prog: &str) -> bool {
     std::env::var_os("PATH")
@@ -40,12 +40,14 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(nodes: u32) -> Cluster {
+    /// Starts a cluster of `nodes`; tests running at the same time pass different
+    /// `slot`s (directory and ports).
+    fn start(nodes: u32, slot: u16) -> Cluster {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm/slurm-local.sh");
-        let base = std::env::temp_dir().join(format!("dynres-slurm-{}", std::process::id()));
+        let base = std::env::temp_dir().join(format!("dynres-slurm-{}-{slot}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         // Ports away from a cluster someone may run with the defaults.
-        let port = 20_000 + (std::process::id() % 20_000) as u16;
+        let port = 20_000 + (std::process::id() % 1_000) as u16 * 16 + slot * 8;
         let c = Cluster {
             conf: base.join("etc/slurm.conf"),
             script,
@@ -65,6 +67,22 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         c
+    }
+
+    /// `sinfo -N`'s state of each node, e.g. `[("n1", "allocated"), ("n2", "idle")]`.
+    fn node_states(&self) -> Vec<(String, String)> {
+        let out = Command::new("sinfo")
+            .args(["-h", "-N", "-o", "%N %T"])
+            .env("SLURM_CONF", &self.conf)
+            .output()
+            .expect("run sinfo");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (n, st) = l.split_once(' ')?;
+                Some((n.to_string(), st.trim().to_string()))
+            })
+            .collect()
     }
 
     fn cmd(&self) -> Command {
@@ -89,7 +107,7 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
         println!("skipped: {why}");
         return;
     }
-    let cluster = Cluster::start(3);
+    let cluster = Cluster::start(3, 0);
     let rt = Runtime::new("slurm");
     let mut cmd = Command::new("salloc");
     cmd.args(["-N3", "--exclusive", "--time=5"])
@@ -150,4 +168,86 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
         f.dump()
     );
     f.assert_nothing_left();
+}
+
+/// RC-20, SLOT-5: a shrink that empties nodes gives them back to Slurm (`sinfo` shows
+/// them idle while the job runs on), and `dynres status` shows them returned.
+#[test]
+fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
+    if let Some(why) = unsupported() {
+        println!("skipped: {why}");
+        return;
+    }
+    let cluster = Cluster::start(3, 1);
+    let rt = Runtime::new("slurm-ret");
+    let job = "slret";
+    let mut cmd = Command::new("salloc");
+    cmd.args(["-N3", "--exclusive", "--time=5"])
+        .arg(dynres_tests::job::dynres_bin())
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--job-id",
+            job,
+            "--example",
+            "synthetic",
+            "--",
+            "--mode",
+            "none",
+            "-i",
+            "100000000",
+            "--problem-size",
+            "1000",
+        ])
+        .env("SLURM_CONF", &cluster.conf)
+        .env("DYNRES_RUNTIME_DIR", &rt.dir)
+        .env("DYNRES_LOG", "debug")
+        .stdin(std::process::Stdio::null());
+    let child = Running::start(cmd);
+    rt.wait_for_job(job);
+    // Onto n2 and n3 (2 slots each), then back to n1 alone.
+    for (op, k) in [("grow", "+4"), ("shrink", "-4")] {
+        let r = rt.run(&[op, job, k]);
+        assert!(r.stdout.contains("FINALIZED"), "{op}: {}", r.dump());
+    }
+    let st = rt.wait_status(job, "n2 and n3 returned", |s| {
+        s.lines()
+            .filter(|l| l.ends_with("returned") && (l.contains(" n2 ") || l.contains(" n3 ")))
+            .count()
+            == 2
+    });
+    assert!(
+        st.lines().any(|l| l.contains(" n1 ") && l.ends_with("up")),
+        "{st}"
+    );
+    // Slurm has them back: idle while the job still holds n1.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let states = cluster.node_states();
+        let of = |n: &str| states.iter().find(|s| s.0 == n).map(|s| s.1.clone());
+        if of("n2").as_deref() == Some("idle")
+            && of("n3").as_deref() == Some("idle")
+            && of("n1").as_deref() == Some("allocated")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sinfo: {states:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The job goes on; a growth beyond n1 is now refused for want of slots.
+    let r = rt.run(&["grow", job, "+1"]);
+    assert!(
+        r.code != Some(0) && r.stderr.contains("slots"),
+        "grow after the return: {}",
+        r.dump()
+    );
+    signal(child.id(), libc::SIGTERM);
+    let f = wait_bounded(child.into_child(), rt.dir.clone(), Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    assert!(
+        f.stderr.contains("node given back to Slurm job"),
+        "{}",
+        f.dump()
+    );
 }

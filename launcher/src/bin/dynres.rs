@@ -132,6 +132,11 @@ struct RunArgs {
     /// on the node).
     #[arg(long)]
     launch_agent: Option<String>,
+    /// Inside a Slurm allocation: keep nodes a shrink emptied instead of giving them
+    /// back to Slurm (`scontrol update JobId=… NodeList=…`), so that later growth can
+    /// use them again.
+    #[arg(long)]
+    keep_nodes: bool,
     /// Milliseconds between heartbeats of master and daemons; 10 missed ones lose a node.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
@@ -146,11 +151,14 @@ struct RunArgs {
 
 /// The job's hosts and launch agent: `--host`, `--hostfile`, else the Slurm allocation
 /// (`SLURM_JOB_NODELIST`), else this host alone (no hosts).
-fn hosts_of(args: &RunArgs) -> Result<(Vec<hosts::Host>, Vec<String>), LauncherError> {
+fn hosts_of(
+    args: &RunArgs,
+) -> Result<(Vec<hosts::Host>, Vec<String>, Option<String>), LauncherError> {
     let usage = |e: hosts::HostsError| LauncherError::Usage(e.to_string());
     let mut agent = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
         .map(String::from)
         .to_vec();
+    let mut slurm_job = None;
     let hosts = if let Some(h) = &args.host {
         hosts::parse_host_arg(h).map_err(usage)?
     } else if let Some(f) = &args.hostfile {
@@ -162,6 +170,7 @@ fn hosts_of(args: &RunArgs) -> Result<(Vec<hosts::Host>, Vec<String>), LauncherE
         agent = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]
             .map(String::from)
             .to_vec();
+        slurm_job = std::env::var("SLURM_JOB_ID").ok();
         h.map_err(usage)?
     } else {
         Vec::new()
@@ -172,7 +181,13 @@ fn hosts_of(args: &RunArgs) -> Result<(Vec<hosts::Host>, Vec<String>), LauncherE
             return Err(LauncherError::Usage("--launch-agent is empty".into()));
         }
     }
-    Ok((hosts, agent))
+    // RC-20: nodes a shrink empties go back to Slurm unless kept.
+    let give_back = slurm_job.filter(|_| !args.keep_nodes);
+    Ok(Placement {
+        hosts,
+        agent,
+        give_back,
+    })
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -254,7 +269,11 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         }
     }
     let slots = args.slots.or(args.max).unwrap_or_else(runtime::cores);
-    let (hosts, agent) = hosts_of(&args)?;
+    let Placement {
+        hosts,
+        agent,
+        give_back,
+    } = hosts_of(&args)?;
     if args.heartbeat_ms == 0 || args.heartbeat_ms > 60_000 {
         return Err(LauncherError::Usage(
             "--heartbeat-ms must be 1..=60000".into(),
@@ -269,6 +288,7 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             exe,
         },
         heartbeat: Duration::from_millis(args.heartbeat_ms),
+        give_back,
         n: args.n,
         slots,
         program,

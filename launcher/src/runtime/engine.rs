@@ -183,6 +183,10 @@ pub struct Engine {
     pub(super) remote_procs: BTreeMap<Rank, RemoteProc>,
     /// Nodes found dead, not yet reported to core (NODE-1).
     lost_nodes: Vec<(u32, String)>,
+    /// Emptied nodes to give back (RC-20), not yet offered to core.
+    to_return: Vec<u32>,
+    /// Nodes core was told are lost (each once).
+    reported_lost: std::collections::BTreeSet<u32>,
     /// (Node daemon) the master said the job is over, or its link ended (LINK-5, RT-3).
     upstream_done: Option<Result<(), String>>,
     /// While core hears of a lost node: why, for the loss reports of its processes.
@@ -253,6 +257,8 @@ impl Engine {
             upstream: None,
             remote_procs: BTreeMap::new(),
             lost_nodes: Vec::new(),
+            to_return: Vec::new(),
+            reported_lost: std::collections::BTreeSet::new(),
             upstream_done: None,
             node_lost_why: None,
             start: std::time::Instant::now(),
@@ -471,8 +477,12 @@ impl Engine {
             }
             Event::NodeGone { node, why } => {
                 if self.master.is_some() {
-                    self.lost_nodes.push((node, why));
-                    self.drain();
+                    if self.nodes.as_ref().is_some_and(|n| n.is_live(node)) {
+                        self.lost_nodes.push((node, why));
+                        self.drain();
+                    } else {
+                        tracing::debug!(node, "daemon ended: {why}");
+                    }
                 } else {
                     self.master_gone(why);
                 }
@@ -609,6 +619,26 @@ impl Engine {
         }
     }
 
+    /// (Master) RC-20: offers emptied nodes back to core; those it accepts are given
+    /// back to the resource manager. A node a change placed a process on meanwhile is
+    /// refused and kept.
+    fn return_nodes(&mut self) {
+        while let Some(node) = self.to_return.pop() {
+            let now = self.now();
+            let Some(m) = &mut self.master else {
+                return;
+            };
+            match m.handle(now, MasterInput::NodeReturned { node: NodeId(node) }) {
+                Ok(()) => {
+                    if let Some(nodes) = &mut self.nodes {
+                        nodes.return_to_slurm(node);
+                    }
+                }
+                Err(e) => tracing::debug!(node, error = %e, "node kept"),
+            }
+        }
+    }
+
     /// (Master) core learns of the nodes found dead (NODE-1, RC-17); their processes
     /// are judged lost (NODE-2) while still listed, then forgotten.
     fn report_lost_nodes(&mut self) {
@@ -616,6 +646,9 @@ impl Engine {
             let Some(nodes) = &mut self.nodes else {
                 continue;
             };
+            if !self.reported_lost.insert(node) {
+                continue;
+            }
             let host = nodes.host(node).to_string();
             nodes.drop_node(node);
             let had = self.remote_procs.values().any(|p| p.node == node);
@@ -807,8 +840,9 @@ impl Engine {
     /// launches they asked for to the launcher thread.
     fn drain(&mut self) {
         self.drain_links();
-        while !self.lost_nodes.is_empty() {
+        while !self.lost_nodes.is_empty() || !self.to_return.is_empty() {
             self.report_lost_nodes();
+            self.return_nodes();
             self.drain_links();
         }
         for rank in std::mem::take(&mut self.to_launch) {
@@ -876,7 +910,16 @@ impl Engine {
                     }
                 }
             }
-            MasterOutput::NodeReleased(n) => tracing::debug!(node = n.0, "node released"),
+            MasterOutput::NodeReleased(n) => {
+                tracing::debug!(node = n.0, "node released");
+                let give_back = self
+                    .nodes
+                    .as_ref()
+                    .is_some_and(|x| x.gives_back() && x.is_live(n.0));
+                if give_back && n != self.node {
+                    self.to_return.push(n.0);
+                }
+            }
             MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank),
         }
     }

@@ -63,6 +63,8 @@ pub struct JobConfig {
     pub agent: Agent,
     /// HB-1: how often master and daemons tell each other they are alive.
     pub heartbeat: StdDuration,
+    /// RC-20: the Slurm job whose nodes a shrink empties are given back to it.
+    pub give_back: Option<String>,
 }
 
 /// The host's number of cores: the default slot count.
@@ -265,7 +267,12 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     };
     let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE {
         match start_nodes(&hosts, own, &cfg.agent, template, tx.clone()) {
-            Ok((n, a)) => (Some(n), a),
+            Ok((mut n, a)) => {
+                if let Some(job) = &cfg.give_back {
+                    n.give_back_to_slurm(job.clone());
+                }
+                (Some(n), a)
+            }
             Err(e) => {
                 for s in servers {
                     s.stop();

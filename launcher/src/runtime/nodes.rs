@@ -78,6 +78,8 @@ enum State {
     },
     /// Lost or shut down: frames for it are dropped.
     Gone,
+    /// Given back to the resource manager (RC-20): its daemon was told to end.
+    Returned,
 }
 
 struct Remote {
@@ -99,6 +101,17 @@ pub struct Nodes {
     events: Sender<Event>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
+    /// The Slurm job whose emptied nodes are given back (RC-20), if any.
+    slurm_job: Option<String>,
+    /// What was given back to it (shared with the threads that run `scontrol`).
+    slurm: Arc<std::sync::Mutex<SlurmReturns>>,
+}
+
+/// Nodes given back to Slurm and the node list last applied to the allocation.
+#[derive(Default)]
+struct SlurmReturns {
+    returned: std::collections::BTreeSet<String>,
+    applied: Option<String>,
 }
 
 impl Nodes {
@@ -129,6 +142,8 @@ impl Nodes {
             events,
             stop,
             acceptor: Some(acceptor),
+            slurm_job: None,
+            slurm: Arc::default(),
         })
     }
 
@@ -137,6 +152,66 @@ impl Nodes {
         self.hosts
             .get(node as usize)
             .map_or("?", |h| h.name.as_str())
+    }
+
+    /// Gives nodes emptied by a shrink back to Slurm job `job` (RC-20).
+    pub fn give_back_to_slurm(&mut self, job: String) {
+        self.slurm_job = Some(job);
+    }
+
+    /// Whether emptied nodes are given back.
+    pub fn gives_back(&self) -> bool {
+        self.slurm_job.is_some()
+    }
+
+    /// Gives `node` back to Slurm (RC-20; core accepted it): ends its daemon, then
+    /// shrinks the allocation to the nodes not given back with `scontrol update`.
+    /// Updates run one at a time, each with the list as it is then, so nodes given back
+    /// together end in one allocation without them.
+    pub fn return_to_slurm(&mut self, node: u32) {
+        let Some(job) = self.slurm_job.clone() else {
+            return;
+        };
+        let host = self.host(node).to_string();
+        let all: Vec<String> = self.hosts.iter().map(|h| h.name.clone()).collect();
+        let slurm = self.slurm.clone();
+        if let Ok(mut s) = slurm.lock() {
+            s.returned.insert(host.clone());
+        }
+        self.give_back(node, move || {
+            let Ok(mut s) = slurm.lock() else {
+                return;
+            };
+            let keep: Vec<&str> = all
+                .iter()
+                .filter(|h| !s.returned.contains(*h))
+                .map(String::as_str)
+                .collect();
+            let list = keep.join(",");
+            if s.applied.as_deref() == Some(list.as_str()) {
+                tracing::info!(node, host, "node given back to Slurm job {job}");
+                return;
+            }
+            let out = std::process::Command::new("scontrol")
+                .arg("update")
+                .arg(format!("JobId={job}"))
+                .arg(format!("NodeList={list}"))
+                .stdin(Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {
+                    s.applied = Some(list);
+                    tracing::info!(node, host, "node given back to Slurm job {job}");
+                }
+                Ok(o) => tracing::error!(
+                    node,
+                    host,
+                    "scontrol could not give the node back: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => tracing::error!(node, host, error = %e, "cannot run scontrol"),
+            }
+        });
     }
 
     /// The nodes other than the master's own.
@@ -156,6 +231,7 @@ impl Nodes {
             Some(State::Starting { .. }) => "starting",
             Some(State::Up { .. }) => "up",
             Some(State::Gone) => "gone",
+            Some(State::Returned) => "returned",
         }
     }
 
@@ -236,7 +312,49 @@ impl Nodes {
                 *last_sent = Instant::now();
                 conn.send(frame).map_err(|e| format!("link: {e}"))
             }
-            State::Gone => Ok(()),
+            State::Gone | State::Returned => Ok(()),
+        }
+    }
+
+    /// Whether `node`'s link still counts: a link that ends later is a lost node.
+    pub fn is_live(&self, node: u32) -> bool {
+        matches!(
+            self.remote.get(&node).map(|r| &r.state),
+            Some(State::Starting { .. } | State::Up { .. })
+        )
+    }
+
+    /// Ends `node`'s daemon because the node was given back (RC-20; its processes are
+    /// gone already): `Shutdown`, and its end is not a loss. Then runs `then` (the
+    /// resource manager's side) on a thread of its own once the daemon's agent exited
+    /// (bounded), so the engine never waits for it.
+    pub fn give_back(&mut self, node: u32, then: impl FnOnce() + Send + 'static) {
+        let Some(r) = self.remote.get_mut(&node) else {
+            return;
+        };
+        if let State::Up { conn, .. } = &mut r.state {
+            let _ = conn.send(&encode_link(&LinkMsg::Shutdown));
+            let _ = conn.flush();
+        }
+        r.state = State::Returned;
+        let agent = r.agent.take();
+        let spawned = std::thread::Builder::new()
+            .name(format!("dynres-return-{node}"))
+            .spawn(move || {
+                if let Some(mut a) = agent {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while matches!(a.try_wait(), Ok(None)) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if matches!(a.try_wait(), Ok(None)) {
+                        let _ = a.kill();
+                        let _ = a.wait();
+                    }
+                }
+                then();
+            });
+        if let Err(e) = spawned {
+            tracing::error!(node, error = %e, "no thread to give the node back");
         }
     }
 
@@ -395,7 +513,7 @@ impl Nodes {
                     r.state = State::Gone;
                     never.push(node);
                 }
-                State::Gone => {}
+                State::Gone | State::Returned => {}
             }
         }
         never
