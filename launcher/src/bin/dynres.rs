@@ -149,11 +149,16 @@ struct RunArgs {
     command: Vec<String>,
 }
 
+/// Where a job runs: hosts, launch agent, and the Slurm job to give emptied nodes back to.
+struct Placement {
+    hosts: Vec<hosts::Host>,
+    agent: Vec<String>,
+    give_back: Option<String>,
+}
+
 /// The job's hosts and launch agent: `--host`, `--hostfile`, else the Slurm allocation
 /// (`SLURM_JOB_NODELIST`), else this host alone (no hosts).
-fn hosts_of(
-    args: &RunArgs,
-) -> Result<(Vec<hosts::Host>, Vec<String>, Option<String>), LauncherError> {
+fn hosts_of(args: &RunArgs) -> Result<Placement, LauncherError> {
     let usage = |e: hosts::HostsError| LauncherError::Usage(e.to_string());
     let mut agent = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
         .map(String::from)
