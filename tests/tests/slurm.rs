@@ -101,6 +101,19 @@ impl Drop for Cluster {
     }
 }
 
+/// The `dynres run` under salloc: SIGKILLed when the test ends before it.
+struct Master(u32);
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; a pid that already exited
+        // (reaped by salloc) fails with ESRCH.
+        unsafe {
+            libc::kill(self.0 as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
 #[test]
 fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes() {
     if let Some(why) = unsupported() {
@@ -205,7 +218,15 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         .env("DYNRES_LOG", "debug")
         .stdin(std::process::Stdio::null());
     let child = Running::start(cmd);
-    rt.wait_for_job(job);
+    let dir = rt.wait_for_job(job);
+    // `dynres run` runs under salloc in a process group of its own: signal it directly,
+    // and kill it if the test fails (its daemons then end, RT-3).
+    let master = Master(
+        std::fs::read_to_string(dir.join("pid"))
+            .ok()
+            .and_then(|p| p.split_whitespace().next()?.parse().ok())
+            .expect("the runtime's pid file"),
+    );
     // Onto n2 and n3 (2 slots each), then back to n1 alone.
     for (op, k) in [("grow", "+4"), ("shrink", "-4")] {
         let r = rt.run(&[op, job, k]);
@@ -242,9 +263,11 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         "grow after the return: {}",
         r.dump()
     );
-    signal(child.id(), libc::SIGTERM);
+    signal(master.0, libc::SIGTERM);
     let f = wait_bounded(child.into_child(), rt.dir.clone(), Duration::from_secs(60))
         .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    // It ended: its pid may be reused, so the guard must not signal it any more.
+    std::mem::forget(master);
     assert!(
         f.stderr.contains("node given back to Slurm job"),
         "{}",
