@@ -334,6 +334,64 @@ impl Drop for Running {
     }
 }
 
+impl Running {
+    /// Waits (at most `limit`) for the process to end; panics with its output if it has
+    /// to be killed.
+    pub fn finish(self, runtime_dir: PathBuf, limit: Duration) -> Finished {
+        wait_bounded(self.into_child(), runtime_dir, limit)
+            .unwrap_or_else(|f| panic!("the job did not end in {limit:?}\n{}", f.dump()))
+    }
+}
+
+/// Arguments after `--example synthetic` for a job in the thesis' step mode: from
+/// `start`, change by `delta` every 2 iterations up to `limit`, for `iterations`.
+pub fn synthetic_step(
+    start: u32,
+    limit: u32,
+    delta: u32,
+    iterations: u32,
+    size: u64,
+) -> Vec<String> {
+    let v = [
+        "--example".to_string(),
+        "synthetic".into(),
+        "--".into(),
+        "--mode".into(),
+        "step".into(),
+        "--n-start".into(),
+        start.to_string(),
+        "--n-limit".into(),
+        limit.to_string(),
+        "--n-delta".into(),
+        delta.to_string(),
+        "-f".into(),
+        "2".into(),
+        "-i".into(),
+        iterations.to_string(),
+        "--problem-size".into(),
+        size.to_string(),
+    ];
+    v.to_vec()
+}
+
+/// Arguments for a synthetic job that changes nothing by itself and runs until it is
+/// interrupted (changes come from `dynres grow` / `shrink`).
+pub fn synthetic_idle() -> Vec<String> {
+    [
+        "--example",
+        "synthetic",
+        "--",
+        "--mode",
+        "none",
+        "-i",
+        "100000000",
+        "--problem-size",
+        "1000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// Sends `sig` to process `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.

@@ -5,9 +5,10 @@
 //! TCP link, authentication and heartbeats: only the agent is local.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
-use dynres_tests::job::{Finished, Running, Runtime, signal};
+use dynres_tests::job::{Finished, Running, Runtime, signal, synthetic_idle, synthetic_step};
 
 /// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
 /// the logged pid is the daemon's).
@@ -66,6 +67,37 @@ fn node_state(status: &str, node: u32) -> Option<String> {
         .and_then(|l| l.split_whitespace().last().map(str::to_string))
 }
 
+/// `dynres run --job-id JOB -n N --host HOSTS --launch-agent AGENT EXTRA…`.
+fn run_cmd(
+    rt: &Runtime,
+    job: &str,
+    n: u32,
+    hosts: &str,
+    agent: &Path,
+    extra: &[String],
+) -> Command {
+    let mut args: Vec<String> = [
+        "run",
+        "--job-id",
+        job,
+        "-n",
+        &n.to_string(),
+        "--host",
+        hosts,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push("--launch-agent".into());
+    args.push(agent.display().to_string());
+    args.extend_from_slice(extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    rt.command(&args)
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 fn hosts(n: u32, slots: u32) -> String {
     (1..=n)
         .map(|i| format!("127.0.0.{i}:{slots}"))
@@ -81,34 +113,14 @@ fn a_job_grows_onto_other_hosts_and_shrinks_back() {
     let rt = Runtime::new("mh-grow");
     let (agent, log) = agent(&rt);
     let h = hosts(3, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "2",
-        "--job-id",
+    let cmd = run_cmd(
+        &rt,
         "mhgrow",
-        "--host",
+        2,
         &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--example",
-        "synthetic",
-        "--",
-        "--mode",
-        "step",
-        "--n-start",
-        "2",
-        "--n-limit",
-        "6",
-        "--n-delta",
-        "4",
-        "-f",
-        "2",
-        "-i",
-        "40",
-        "--problem-size",
-        "100000",
-    ]);
+        &agent,
+        &synthetic_step(2, 6, 4, 40, 1_000_000),
+    );
     let f = rt
         .run_bounded(cmd, Duration::from_secs(120))
         .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
@@ -143,30 +155,9 @@ fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
     let (agent, log) = agent(&rt);
     let job = "mhlost";
     let h = hosts(3, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "2",
-        "--job-id",
-        job,
-        "--host",
-        &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--on-loss",
-        "continue",
-        "--heartbeat-ms",
-        "200",
-        "--example",
-        "synthetic",
-        "--",
-        "--mode",
-        "none",
-        "-i",
-        "100000000",
-        "--problem-size",
-        "1000",
-    ]);
+    let mut extra = strs(&["--on-loss", "continue", "--heartbeat-ms", "200"]);
+    extra.extend(synthetic_idle());
+    let cmd = run_cmd(&rt, job, 2, &h, &agent, &extra);
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     // Onto host 2 and back: its daemon stays up with nothing to run.
@@ -190,12 +181,7 @@ fn a_lost_daemon_retires_its_node_and_the_job_goes_on() {
     });
     assert!(!st.contains("running on node 1"), "{st}");
     signal(child.id(), libc::SIGTERM);
-    let f = dynres_tests::job::wait_bounded(
-        child.into_child(),
-        rt.dir.clone(),
-        Duration::from_secs(30),
-    )
-    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(
         f.stderr
@@ -214,20 +200,7 @@ fn a_lost_node_with_processes_ends_the_job() {
     let (agent, log) = agent(&rt);
     let job = "mhend";
     let h = hosts(2, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "4",
-        "--job-id",
-        job,
-        "--host",
-        &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let cmd = run_cmd(&rt, job, 4, &h, &agent, &strs(&["--", "sleep", "60"]));
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (daemon, _) = wait_daemon(&rt, job, &log, 1);
@@ -238,12 +211,7 @@ fn a_lost_node_with_processes_ends_the_job() {
             == 2
     });
     signal(daemon, libc::SIGKILL);
-    let f = dynres_tests::job::wait_bounded(
-        child.into_child(),
-        rt.dir.clone(),
-        Duration::from_secs(30),
-    )
-    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(1), "{}", f.dump());
     let last = f.stderr.trim().lines().last().unwrap_or_default();
     assert!(
@@ -273,20 +241,7 @@ fn a_daemon_with_the_wrong_key_is_refused() {
     let (agent, log) = agent(&rt);
     let job = "mhkey";
     let h = hosts(2, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "3",
-        "--job-id",
-        job,
-        "--host",
-        &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let cmd = run_cmd(&rt, job, 3, &h, &agent, &strs(&["--", "sleep", "60"]));
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (_, master) = wait_daemon(&rt, job, &log, 1);
@@ -315,12 +270,7 @@ fn a_daemon_with_the_wrong_key_is_refused() {
         st.dump()
     );
     signal(child.id(), libc::SIGTERM);
-    let f = dynres_tests::job::wait_bounded(
-        child.into_child(),
-        rt.dir.clone(),
-        Duration::from_secs(30),
-    )
-    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(f.stderr.contains("refused a daemon"), "{}", f.dump());
     f.assert_nothing_left();
@@ -364,22 +314,8 @@ fn a_silent_daemon_is_a_lost_node() {
     let (agent, log) = agent(&rt);
     let job = "mhsilent";
     let h = hosts(2, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "2",
-        "--job-id",
-        job,
-        "--host",
-        &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--heartbeat-ms",
-        "50",
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let extra = strs(&["--heartbeat-ms", "50", "--", "sleep", "60"]);
+    let cmd = run_cmd(&rt, job, 2, &h, &agent, &extra);
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (daemon, _) = wait_daemon(&rt, job, &log, 1);
@@ -389,12 +325,7 @@ fn a_silent_daemon_is_a_lost_node() {
     });
     signal(daemon, libc::SIGCONT);
     signal(child.id(), libc::SIGTERM);
-    let f = dynres_tests::job::wait_bounded(
-        child.into_child(),
-        rt.dir.clone(),
-        Duration::from_secs(30),
-    )
-    .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(
         f.stderr
@@ -415,19 +346,14 @@ fn members_on_one_host_use_shm_and_across_hosts_tcp() {
     let rt = Runtime::new("mh-check");
     let (agent, _) = agent(&rt);
     let h = hosts(2, 2);
-    let cmd = rt.command(&[
-        "run",
-        "-n",
-        "3",
-        "--job-id",
+    let cmd = run_cmd(
+        &rt,
         "mhcheck",
-        "--host",
+        3,
         &h,
-        "--launch-agent",
-        agent.to_str().unwrap(),
-        "--example",
-        "check",
-    ]);
+        &agent,
+        &strs(&["--example", "check"]),
+    );
     let f = rt
         .run_bounded(cmd, Duration::from_secs(60))
         .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));

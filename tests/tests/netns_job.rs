@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use dynres_tests::job::{Running, Runtime, dynres_bin, signal, wait_bounded};
+use dynres_tests::job::{Running, Runtime, dynres_bin, signal, synthetic_idle};
 use dynres_tests::netns::Hosts;
 
 /// The launch agent: plain `ssh` with the test hosts' config. The remote command gets
@@ -33,7 +33,11 @@ fn ssh_agent(rt: &Runtime, hosts: &Hosts) -> (PathBuf, PathBuf) {
     (script, log)
 }
 
-fn in_host(hosts: &Hosts, i: usize, rt: &Runtime, args: &[&str]) -> Command {
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn in_host(hosts: &Hosts, i: usize, rt: &Runtime, args: &[String]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &hosts.namespace(i)])
         .arg(dynres_bin())
@@ -56,8 +60,8 @@ fn daemon_pid(log: &std::path::Path, host: &str) -> Option<u32> {
 }
 
 /// RT-1, RT-2, AUTH, LINK over ssh and a real network: the job starts on host 1, grows
-/// onto hosts 2 and 3 (processes on different hosts use TCP), shrinks back and ends
-/// cleanly, nothing left behind.
+/// onto hosts 2 and 3 (its communicator then spans hosts over TCP), shrinks back and
+/// ends cleanly, nothing left behind.
 #[test]
 fn a_job_grows_across_netns_hosts_over_ssh_and_shrinks_back() {
     let hosts = match Hosts::up_with_prefix("dyj", 3) {
@@ -75,43 +79,29 @@ fn a_job_grows_across_netns_hosts_over_ssh_and_shrinks_back() {
         hosts.addr(2),
         hosts.addr(3)
     );
-    let cmd = in_host(
-        &hosts,
-        1,
-        &rt,
-        &[
-            "run",
-            "-n",
-            "2",
-            "--job-id",
-            "nj",
-            "--host",
-            &list,
-            "--launch-agent",
-            agent.to_str().unwrap(),
-            "--example",
-            "synthetic",
-            "--",
-            "--mode",
-            "step",
-            "--n-start",
-            "2",
-            "--n-limit",
-            "6",
-            "--n-delta",
-            "4",
-            "-f",
-            "2",
-            "-i",
-            "40",
-            "--problem-size",
-            "1000000",
-        ],
-    );
-    let f = rt
-        .run_bounded(cmd, Duration::from_secs(180))
-        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
-    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let job = "nj";
+    let mut args = strs(&["run", "-n", "2", "--job-id", job, "--host", &list]);
+    args.extend(strs(&["--launch-agent", agent.to_str().unwrap()]));
+    args.extend(synthetic_idle());
+    let child = Running::start(in_host(&hosts, 1, &rt, &args));
+    rt.wait_for_job(job);
+    // Each change is decided before the tool returns: onto hosts 2 and 3, and back.
+    let r = rt.run(&["grow", job, "+4"]);
+    assert!(r.stdout.contains("FINALIZED"), "grow: {}", r.dump());
+    let st = rt.run(&["status", job]).stdout;
+    for n in [1, 2] {
+        let on = st
+            .lines()
+            .filter(|l| l.contains(&format!("running on node {n} ({})", hosts.addr(n + 1))))
+            .count();
+        assert_eq!(on, 2, "node {n}\n{st}");
+    }
+    let r = rt.run(&["shrink", job, "-4"]);
+    assert!(r.stdout.contains("FINALIZED"), "shrink: {}", r.dump());
+    rt.wait_status(job, "back on host 1", |s| !s.contains("running on node"));
+    signal(child.id(), libc::SIGTERM);
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
+    assert_eq!(f.code, Some(130), "{}", f.dump());
     for n in [1, 2] {
         let peer = format!("peer={}:", hosts.addr(n + 1));
         assert!(
@@ -122,13 +112,6 @@ fn a_job_grows_across_netns_hosts_over_ssh_and_shrinks_back() {
             f.dump()
         );
     }
-    let sizes: Vec<String> = f.csv().iter().map(|r| r[1].clone()).collect();
-    let grown = sizes.iter().position(|s| s == "6");
-    assert!(
-        grown.is_some_and(|i| sizes[i..].iter().any(|s| s == "2")),
-        "expected 2 → 6 → 2, got {sizes:?}\n{}",
-        f.dump()
-    );
     f.assert_nothing_left();
 }
 
@@ -152,33 +135,11 @@ fn a_killed_remote_daemon_is_a_lost_node_and_the_job_goes_on() {
         hosts.addr(2),
         hosts.addr(3)
     );
-    let child = Running::start(in_host(
-        &hosts,
-        1,
-        &rt,
-        &[
-            "run",
-            "-n",
-            "2",
-            "--job-id",
-            job,
-            "--host",
-            &list,
-            "--launch-agent",
-            agent.to_str().unwrap(),
-            "--on-loss",
-            "continue",
-            "--example",
-            "synthetic",
-            "--",
-            "--mode",
-            "none",
-            "-i",
-            "100000000",
-            "--problem-size",
-            "1000",
-        ],
-    ));
+    let mut args = strs(&["run", "-n", "2", "--job-id", job, "--host", &list]);
+    args.extend(strs(&["--launch-agent", agent.to_str().unwrap()]));
+    args.extend(strs(&["--on-loss", "continue"]));
+    args.extend(synthetic_idle());
+    let child = Running::start(in_host(&hosts, 1, &rt, &args));
     rt.wait_for_job(job);
     // Onto host 2 and back: its daemon stays up with nothing to run. (The example does
     // not survive losing members of its communicator; the loopback test
@@ -202,8 +163,7 @@ fn a_killed_remote_daemon_is_a_lost_node_and_the_job_goes_on() {
             == 2
     });
     signal(child.id(), libc::SIGTERM);
-    let f = wait_bounded(child.into_child(), rt.dir.clone(), Duration::from_secs(30))
-        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(
         f.stderr

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use dynres_tests::job::{Running, Runtime, signal, wait_bounded};
+use dynres_tests::job::{Running, Runtime, signal, synthetic_idle, synthetic_step};
 
 fn which(prog: &str) -> bool {
     std::env::var_os("PATH")
@@ -125,32 +125,10 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
     let mut cmd = Command::new("salloc");
     cmd.args(["-N3", "--exclusive", "--time=5"])
         .arg(dynres_tests::job::dynres_bin())
-        .args([
-            "run",
-            "-n",
-            "2",
-            "--job-id",
-            "sl",
-            "--example",
-            "synthetic",
-            "--",
-            "--mode",
-            "step",
-            "--n-start",
-            "2",
-            "--n-limit",
-            "6",
-            "--n-delta",
-            "4",
-            "-f",
-            "2",
-            // Long enough iterations that the first change is decided while the job runs
-            // (daemons started by srun take ~2 s to connect).
-            "-i",
-            "60",
-            "--problem-size",
-            "3000000",
-        ])
+        .args(["run", "-n", "2", "--job-id", "sl"])
+        // Long enough iterations that the first change is decided while the job runs
+        // (daemons started by srun take ~2 s to connect).
+        .args(synthetic_step(2, 6, 4, 60, 3_000_000))
         .env("SLURM_CONF", &cluster.conf)
         .env("DYNRES_RUNTIME_DIR", &rt.dir)
         .env("DYNRES_LOG", "debug")
@@ -197,22 +175,8 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     let mut cmd = Command::new("salloc");
     cmd.args(["-N3", "--exclusive", "--time=5"])
         .arg(dynres_tests::job::dynres_bin())
-        .args([
-            "run",
-            "-n",
-            "2",
-            "--job-id",
-            job,
-            "--example",
-            "synthetic",
-            "--",
-            "--mode",
-            "none",
-            "-i",
-            "100000000",
-            "--problem-size",
-            "1000",
-        ])
+        .args(["run", "-n", "2", "--job-id", job])
+        .args(synthetic_idle())
         .env("SLURM_CONF", &cluster.conf)
         .env("DYNRES_RUNTIME_DIR", &rt.dir)
         .env("DYNRES_LOG", "debug")
@@ -264,8 +228,7 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         r.dump()
     );
     signal(master.0, libc::SIGTERM);
-    let f = wait_bounded(child.into_child(), rt.dir.clone(), Duration::from_secs(60))
-        .unwrap_or_else(|f| panic!("the job did not end\n{}", f.dump()));
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(60));
     // It ended: its pid may be reused, so the guard must not signal it any more.
     std::mem::forget(master);
     assert!(
