@@ -315,6 +315,9 @@ impl Engine {
     pub fn run(mut self, rx: Receiver<Event>) -> Outcome {
         self.drain();
         let mut interrupted_at: Option<std::time::Instant> = None;
+        let mut ending_at: Option<std::time::Instant> = None;
+        // Left with processes unreaped: their threads are not waited for.
+        let mut abandoned = false;
         while self.running() {
             if interrupted_at.is_none() && signals::interrupted() {
                 interrupted_at = Some(std::time::Instant::now());
@@ -326,7 +329,22 @@ impl Engine {
                     left = self.live(),
                     "processes not reaped after SIGKILL; leaving anyway"
                 );
+                abandoned = true;
                 break;
+            }
+            // LINK-5, RT-3: a node daemon whose master is done or gone leaves in bounded
+            // time too.
+            match (&self.upstream_done, ending_at) {
+                (Some(_), None) => ending_at = Some(std::time::Instant::now()),
+                (Some(_), Some(t)) if t.elapsed() > INTERRUPT_BOUND => {
+                    tracing::error!(
+                        left = self.live(),
+                        "processes not reaped after SIGKILL; leaving anyway"
+                    );
+                    abandoned = true;
+                    break;
+                }
+                _ => {}
             }
             let now = self.now();
             let mut wait = StdDuration::from_millis(200);
@@ -362,7 +380,7 @@ impl Engine {
         }
         if let Some((tx, t)) = self.spawner.take() {
             drop(tx);
-            if interrupted_at.is_none() {
+            if interrupted_at.is_none() && !abandoned {
                 let _ = t.join();
             }
         }
@@ -370,7 +388,7 @@ impl Engine {
             self.forwarders.append(&mut c.threads);
         }
         for t in self.forwarders.drain(..) {
-            if interrupted_at.is_none() || t.is_finished() {
+            if (interrupted_at.is_none() && !abandoned) || t.is_finished() {
                 let _ = t.join();
             }
         }
