@@ -170,6 +170,8 @@ fn handshake(
 /// Runs node `node`'s daemon of the job whose master listens at `master` (`host:port`)
 /// until the master ends the job (LINK-5) or is lost (RT-3).
 pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
+    // RT-3: before any thread exists.
+    super::watchdog::start().map_err(|e| LauncherError::io("start the daemon's watchdog", e))?;
     let key = read_key()?;
     let mut stream = connect(master)?;
     // `frames` may hold what the master sent right after `Setup`: the reader goes on
@@ -220,7 +222,6 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         namespace: setup.namespace.clone(),
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
-        die_with_parent: true,
         host_id: Some(setup.node_addr),
         // The address this host reaches the master from: routable from the other
         // hosts, whatever name the host list gave it (a Slurm node name may not resolve).

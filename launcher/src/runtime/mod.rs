@@ -14,6 +14,7 @@ mod server;
 mod signals;
 mod status;
 mod tools;
+mod watchdog;
 
 use std::os::unix::net::UnixListener;
 use std::time::Duration as StdDuration;
@@ -291,7 +292,6 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins,
-        die_with_parent: false,
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };

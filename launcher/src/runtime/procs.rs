@@ -32,10 +32,6 @@ pub struct LaunchSpec {
     /// `DYNRES_SHM_SPINS`: the shared-memory spin budget, calibrated once by the
     /// runtime instead of once in every process (a ~ms futex ping-pong each).
     pub shm_spins: u32,
-    /// RT-3: on a node daemon, every process gets a parent-death signal before it
-    /// runs, so none outlives a daemon that is killed outright (costs fork + exec
-    /// instead of posix_spawn, which only the master's own node keeps).
-    pub die_with_parent: bool,
     /// `DYNRES_NODE_ADDR`: the IP address of the node that the other nodes reach
     /// (processes bind their TCP endpoints there); none on a one-host job.
     pub node_addr: Option<String>,
@@ -176,23 +172,6 @@ fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<Launched> {
     if let Some(h) = &spec.host_id {
         if std::env::var_os(env::HOST_ID).is_none() {
             cmd.env(env::HOST_ID, h);
-        }
-    }
-    if spec.die_with_parent {
-        let daemon = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs between fork and exec and calls only prctl and
-        // getppid, which are async-signal-safe.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The daemon may have died before the signal was armed.
-                if libc::getppid() != daemon {
-                    return Err(std::io::Error::other("the daemon is gone"));
-                }
-                Ok(())
-            });
         }
     }
     // Before the process, so that a failure leaves nothing to clean up.
