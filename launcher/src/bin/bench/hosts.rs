@@ -47,16 +47,19 @@ fn run(dynres: &Path, args: &[String]) -> Result<(Output, f64), String> {
     Ok((out, t.elapsed().as_secs_f64() * 1e3))
 }
 
-/// ANNOUNCED → FINALIZED of the last `add{k}` in the CSV (the job's daemons are up by
-/// then): phases 1 + 2 + 3, in ms.
-fn add_ms(out: &Output, k: u32) -> Option<f64> {
+/// ANNOUNCED → FINALIZED (phases 1 + 2 + 3, in ms) of the first and of the last
+/// `add{k}` in the CSV: the first is the first launch onto a node (its daemon's first
+/// processes), the last one a steady state.
+fn add_ms(out: &Output, k: u32) -> Option<(f64, f64)> {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
+    let adds: Vec<f64> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("[rank 0] "))
         .map(|r| r.split(',').collect::<Vec<_>>())
-        .rfind(|c| c.len() >= 8 && c[7] == format!("add{k}:finalized"))
+        .filter(|c| c.len() >= 8 && c[7] == format!("add{k}:finalized"))
         .map(|c| (3..6).map(|i| c[i].parse::<f64>().unwrap_or(0.0)).sum())
+        .collect();
+    Some((*adds.first()?, *adds.last()?))
 }
 
 fn strs(v: &[&str]) -> Vec<String> {
@@ -84,7 +87,8 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
             .join(",")
     };
     let job = |tag: &str, rep: usize| format!("benchh-{}-{tag}-{rep}", std::process::id());
-    let (mut one16, mut four16, mut one_add, mut two_add) = (vec![], vec![], vec![], vec![]);
+    let (mut one16, mut four16) = (vec![], vec![]);
+    let (mut one_first, mut two_first, mut one_add, mut two_add) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps {
         // A whole job of 16 clients that start, form their communicator, run one
         // iteration and exit: `dynres run` to its end, wall time.
@@ -95,7 +99,7 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
             "--mode",
             "none",
             "-i",
-            "2",
+            "1",
             "--problem-size",
             "1000",
         ]);
@@ -131,7 +135,7 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
             "2",
             "-b",
             "-i",
-            "3",
+            "7",
             "--problem-size",
             "100000",
         ]);
@@ -152,8 +156,14 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
         let r = (|| -> Result<(), String> {
             one16.push(run(dynres, &a)?.1);
             four16.push(run(dynres, &b)?.1);
-            one_add.extend(add_ms(&run(dynres, &c)?.0, 8));
-            two_add.extend(add_ms(&run(dynres, &d)?.0, 8));
+            if let Some((first, last)) = add_ms(&run(dynres, &c)?.0, 8) {
+                one_first.push(first);
+                one_add.push(last);
+            }
+            if let Some((first, last)) = add_ms(&run(dynres, &d)?.0, 8) {
+                two_first.push(first);
+                two_add.push(last);
+            }
             Ok(())
         })();
         if let Err(e) = r {
@@ -173,7 +183,12 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
             &four16,
         ),
         (
-            "ADD 8 → FINALIZED (same host / onto a 2nd host)",
+            "first ADD 8 → FINALIZED (same host / onto a 2nd host)",
+            &one_first,
+            &two_first,
+        ),
+        (
+            "later ADD 8 → FINALIZED (same host / onto a 2nd host)",
             &one_add,
             &two_add,
         ),
