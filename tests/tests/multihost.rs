@@ -366,3 +366,25 @@ fn members_on_one_host_use_shm_and_across_hosts_tcp() {
     assert!(f.stdout.contains("check: 3 processes ok"), "{}", f.dump());
     f.assert_nothing_left();
 }
+
+/// Collectives over a tree of host leaders: 5 members on 3 hosts (2, 2, 1) agree on
+/// barrier, bcast and allreduce results (the `check` example verifies each).
+#[test]
+fn collectives_over_three_hosts_agree() {
+    let rt = Runtime::new("mh-tree");
+    let (agent, _) = agent(&rt);
+    let h = hosts(3, 2);
+    let cmd = run_cmd(&rt, "mhtree", 5, &h, &agent, &strs(&["--example", "check"]));
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout
+            .contains("check: devices from 0: 1=shm 2=tcp 3=tcp 4=tcp"),
+        "{}",
+        f.dump()
+    );
+    assert!(f.stdout.contains("check: 5 processes ok"), "{}", f.dump());
+    f.assert_nothing_left();
+}

@@ -13,6 +13,8 @@
 //! orders the members by rank. Communicator ranks are positions in that order. After a
 //! barrier over the new communicator each member unpublishes its index again.
 
+mod tree;
+
 use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
@@ -38,6 +40,7 @@ const TAG_BARRIER: u64 = u64::MAX - 1;
 const TAG_BCAST: u64 = u64::MAX - 2;
 const TAG_REDUCE: u64 = u64::MAX - 3;
 const TAG_LEAVE: u64 = u64::MAX - 4;
+const TAG_BCAST_ROOT: u64 = u64::MAX - 5;
 
 /// This process' transport endpoint, shared by all its communicators.
 #[derive(Clone)]
@@ -175,6 +178,8 @@ pub struct Communicator {
     me: usize,
     peers: Vec<Option<PeerRef>>,
     context: u32,
+    /// This member's place in the collectives' tree (one leader per host).
+    tree: tree::Place,
 }
 
 impl Communicator {
@@ -228,16 +233,27 @@ impl Communicator {
             .position(|(r, _)| *r == session.rank())
             .ok_or_else(|| CommError::NotMember(pset.to_string()))?;
         let mut peers = Vec::with_capacity(size);
+        // A member's host: its shared-memory host id (members that share memory share a
+        // host); a member without shared memory is a host of its own.
+        let mut hosts = Vec::with_capacity(size);
         {
             let mut router = transport.router.borrow_mut();
             for (i, (_, addr)) in members.iter().enumerate() {
+                let addrs = decode_addrs(addr)?;
+                hosts.push(
+                    addrs
+                        .shm
+                        .as_ref()
+                        .map_or(u64::MAX - i as u64, |s| s.host_id),
+                );
                 peers.push(if i == me {
                     None
                 } else {
-                    Some(router.add_peer(decode_addrs(addr)?))
+                    Some(router.add_peer(addrs))
                 });
             }
         }
+        let tree = tree::place(&hosts, me);
         let context = fnv32(prefix.as_bytes());
         let comm = Communicator {
             transport: transport.clone(),
@@ -247,6 +263,7 @@ impl Communicator {
             me,
             peers,
             context,
+            tree,
         };
         // Once every member is past the barrier, every member has looked up every
         // index, so each removes its own: the data server keeps nothing per
@@ -322,69 +339,89 @@ impl Communicator {
         Ok(r.data)
     }
 
+    /// Gathers up the tree (one leader per host, see `tree.rs`): `combine` folds
+    /// each child's message into this member's, which then goes to the parent. Returns
+    /// what this member holds after its subtree (everything, at member 0).
+    fn gather(
+        &self,
+        tag: u64,
+        mine: Vec<u8>,
+        max: usize,
+        combine: impl Fn(&mut Vec<u8>, Vec<u8>) -> Result<(), CommError>,
+    ) -> Result<Vec<u8>, CommError> {
+        let mut acc = mine;
+        for &c in &self.tree.children {
+            let theirs = self.recv(c, tag, max)?;
+            combine(&mut acc, theirs)?;
+        }
+        if let Some(p) = self.tree.parent {
+            self.send(p, tag, &acc)?;
+        }
+        Ok(acc)
+    }
+
+    /// Sends member 0's `data` down the tree; every member returns it.
+    fn down(&self, tag: u64, data: &[u8], max: usize) -> Result<Vec<u8>, CommError> {
+        let data = match self.tree.parent {
+            Some(p) => self.recv(p, tag, max)?,
+            None => data.to_vec(),
+        };
+        for &c in &self.tree.children {
+            self.send(c, tag, &data)?;
+        }
+        Ok(data)
+    }
+
     /// Blocks until every member has entered the barrier.
     pub fn barrier(&self) -> Result<(), CommError> {
-        if self.me == 0 {
-            for i in 1..self.size() {
-                self.recv(i, TAG_BARRIER, 0)?;
-            }
-            for i in 1..self.size() {
-                self.send(i, TAG_BARRIER, &[])?;
-            }
-        } else {
-            self.send(0, TAG_BARRIER, &[])?;
-            self.recv(0, TAG_BARRIER, 0)?;
-        }
+        self.gather(TAG_BARRIER, Vec::new(), 0, |_, _| Ok(()))?;
+        self.down(TAG_BARRIER, &[], 0)?;
         Ok(())
     }
 
     /// Collective goodbye before the members finalize their transports: every member
-    /// tells member 0 and waits for its answer, so member 0 leaves last and no member
-    /// talks to an inbox that is already gone.
+    /// reports up the tree and waits for the answer from its parent, so a member leaves
+    /// only after its parent, and no member talks to an inbox that is already gone.
     pub fn leave(self) -> Result<(), CommError> {
-        if self.me == 0 {
-            for i in 1..self.size() {
-                self.recv(i, TAG_LEAVE, 0)?;
-            }
-            for i in 1..self.size() {
-                self.send(i, TAG_LEAVE, &[])?;
-            }
-        } else {
-            self.send(0, TAG_LEAVE, &[])?;
-            self.recv(0, TAG_LEAVE, 0)?;
-        }
+        self.gather(TAG_LEAVE, Vec::new(), 0, |_, _| Ok(()))?;
+        self.down(TAG_LEAVE, &[], 0)?;
         Ok(())
     }
 
     /// Broadcasts `data` from `root`; every member returns the root's bytes.
     pub fn bcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>, CommError> {
-        if self.me == root {
-            for i in (0..self.size()).filter(|i| *i != root) {
-                self.send(i, TAG_BCAST, data)?;
-            }
-            Ok(data.to_vec())
-        } else {
-            self.recv(root, TAG_BCAST, MAX_COLLECTIVE)
+        if root >= self.size() {
+            return Err(CommError::Malformed("no such root"));
         }
+        // The tree hangs from member 0: another root hands its bytes to it first.
+        let mut data = data.to_vec();
+        if root != 0 {
+            if self.me == root {
+                self.send(0, TAG_BCAST_ROOT, &data)?;
+            } else if self.me == 0 {
+                data = self.recv(root, TAG_BCAST_ROOT, MAX_COLLECTIVE)?;
+            }
+        }
+        self.down(TAG_BCAST, &data, MAX_COLLECTIVE)
     }
 
     /// Element-wise sum of `values` over all members; every member gets the result.
     pub fn allreduce_sum(&self, values: &[f64]) -> Result<Vec<f64>, CommError> {
-        let mut acc = values.to_vec();
-        if self.me == 0 {
-            for i in 1..self.size() {
-                let b = self.recv(i, TAG_REDUCE, values.len() * 8)?;
-                let theirs = decode_f64s(&b)?;
-                if theirs.len() != acc.len() {
+        let sum = self.gather(
+            TAG_REDUCE,
+            encode_f64s(values),
+            values.len() * 8,
+            |acc, theirs| {
+                let (mut a, b) = (decode_f64s(acc)?, decode_f64s(&theirs)?);
+                if a.len() != b.len() {
                     return Err(CommError::Malformed("allreduce length"));
                 }
-                acc.iter_mut().zip(theirs).for_each(|(a, b)| *a += b);
-            }
-        } else {
-            self.send(0, TAG_REDUCE, &encode_f64s(values))?;
-        }
-        let out = self.bcast(0, &encode_f64s(&acc))?;
-        decode_f64s(&out)
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                *acc = encode_f64s(&a);
+                Ok(())
+            },
+        )?;
+        decode_f64s(&self.down(TAG_BCAST, &sum, values.len() * 8)?)
     }
 }
 
