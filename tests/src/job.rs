@@ -272,6 +272,13 @@ impl Runtime {
         }
     }
 
+    /// `dynres grow|shrink JOB COUNT`, which waits for the decision: asserts it is
+    /// FINALIZED.
+    pub fn change(&self, job: &str, op: &str, count: &str) {
+        let r = self.run(&[op, job, count]);
+        assert!(r.stdout.contains("FINALIZED"), "{op} {count}: {}", r.dump());
+    }
+
     /// The OS pid of `rank` as `dynres status JOB` shows it, once it runs.
     pub fn pid_of(&self, job: &str, rank: u32) -> u32 {
         let st = self.wait_status(job, &format!("rank {rank} running"), |s| {

@@ -11,33 +11,18 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use dynres_launcher::auth::{HELLO_OK, Peer, encode_hello};
-use dynres_tests::job::{Finished, Runtime, wait_bounded};
+use dynres_tests::job::{Finished, Runtime, synthetic_idle, wait_bounded};
 
 /// `nobody`: tests that need a second user run the runtime (or own files) as it.
 const NOBODY: u32 = 65534;
 
 /// A job that runs until it is stopped.
 fn endless(job: &str) -> Vec<String> {
-    [
-        "run",
-        "-n",
-        "2",
-        "--max",
-        "4",
-        "--job-id",
-        job,
-        "--example",
-        "synthetic",
-        "--",
-        "--mode",
-        "none",
-        "-i",
-        "100000000",
-        "--problem-size",
-        "1000",
-    ]
-    .map(String::from)
-    .to_vec()
+    let mut v: Vec<String> = ["run", "-n", "2", "--max", "4", "--job-id", job]
+        .map(String::from)
+        .to_vec();
+    v.extend(synthetic_idle());
+    v
 }
 
 fn as_strs(v: &[String]) -> Vec<&str> {

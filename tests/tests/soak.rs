@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use dynres_tests::job::{Finished, Running, Runtime, signal};
+use dynres_tests::job::{Finished, Running, Runtime, signal, synthetic_idle};
 
 #[derive(Clone, Copy, Debug)]
 struct Sample {
@@ -86,24 +86,11 @@ fn soak_grow_and_shrink_cycles() {
         .unwrap_or(200);
     let rt = Runtime::new("soak");
     let job = "soak";
-    let mut child = rt.command(&[
-        "run",
-        "-n",
-        "2",
-        "--max",
-        "8",
-        "--job-id",
-        job,
-        "--example",
-        "synthetic",
-        "--",
-        "--mode",
-        "none",
-        "-i",
-        "100000000",
-        "--problem-size",
-        "1000",
-    ]);
+    let mut args: Vec<String> = ["run", "-n", "2", "--max", "8", "--job-id", job]
+        .map(String::from)
+        .to_vec();
+    args.extend(synthetic_idle());
+    let mut child = rt.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
     // Info level: a debug log of thousands of changes would only slow the run. The log
     // goes to a file, not a pipe: nobody reads a pipe during the run, and a full pipe
     // would block the runtime's logging and wedge the job after ~100 cycles.

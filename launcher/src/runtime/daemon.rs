@@ -90,21 +90,20 @@ fn link_err(why: impl std::fmt::Display) -> LauncherError {
     LauncherError::Link(why.to_string())
 }
 
-/// Reads the job's key, one line of hex, from standard input (AUTH-1).
+/// Reads the job's key, one line of hex, from standard input (AUTH-1). The line itself
+/// is the key, as the master uses it (`auth::new_secret`'s text).
 fn read_key() -> Result<Vec<u8>, LauncherError> {
     let mut line = String::new();
     std::io::Read::take(std::io::stdin().lock(), 1024)
         .read_line(&mut line)
         .map_err(|e| LauncherError::io("read the job key from standard input", e))?;
-    let hex = line.trim();
-    let bad = || LauncherError::Usage("dynres daemon: no job key (hex) on standard input".into());
-    if hex.is_empty() || hex.len() % 2 != 0 {
-        return Err(bad());
+    let key = line.trim();
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(LauncherError::Usage(
+            "dynres daemon: no job key (hex) on standard input".into(),
+        ));
     }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| bad()))
-        .collect()
+    Ok(key.as_bytes().to_vec())
 }
 
 fn connect(master: &str) -> Result<TcpStream, LauncherError> {

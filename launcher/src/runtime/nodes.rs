@@ -31,6 +31,9 @@ pub const NO_NODE: u32 = u32::MAX;
 /// HB-2: heartbeats missed before a link counts as dead.
 pub const SILENT_BEATS: u32 = 10;
 
+/// How often agents, heartbeats and silences are checked (HB-1..3).
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+
 /// How long a daemon has to connect and authenticate after its launch (HB-3).
 pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
 /// How long one authentication exchange may take (AUTH-5).
@@ -105,6 +108,8 @@ pub struct Nodes {
     slurm_job: Option<String>,
     /// What was given back to it (shared with the threads that run `scontrol`).
     slurm: Arc<std::sync::Mutex<SlurmReturns>>,
+    /// When [`Nodes::tick`] last checked agents and heartbeats.
+    checked: Instant,
 }
 
 /// Nodes given back to Slurm and the node list last applied to the allocation.
@@ -116,7 +121,8 @@ struct SlurmReturns {
 
 impl Nodes {
     /// Listens for daemons on `listener` and prepares to start them; they connect to
-    /// `master_addr`. `key` is the job's daemon key (AUTH-1).
+    /// `master_addr`. `key` is the job's daemon key (AUTH-1): a secret's text
+    /// (`auth::new_secret`), used as HMAC key bytes and handed to daemons as one line.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         hosts: Vec<Host>,
@@ -144,6 +150,7 @@ impl Nodes {
             acceptor: Some(acceptor),
             slurm_job: None,
             slurm: Arc::default(),
+            checked: Instant::now(),
         })
     }
 
@@ -254,7 +261,11 @@ impl Nodes {
             // agent that does not take it has exited or will not start the daemon:
             // `tick` reports it (HB-3).
             if let Some(mut stdin) = child.stdin.take() {
-                if let Err(e) = writeln!(stdin, "{}", hex(&self.key)) {
+                // The key is the job's secret text (`auth::new_secret`, hex): one line.
+                if let Err(e) = stdin
+                    .write_all(&self.key)
+                    .and_then(|()| stdin.write_all(b"\n"))
+                {
                     tracing::debug!(node, error = %e, "the launch agent did not take the key");
                 }
             }
@@ -424,6 +435,19 @@ impl Nodes {
     pub fn tick(&mut self) -> Vec<(u32, String)> {
         let hb = self.template.heartbeat;
         let mut dead = Vec::new();
+        // The engine ticks after every event: between checks only pending writes move
+        // (no `waitpid` per agent per client request).
+        if self.checked.elapsed() < CHECK_EVERY {
+            for (&node, r) in &mut self.remote {
+                if let State::Up { conn, .. } = &mut r.state {
+                    if let Err(e) = conn.flush() {
+                        dead.push((node, format!("link: {e}")));
+                    }
+                }
+            }
+            return dead;
+        }
+        self.checked = Instant::now();
         for (&node, r) in &mut self.remote {
             if let Some(agent) = &mut r.agent {
                 if let Ok(Some(st)) = agent.try_wait() {
@@ -553,11 +577,6 @@ impl Nodes {
             let _ = t.join();
         }
     }
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Accepts daemons until `stop`; each connection is authenticated on a thread of its

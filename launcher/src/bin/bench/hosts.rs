@@ -3,9 +3,9 @@
 //! processes onto a second host to FINALIZED.
 
 use std::path::Path;
-use std::process::{Command, ExitCode, Output};
+use std::process::{ExitCode, Output};
 
-use super::median;
+use super::{median, run_dynres};
 
 /// A launch agent that runs the daemon here, whatever the host (`AGENT HOST CMD…`): an
 /// executable script in the temporary directory, removed on drop.
@@ -30,20 +30,7 @@ impl Drop for LocalAgent {
 /// Runs `dynres ARGS` to its end; returns its output and its wall time in ms.
 fn run(dynres: &Path, args: &[String]) -> Result<(Output, f64), String> {
     let t = std::time::Instant::now();
-    let out = Command::new(dynres)
-        .args(args)
-        .env("DYNRES_LOG", "debug")
-        .output()
-        .map_err(|e| format!("run {}: {e}", dynres.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "job failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or_default()
-        ));
-    }
+    let out = run_dynres(dynres, args)?;
     Ok((out, t.elapsed().as_secs_f64() * 1e3))
 }
 

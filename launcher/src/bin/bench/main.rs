@@ -107,15 +107,24 @@ fn main() -> ExitCode {
 /// Runs `dynres run -n 2 --job-id JOB ARGS…` (debug log) to completion; `Err` with its
 /// log if it failed.
 fn run_job(dynres: &Path, job: &str, args: &[&str]) -> Result<Output, String> {
+    let mut all: Vec<String> = ["run", "-n", "2", "--job-id", job]
+        .map(String::from)
+        .to_vec();
+    all.extend(args.iter().map(|a| a.to_string()));
+    run_dynres(dynres, &all)
+}
+
+/// Runs `dynres ARGS` (debug log) to completion; `Err` with its log if it failed.
+pub(crate) fn run_dynres(dynres: &Path, args: &[String]) -> Result<Output, String> {
     let out = Command::new(dynres)
-        .args(["run", "-n", "2", "--job-id", job])
         .args(args)
         .env("DYNRES_LOG", "debug")
         .output()
         .map_err(|e| format!("cannot run {}: {e}", dynres.display()))?;
     if !out.status.success() {
         return Err(format!(
-            "job {job} failed:\n{}",
+            "`dynres {}` failed:\n{}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         ));
     }

@@ -7,6 +7,7 @@ use dynres_core::Rank;
 use dynres_core::rc::wire::link::{LinkMsg, decode_link, encode_link, is_link_type};
 use dynres_core::rc::wire::{decode_to_daemon, decode_to_master, encode_to_daemon};
 use dynres_core::rc::{DaemonInput, MasterInput, NodeId, ToDaemon, ToMaster};
+use dynres_core::wire::decode_frame;
 
 use super::{Engine, RemoteProc};
 use crate::runtime::daemon::Upstream;
@@ -243,11 +244,8 @@ impl Engine {
     }
 }
 
-/// The message type of a whole frame (split by the link's reader, so the header is
-/// there).
+/// The message type of a whole frame, by core's header parser (the link's reader split
+/// it, so the header is there; 0, no type, otherwise).
 fn frame_type(frame: &[u8]) -> u16 {
-    match frame {
-        [_, _, _, a, b, ..] => u16::from_be_bytes([*a, *b]),
-        _ => 0,
-    }
+    decode_frame(frame).map_or(0, |(h, _)| h.msg_type)
 }
