@@ -34,6 +34,9 @@ pub const DYNRES_CALL_ACCEPT: i32 = 8;
 pub const DYNRES_CALL_CONFIRM: i32 = 9;
 /// Result of `request_res_change`.
 pub const DYNRES_CALL_REQUEST_CHANGE: i32 = 10;
+/// Result of a modex (`MODEX-1..6`). C callers cannot start one; the code exists so
+/// that every result the kernel's client can report has one.
+pub const DYNRES_CALL_MODEX: i32 = 11;
 
 /// A completed call of the kernel client (the `DYNRES_ACTION_DONE` action).
 ///
@@ -111,6 +114,7 @@ pub fn describe(r: CallResult) -> Described {
             DYNRES_CALL_CONFIRM,
             r.map(|p| out.pset = dynres_pset_name::of(Some(&p))).err(),
         ),
+        CallResult::Modex(r) => (DYNRES_CALL_MODEX, r.err()),
         CallResult::ChangeRequested(r) => (
             DYNRES_CALL_REQUEST_CHANGE,
             r.map(|d| {

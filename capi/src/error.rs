@@ -94,6 +94,8 @@ pub const DYNRES_ERR_RC_NOT_PERMITTED: c_int = DYNRES_ERR_RC + 14;
 pub const DYNRES_ERR_RC_CLIENT: c_int = DYNRES_ERR_RC + 15;
 /// A process the request depended on was lost (RC-18).
 pub const DYNRES_ERR_RC_PROCESS_LOST: c_int = DYNRES_ERR_RC + 16;
+/// A modex ran over a pset version that is no longer current; ask again (MODEX-2).
+pub const DYNRES_ERR_RC_STALE: c_int = DYNRES_ERR_RC + 17;
 
 /// Everything that can go wrong at the boundary, with its code.
 #[derive(Debug, thiserror::Error)]
@@ -344,6 +346,7 @@ fn error_name(code: c_int) -> &'static std::ffi::CStr {
         DYNRES_ERR_RC_NOT_PERMITTED => c"DYNRES_ERR_RC_NOT_PERMITTED",
         DYNRES_ERR_RC_CLIENT => c"DYNRES_ERR_RC_CLIENT",
         DYNRES_ERR_RC_PROCESS_LOST => c"DYNRES_ERR_RC_PROCESS_LOST",
+        DYNRES_ERR_RC_STALE => c"DYNRES_ERR_RC_STALE",
         _ => c"DYNRES_ERR_UNKNOWN",
     }
 }

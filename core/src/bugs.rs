@@ -54,6 +54,11 @@ pub enum Bug {
     /// A node is given back while a process of the job is placed on it (`RC-20`,
     /// `SLOT-5`).
     ReturnBusyNode,
+    /// A daemon sends each member's modex value on its own instead of one batch per
+    /// node (`MODEX-1`).
+    ModexPartialBatch,
+    /// The master joins modex batches of different pset versions (`MODEX-2`).
+    ModexIgnoreVersion,
 }
 
 /// A set of planted bugs (empty in every shipped build).

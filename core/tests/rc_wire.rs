@@ -12,8 +12,8 @@ use dynres_core::rc::wire::{
     encode_client, encode_reply, encode_to_daemon, encode_to_master, types as ty,
 };
 use dynres_core::rc::{
-    AcceptOutcome, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, QueryAnswer, RcError,
-    RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    AcceptOutcome, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, ModexData, QueryAnswer,
+    RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
@@ -217,6 +217,7 @@ fn rc_error() -> BoxedStrategy<RcError> {
         Just(RcError::Timeout),
         pid().prop_map(RcError::NotPermitted),
         pid().prop_map(RcError::ProcessLost),
+        (pset_name(), any::<u64>()).prop_map(|(pset, version)| RcError::Stale { pset, version }),
         Just(RcError::Client("accept before query")),
         (any::<u16>(), text()).prop_map(|(code, detail)| RcError::Refused { code, detail }),
     ]
@@ -254,8 +255,20 @@ fn client_request() -> BoxedStrategy<ClientRequest> {
             }),
         (pset_name(), any::<bool>()).prop_map(|(delta, ok)| ClientRequest::Confirm { delta, ok }),
         change_request().prop_map(ClientRequest::RequestChange),
+        (pset_name(), text(), duration()).prop_map(|(pset, data, timeout)| {
+            ClientRequest::Modex {
+                pset,
+                data,
+                timeout,
+            }
+        }),
     ]
     .boxed()
+}
+
+/// A modex table.
+fn entries() -> impl Strategy<Value = Vec<(ProcessId, String)>> {
+    vec((pid(), text()), 0..5)
 }
 
 fn client_reply() -> BoxedStrategy<ClientReply> {
@@ -295,6 +308,10 @@ fn client_reply() -> BoxedStrategy<ClientReply> {
         result(accept).prop_map(ClientReply::Accept),
         result(Just(())).prop_map(ClientReply::Confirmed),
         result(option::of(pset_name())).prop_map(ClientReply::ChangeRequested),
+        result(
+            (any::<u64>(), entries()).prop_map(|(version, entries)| ModexData { version, entries })
+        )
+        .prop_map(ClientReply::Modex),
     ]
     .boxed()
 }
@@ -304,6 +321,14 @@ fn to_master() -> BoxedStrategy<ToMaster> {
         (pid(), any::<ReqId>(), client_request())
             .prop_map(|(from, req, request)| ToMaster::Forward { from, req, request }),
         pid().prop_map(|pid| ToMaster::Exited { pid }),
+        (pset_name(), any::<u64>(), duration(), entries()).prop_map(
+            |(pset, version, timeout, entries)| ToMaster::Modex {
+                pset,
+                version,
+                timeout,
+                entries,
+            }
+        ),
     ]
     .boxed()
 }
@@ -323,6 +348,13 @@ fn to_daemon() -> BoxedStrategy<ToDaemon> {
             .prop_map(|(delta, info)| ToDaemon::Change { delta, info }),
         pids().prop_map(|procs| ToDaemon::Launch { procs }),
         pids().prop_map(|procs| ToDaemon::Kill { procs }),
+        (pset_name(), any::<u64>(), result(entries())).prop_map(|(pset, version, result)| {
+            ToDaemon::ModexDone {
+                pset,
+                version,
+                result,
+            }
+        }),
         (pid(), any::<ReqId>(), client_reply()).prop_map(|(to, req, reply)| ToDaemon::Reply {
             to,
             req,
@@ -366,6 +398,7 @@ fn wire_reply(r: &ClientReply) -> ClientReply {
         ClientReply::Accept(r) => ClientReply::Accept(wire_result(r)),
         ClientReply::Confirmed(r) => ClientReply::Confirmed(wire_result(r)),
         ClientReply::ChangeRequested(r) => ClientReply::ChangeRequested(wire_result(r)),
+        ClientReply::Modex(r) => ClientReply::Modex(wire_result(r)),
     }
 }
 
@@ -375,6 +408,15 @@ fn wire_to_daemon(m: &ToDaemon) -> ToDaemon {
             to: to.clone(),
             req: *req,
             reply: wire_reply(reply),
+        },
+        ToDaemon::ModexDone {
+            pset,
+            version,
+            result,
+        } => ToDaemon::ModexDone {
+            pset: pset.clone(),
+            version: *version,
+            result: wire_result(result),
         },
         other => other.clone(),
     }
@@ -485,6 +527,14 @@ fn every_variant_has_its_documented_type() {
             },
             0x0403,
         ),
+        (
+            ClientRequest::Modex {
+                pset: n.clone(),
+                data: "d".into(),
+                timeout: Duration::ZERO,
+            },
+            0x0405,
+        ),
     ];
     for (r, t) in requests {
         assert_eq!(types(encode_client(0, &r)), t, "{r:?}");
@@ -499,6 +549,7 @@ fn every_variant_has_its_documented_type() {
         (ClientReply::Published(Ok(())), 0x0481),
         (ClientReply::Lookup(Ok("v".into())), 0x0482),
         (ClientReply::Fence(Ok(())), 0x0483),
+        (ClientReply::Modex(Err(RcError::Timeout)), 0x0485),
     ];
     for (r, t) in replies {
         assert_eq!(types(encode_reply(0, &r)), t, "{r:?}");
@@ -513,6 +564,13 @@ fn every_variant_has_its_documented_type() {
         types(encode_to_master(&ToMaster::Exited { pid: p.clone() })),
         0x0211
     );
+    let batch = ToMaster::Modex {
+        pset: n.clone(),
+        version: 1,
+        timeout: Duration::ZERO,
+        entries: vec![(p.clone(), "d".into())],
+    };
+    assert_eq!(types(encode_to_master(&batch)), 0x0212);
     let daemon = [
         (
             ToDaemon::Reply {
@@ -538,6 +596,14 @@ fn every_variant_has_its_documented_type() {
         ),
         (ToDaemon::Launch { procs: vec![] }, 0x0223),
         (ToDaemon::Kill { procs: vec![] }, 0x0224),
+        (
+            ToDaemon::ModexDone {
+                pset: n.clone(),
+                version: 1,
+                result: Ok(vec![]),
+            },
+            0x0225,
+        ),
         (
             ToDaemon::DefinePset {
                 name: n.clone(),

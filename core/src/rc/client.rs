@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use super::error::RcError;
 use super::master::accept_key;
-use super::msg::{ClientReply, ClientRequest};
+use super::msg::{ClientReply, ClientRequest, ModexData};
 use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId};
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
@@ -83,6 +83,15 @@ pub enum ClientCall {
     },
     /// `request_res_change`.
     RequestChange(ChangeRequest),
+    /// Fence over a pset exchanging one value per member (`MODEX-1..6`).
+    Modex {
+        /// The pset.
+        pset: PsetName,
+        /// This member's value.
+        data: String,
+        /// How long to wait for the others.
+        timeout: Duration,
+    },
 }
 
 /// What an accept returns to the process that called it.
@@ -121,6 +130,8 @@ pub enum CallResult {
     Confirm(Result<PsetName, RcError>),
     /// Of `RequestChange`: the delta, or `None` if queued.
     ChangeRequested(Result<Option<PsetName>, RcError>),
+    /// Of `Modex`: the version and every member's value.
+    Modex(Result<ModexData, RcError>),
 }
 
 /// What a client is told.
@@ -258,6 +269,15 @@ impl Client {
                 wait,
             },
             ClientCall::RequestChange(r) => ClientRequest::RequestChange(r),
+            ClientCall::Modex {
+                pset,
+                data,
+                timeout,
+            } => ClientRequest::Modex {
+                pset,
+                data,
+                timeout,
+            },
             ClientCall::Confirm { delta, timeout } => {
                 // Step 1: blocking lookup of `{delta}:accept` (RC-9).
                 let request = ClientRequest::Lookup {
@@ -303,6 +323,7 @@ impl Client {
                     })),
                     ClientReply::Confirmed(r) => CallResult::Published(r),
                     ClientReply::ChangeRequested(r) => CallResult::ChangeRequested(r),
+                    ClientReply::Modex(r) => CallResult::Modex(r),
                 };
                 self.done(id, result);
             }

@@ -67,6 +67,15 @@ pub enum RcError {
     /// A process this request depended on exited without being removed (`RC-18`).
     #[error("process {0} was lost")]
     ProcessLost(ProcessId),
+    /// A modex ran over a version of `pset` that is no longer current: ask again (the
+    /// local replica holds the newer one by the time this arrives, `MODEX-2`).
+    #[error("pset {pset} changed (now version {version}); ask again")]
+    Stale {
+        /// The pset.
+        pset: PsetName,
+        /// Its current version.
+        version: u64,
+    },
     /// A client call was made in a state that does not allow it.
     #[error("client: {0}")]
     Client(&'static str),
@@ -118,6 +127,8 @@ impl RcError {
     pub const CODE_CLIENT: u16 = 15;
     /// Code of [`RcError::ProcessLost`].
     pub const CODE_PROCESS_LOST: u16 = 16;
+    /// Code of [`RcError::Stale`].
+    pub const CODE_STALE: u16 = 17;
 
     /// A stable number for the kind of error, the same on every peer (`spec/wire.md`).
     ///
@@ -142,6 +153,7 @@ impl RcError {
             RcError::NotPermitted(_) => Self::CODE_NOT_PERMITTED,
             RcError::Client(_) => Self::CODE_CLIENT,
             RcError::ProcessLost(_) => Self::CODE_PROCESS_LOST,
+            RcError::Stale { .. } => Self::CODE_STALE,
             RcError::Refused { code, .. } => *code,
         }
     }

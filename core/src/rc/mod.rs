@@ -23,7 +23,7 @@ pub use client::{AcceptResult, CallId, CallResult, Client, ClientCall, ClientInp
 pub use daemon::{Daemon, DaemonInput, DaemonOutput};
 pub use error::{PsetErrorBox, RcError};
 pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
-pub use msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
+pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{
     AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, QueryAnswer, RcStatus, RcType, ReqId,
 };

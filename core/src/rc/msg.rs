@@ -75,6 +75,27 @@ pub enum ClientRequest {
     },
     /// The application asks for a change itself (`request_res_change`).
     RequestChange(ChangeRequest),
+    /// Fence over a pset that also exchanges one value per member (the modex,
+    /// `spec/resource-change.md` §8): gathered by each node's daemon, one message per
+    /// node to the master and back (`MODEX-1..6`).
+    Modex {
+        /// The pset (its version is the one the local daemon's replica holds).
+        pset: PsetName,
+        /// This member's value, e.g. its transport addresses.
+        data: String,
+        /// How long to wait for the others.
+        timeout: Duration,
+    },
+}
+
+/// What a completed modex gives every member: the pset version it ran over and every
+/// member's value, ordered by process id (`MODEX-3`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModexData {
+    /// The version of the pset whose members took part.
+    pub version: u64,
+    /// Each member and its value, ordered by process id.
+    pub entries: Vec<(ProcessId, String)>,
 }
 
 /// The runtime's answer to a [`ClientRequest`].
@@ -100,6 +121,8 @@ pub enum ClientReply {
     Confirmed(Result<(), RcError>),
     /// To `RequestChange`: the delta pset, or the position in the queue.
     ChangeRequested(Result<Option<PsetName>, RcError>),
+    /// To `Modex`.
+    Modex(Result<ModexData, RcError>),
 }
 
 /// Daemon → master.
@@ -118,6 +141,18 @@ pub enum ToMaster {
     Exited {
         /// The process.
         pid: ProcessId,
+    },
+    /// This node's part of a modex: the values of every member of `pset` (at `version`)
+    /// placed here, sent once all of them contributed (`MODEX-1`).
+    Modex {
+        /// The pset.
+        pset: PsetName,
+        /// Its version in this daemon's replica.
+        version: u64,
+        /// Time left until the earliest deadline among the contributors.
+        timeout: Duration,
+        /// Each local member and its value.
+        entries: Vec<(ProcessId, String)>,
     },
 }
 
@@ -164,6 +199,16 @@ pub enum ToDaemon {
     Kill {
         /// The processes.
         procs: Vec<ProcessId>,
+    },
+    /// The outcome of a modex over `pset` at `version`, once for every node with a
+    /// member (`MODEX-3`, `MODEX-4`).
+    ModexDone {
+        /// The pset.
+        pset: PsetName,
+        /// The version the modex ran over.
+        version: u64,
+        /// Every member's value ordered by process id, or why the modex failed.
+        result: Result<Vec<(ProcessId, String)>, RcError>,
     },
     /// Reply to a forwarded client request.
     Reply {

@@ -163,6 +163,11 @@ pub fn encode_daemon_input(input: &DaemonInput) -> Vec<u8> {
                 &encode_to_master(&ToMaster::Exited { pid: pid.clone() }),
             );
         }
+        // The timer carries no data: an empty frame under its own tag.
+        DaemonInput::Timeout => {
+            put_u8(&mut out, 4);
+            put_bytes(&mut out, &[]);
+        }
     }
     out
 }
@@ -186,6 +191,7 @@ pub fn decode_daemon_input(bytes: &[u8]) -> Result<DaemonInput, WireError> {
                     }));
                 }
             },
+            4 if frame.is_empty() => DaemonInput::Timeout,
             t => {
                 return Err(nom::Err::Failure(WireError::InvalidValue {
                     what: "daemon input tag",

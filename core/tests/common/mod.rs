@@ -63,6 +63,10 @@ pub struct World {
     pub crash_on_launch: BTreeSet<ProcessId>,
     /// Every reply value a daemon served for a query, per process (versions monotone?).
     pub messages: u64,
+    /// Modex batches daemons sent: (node, pset, version, members in the batch).
+    pub modex_batches: Vec<(NodeId, PsetName, u64, usize)>,
+    /// Modex outcomes the master sent: (node, pset, version, ok).
+    pub modex_done: Vec<(NodeId, PsetName, u64, bool)>,
 }
 
 pub const APP: &str = "app";
@@ -123,6 +127,8 @@ impl World {
             exited: BTreeSet::new(),
             crash_on_launch: BTreeSet::new(),
             messages: 0,
+            modex_batches: Vec::new(),
+            modex_done: Vec::new(),
         };
         w.drain_master();
         w.run_for(Duration::from_millis(1));
@@ -173,12 +179,32 @@ impl World {
     /// One event or timer no later than `until`; false if there is none.
     fn step(&mut self, until: Instant) -> bool {
         let next_event = self.queue.keys().next().map(|k| k.0);
-        let timer = self.master.poll_timeout();
+        // The master's timer, then each daemon's (modex gathers, MODEX-5): `None` is
+        // the master.
+        let timer = std::iter::once((None, self.master.poll_timeout()))
+            .chain(
+                self.daemons
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (Some(i), d.poll_timeout())),
+            )
+            .filter_map(|(who, t)| t.map(|t| (t, who)))
+            .min();
         match (next_event, timer) {
-            (_, Some(t)) if t <= until && next_event.is_none_or(|e| t < e) => {
+            (_, Some((t, who))) if t <= until && next_event.is_none_or(|e| t < e) => {
                 self.now = self.now.max(t);
-                self.master.handle(self.now, MasterInput::Timeout).unwrap();
-                self.drain_master();
+                match who {
+                    None => {
+                        self.master.handle(self.now, MasterInput::Timeout).unwrap();
+                        self.drain_master();
+                    }
+                    Some(i) => {
+                        self.daemons[i]
+                            .handle(self.now, DaemonInput::Timeout)
+                            .unwrap();
+                        self.drain_daemon(NodeId(i as u32));
+                    }
+                }
                 true
             }
             (Some(e), _) if e <= until => {
@@ -264,6 +290,15 @@ impl World {
         while let Some(o) = self.master.poll_output() {
             match o {
                 MasterOutput::Send(env) => {
+                    if let ToDaemon::ModexDone {
+                        pset,
+                        version,
+                        result,
+                    } = &env.msg
+                    {
+                        let done = (env.to, pset.clone(), *version, result.is_ok());
+                        self.modex_done.push(done);
+                    }
                     let at = self.now + self.latency;
                     self.push(at, Event::ToDaemon(env.to, env.msg));
                 }
@@ -277,7 +312,19 @@ impl World {
         while let Some(o) = self.daemons[node.0 as usize].poll_output() {
             let at = self.now + self.latency;
             match o {
-                DaemonOutput::ToMaster(msg) => self.push(at, Event::ToMaster(node, msg)),
+                DaemonOutput::ToMaster(msg) => {
+                    if let ToMaster::Modex {
+                        pset,
+                        version,
+                        entries,
+                        ..
+                    } = &msg
+                    {
+                        let batch = (node, pset.clone(), *version, entries.len());
+                        self.modex_batches.push(batch);
+                    }
+                    self.push(at, Event::ToMaster(node, msg))
+                }
                 DaemonOutput::ToClient { to, req, reply } => {
                     self.push(at, Event::DaemonToClient(to, req, reply))
                 }

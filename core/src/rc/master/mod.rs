@@ -6,6 +6,7 @@
 //! drain [`Master::poll_output`] and arm a timer for [`Master::poll_timeout`].
 
 mod data;
+mod modex;
 mod phase1;
 mod phase3;
 
@@ -211,6 +212,8 @@ pub struct Master {
     /// Lookups waiting for their key: (key, deadline, route).
     pub(crate) lookups: Vec<(String, Instant, Route)>,
     pub(crate) fences: BTreeMap<PsetName, Fence>,
+    /// Modexes in progress, by pset (`MODEX-1..6`).
+    pub(crate) modexes: BTreeMap<PsetName, modex::ModexGather>,
     /// Done changes, oldest first; beyond [`DONE_KEPT`] the oldest is forgotten.
     pub(crate) done_order: VecDeque<PsetName>,
     pub(crate) out: VecDeque<MasterOutput>,
@@ -246,6 +249,7 @@ impl Master {
             data: BTreeMap::new(),
             lookups: Vec::new(),
             fences: BTreeMap::new(),
+            modexes: BTreeMap::new(),
             done_order: VecDeque::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
@@ -308,6 +312,9 @@ impl Master {
             .then(|| trace::encode_master_input(&input));
         let first_output = self.out.len();
         self.step(now, input)?;
+        if !self.bug(crate::bugs::Bug::ModexIgnoreVersion) {
+            self.recheck_modexes();
+        }
         if let Some(input) = recorded {
             let outputs: Vec<&MasterOutput> = self.out.iter().skip(first_output).collect();
             let outputs = trace::fingerprint(&outputs);
@@ -349,6 +356,12 @@ impl Master {
                     self.on_request(now, route, request);
                 }
                 ToMaster::Exited { pid } => self.on_exit(now, &pid),
+                ToMaster::Modex {
+                    pset,
+                    version,
+                    timeout,
+                    entries,
+                } => self.on_modex_batch(now, node, pset, version, timeout, entries),
             },
             MasterInput::RequestChange { ticket, req } => {
                 self.request_change(now, Requester::External(ticket), req)
@@ -376,7 +389,8 @@ impl Master {
         });
         let lookups = self.lookups.iter().map(|(_, d, _)| *d);
         let fences = self.fences.values().map(|f| f.deadline);
-        changes.chain(lookups).chain(fences).min()
+        let modexes = self.modexes.values().map(|g| g.deadline);
+        changes.chain(lookups).chain(fences).chain(modexes).min()
     }
 
     /// Plants bugs for the verification crate's corpus.
@@ -484,6 +498,12 @@ impl Master {
                     .filter(|i| !self.changes[&i.delta].done);
                 let answer = super::query::answer(queryable, app, &route.pid, bound.as_ref());
                 self.reply(&route, ClientReply::Query(answer));
+            }
+            // Gathered by the daemons (`MODEX-1`); a daemon that forwards one anyway is
+            // refused rather than served one member at a time.
+            ClientRequest::Modex { .. } => {
+                let err = RcError::BadRequest("a modex is gathered by the node's daemon");
+                self.reply(&route, ClientReply::Modex(Err(err)));
             }
             ClientRequest::PsetInfo { name } => {
                 let info = self

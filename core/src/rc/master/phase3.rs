@@ -473,6 +473,7 @@ impl Master {
                 self.reply(&route, ClientReply::Fence(Err(err)));
             }
         }
+        self.modex_lost(pid);
         self.out.push_back(MasterOutput::ProcessLost(pid.clone()));
     }
 
@@ -619,5 +620,6 @@ impl Master {
             }
         }
         self.expire_data(now);
+        self.expire_modexes(now);
     }
 }

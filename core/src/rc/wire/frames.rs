@@ -8,10 +8,13 @@ use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all};
 
 use super::MAX_PROCS;
 use super::change::{change_info, put_change_info};
-use super::messages::{put_reply, put_request, reply, reply_type, request, request_type};
+use super::errors::{put_result, result};
+use super::messages::{
+    entries, put_entries, put_reply, put_request, reply, reply_type, request, request_type,
+};
 use super::pset::{attributes, put_attributes};
 use super::types as t;
-use super::values::{name, opt, pid, put_name, put_opt, put_pid};
+use super::values::{duration, name, opt, pid, put_duration, put_name, put_opt, put_pid};
 
 /// Encodes a client → daemon frame: `req u64 | request fields`, typed by the request.
 pub fn encode_client(req: ReqId, request: &ClientRequest) -> Vec<u8> {
@@ -68,6 +71,17 @@ pub fn encode_to_master(msg: &ToMaster) -> Vec<u8> {
             put_request(b, request);
         }),
         ToMaster::Exited { pid } => encode_frame(&mut out, t::EXITED, |b| put_pid(b, pid)),
+        ToMaster::Modex {
+            pset,
+            version,
+            timeout,
+            entries,
+        } => encode_frame(&mut out, t::MODEX_BATCH, |b| {
+            put_name(b, pset);
+            put_u64(b, *version);
+            put_duration(b, *timeout);
+            put_entries(b, entries);
+        }),
     }
     out
 }
@@ -92,6 +106,21 @@ pub fn decode_to_master(frame: &[u8]) -> Result<ToMaster, WireError> {
         t::EXITED => parse_all(body, |i| {
             let (i, pid) = pid(i)?;
             Ok((i, ToMaster::Exited { pid }))
+        }),
+        t::MODEX_BATCH => parse_all(body, |i| {
+            let (i, pset) = name(i)?;
+            let (i, version) = u64(i)?;
+            let (i, timeout) = duration(i)?;
+            let (i, entries) = entries(i)?;
+            Ok((
+                i,
+                ToMaster::Modex {
+                    pset,
+                    version,
+                    timeout,
+                    entries,
+                },
+            ))
         }),
         other => Err(WireError::UnknownType { msg_type: other }),
     }
@@ -126,6 +155,15 @@ pub fn encode_to_daemon(msg: &ToDaemon) -> Vec<u8> {
             encode_frame(&mut out, t::LAUNCH, |b| put_seq(b, procs, put_pid))
         }
         ToDaemon::Kill { procs } => encode_frame(&mut out, t::KILL, |b| put_seq(b, procs, put_pid)),
+        ToDaemon::ModexDone {
+            pset,
+            version,
+            result,
+        } => encode_frame(&mut out, t::MODEX_DONE, |b| {
+            put_name(b, pset);
+            put_u64(b, *version);
+            put_result(b, result, |o, e| put_entries(o, e));
+        }),
         ToDaemon::Reply { to, req, reply } => encode_frame(&mut out, t::REPLY, |b| {
             put_pid(b, to);
             put_u64(b, *req);
@@ -185,6 +223,19 @@ pub fn decode_to_daemon(frame: &[u8]) -> Result<ToDaemon, WireError> {
         t::KILL => parse_all(body, |i| {
             let (i, procs) = procs("procs")(i)?;
             Ok((i, ToDaemon::Kill { procs }))
+        }),
+        t::MODEX_DONE => parse_all(body, |i| {
+            let (i, pset) = name(i)?;
+            let (i, version) = u64(i)?;
+            let (i, result) = result(entries)(i)?;
+            Ok((
+                i,
+                ToDaemon::ModexDone {
+                    pset,
+                    version,
+                    result,
+                },
+            ))
         }),
         t::REPLY => parse_all(body, |i| {
             let (i, to) = pid(i)?;

@@ -2,11 +2,13 @@
 //! follow the request id in a client frame and sit inside `Forward` / `Reply`, so the
 //! daemon can pass a request on without re-encoding its fields differently.
 
+use alloc::string::String;
 use alloc::vec::Vec;
 
+use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome};
-use crate::rc::{ClientReply, ClientRequest};
-use crate::wire::prim::{put_seq, put_str, seq, string};
+use crate::rc::{ClientReply, ClientRequest, ModexData};
+use crate::wire::prim::{put_seq, put_str, put_u64, seq, string, u64};
 use crate::wire::{PResult, WireError};
 
 use super::change::{
@@ -17,9 +19,10 @@ use super::errors::{put_result, result};
 use super::pset::{attributes, outcome, pset_op, put_attributes, put_outcome, put_pset_op};
 use super::types as t;
 use super::values::{
-    boolean, duration, name, opt, put_bool, put_duration, put_name, put_opt, put_usize, size,
+    boolean, duration, name, opt, pid, put_bool, put_duration, put_name, put_opt, put_pid,
+    put_usize, size,
 };
-use super::{MAX_KEY_LEN, MAX_OPS, MAX_VALUE_LEN};
+use super::{MAX_KEY_LEN, MAX_OPS, MAX_PROCS, MAX_VALUE_LEN};
 
 /// The message type of a request.
 pub(super) fn request_type(r: &ClientRequest) -> u16 {
@@ -34,6 +37,7 @@ pub(super) fn request_type(r: &ClientRequest) -> u16 {
         ClientRequest::Accept { .. } => t::ACCEPT,
         ClientRequest::Confirm { .. } => t::CONFIRM,
         ClientRequest::RequestChange(_) => t::REQUEST_CHANGE,
+        ClientRequest::Modex { .. } => t::MODEX,
     }
 }
 
@@ -72,6 +76,15 @@ pub(super) fn put_request(out: &mut Vec<u8>, r: &ClientRequest) {
             put_bool(out, *ok);
         }
         ClientRequest::RequestChange(req) => put_change_request(out, req),
+        ClientRequest::Modex {
+            pset,
+            data,
+            timeout,
+        } => {
+            put_name(out, pset);
+            put_str(out, data);
+            put_duration(out, *timeout);
+        }
     }
 }
 
@@ -138,6 +151,19 @@ pub(super) fn request(msg_type: u16, input: &[u8]) -> PResult<'_, ClientRequest>
             let (i, req) = change_request(input)?;
             Ok((i, ClientRequest::RequestChange(req)))
         }
+        t::MODEX => {
+            let (i, pset) = name(input)?;
+            let (i, data) = string("value", MAX_VALUE_LEN)(i)?;
+            let (i, timeout) = duration(i)?;
+            Ok((
+                i,
+                ClientRequest::Modex {
+                    pset,
+                    data,
+                    timeout,
+                },
+            ))
+        }
         other => Err(nom::Err::Failure(WireError::UnknownType {
             msg_type: other,
         })),
@@ -157,6 +183,7 @@ pub(super) fn reply_type(r: &ClientReply) -> u16 {
         ClientReply::Accept(_) => t::ACCEPT_REPLY,
         ClientReply::Confirmed(_) => t::CONFIRM_REPLY,
         ClientReply::ChangeRequested(_) => t::REQUEST_CHANGE_REPLY,
+        ClientReply::Modex(_) => t::MODEX_REPLY,
     }
 }
 
@@ -173,6 +200,29 @@ fn size_attrs(input: &[u8]) -> PResult<'_, (usize, Attributes)> {
 
 fn outcomes(input: &[u8]) -> PResult<'_, Vec<OpOutcome>> {
     seq("op outcomes", MAX_OPS, outcome)(input)
+}
+
+/// A modex table: `seq<(pid, value)>`.
+pub(super) fn put_entries(out: &mut Vec<u8>, entries: &[(ProcessId, String)]) {
+    put_seq(out, entries, |o, (p, v)| {
+        put_pid(o, p);
+        put_str(o, v);
+    });
+}
+
+/// Parses [`put_entries`].
+pub(super) fn entries(input: &[u8]) -> PResult<'_, Vec<(ProcessId, String)>> {
+    seq("modex entries", MAX_PROCS, |i| {
+        let (i, p) = pid(i)?;
+        let (i, v) = string("value", MAX_VALUE_LEN)(i)?;
+        Ok((i, (p, v)))
+    })(input)
+}
+
+fn modex_data(input: &[u8]) -> PResult<'_, ModexData> {
+    let (i, version) = u64(input)?;
+    let (i, entries) = entries(i)?;
+    Ok((i, ModexData { version, entries }))
 }
 
 fn unit(input: &[u8]) -> PResult<'_, ()> {
@@ -194,6 +244,10 @@ pub(super) fn put_reply(out: &mut Vec<u8>, r: &ClientReply) {
         ClientReply::ChangeRequested(r) => {
             put_result(out, r, |o, d| put_opt(o, d.as_ref(), put_name))
         }
+        ClientReply::Modex(r) => put_result(out, r, |o, d| {
+            put_u64(o, d.version);
+            put_entries(o, &d.entries);
+        }),
     }
 }
 
@@ -240,6 +294,10 @@ pub(super) fn reply(msg_type: u16, input: &[u8]) -> PResult<'_, ClientReply> {
         t::REQUEST_CHANGE_REPLY => {
             let (i, r) = result(opt(name))(input)?;
             Ok((i, ClientReply::ChangeRequested(r)))
+        }
+        t::MODEX_REPLY => {
+            let (i, r) = result(modex_data)(input)?;
+            Ok((i, ClientReply::Modex(r)))
         }
         other => Err(nom::Err::Failure(WireError::UnknownType {
             msg_type: other,

@@ -27,6 +27,8 @@ pub const LOOKUP: u16 = 0x0402;
 pub const FENCE: u16 = 0x0403;
 /// Client → daemon: remove a published key.
 pub const UNPUBLISH: u16 = 0x0404;
+/// Client → daemon: fence exchanging one value per member (modex).
+pub const MODEX: u16 = 0x0405;
 
 /// Daemon → client: reply to [`QUERY`].
 pub const QUERY_REPLY: u16 = QUERY | REPLY_BIT;
@@ -48,11 +50,15 @@ pub const LOOKUP_REPLY: u16 = LOOKUP | REPLY_BIT;
 pub const FENCE_REPLY: u16 = FENCE | REPLY_BIT;
 /// Daemon → client: reply to [`UNPUBLISH`].
 pub const UNPUBLISH_REPLY: u16 = UNPUBLISH | REPLY_BIT;
+/// Daemon → client: reply to [`MODEX`].
+pub const MODEX_REPLY: u16 = MODEX | REPLY_BIT;
 
 /// Daemon → master: a forwarded client request.
 pub const FORWARD: u16 = 0x0210;
 /// Daemon → master: a local process exited.
 pub const EXITED: u16 = 0x0211;
+/// Daemon → master: the node's batch of a modex.
+pub const MODEX_BATCH: u16 = 0x0212;
 
 /// Master → daemon: reply to a forwarded request.
 pub const REPLY: u16 = 0x0220;
@@ -64,6 +70,8 @@ pub const JOB_DATA: u16 = 0x0222;
 pub const LAUNCH: u16 = 0x0223;
 /// Master → daemon: kill local processes.
 pub const KILL: u16 = 0x0224;
+/// Master → daemon: the outcome of a modex.
+pub const MODEX_DONE: u16 = 0x0225;
 /// Master → daemon: define or update a pset in the replica.
 pub const DEFINE_PSET: u16 = 0x0310;
 /// Master → daemon: drop a pruned pset from the replica.

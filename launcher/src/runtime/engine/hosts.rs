@@ -95,7 +95,7 @@ impl Engine {
             Ok(msg) => {
                 let exited = match &msg {
                     ToMaster::Exited { pid } => Some(pid.rank),
-                    ToMaster::Forward { .. } => None,
+                    ToMaster::Forward { .. } | ToMaster::Modex { .. } => None,
                 };
                 self.master_input(MasterInput::FromDaemon {
                     node: NodeId(node),

@@ -4,15 +4,18 @@
 //! §5).
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::error::RcError;
-use super::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
-use super::query;
-use super::trace;
-use super::types::{ChangeInfo, NodeId, ReqId};
+mod modex;
+
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};
+use crate::rc::error::RcError;
+use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
+use crate::rc::query;
+use crate::rc::trace;
+use crate::rc::types::{ChangeInfo, NodeId, ReqId};
 use crate::time::Instant;
 
 /// What a daemon is told.
@@ -34,6 +37,8 @@ pub enum DaemonInput {
         /// The process.
         pid: ProcessId,
     },
+    /// The timer armed from [`Daemon::poll_timeout`] fired.
+    Timeout,
 }
 
 /// What a daemon wants done.
@@ -70,8 +75,23 @@ pub struct Daemon {
     changes: BTreeMap<PsetName, ChangeInfo>,
     job: BTreeSet<ProcessId>,
     local: BTreeSet<ProcessId>,
+    /// Modexes being gathered here, by pset and replica version (`MODEX-1`).
+    gathers: BTreeMap<(PsetName, u64), Gather>,
     out: VecDeque<DaemonOutput>,
     bugs: crate::bugs::Bugs,
+}
+
+/// This node's part of one modex (`MODEX-1`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Gather {
+    /// The pset's members placed on this node, at the gather's version.
+    members: BTreeSet<ProcessId>,
+    /// Contributions so far: member → (its request, its value).
+    arrived: BTreeMap<ProcessId, (ReqId, String)>,
+    /// The earliest deadline among the contributors.
+    deadline: Instant,
+    /// The node's batch went to the master; only its `ModexDone` ends the gather now.
+    forwarded: bool,
 }
 
 impl Daemon {
@@ -83,6 +103,7 @@ impl Daemon {
             changes: BTreeMap::new(),
             job: BTreeSet::new(),
             local: BTreeSet::new(),
+            gathers: BTreeMap::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
         }
@@ -119,7 +140,7 @@ impl Daemon {
         let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
             .then(|| trace::encode_daemon_input(&input));
         let first_output = self.out.len();
-        let result = self.step(input);
+        let result = self.step(now, input);
         if let Some(input) = recorded {
             let outputs: Vec<&DaemonOutput> = self.out.iter().skip(first_output).collect();
             let outputs = trace::fingerprint(&outputs);
@@ -145,7 +166,7 @@ impl Daemon {
         fp
     }
 
-    fn step(&mut self, input: DaemonInput) -> Result<(), RcError> {
+    fn step(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
         match input {
             DaemonInput::FromMaster(msg) => self.on_master(msg),
             DaemonInput::FromClient { from, req, request } => {
@@ -158,14 +179,16 @@ impl Daemon {
                     });
                     return Err(RcError::NotPermitted(from));
                 }
-                self.on_client(from, req, request);
+                self.on_client(now, from, req, request);
             }
             DaemonInput::Exited { pid } => {
                 if self.local.remove(&pid) {
+                    self.modex_member_gone(&pid);
                     self.out
                         .push_back(DaemonOutput::ToMaster(ToMaster::Exited { pid }));
                 }
             }
+            DaemonInput::Timeout => self.expire_gathers(now),
         }
         Ok(())
     }
@@ -175,9 +198,15 @@ impl Daemon {
         self.out.pop_front()
     }
 
-    /// Daemons arm no timers: every deadline is kept by the master.
+    /// When to call `handle(now, DaemonInput::Timeout)` next. A daemon's only deadlines
+    /// are those of modexes not yet complete on its node (`MODEX-5`); every other
+    /// deadline is kept by the master.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.gathers
+            .values()
+            .filter(|g| !g.forwarded)
+            .map(|g| g.deadline)
+            .min()
     }
 
     fn on_master(&mut self, msg: ToDaemon) {
@@ -190,12 +219,19 @@ impl Daemon {
                 let stale =
                     self.bugs.has(crate::bugs::Bug::StaleReplica) && self.psets.contains_key(&name);
                 if !stale {
-                    self.psets.insert(name, (members, attrs));
+                    self.psets.insert(name.clone(), (members, attrs));
                 }
+                self.modex_pset_changed(&name);
             }
             ToDaemon::PrunePset { name } => {
                 self.psets.remove(&name);
+                self.modex_pset_changed(&name);
             }
+            ToDaemon::ModexDone {
+                pset,
+                version,
+                result,
+            } => self.modex_done(&pset, version, result),
             ToDaemon::JobData { added, removed } => {
                 self.job.extend(added);
                 for p in &removed {
@@ -230,7 +266,15 @@ impl Daemon {
         }
     }
 
-    fn on_client(&mut self, from: ProcessId, req: ReqId, request: ClientRequest) {
+    fn on_client(&mut self, now: Instant, from: ProcessId, req: ReqId, request: ClientRequest) {
+        if let ClientRequest::Modex {
+            pset,
+            data,
+            timeout,
+        } = request
+        {
+            return self.modex(now, from, req, pset, data, timeout);
+        }
         let reply = match &request {
             ClientRequest::Query { bound } => {
                 let app = self.app_of(&from);
