@@ -155,6 +155,12 @@
 #define DYNRES_CALL_REQUEST_CHANGE 10
 
 /**
+ * Result of a modex (`MODEX-1..6`). C callers cannot start one; the code exists so
+ * that every result the kernel's client can report has one.
+ */
+#define DYNRES_CALL_MODEX 11
+
+/**
  * Success.
  */
 #define DYNRES_OK 0
@@ -352,6 +358,11 @@
  * A process the request depended on was lost (RC-18).
  */
 #define DYNRES_ERR_RC_PROCESS_LOST (DYNRES_ERR_RC + 16)
+
+/**
+ * A modex ran over a pset version that is no longer current; ask again (MODEX-2).
+ */
+#define DYNRES_ERR_RC_STALE (DYNRES_ERR_RC + 17)
 
 /**
  * Bytes of a [`dynres_pset_name`]: the longest pset name (255 bytes) and its NUL.
