@@ -59,6 +59,9 @@ pub enum Bug {
     ModexPartialBatch,
     /// The master joins modex batches of different pset versions (`MODEX-2`).
     ModexIgnoreVersion,
+    /// The master sends a completed modex's table only to the node whose batch completed
+    /// it, as if answering a request (`MODEX-3`, `MODEX-5`).
+    ModexAnswerLastNodeOnly,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -16,7 +16,7 @@ use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::{
     CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
     ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
-    MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
 };
 use dynres_core::{Duration, Instant, ProcessId};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -57,6 +57,8 @@ pub enum RcTimer {
     Poll,
     /// A process crashes (a new one, or a member that may, `RC-18`).
     Crash,
+    /// A daemon's next deadline (its modex gathers, `MODEX-5`).
+    Daemon,
 }
 
 /// What a process does (the application, not the protocol).
@@ -77,6 +79,17 @@ pub enum Role {
     },
     /// Issues its actor's `script` of pset requests, one batch at a time.
     Scripted,
+    /// Runs a modex over the application's pset with the value `v{rank}` and asks again
+    /// when told `Stale` (`MODEX-2`); may crash at any time when `may_crash`.
+    Modex {
+        /// Whether it may crash (a nondeterministic timer).
+        may_crash: bool,
+    },
+}
+
+/// The value a `Role::Modex` process contributes.
+pub fn modex_value(rank: u32) -> String {
+    format!("v{rank}")
 }
 
 /// One actor of the model.
@@ -87,8 +100,9 @@ pub enum RcActor {
     /// Sends these requests to the master, one message each, then asks for this node
     /// back, if any (`RC-20`).
     Scheduler(Vec<ChangeRequest>, Option<NodeId>),
-    /// The daemon of a node, with planted bugs and whether its node may crash.
-    Daemon(NodeId, Bugs, bool),
+    /// The daemon of a node, with planted bugs, whether its node may crash, and whether
+    /// it records the application pset's versions for the modex properties.
+    Daemon(NodeId, Bugs, bool, bool),
     /// A process.
     Proc {
         /// Its id.
@@ -152,6 +166,13 @@ pub struct DaemonState {
     pub regressions: u32,
     /// The node crashed: the daemon and its processes are gone (`RC-17`).
     pub lost: bool,
+    /// Modex batches this daemon sent: (pset, version) (`MODEX-1`).
+    pub modex_batches: Vec<(PsetName, u64)>,
+    /// Modex configurations only: the application pset's members at every version the
+    /// replica received (`MODEX-3`).
+    pub app_versions: std::collections::BTreeMap<u64, Vec<ProcessId>>,
+    /// A modex deadline of this daemon fired (`MODEX-5`).
+    pub timed_out: bool,
 }
 
 /// Where a process is.
@@ -195,6 +216,10 @@ pub struct ProcState {
     pub daemon: Option<Id>,
     /// Application step.
     pub step: Step,
+    /// `Modex` only: the outcome of its modex, once it has one.
+    pub modex: Option<Result<dynres_core::rc::ModexData, dynres_core::rc::RcError>>,
+    /// `Modex` only: how often it was told `Stale` and asked again.
+    pub modex_retries: u8,
     /// The change being handled.
     pub current: Option<PsetName>,
     /// Polls left (root).
@@ -284,7 +309,12 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
 fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out<RcNode>) {
     while let Some(out) = st.daemon.poll_output() {
         match out {
-            DaemonOutput::ToMaster(msg) => o.send(Layout::master(), RcMsg::ToMaster(msg)),
+            DaemonOutput::ToMaster(msg) => {
+                if let ToMaster::Modex { pset, version, .. } = &msg {
+                    st.modex_batches.push((pset.clone(), *version));
+                }
+                o.send(Layout::master(), RcMsg::ToMaster(msg))
+            }
             DaemonOutput::ToClient { to, req, reply } => {
                 o.send(layout.proc(&to), RcMsg::Reply(req, reply))
             }
@@ -304,6 +334,12 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                 }
             }
         }
+    }
+    // Only modex gathers arm a daemon's timer; like the master's, it may fire at any
+    // point (nondeterministic time).
+    match st.daemon.poll_timeout() {
+        Some(_) => o.set_timer(RcTimer::Daemon, model_timeout()),
+        None => o.cancel_timer(RcTimer::Daemon),
     }
 }
 
@@ -446,8 +482,28 @@ impl RcNode {
                 st.script_pos += 1;
                 self.next_scripted(st, o);
             }
+            (Role::Modex { .. }, CallResult::Modex(Err(RcError::Stale { .. }))) => {
+                st.modex_retries += 1;
+                self.start_modex(st, o);
+            }
+            (Role::Modex { .. }, CallResult::Modex(r)) => {
+                st.modex = Some(r);
+                st.step = Step::Done;
+            }
             _ => {}
         }
+    }
+
+    fn start_modex(&self, st: &mut ProcState, o: &mut Out<Self>) {
+        let RcActor::Proc { pid, .. } = &self.actor else {
+            return;
+        };
+        let call = ClientCall::Modex {
+            pset: PsetName::app_root(APP).expect("valid name"),
+            data: modex_value(pid.rank),
+            timeout: Duration::from_millis(100),
+        };
+        self.call(st, Step::Querying, call, o);
     }
 }
 
@@ -500,7 +556,7 @@ impl Actor for RcNode {
                 }
                 RcState::Scheduler
             }
-            RcActor::Daemon(node, bugs, may_crash) => {
+            RcActor::Daemon(node, bugs, may_crash, _) => {
                 if *may_crash {
                     o.set_timer(RcTimer::Crash, model_timeout());
                 }
@@ -511,6 +567,9 @@ impl Actor for RcNode {
                     launched: Vec::new(),
                     regressions: 0,
                     lost: false,
+                    modex_batches: Vec::new(),
+                    app_versions: std::collections::BTreeMap::new(),
+                    timed_out: false,
                 }))
             }
             RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
@@ -518,6 +577,8 @@ impl Actor for RcNode {
                 client: None,
                 daemon: None,
                 step: Step::Idle,
+                modex: None,
+                modex_retries: 0,
                 current: None,
                 polls_left: *polls,
                 relaunched: false,
@@ -561,10 +622,19 @@ impl Actor for RcNode {
             (RcActor::Daemon(..), RcState::Daemon(st), msg) => {
                 let input = match msg {
                     RcMsg::ToDaemon(m) => {
-                        if let ToDaemon::DefinePset { name, attrs, .. } = &m {
+                        if let ToDaemon::DefinePset {
+                            name,
+                            attrs,
+                            members,
+                        } = &m
+                        {
                             let held = st.daemon.pset(name).map(|(_, a)| a.version);
                             if held.is_some_and(|v| attrs.version < v) {
                                 st.regressions += 1;
+                            }
+                            let records = matches!(self.actor, RcActor::Daemon(_, _, _, true));
+                            if records && name.is_app_root() {
+                                st.app_versions.insert(attrs.version, members.clone());
                             }
                         }
                         DaemonInput::FromMaster(m)
@@ -611,6 +681,12 @@ impl Actor for RcNode {
                             }
                         }
                         Role::Scripted => self.next_scripted(st, o),
+                        Role::Modex { may_crash } => {
+                            if *may_crash {
+                                o.set_timer(RcTimer::Crash, model_timeout());
+                            }
+                            self.start_modex(st, o);
+                        }
                         Role::New { may_crash } => {
                             if *may_crash {
                                 o.set_timer(RcTimer::Crash, model_timeout());
@@ -667,6 +743,13 @@ impl Actor for RcNode {
                     }
                 }
                 drain_master(&self.layout, st, o);
+            }
+            (RcState::Daemon(st), RcTimer::Daemon) if !st.lost => {
+                if let Some(t) = st.daemon.poll_timeout() {
+                    st.timed_out = true;
+                    let _ = st.daemon.handle(t, DaemonInput::Timeout);
+                }
+                drain_daemon(&self.layout, self.initial, st, o);
             }
             (RcState::Proc(st), RcTimer::Poll) if st.phase == Phase::Running => {
                 st.polls_left = st.polls_left.saturating_sub(1);

@@ -43,6 +43,12 @@ pub struct RcConfig {
     pub member_may_crash: bool,
     /// A node the scheduler asks back after its requests (`RC-20`).
     pub return_node: Option<u32>,
+    /// Every existing process runs a modex over the application's pset instead of the
+    /// Lst. 6.7 loop (`MODEX-1..6`).
+    pub modex: bool,
+    /// With `modex`: this rank leaves the application's pset with a pset operation
+    /// instead, so the modex meets a new version (`MODEX-2`).
+    pub leaver: Option<u32>,
 }
 
 /// The model type of every resource-change configuration.
@@ -89,11 +95,16 @@ impl RcConfig {
                 dynres_core::rc::NodeId(n),
                 self.bugs,
                 self.lose_node == Some(n),
+                self.modex,
             )));
         }
         for rank in 0..self.existing + self.spare {
             let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
             let role = match rank {
+                r if self.modex && self.leaver == Some(r) => Role::Scripted,
+                r if self.modex && r < self.existing => Role::Modex {
+                    may_crash: self.member_may_crash,
+                },
                 0 => Role::Root,
                 r if r < self.existing => Role::Member {
                     may_crash: self.member_may_crash,
@@ -103,15 +114,22 @@ impl RcConfig {
                 },
             };
             let polls = if rank == 0 { self.polls } else { 0 };
+            let script = match role {
+                Role::Scripted => vec![vec![leave_app_pset()]],
+                _ => Vec::new(),
+            };
             model = model.actor(node(RcActor::Proc {
                 pid,
                 role,
                 polls,
-                script: Vec::new(),
+                script,
             }));
         }
         let model = model.init_network(Network::new_ordered([]));
         let mut model = add_properties(model, self.reachable);
+        if self.modex {
+            model = modex_properties(model, self.leaver.is_some(), self.member_may_crash);
+        }
         if self.member_may_crash {
             // Without this the loss configuration could pass without losing anyone.
             model = model.property(Expectation::Sometimes, "RC-18 a process is lost", |_, s| {
@@ -148,6 +166,122 @@ impl RcConfig {
             model
         }
     }
+}
+
+/// `DIFFERENCE(mpi://app/app, mpi://SELF)` as a new version of the application's pset:
+/// the leaver's way out, which the modex must meet as a version change (`MODEX-2`).
+fn leave_app_pset() -> dynres_core::pset::PsetOp {
+    let root = PsetName::app_root(APP).expect("valid name");
+    dynres_core::pset::PsetOp::Set {
+        op: dynres_core::pset::SetOp::Difference,
+        pset1: root.clone(),
+        pset2: PsetName::self_set(),
+        target: Some(root),
+        attrs: dynres_core::pset::AttrUpdate::none(),
+    }
+}
+
+/// The modex properties (`MODEX-1..6`, `spec/resource-change.md` §8).
+fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
+    let mut model = model
+        .property(
+            Expectation::Always,
+            "MODEX-1 one batch per node and version",
+            |_, s| {
+                daemons(s).all(|d| {
+                    let set: std::collections::BTreeSet<_> = d.modex_batches.iter().collect();
+                    set.len() == d.modex_batches.len()
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "MODEX-3 every table is the pset at its version",
+            |_, s| {
+                procs(s).all(|p| match &p.modex {
+                    Some(Ok(d)) => {
+                        let members = daemons(s).find_map(|x| x.app_versions.get(&d.version));
+                        let pids: Vec<&ProcessId> = d.entries.iter().map(|(p, _)| p).collect();
+                        members.is_some_and(|m| m.iter().collect::<Vec<_>>() == pids)
+                            && d.entries
+                                .iter()
+                                .all(|(p, v)| *v == crate::adapter::modex_value(p.rank))
+                    }
+                    _ => true,
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "MODEX-5 every member that runs gets an outcome",
+            |model, s| {
+                !terminal(s)
+                    || modex_members(model, s)
+                        .all(|p| p.phase != Phase::Running || p.modex.is_some())
+            },
+        )
+        .property(
+            Expectation::Always,
+            "MODEX-3 without a timeout or a loss every member gets the table",
+            |model, s| {
+                let quiet = master(s).now == dynres_core::Instant::ZERO
+                    && daemons(s).all(|d| !d.timed_out)
+                    && procs(s).all(|p| p.phase != Phase::Dead);
+                !terminal(s)
+                    || !quiet
+                    || modex_members(model, s).all(|p| matches!(p.modex, Some(Ok(_))))
+            },
+        )
+        .property(
+            Expectation::Sometimes,
+            "MODEX-3 a modex completes",
+            |_, s| procs(s).any(|p| matches!(p.modex, Some(Ok(_)))),
+        );
+    if stale {
+        model = model.property(
+            Expectation::Sometimes,
+            "MODEX-2 a member is told Stale and asks again",
+            |_, s| procs(s).any(|p| p.modex_retries > 0),
+        );
+    }
+    if losses {
+        model = model.property(
+            Expectation::Sometimes,
+            "MODEX-4 a modex fails with a lost member",
+            |_, s| {
+                procs(s)
+                    .any(|p| matches!(p.modex, Some(Err(dynres_core::rc::RcError::ProcessLost(_)))))
+            },
+        );
+    }
+    model
+}
+
+/// Nothing in flight and no timer left. Liveness checked as a safety property on terminal
+/// states keeps state counts independent of search order.
+fn terminal(s: &RcModelState) -> bool {
+    s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none())
+}
+
+/// The states of the processes whose role is `Modex`.
+fn modex_members<'a>(
+    model: &'a RcModel,
+    state: &'a RcModelState,
+) -> impl Iterator<Item = &'a crate::adapter::ProcState> + 'a {
+    model
+        .actors
+        .iter()
+        .zip(state.actor_states.iter())
+        .filter_map(|(a, s)| match (&a.actor, &**s) {
+            (
+                RcActor::Proc {
+                    role: Role::Modex { .. },
+                    ..
+                },
+                RcState::Proc(p),
+            ) => Some(&**p),
+            _ => None,
+        })
 }
 
 fn master(state: &RcModelState) -> &crate::adapter::MasterState {
@@ -477,6 +611,18 @@ fn config(
         lose_node: None,
         member_may_crash: false,
         return_node: None,
+        modex: false,
+        leaver: None,
+    }
+}
+
+/// A modex configuration: `existing` processes on `nodes` nodes of 2 slots, no change
+/// requested, so no change outcome is expected.
+fn modex_config(name: &'static str, nodes: u32, existing: u32) -> RcConfig {
+    RcConfig {
+        reachable: &[],
+        modex: true,
+        ..config(name, (nodes, 2, existing, 0), Vec::new(), false, 0)
     }
 }
 
@@ -533,6 +679,18 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 false,
                 1,
             )
+        },
+        // Ranks 0 and 1 on node 0, rank 2 on node 1: two batches, one of two members.
+        modex_config("rc-modex-2n-3e", 2, 3),
+        // Rank 2 leaves the application's pset while 0 and 1 gather over it.
+        RcConfig {
+            leaver: Some(2),
+            ..modex_config("rc-modex-stale-2n-3e", 2, 3)
+        },
+        // Any member may crash at any point of the modex.
+        RcConfig {
+            member_may_crash: true,
+            ..modex_config("rc-modex-loss-2n-3e", 2, 3)
         },
         // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1
         // back at any point, and an ADD then wants a slot (node 1's, unless returned).

@@ -34,6 +34,21 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            ModexPartialBatch,
+            "rc-modex-2n-3e",
+            "MODEX-1 one batch per node and version",
+        ),
+        p(
+            ModexIgnoreVersion,
+            "rc-modex-stale-2n-3e",
+            "MODEX-3 every table is the pset at its version",
+        ),
+        p(
+            ModexAnswerLastNodeOnly,
+            "rc-modex-2n-3e",
+            "MODEX-5 every member that runs gets an outcome",
+        ),
+        p(
             AnnounceAfterLaunch,
             "rc-add-1n-2e-1new",
             "RC-3 announced before launched",

@@ -142,7 +142,7 @@ impl PsetConfig {
         .actor(node(RcActor::Master(cfg, Bugs::NONE)))
         .actor(node(RcActor::Scheduler(Vec::new(), None)));
         for n in 0..self.nodes {
-            model = model.actor(node(RcActor::Daemon(NodeId(n), Bugs::NONE, false)));
+            model = model.actor(node(RcActor::Daemon(NodeId(n), Bugs::NONE, false, false)));
         }
         for (pid, script) in procs.into_iter().zip(&self.scripts) {
             model = model.actor(node(RcActor::Proc {

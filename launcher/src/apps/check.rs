@@ -98,7 +98,7 @@ fn run() -> Result<(), CommError> {
     )?;
     s.fence(&app, Duration::from_secs(30))?;
 
-    let comm = Communicator::create(&mut s, &transport, &app, 0)?;
+    let comm = Communicator::create(&mut s, &transport, &app)?;
     ensure(comm.size() == size, || {
         format!("communicator of {}", comm.size())
     })?;

@@ -111,7 +111,7 @@ fn run(a: &Args) -> Result<(), CommError> {
     let mut s = Session::init()?;
     let transport = Transport::new()?;
     let app = s.app_pset();
-    let comm = Communicator::create(&mut s, &transport, &app, 0)?;
+    let comm = Communicator::create(&mut s, &transport, &app)?;
     if comm.size() != 2 {
         return Err(CommError::Malformed("pingpong needs exactly 2 processes"));
     }

@@ -383,8 +383,7 @@ pub fn run(args: Args) -> Result<(), CommError> {
         _ => s.app_pset(),
     };
     let transport = opening.finish()?;
-    let hint = s.rank() as usize;
-    let mut comm = Communicator::create(&mut s, &transport, &main, hint)?;
+    let mut comm = Communicator::create(&mut s, &transport, &main)?;
     let mut root = (comm.rank() == 0 && !joining).then(|| {
         let n_start = args.n_start.unwrap_or(comm.size() as u32);
         planner(&args, n_start).map(|planner| Root {
@@ -439,9 +438,8 @@ pub fn run(args: Args) -> Result<(), CommError> {
             }
             let new = PsetName::parse(new).map_err(|_| CommError::Malformed("new pset"))?;
             let tc = Instant::now();
-            let hint = comm.rank();
             drop(comm);
-            comm = Communicator::create(&mut s, &transport, &new, hint)?;
+            comm = Communicator::create(&mut s, &transport, &new)?;
             stop = join(&comm, stop)?;
             row.comm = Some(ms(tc.elapsed()));
         }

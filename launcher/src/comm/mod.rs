@@ -6,12 +6,12 @@
 //! [`crate::env`]).
 //!
 //! The kernel tells a process a pset's size and version but not its member list, so a
-//! communicator is wired up through the data server: after a fence over the pset (so
-//! that every member reads the same version), each member claims one index of
-//! `dynres/comm/{pset}/v{version}/{i}` (publish never overwrites, so exactly one member
-//! gets each index) with its rank and transport address, then looks up every index and
-//! orders the members by rank. Communicator ranks are positions in that order. After a
-//! barrier over the new communicator each member unpublishes its index again.
+//! communicator is wired up by a modex over the pset (`spec/resource-change.md` §8):
+//! each member contributes its transport addresses, each node's daemon sends the
+//! master one batch for its members, and every member gets the same table of ranks and
+//! addresses at one version of the pset. Communicator ranks are positions in rank
+//! order. This replaced a publish/lookup wire-up that cost O(n²) messages through the
+//! master.
 
 mod tree;
 
@@ -21,13 +21,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::RcError;
 use dynres_transports::shm::{ShmConfig, ShmDevice};
 use dynres_transports::tcp::{TcpConfig, TcpDevice};
 use dynres_transports::{DeviceKind, MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
 
 use crate::client::Session;
-use crate::error::{ClientError, CommError};
+use crate::error::CommError;
 
 /// How long a member waits for the others to join a communicator being created.
 pub const CREATE_WAIT: Duration = Duration::from_secs(60);
@@ -183,55 +182,26 @@ pub struct Communicator {
 }
 
 impl Communicator {
-    /// Creates a communicator from `pset`, collectively with all its current members.
-    /// `hint` is the index to try claiming first (e.g. the caller's old position).
+    /// Creates a communicator from `pset`, collectively with all its current members:
+    /// one modex over the pset (`MODEX-1..6`) gives every member the same table of
+    /// ranks and addresses at the same version, gathered per node by the daemons.
     pub fn create(
         session: &mut Session,
         transport: &Transport,
         pset: &PsetName,
-        hint: usize,
     ) -> Result<Communicator, CommError> {
-        // Each node's runtime learns of a pset's new version in its own time (core
-        // orders the master's messages per node only, RC-3), and a member may have
-        // heard of the change from another process first (the root's broadcast): its
-        // own node may still answer with the old version. A fence completes at the
-        // master after every member arrived, and its reply follows the pset update on
-        // every node's link, so after it each member reads the same version.
-        session.fence(pset, CREATE_WAIT)?;
-        let info = session.pset_info(pset)?;
-        let size = info.size;
-        let version = info.attrs.version;
-        let prefix = format!("dynres/comm/{pset}/v{version}");
-        let mine = format!("{} {}", session.rank(), transport.address());
-        let mut claimed = None;
-        for k in 0..size {
-            let i = (hint + k) % size;
-            match session.publish(&format!("{prefix}/{i}"), &mine) {
-                Ok(()) => {
-                    claimed = Some(i);
-                    break;
-                }
-                Err(ClientError::Rc(RcError::KeyExists(_))) => continue,
-                Err(e) => return Err(e.into()),
-            }
+        let table = session.modex(pset, &transport.address(), CREATE_WAIT)?;
+        let version = table.version;
+        // The table is ordered by process id, so by rank within the job's namespace.
+        let mut members = Vec::with_capacity(table.entries.len());
+        for (pid, addr) in table.entries {
+            members.push((pid.rank, addr));
         }
-        if claimed.is_none() {
-            return Err(CommError::NotMember(pset.to_string()));
-        }
-        let mut members = Vec::with_capacity(size);
-        for i in 0..size {
-            let v = session.lookup(&format!("{prefix}/{i}"), Some(CREATE_WAIT))?;
-            let (rank, addr) = v
-                .split_once(' ')
-                .ok_or_else(|| CommError::BadAddress(v.clone()))?;
-            let rank: u32 = rank.parse().map_err(|_| CommError::BadAddress(v.clone()))?;
-            members.push((rank, addr.to_string()));
-        }
-        members.sort();
         let me = members
             .iter()
             .position(|(r, _)| *r == session.rank())
             .ok_or_else(|| CommError::NotMember(pset.to_string()))?;
+        let size = members.len();
         let mut peers = Vec::with_capacity(size);
         // A member's host: its shared-memory host id (members that share memory share a
         // host); a member without shared memory is a host of its own.
@@ -254,7 +224,7 @@ impl Communicator {
             }
         }
         let tree = tree::place(&hosts, me);
-        let context = fnv32(prefix.as_bytes());
+        let context = fnv32(format!("dynres/comm/{pset}/v{version}").as_bytes());
         let comm = Communicator {
             transport: transport.clone(),
             pset: pset.clone(),
@@ -265,13 +235,6 @@ impl Communicator {
             context,
             tree,
         };
-        // Once every member is past the barrier, every member has looked up every
-        // index, so each removes its own: the data server keeps nothing per
-        // communicator and a long-running job's runtime does not grow with it.
-        comm.barrier()?;
-        if let Some(i) = claimed {
-            session.unpublish(&format!("{prefix}/{i}"))?;
-        }
         Ok(comm)
     }
 

@@ -348,7 +348,9 @@ impl Engine {
             }
             let now = self.now();
             let mut wait = StdDuration::from_millis(200);
-            if let Some(t) = self.master.as_ref().and_then(Master::poll_timeout) {
+            // The master's deadlines and this node's daemon's (its modex gathers).
+            let deadlines = self.master.as_ref().and_then(Master::poll_timeout);
+            for t in deadlines.into_iter().chain(self.daemon.poll_timeout()) {
                 wait = wait.min(StdDuration::from_nanos(t.0.saturating_sub(now.0)));
             }
             let links_pending = self.nodes.as_ref().is_some_and(Nodes::has_pending)
@@ -367,6 +369,9 @@ impl Engine {
                 if t <= now {
                     self.master_input(MasterInput::Timeout);
                 }
+            }
+            if self.daemon.poll_timeout().is_some_and(|t| t <= self.now()) {
+                self.daemon_input(DaemonInput::Timeout);
             }
             self.tick_links();
             self.flush_conns();
