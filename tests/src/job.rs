@@ -336,6 +336,26 @@ impl Drop for Running {
             unsafe {
                 libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL);
             }
+            // A failing test shows what the job said: the panic alone rarely tells why.
+            // Read on a thread, boundedly: a straggler may still hold the pipes.
+            if std::thread::panicking() {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (out, err) = (c.stdout.take(), c.stderr.take());
+                std::thread::spawn(move || {
+                    use std::io::Read;
+                    let mut text = String::new();
+                    if let Some(mut o) = out {
+                        let _ = o.read_to_string(&mut text);
+                    }
+                    if let Some(mut e) = err {
+                        let _ = e.read_to_string(&mut text);
+                    }
+                    let _ = tx.send(text);
+                });
+                if let Ok(text) = rx.recv_timeout(Duration::from_secs(5)) {
+                    eprintln!("--- output of the killed job\n{text}");
+                }
+            }
             let _ = c.wait();
         }
     }

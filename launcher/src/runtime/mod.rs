@@ -270,7 +270,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         match start_nodes(&hosts, own, &cfg.agent, template, tx.clone()) {
             Ok((mut n, a)) => {
                 if let Some(job) = &cfg.give_back {
-                    n.give_back_to_slurm(job.clone());
+                    n.give_back_to_slurm(job.clone(), dir.path().to_path_buf());
                 }
                 (Some(n), a)
             }

@@ -106,6 +106,9 @@ pub struct Nodes {
     acceptor: Option<JoinHandle<()>>,
     /// The Slurm job whose emptied nodes are given back (RC-20), if any.
     slurm_job: Option<String>,
+    /// Where `scontrol` runs: it writes `slurm_job_<id>_resize.{sh,csh}` into its
+    /// working directory, which must be the job's, not the user's.
+    slurm_dir: PathBuf,
     /// What was given back to it (shared with the threads that run `scontrol`).
     slurm: Arc<std::sync::Mutex<SlurmReturns>>,
     /// When [`Nodes::tick`] last checked agents and heartbeats.
@@ -149,6 +152,7 @@ impl Nodes {
             stop,
             acceptor: Some(acceptor),
             slurm_job: None,
+            slurm_dir: std::env::temp_dir(),
             slurm: Arc::default(),
             checked: Instant::now(),
         })
@@ -161,9 +165,11 @@ impl Nodes {
             .map_or("?", |h| h.name.as_str())
     }
 
-    /// Gives nodes emptied by a shrink back to Slurm job `job` (RC-20).
-    pub fn give_back_to_slurm(&mut self, job: String) {
+    /// Gives nodes emptied by a shrink back to Slurm job `job` (RC-20), running
+    /// `scontrol` in `dir` (the job's directory).
+    pub fn give_back_to_slurm(&mut self, job: String, dir: PathBuf) {
         self.slurm_job = Some(job);
+        self.slurm_dir = dir;
     }
 
     /// Whether emptied nodes are given back.
@@ -182,6 +188,7 @@ impl Nodes {
         let host = self.host(node).to_string();
         let all: Vec<String> = self.hosts.iter().map(|h| h.name.clone()).collect();
         let slurm = self.slurm.clone();
+        let cwd = self.slurm_dir.clone();
         if let Ok(mut s) = slurm.lock() {
             s.returned.insert(host.clone());
         }
@@ -200,6 +207,7 @@ impl Nodes {
                 return;
             }
             let out = std::process::Command::new("scontrol")
+                .current_dir(&cwd)
                 .arg("update")
                 .arg(format!("JobId={job}"))
                 .arg(format!("NodeList={list}"))
