@@ -105,6 +105,12 @@
 #define DYNRES_ACTION_DONE 13
 
 /**
+ * Master: a change request needs `id` more slots than the job has (RC-21). Never
+ * reported to C callers: their masters are created without `grow_wait`.
+ */
+#define DYNRES_ACTION_NEED_SLOTS 14
+
+/**
  * Result of `get_res_change`.
  */
 #define DYNRES_CALL_GET_RES_CHANGE 1
@@ -363,6 +369,11 @@
  * A modex ran over a pset version that is no longer current; ask again (MODEX-2).
  */
 #define DYNRES_ERR_RC_STALE (DYNRES_ERR_RC + 17)
+
+/**
+ * The resource manager did not grant the slots a change request needed (RC-21).
+ */
+#define DYNRES_ERR_RC_NOT_GRANTED (DYNRES_ERR_RC + 18)
 
 /**
  * Bytes of a [`dynres_pset_name`]: the longest pset name (255 bytes) and its NUL.

@@ -42,6 +42,9 @@ pub const DYNRES_ACTION_KILL: i32 = 11;
 pub const DYNRES_ACTION_SEND_REQUEST: i32 = 12;
 /// Client: call `id` completed; its result is in the `dynres_result` the poll filled.
 pub const DYNRES_ACTION_DONE: i32 = 13;
+/// Master: a change request needs `id` more slots than the job has (RC-21). Never
+/// reported to C callers: their masters are created without `grow_wait`.
+pub const DYNRES_ACTION_NEED_SLOTS: i32 = 14;
 
 /// One action. Fields that an action kind does not use are 0.
 #[repr(C)]

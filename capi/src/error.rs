@@ -96,6 +96,8 @@ pub const DYNRES_ERR_RC_CLIENT: c_int = DYNRES_ERR_RC + 15;
 pub const DYNRES_ERR_RC_PROCESS_LOST: c_int = DYNRES_ERR_RC + 16;
 /// A modex ran over a pset version that is no longer current; ask again (MODEX-2).
 pub const DYNRES_ERR_RC_STALE: c_int = DYNRES_ERR_RC + 17;
+/// The resource manager did not grant the slots a change request needed (RC-21).
+pub const DYNRES_ERR_RC_NOT_GRANTED: c_int = DYNRES_ERR_RC + 18;
 
 /// Everything that can go wrong at the boundary, with its code.
 #[derive(Debug, thiserror::Error)]
@@ -347,6 +349,7 @@ fn error_name(code: c_int) -> &'static std::ffi::CStr {
         DYNRES_ERR_RC_CLIENT => c"DYNRES_ERR_RC_CLIENT",
         DYNRES_ERR_RC_PROCESS_LOST => c"DYNRES_ERR_RC_PROCESS_LOST",
         DYNRES_ERR_RC_STALE => c"DYNRES_ERR_RC_STALE",
+        DYNRES_ERR_RC_NOT_GRANTED => c"DYNRES_ERR_RC_NOT_GRANTED",
         _ => c"DYNRES_ERR_UNKNOWN",
     }
 }

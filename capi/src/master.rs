@@ -129,6 +129,11 @@ fn encode(o: &MasterOutput) -> Encoded {
             e.action.node = n.0;
             e
         }
+        MasterOutput::NeedSlots { slots } => {
+            let mut e = Encoded::new(action::DYNRES_ACTION_NEED_SLOTS, Vec::new());
+            e.action.id = u64::from(*slots);
+            e
+        }
         MasterOutput::ProcessLost(p) => {
             let mut e = Encoded::new(action::DYNRES_ACTION_PROCESS_LOST, Vec::new());
             e.action.rank = p.rank;
@@ -181,6 +186,8 @@ pub unsafe extern "C" fn dynres_master_new(
                 change_timeout: Duration::from_nanos(cfg.change_timeout_ns),
                 grace: Duration::from_nanos(cfg.grace_ns),
                 max_queued: cfg.max_queued,
+                // Growth beyond the nodes (RC-21) is not offered at the C boundary.
+                grow_wait: None,
             })?;
             Ok(dynres_master {
                 master,

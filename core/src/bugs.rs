@@ -62,6 +62,9 @@ pub enum Bug {
     /// The master sends a completed modex's table only to the node whose batch completed
     /// it, as if answering a request (`MODEX-3`, `MODEX-5`).
     ModexAnswerLastNodeOnly,
+    /// A node added at run time gets no replica: its daemon holds no pset, job data or
+    /// change until the next update of each (`RC-21`, `RC-14`).
+    NoReplicaForAddedNode,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -156,6 +156,19 @@ impl SlotMap {
         gone
     }
 
+    /// Adds a node after every existing one (`SLOT-6`): its slots come last in the
+    /// total order, free. Returns its index; indices are never reused.
+    pub fn add_node(&mut self, node: NodeSpec) -> u32 {
+        let index = self.nodes.len() as u32;
+        let total = self.starts.last().copied().unwrap_or(0);
+        let end = total.saturating_add(node.slots);
+        self.slots
+            .extend(core::iter::repeat_n(SlotState::Free, node.slots as usize));
+        self.starts.push(end);
+        self.nodes.push(node);
+        index
+    }
+
     /// Nodes that currently belong to the job.
     pub fn allocated_nodes(&self) -> Vec<u32> {
         (0..self.nodes.len() as u32)

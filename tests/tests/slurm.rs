@@ -162,7 +162,9 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
 }
 
 /// RC-20, SLOT-5: a shrink that empties nodes gives them back to Slurm (`sinfo` shows
-/// them idle while the job runs on), and `dynres status` shows them returned.
+/// them idle while the job runs on), and `dynres status` shows them returned. GROW-1..3,
+/// RC-21: growing beyond the allocation obtains a node from Slurm (a second
+/// allocation), shrinking gives it back, and what Slurm cannot grant ends ABORTED.
 #[test]
 fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     if let Some(why) = unsupported() {
@@ -175,7 +177,7 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     let mut cmd = Command::new("salloc");
     cmd.args(["-N3", "--exclusive", "--time=5"])
         .arg(dynres_tests::job::dynres_bin())
-        .args(["run", "-n", "2", "--job-id", job])
+        .args(["run", "-n", "2", "--job-id", job, "--grow-wait-ms", "5000"])
         .args(synthetic_idle())
         .env("SLURM_CONF", &cluster.conf)
         .env("DYNRES_RUNTIME_DIR", &rt.dir)
@@ -218,13 +220,50 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         assert!(std::time::Instant::now() < deadline, "sinfo: {states:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The job goes on; a growth beyond n1 is now refused for want of slots.
-    let r = rt.run(&["grow", job, "+1"]);
+    // GROW-1, RC-21: growth beyond n1 asks Slurm for a second allocation; its node
+    // (n2 or n3) joins the job and runs the new processes.
+    rt.change(job, "grow", "+2");
+    let st = rt.wait_status(job, "a granted node up", |s| {
+        s.lines()
+            .any(|l| l.trim_start().starts_with('3') && l.ends_with("up"))
+    });
+    let granted = if st
+        .lines()
+        .any(|l| l.trim_start().starts_with('3') && l.contains(" n2 "))
+    {
+        "n2"
+    } else {
+        "n3"
+    };
+    let allocated = cluster.node_states();
     assert!(
-        r.code != Some(0) && r.stderr.contains("slots"),
-        "grow after the return: {}",
+        allocated.contains(&(granted.to_string(), "allocated".to_string())),
+        "sinfo after the grow onto {granted}: {allocated:?}\n{st}"
+    );
+    // GROW-2: shrinking it away gives the second allocation back.
+    rt.change(job, "shrink", "-2");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let states = cluster.node_states();
+        let idle = |n: &str| states.contains(&(n.to_string(), "idle".to_string()));
+        if idle("n2") && idle("n3") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sinfo: {states:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // RC-21: what Slurm cannot grant (4 more nodes of a 3-node cluster) ends ABORTED
+    // with one clear line, and the job goes on.
+    let r = rt.run(&["grow", job, "+8"]);
+    assert!(
+        r.code != Some(0) && r.stderr.contains("ABORTED") && r.stderr.contains("did not grant"),
+        "grow beyond the cluster: {}",
         r.dump()
     );
+    rt.wait_status(job, "the job still running", |s| {
+        s.lines()
+            .any(|l| l.trim_start().starts_with("0 ") && l.contains("running on node 0"))
+    });
     signal(master.0, libc::SIGTERM);
     let f = child.finish(rt.dir.clone(), Duration::from_secs(60));
     // It ended: its pid may be reused, so the guard must not signal it any more.

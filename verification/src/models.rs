@@ -49,6 +49,12 @@ pub struct RcConfig {
     /// With `modex`: this rank leaves the application's pset with a pset operation
     /// instead, so the modex meets a new version (`MODEX-2`).
     pub leaver: Option<u32>,
+    /// `RC-21`: requests short of slots wait this long for the scheduler to add a node
+    /// (`added_node_slots`); `None` refuses them at once.
+    pub grow_wait: Option<Duration>,
+    /// The slots of the node the scheduler may add when asked (`RC-21`); its daemon
+    /// actor is the last one.
+    pub added_node_slots: u32,
 }
 
 /// The model type of every resource-change configuration.
@@ -78,6 +84,7 @@ impl RcConfig {
             change_timeout: Duration::from_millis(500),
             grace: Duration::from_millis(100),
             max_queued: 2,
+            grow_wait: self.grow_wait,
         };
         let node = |actor| RcNode {
             actor,
@@ -613,6 +620,8 @@ fn config(
         return_node: None,
         modex: false,
         leaver: None,
+        grow_wait: None,
+        added_node_slots: 0,
     }
 }
 

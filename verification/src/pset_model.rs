@@ -122,6 +122,7 @@ impl PsetConfig {
             change_timeout: Duration::from_millis(500),
             grace: Duration::from_millis(100),
             max_queued: 2,
+            grow_wait: None,
         };
         let procs: Vec<ProcessId> = (0..clients)
             .map(|r| ProcessId::new(Namespace::new(NAMESPACE), r))

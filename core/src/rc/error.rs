@@ -76,6 +76,12 @@ pub enum RcError {
         /// Its current version.
         version: u64,
     },
+    /// The driver did not add the slots a change request needed in time (`RC-21`).
+    #[error("the resource manager did not grant {slots} more slots in time")]
+    NotGranted {
+        /// Slots that were missing.
+        slots: u32,
+    },
     /// A client call was made in a state that does not allow it.
     #[error("client: {0}")]
     Client(&'static str),
@@ -129,6 +135,8 @@ impl RcError {
     pub const CODE_PROCESS_LOST: u16 = 16;
     /// Code of [`RcError::Stale`].
     pub const CODE_STALE: u16 = 17;
+    /// Code of [`RcError::NotGranted`].
+    pub const CODE_NOT_GRANTED: u16 = 18;
 
     /// A stable number for the kind of error, the same on every peer (`spec/wire.md`).
     ///
@@ -154,6 +162,7 @@ impl RcError {
             RcError::Client(_) => Self::CODE_CLIENT,
             RcError::ProcessLost(_) => Self::CODE_PROCESS_LOST,
             RcError::Stale { .. } => Self::CODE_STALE,
+            RcError::NotGranted { .. } => Self::CODE_NOT_GRANTED,
             RcError::Refused { code, .. } => *code,
         }
     }

@@ -88,6 +88,12 @@ pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
             put_u8(&mut out, 5);
             put_u32(&mut out, node.0);
         }
+        MasterInput::SlotsDenied => put_u8(&mut out, 7),
+        MasterInput::NodeAdded { node } => {
+            put_u8(&mut out, 6);
+            put_str(&mut out, &node.name);
+            put_u32(&mut out, node.slots);
+        }
     }
     out
 }
@@ -129,6 +135,13 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
             5 => {
                 let (i, node) = prim::u32(i)?;
                 Ok((i, MasterInput::NodeReturned { node: NodeId(node) }))
+            }
+            7 => Ok((i, MasterInput::SlotsDenied)),
+            6 => {
+                let (i, name) = prim::string("node", 255)(i)?;
+                let (i, slots) = prim::u32(i)?;
+                let node = NodeSpec { name, slots };
+                Ok((i, MasterInput::NodeAdded { node }))
             }
             t => Err(nom::Err::Failure(WireError::InvalidValue {
                 what: "master input tag",
@@ -218,6 +231,8 @@ pub fn encode_master_config(cfg: &MasterConfig) -> Vec<u8> {
     put_u64(&mut out, cfg.change_timeout.as_nanos());
     put_u64(&mut out, cfg.grace.as_nanos());
     put_u32(&mut out, cfg.max_queued as u32);
+    prim::put_u8(&mut out, u8::from(cfg.grow_wait.is_some()));
+    put_u64(&mut out, cfg.grow_wait.map_or(0, |d| d.as_nanos()));
     out
 }
 
@@ -237,6 +252,8 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
         let (i, change_timeout) = prim::u64(i)?;
         let (i, grace) = prim::u64(i)?;
         let (i, max_queued) = prim::u32(i)?;
+        let (i, grows) = prim::u8(i)?;
+        let (i, grow_wait) = prim::u64(i)?;
         let apps: Vec<(String, u32)> = apps;
         Ok((
             i,
@@ -247,6 +264,7 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
                 change_timeout: Duration(change_timeout),
                 grace: Duration(grace),
                 max_queued: max_queued as usize,
+                grow_wait: (grows != 0).then_some(Duration(grow_wait)),
             },
         ))
     })

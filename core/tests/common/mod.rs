@@ -96,6 +96,7 @@ pub fn config(nodes: u32, slots: u32, start: u32) -> MasterConfig {
         change_timeout: Duration::from_millis(500),
         grace: Duration::from_millis(100),
         max_queued: 2,
+        grow_wait: None,
     }
 }
 
@@ -504,6 +505,21 @@ impl World {
             .handle(self.now, MasterInput::NodeLost { node })
             .unwrap();
         self.drain_master();
+    }
+
+    /// The driver adds a node (`RC-21`): a daemon for it, then the master's input.
+    pub fn add_node(&mut self, name: &str, slots: u32) -> Result<(), dynres_core::rc::RcError> {
+        let node = NodeId(self.daemons.len() as u32);
+        self.daemons.push(Daemon::new(node));
+        let spec = NodeSpec {
+            name: name.to_string(),
+            slots,
+        };
+        let r = self
+            .master
+            .handle(self.now, MasterInput::NodeAdded { node: spec });
+        self.drain_master();
+        r
     }
 
     /// Makes a process exit now (finalize, or a crash).

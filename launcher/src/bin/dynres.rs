@@ -137,6 +137,11 @@ struct RunArgs {
     /// use them again.
     #[arg(long)]
     keep_nodes: bool,
+    /// Inside a Slurm allocation: milliseconds a change that needs more slots than the
+    /// job has waits for a second allocation (`salloc --no-shell`) before it is
+    /// aborted; 0 refuses it at once.
+    #[arg(long, default_value_t = 30_000)]
+    grow_wait_ms: u64,
     /// Milliseconds between heartbeats of master and daemons; 10 missed ones lose a node.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
@@ -154,6 +159,8 @@ struct Placement {
     hosts: Vec<hosts::Host>,
     agent: Vec<String>,
     give_back: Option<String>,
+    /// Inside Slurm: how long a change short of slots waits for a second allocation.
+    grow_wait: Option<Duration>,
 }
 
 /// The job's hosts and launch agent: `--host`, `--hostfile`, else the Slurm allocation
@@ -186,12 +193,18 @@ fn hosts_of(args: &RunArgs) -> Result<Placement, LauncherError> {
             return Err(LauncherError::Usage("--launch-agent is empty".into()));
         }
     }
+    // RC-21, GROW-1: only a resource manager can grant more nodes.
+    let grow_wait = slurm_job
+        .as_ref()
+        .filter(|_| args.grow_wait_ms > 0)
+        .map(|_| Duration::from_millis(args.grow_wait_ms));
     // RC-20: nodes a shrink empties go back to Slurm unless kept.
     let give_back = slurm_job.filter(|_| !args.keep_nodes);
     Ok(Placement {
         hosts,
         agent,
         give_back,
+        grow_wait,
     })
 }
 
@@ -278,6 +291,7 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         hosts,
         agent,
         give_back,
+        grow_wait,
     } = hosts_of(&args)?;
     if args.heartbeat_ms == 0 || args.heartbeat_ms > 60_000 {
         return Err(LauncherError::Usage(
@@ -294,6 +308,7 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         },
         heartbeat: Duration::from_millis(args.heartbeat_ms),
         give_back,
+        grow_wait,
         n: args.n,
         slots,
         program,

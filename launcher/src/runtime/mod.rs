@@ -12,6 +12,7 @@ mod nodes;
 mod procs;
 mod server;
 mod signals;
+mod slurm;
 mod status;
 mod tools;
 mod watchdog;
@@ -55,6 +56,9 @@ pub struct JobConfig {
     pub grace: StdDuration,
     /// `RC-15`: most changes queued per application.
     pub max_queued: usize,
+    /// `RC-21`: how long a change short of slots waits for nodes the driver obtains
+    /// (a Slurm allocation's growth); `None` refuses it at once.
+    pub grow_wait: Option<StdDuration>,
     /// `RC-18`: what a failed process does to the job.
     pub on_loss: OnLoss,
     /// The job's hosts (`--host`, `--hostfile`, Slurm); empty: this host only, with
@@ -219,6 +223,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         change_timeout: core_duration(cfg.change_timeout),
         grace: core_duration(cfg.grace),
         max_queued: cfg.max_queued,
+        grow_wait: cfg.grow_wait.map(core_duration),
     })
     .map_err(LauncherError::Start)?;
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
@@ -266,11 +271,13 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         shm_spins,
         heartbeat: cfg.heartbeat,
     };
-    let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE {
+    // A job that may grow (GROW-1) needs the other hosts' side even on one host.
+    let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE || cfg.grow_wait.is_some() {
         match start_nodes(&hosts, own, &cfg.agent, template, tx.clone()) {
             Ok((mut n, a)) => {
+                n.slurm_in(dir.path().to_path_buf());
                 if let Some(job) = &cfg.give_back {
-                    n.give_back_to_slurm(job.clone(), dir.path().to_path_buf());
+                    n.give_back_to_slurm(job.clone());
                 }
                 (Some(n), a)
             }
@@ -295,6 +302,11 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };
+    let grow = cfg.grow_wait.map(|wait| engine::Grow {
+        wait,
+        per_node: hosts.iter().map(|h| h.slots).max().unwrap_or(1),
+        events: tx.clone(),
+    });
     let mut engine = engine::Engine::new(
         Some(master),
         own,
@@ -307,6 +319,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     );
     if let Some(n) = nodes {
         engine = engine.with_nodes(n);
+        if let Some(g) = grow {
+            engine = engine.with_grow(g);
+        }
     }
     let outcome = engine.run(rx);
     for s in servers {

@@ -106,6 +106,10 @@ pub struct Nodes {
     acceptor: Option<JoinHandle<()>>,
     /// The Slurm job whose emptied nodes are given back (RC-20), if any.
     slurm_job: Option<String>,
+    /// Nodes of second allocations (GROW-1): node → its Slurm job.
+    grown: BTreeMap<u32, String>,
+    /// Launch agents of nodes that do not use the job's (a second allocation's steps).
+    agents: BTreeMap<u32, Vec<String>>,
     /// Where `scontrol` runs: it writes `slurm_job_<id>_resize.{sh,csh}` into its
     /// working directory, which must be the job's, not the user's.
     slurm_dir: PathBuf,
@@ -152,6 +156,8 @@ impl Nodes {
             stop,
             acceptor: Some(acceptor),
             slurm_job: None,
+            grown: BTreeMap::new(),
+            agents: BTreeMap::new(),
             slurm_dir: std::env::temp_dir(),
             slurm: Arc::default(),
             checked: Instant::now(),
@@ -165,16 +171,36 @@ impl Nodes {
             .map_or("?", |h| h.name.as_str())
     }
 
-    /// Gives nodes emptied by a shrink back to Slurm job `job` (RC-20), running
-    /// `scontrol` in `dir` (the job's directory).
-    pub fn give_back_to_slurm(&mut self, job: String, dir: PathBuf) {
+    /// Gives nodes emptied by a shrink back to Slurm job `job` (RC-20).
+    pub fn give_back_to_slurm(&mut self, job: String) {
         self.slurm_job = Some(job);
+    }
+
+    /// Runs Slurm's commands in `dir` (the job's directory).
+    pub fn slurm_in(&mut self, dir: PathBuf) {
         self.slurm_dir = dir;
     }
 
-    /// Whether emptied nodes are given back.
-    pub fn gives_back(&self) -> bool {
-        self.slurm_job.is_some()
+    /// Whether emptied nodes are given back: to the job's allocation (RC-20) or, for
+    /// a second allocation's node, to that allocation (GROW-2).
+    pub fn gives_back(&self, node: u32) -> bool {
+        self.slurm_job.is_some() || self.grown.contains_key(&node)
+    }
+
+    /// Adds the nodes of a second allocation (GROW-1): each gets the next node index
+    /// (core's, `SLOT-6`) and a daemon started as a job step of that allocation.
+    /// Returns their indices.
+    pub fn add_grant(&mut self, grant: &super::slurm::Grant) -> Vec<u32> {
+        let agent = super::slurm::agent_for(&grant.job);
+        let mut added = Vec::with_capacity(grant.hosts.len());
+        for host in &grant.hosts {
+            let node = self.hosts.len() as u32;
+            self.hosts.push(host.clone());
+            self.grown.insert(node, grant.job.clone());
+            self.agents.insert(node, agent.clone());
+            added.push(node);
+        }
+        added
     }
 
     /// Gives `node` back to Slurm (RC-20; core accepted it): ends its daemon, then
@@ -182,6 +208,9 @@ impl Nodes {
     /// Updates run one at a time, each with the list as it is then, so nodes given back
     /// together end in one allocation without them.
     pub fn return_to_slurm(&mut self, node: u32) {
+        if let Some(job) = self.grown.get(&node).cloned() {
+            return self.return_to_grant(node, job);
+        }
         let Some(job) = self.slurm_job.clone() else {
             return;
         };
@@ -206,25 +235,41 @@ impl Nodes {
                 tracing::info!(node, host, "node given back to Slurm job {job}");
                 return;
             }
-            let out = std::process::Command::new("scontrol")
-                .current_dir(&cwd)
-                .arg("update")
-                .arg(format!("JobId={job}"))
-                .arg(format!("NodeList={list}"))
-                .stdin(Stdio::null())
-                .output();
-            match out {
-                Ok(o) if o.status.success() => {
+            match super::slurm::shrink_to(&job, &list, &cwd) {
+                Ok(()) => {
                     s.applied = Some(list);
                     tracing::info!(node, host, "node given back to Slurm job {job}");
                 }
-                Ok(o) => tracing::error!(
-                    node,
-                    host,
-                    "scontrol could not give the node back: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ),
-                Err(e) => tracing::error!(node, host, error = %e, "cannot run scontrol"),
+                Err(why) => tracing::error!(node, host, "{why}"),
+            }
+        });
+    }
+
+    /// Gives back `node` of second allocation `job` (GROW-2): its daemon ends, and the
+    /// allocation is cancelled once none of its nodes is used any more (or shrunk to
+    /// the nodes still used).
+    fn return_to_grant(&mut self, node: u32, job: String) {
+        let host = self.host(node).to_string();
+        let same: Vec<u32> = self
+            .grown
+            .iter()
+            .filter(|(_, j)| **j == job)
+            .map(|(n, _)| *n)
+            .collect();
+        let keep: Vec<String> = same
+            .iter()
+            .filter(|n| **n != node && self.is_live(**n))
+            .map(|n| self.host(*n).to_string())
+            .collect();
+        let cwd = self.slurm_dir.clone();
+        self.give_back(node, move || {
+            if keep.is_empty() {
+                super::slurm::release(&job);
+                return;
+            }
+            match super::slurm::shrink_to(&job, &keep.join(","), &cwd) {
+                Ok(()) => tracing::info!(node, host, "node given back to Slurm job {job}"),
+                Err(why) => tracing::error!(node, host, "{why}"),
             }
         });
     }
@@ -256,14 +301,19 @@ impl Nodes {
             return Ok(());
         }
         let host = self.host(node).to_string();
-        let mut cmd = Command::new(&self.agent.command[0]);
-        cmd.args(&self.agent.command[1..])
+        let agent = self
+            .agents
+            .get(&node)
+            .unwrap_or(&self.agent.command)
+            .clone();
+        let mut cmd = Command::new(&agent[0]);
+        cmd.args(&agent[1..])
             .arg(&host)
             .arg(&self.agent.exe)
             .args(["daemon", "--master", &self.master_addr, "--node"])
             .arg(node.to_string())
             .stdin(Stdio::piped());
-        tracing::info!(node, host, agent = %self.agent.command.join(" "), "starting a daemon");
+        tracing::info!(node, host, agent = %agent.join(" "), "starting a daemon");
         let started = cmd.spawn().map(|mut child| {
             // AUTH-1: the key goes over the agent's stdin, never on a command line. An
             // agent that does not take it has exited or will not start the daemon:
@@ -290,7 +340,7 @@ impl Nodes {
             Err(e) => {
                 let why = format!(
                     "cannot start the launch agent `{}` for {host}: {e}",
-                    self.agent.command[0]
+                    agent[0]
                 );
                 self.remote.insert(
                     node,
@@ -583,6 +633,17 @@ impl Nodes {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
+        }
+        // GROW-3: second allocations end with the job (those whose nodes were all given
+        // back were cancelled then).
+        let open: std::collections::BTreeSet<&String> = self
+            .grown
+            .iter()
+            .filter(|(n, _)| !matches!(self.remote.get(n).map(|r| &r.state), Some(State::Returned)))
+            .map(|(_, j)| j)
+            .collect();
+        for job in open {
+            super::slurm::release(job);
         }
     }
 }

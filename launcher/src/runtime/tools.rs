@@ -101,7 +101,12 @@ impl ToolRequests {
     /// The master refused the ticket's request (at once or when it left the queue).
     pub fn refused(&mut self, ticket: u64, error: &RcError) {
         if let Some(w) = self.open.remove(&ticket) {
-            let _ = w.reply.send(format!("error: refused: {error}\n"));
+            // RC-21: a request that waited for nodes and did not get them was aborted.
+            let line = match error {
+                RcError::NotGranted { .. } => format!("error: ABORTED: {error}\n"),
+                _ => format!("error: refused: {error}\n"),
+            };
+            let _ = w.reply.send(line);
         }
     }
 

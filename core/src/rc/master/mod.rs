@@ -6,6 +6,7 @@
 //! drain [`Master::poll_output`] and arm a timer for [`Master::poll_timeout`].
 
 mod data;
+mod growth;
 mod modex;
 mod phase1;
 mod phase3;
@@ -49,6 +50,9 @@ pub struct MasterConfig {
     pub grace: Duration,
     /// Most changes queued per application behind the one in flight (`RC-15`).
     pub max_queued: usize,
+    /// How long a request that needs more slots than the job has waits for the driver
+    /// to add nodes (`RC-21`); `None` refuses it at once (`RC-2`).
+    pub grow_wait: Option<Duration>,
 }
 
 /// What the master is told.
@@ -79,6 +83,17 @@ pub enum MasterInput {
         /// The node.
         node: NodeId,
     },
+    /// The driver adds a node to the job, e.g. one the resource manager granted after
+    /// [`MasterOutput::NeedSlots`] (`RC-21`): it gets the next node index, its slots
+    /// come after every other (`SLOT-6`), and its daemon is sent the replica before
+    /// anything else. A request waiting for slots starts once they suffice.
+    NodeAdded {
+        /// The node: its name and slots.
+        node: NodeSpec,
+    },
+    /// The driver could not obtain the slots of [`MasterOutput::NeedSlots`] (`RC-21`):
+    /// the waiting request is refused at once with [`RcError::NotGranted`].
+    SlotsDenied,
     /// The driver gives back a node with no process of the job on it (one reported
     /// [`MasterOutput::NodeReleased`]), e.g. to the resource manager (`RC-20`): its slots
     /// are retired (`SLOT-5`). Refused, with nothing changed, while a process of the
@@ -120,6 +135,13 @@ pub enum MasterOutput {
     },
     /// A node got its first process of the job (allocate it, e.g. start its daemon).
     NodeAllocated(NodeId),
+    /// A change request needs this many more slots than the job has (`RC-21`): the
+    /// driver may add nodes ([`MasterInput::NodeAdded`]) within `grow_wait`; the request
+    /// waits for them and is refused with [`RcError::NotGranted`] if they do not come.
+    NeedSlots {
+        /// Slots missing.
+        slots: u32,
+    },
     /// A node has no process of the job left (it may be returned).
     NodeReleased(NodeId),
     /// A process of the job exited without the protocol removing it (`RC-18`): the job
@@ -181,6 +203,17 @@ pub(crate) enum Waiter {
     Confirm,
 }
 
+/// A request waiting for slots the driver was asked for (`RC-21`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Growth {
+    pub from: Requester,
+    pub req: ChangeRequest,
+    /// Slots asked for.
+    pub slots: u32,
+    /// When it is refused if the slots have not come.
+    pub deadline: Instant,
+}
+
 /// A fence in progress over a pset.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Fence {
@@ -214,6 +247,8 @@ pub struct Master {
     pub(crate) fences: BTreeMap<PsetName, Fence>,
     /// Modexes in progress, by pset (`MODEX-1..6`).
     pub(crate) modexes: BTreeMap<PsetName, modex::ModexGather>,
+    /// The request waiting for the driver to add slots (`RC-21`), if any.
+    pub(crate) growth: Option<Growth>,
     /// Done changes, oldest first; beyond [`DONE_KEPT`] the oldest is forgotten.
     pub(crate) done_order: VecDeque<PsetName>,
     pub(crate) out: VecDeque<MasterOutput>,
@@ -250,6 +285,7 @@ impl Master {
             lookups: Vec::new(),
             fences: BTreeMap::new(),
             modexes: BTreeMap::new(),
+            growth: None,
             done_order: VecDeque::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
@@ -369,6 +405,8 @@ impl Master {
             MasterInput::Timeout => self.on_timeout(now),
             MasterInput::NodeLost { node } => self.on_node_lost(now, node),
             MasterInput::NodeReturned { node } => return self.on_node_returned(node),
+            MasterInput::NodeAdded { node } => return self.on_node_added(now, node),
+            MasterInput::SlotsDenied => self.expire_growth(now, true),
         }
         Ok(())
     }
@@ -390,7 +428,13 @@ impl Master {
         let lookups = self.lookups.iter().map(|(_, d, _)| *d);
         let fences = self.fences.values().map(|f| f.deadline);
         let modexes = self.modexes.values().map(|g| g.deadline);
-        changes.chain(lookups).chain(fences).chain(modexes).min()
+        let growth = self.growth.as_ref().map(|g| g.deadline);
+        changes
+            .chain(lookups)
+            .chain(fences)
+            .chain(modexes)
+            .chain(growth)
+            .min()
     }
 
     /// Plants bugs for the verification crate's corpus.

@@ -17,7 +17,7 @@ impl Master {
     /// A change request from a client (`route`) or from outside. One change per
     /// application is undecided at a time; later ones wait in a bounded FIFO (`RC-15`).
     pub(crate) fn request_change(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
-        if self.in_flight.contains_key(&req.app) {
+        if self.in_flight.contains_key(&req.app) || self.growing(&req.app) {
             let queued = self.queue.iter().filter(|(_, r)| r.app == req.app).count();
             if queued >= self.cfg.max_queued {
                 self.refuse(from, req, RcError::QueueFull(queued));
@@ -34,7 +34,7 @@ impl Master {
 
     /// Starts the next queued request of `app`, if any (after its change was decided).
     pub(crate) fn dequeue(&mut self, now: Instant, app: &str) {
-        while !self.in_flight.contains_key(app) {
+        while !self.in_flight.contains_key(app) && !self.growing(app) {
             let Some(pos) = self.queue.iter().position(|(_, r)| r.app == app) else {
                 return;
             };
@@ -47,7 +47,7 @@ impl Master {
 
     /// Starts a change and tells its requester the delta, or the refusal (`RC-15`: a
     /// queued request learns its outcome when it leaves the queue).
-    fn start_or_refuse(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
+    pub(crate) fn start_or_refuse(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
         match self.start_change(now, &req, from.clone()) {
             Ok(delta) => match from {
                 Requester::Client(r) => {
@@ -57,11 +57,16 @@ impl Master {
                     self.out.push_back(MasterOutput::Started { ticket, delta });
                 }
             },
-            Err(e) => self.refuse(from, req, e),
+            // RC-21: a request short of slots may wait for the driver to add nodes.
+            Err(e) => {
+                if let Some((from, req)) = self.wait_for_slots(now, from, req, &e) {
+                    self.refuse(from, req, e);
+                }
+            }
         }
     }
 
-    fn refuse(&mut self, from: Requester, request: ChangeRequest, error: RcError) {
+    pub(crate) fn refuse(&mut self, from: Requester, request: ChangeRequest, error: RcError) {
         tracing::debug!(?request, %error, "change refused");
         match from {
             Requester::Client(r) => self.reply(&r, ClientReply::ChangeRequested(Err(error))),

@@ -621,5 +621,6 @@ impl Master {
         }
         self.expire_data(now);
         self.expire_modexes(now);
+        self.expire_growth(now, false);
     }
 }

@@ -23,7 +23,7 @@ use alloc::vec::Vec;
 
 use crate::rc::RcError;
 use crate::wire::PResult;
-use crate::wire::prim::{put_str, put_u8, put_u16, put_u64, string, u8, u16, u64};
+use crate::wire::prim::{put_str, put_u8, put_u16, put_u32, put_u64, string, u8, u16, u32, u64};
 
 use super::values::{invalid, name, pid, put_name, put_pid, put_usize, size};
 use super::{MAX_DETAIL_LEN, MAX_KEY_LEN};
@@ -69,6 +69,10 @@ pub(super) fn put_error(out: &mut Vec<u8>, e: &RcError) {
             put_str(out, k);
         }
         RcError::Timeout => put_u16(out, e.code()),
+        RcError::NotGranted { slots } => {
+            put_u16(out, e.code());
+            put_u32(out, *slots);
+        }
         RcError::Stale { pset, version } => {
             put_u16(out, e.code());
             put_name(out, pset);
@@ -139,6 +143,10 @@ pub(super) fn error(input: &[u8]) -> PResult<'_, RcError> {
             Ok((i, RcError::NoSuchKey(k)))
         }
         RcError::CODE_TIMEOUT => Ok((i, RcError::Timeout)),
+        RcError::CODE_NOT_GRANTED => {
+            let (i, slots) = u32(i)?;
+            Ok((i, RcError::NotGranted { slots }))
+        }
         RcError::CODE_STALE => {
             let (i, pset) = name(i)?;
             let (i, version) = u64(i)?;

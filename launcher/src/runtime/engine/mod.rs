@@ -7,7 +7,10 @@
 //! The engine never blocks on a peer: client replies go through [`Conn`]'s non-blocking
 //! buffered writes, tool answers through the tool connection's own thread.
 
+mod grow;
 mod hosts;
+
+pub use grow::Grow;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::net::UnixStream;
@@ -103,6 +106,8 @@ pub enum Event {
         /// Why.
         why: String,
     },
+    /// (Master) Slurm's answer to a request for more nodes (GROW-1).
+    Granted(Result<crate::runtime::slurm::Grant, String>),
 }
 
 /// One step of the in-process links, kept in one FIFO so the master → daemon order
@@ -179,6 +184,8 @@ pub struct Engine {
     daemon: Daemon,
     /// The other nodes' daemons (master with several hosts).
     pub(super) nodes: Option<Nodes>,
+    /// How the master obtains more nodes (GROW-1), if it can.
+    grow: Option<grow::Grow>,
     /// The link to the master (node daemon).
     upstream: Option<Upstream>,
     /// Processes on other nodes (master).
@@ -256,6 +263,7 @@ impl Engine {
             node: NodeId(node),
             daemon: Daemon::new(NodeId(node)),
             nodes: None,
+            grow: None,
             upstream: None,
             remote_procs: BTreeMap::new(),
             lost_nodes: Vec::new(),
@@ -466,6 +474,7 @@ impl Engine {
                     self.master_gone(why);
                 }
             }
+            Event::Granted(result) => self.on_granted(result),
         }
     }
 
@@ -712,12 +721,13 @@ impl Engine {
                 let give_back = self
                     .nodes
                     .as_ref()
-                    .is_some_and(|x| x.gives_back() && x.is_live(n.0));
+                    .is_some_and(|x| x.gives_back(n.0) && x.is_live(n.0));
                 if give_back && n != self.node {
                     self.to_return.push(n.0);
                 }
             }
             MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank),
+            MasterOutput::NeedSlots { slots } => self.need_slots(slots),
         }
     }
 

@@ -1,0 +1,212 @@
+//! Growing a job beyond its Slurm allocation (`spec/runtime.md` GROW-1..3, core's
+//! `RC-21`): when core asks for slots it lacks (`NeedSlots`), a second allocation is
+//! requested with `salloc --no-shell`, its nodes are added to the job (their daemons are
+//! job steps of that allocation, `srun --jobid`), and the allocation is cancelled when
+//! its nodes are given back or the job ends. Nothing here decides a protocol step: core
+//! decides when a request waits, starts or is refused.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::hosts::{Host, expand_nodelist};
+
+/// A second allocation Slurm granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Its Slurm job id.
+    pub job: String,
+    /// Its nodes and their CPUs (the job's slots there).
+    pub hosts: Vec<Host>,
+}
+
+/// Asks Slurm for `nodes` whole nodes, waiting at most `wait` for them
+/// (`salloc --no-shell --immediate`). The error is one line saying what Slurm said.
+pub fn allocate(nodes: u32, wait: Duration, name: &str) -> Result<Grant, String> {
+    let secs = wait.as_secs().max(1);
+    let out = Command::new("salloc")
+        .args(["--no-shell", "--exclusive"])
+        .arg(format!("--nodes={nodes}"))
+        .arg(format!("--immediate={secs}"))
+        .arg(format!("--job-name={name}"))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run salloc: {e}"))?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = granted_job(&said).ok_or_else(|| {
+        let last = said
+            .lines()
+            .last()
+            .unwrap_or("no output")
+            .trim()
+            .to_string();
+        format!("salloc could not allocate {nodes} more node(s) within {secs} s: {last}")
+    })?;
+    match describe(&job) {
+        Ok(hosts) if !hosts.is_empty() => Ok(Grant { job, hosts }),
+        Ok(_) => {
+            release(&job);
+            Err(format!("Slurm job {job} has no nodes"))
+        }
+        Err(e) => {
+            release(&job);
+            Err(e)
+        }
+    }
+}
+
+/// The job id in salloc's `Granted job allocation 123`.
+fn granted_job(said: &str) -> Option<String> {
+    said.lines().find_map(|l| {
+        let rest = l.split("Granted job allocation").nth(1)?;
+        let id = rest.split_whitespace().next()?;
+        id.chars()
+            .all(|c| c.is_ascii_digit())
+            .then(|| id.to_string())
+    })
+}
+
+/// The nodes of Slurm job `job` and the CPUs of each (`scontrol show job`).
+fn describe(job: &str) -> Result<Vec<Host>, String> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", job])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run scontrol: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "scontrol show job {job}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    hosts_of_job(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Parses `scontrol show job`: `NodeList=…`, `NumNodes=…`, `NumCPUs=…`. Exclusive
+/// allocations of one node type split their CPUs evenly.
+fn hosts_of_job(text: &str) -> Result<Vec<Host>, String> {
+    let field = |key: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_string)
+    };
+    let list = field("NodeList=").ok_or("scontrol shows no NodeList")?;
+    let names = expand_nodelist(&list).map_err(|e| e.to_string())?;
+    let cpus: u32 = field("NumCPUs=")
+        .and_then(|c| c.parse().ok())
+        .ok_or("scontrol shows no NumCPUs")?;
+    let per = (cpus / (names.len().max(1) as u32)).max(1);
+    Ok(names
+        .into_iter()
+        .map(|name| Host { name, slots: per })
+        .collect())
+}
+
+/// How often, and how far apart, a refused `scontrol update` is tried again: Slurm
+/// refuses updates of a job it is still registering ("try again in a bit").
+const UPDATE_TRIES: u32 = 40;
+const UPDATE_PAUSE: Duration = Duration::from_millis(250);
+
+/// Shrinks Slurm job `job` to the nodes `list` (`scontrol update JobId=… NodeList=…`,
+/// RC-20, GROW-2), run in `cwd` (scontrol writes `slurm_job_<id>_resize.*` there).
+/// Transient refusals are retried for about 10 s.
+pub fn shrink_to(job: &str, list: &str, cwd: &Path) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..UPDATE_TRIES {
+        let out = Command::new("scontrol")
+            .current_dir(cwd)
+            .arg("update")
+            .arg(format!("JobId={job}"))
+            .arg(format!("NodeList={list}"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run scontrol: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        tracing::debug!(job, "scontrol update refused, trying again: {last}");
+        std::thread::sleep(UPDATE_PAUSE);
+    }
+    Err(format!("scontrol could not give the node back: {last}"))
+}
+
+/// Cancels Slurm job `job` (a second allocation whose nodes the job no longer uses).
+pub fn release(job: &str) {
+    match Command::new("scancel")
+        .arg(job)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => tracing::info!("Slurm allocation {job} released"),
+        Ok(o) => tracing::error!(
+            "scancel {job} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => tracing::error!(error = %e, "cannot run scancel"),
+    }
+}
+
+/// The launch agent for daemons on a second allocation's nodes: job steps of it.
+pub fn agent_for(job: &str) -> Vec<String> {
+    vec![
+        "srun".into(),
+        format!("--jobid={job}"),
+        "--nodes=1".into(),
+        "--ntasks=1".into(),
+        "--overlap".into(),
+        "--nodelist".into(),
+    ]
+}
+
+/// Whole nodes to ask for: enough for `slots` at `per_node` slots each.
+pub fn nodes_for(slots: u32, per_node: u32) -> u32 {
+    slots.div_ceil(per_node.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salloc_output_gives_the_job_id() {
+        let said = "salloc: Pending job allocation 42\nsalloc: job 42 queued and waiting for resources\nsalloc: Granted job allocation 42\n";
+        assert_eq!(granted_job(said).as_deref(), Some("42"));
+        assert_eq!(
+            granted_job("salloc: error: Unable to allocate resources: Immediate"),
+            None
+        );
+    }
+
+    #[test]
+    fn scontrol_show_job_gives_nodes_and_slots() {
+        let text = "JobId=7 JobName=dynres-grow\n   NumNodes=2 NumCPUs=8 NumTasks=2 CPUs/Task=1\n   NodeList=n[2-3]\n   BatchHost=n2\n";
+        let hosts = hosts_of_job(text).unwrap();
+        assert_eq!(
+            hosts,
+            vec![
+                Host {
+                    name: "n2".into(),
+                    slots: 4
+                },
+                Host {
+                    name: "n3".into(),
+                    slots: 4
+                }
+            ]
+        );
+        assert!(hosts_of_job("JobId=7 NumCPUs=2").is_err());
+    }
+
+    #[test]
+    fn nodes_for_rounds_up() {
+        assert_eq!(nodes_for(1, 2), 1);
+        assert_eq!(nodes_for(3, 2), 2);
+        assert_eq!(nodes_for(4, 2), 2);
+        assert_eq!(nodes_for(5, 0), 5);
+    }
+}
