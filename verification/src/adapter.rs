@@ -46,6 +46,10 @@ pub enum RcMsg {
     NodeLost(NodeId),
     /// Scheduler → master: give this node back (`RC-20`).
     ReturnNode(NodeId),
+    /// Master → scheduler (as the resource manager): more slots are needed (`RC-21`).
+    NeedSlots,
+    /// Scheduler → master: a node was granted (`RC-21`).
+    AddNode(dynres_core::slots::NodeSpec),
 }
 
 /// Timers.
@@ -59,6 +63,9 @@ pub enum RcTimer {
     Crash,
     /// A daemon's next deadline (its modex gathers, `MODEX-5`).
     Daemon,
+    /// The resource manager grants the node it was asked for (`RC-21`); it may also
+    /// never fire before the master's deadline.
+    Grant,
 }
 
 /// What a process does (the application, not the protocol).
@@ -98,8 +105,9 @@ pub enum RcActor {
     /// The master, with its configuration and planted bugs.
     Master(MasterConfig, Bugs),
     /// Sends these requests to the master, one message each, then asks for this node
-    /// back, if any (`RC-20`).
-    Scheduler(Vec<ChangeRequest>, Option<NodeId>),
+    /// back, if any (`RC-20`); as the resource manager, grants a node of these slots
+    /// when asked, if any (`RC-21`).
+    Scheduler(Vec<ChangeRequest>, Option<NodeId>, Option<u32>),
     /// The daemon of a node, with planted bugs, whether its node may crash, and whether
     /// it records the application pset's versions for the modex properties.
     Daemon(NodeId, Bugs, bool, bool),
@@ -130,6 +138,10 @@ pub struct MasterState {
     pub lost: Vec<(ProcessId, usize)>,
     /// Nodes the master accepted back (`RC-20`).
     pub returned: Vec<NodeId>,
+    /// Nodes the master accepted as added (`RC-21`).
+    pub added_nodes: u32,
+    /// Requests refused because the slots were not granted (`RC-21`).
+    pub not_granted: u32,
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
@@ -297,6 +309,11 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
                 let at = st.log.len();
                 st.lost.push((pid, at));
             }
+            MasterOutput::NeedSlots { .. } => o.send(Id::from(1usize), RcMsg::NeedSlots),
+            MasterOutput::Refused {
+                error: RcError::NotGranted { .. },
+                ..
+            } => st.not_granted += 1,
             _ => {}
         }
     }
@@ -542,12 +559,14 @@ impl Actor for RcNode {
                     log: Vec::new(),
                     lost: Vec::new(),
                     returned: Vec::new(),
+                    added_nodes: 0,
+                    not_granted: 0,
                     version_violations: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
                 RcState::Master(Box::new(st))
             }
-            RcActor::Scheduler(reqs, give_back) => {
+            RcActor::Scheduler(reqs, give_back, _) => {
                 for r in reqs {
                     o.send(Layout::master(), RcMsg::Request(r.clone()));
                 }
@@ -598,6 +617,7 @@ impl Actor for RcNode {
                     RcMsg::Request(req) => MasterInput::RequestChange { ticket: 0, req },
                     RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
                     RcMsg::ReturnNode(node) => MasterInput::NodeReturned { node },
+                    RcMsg::AddNode(node) => MasterInput::NodeAdded { node },
                     RcMsg::ToMaster(msg) => MasterInput::FromDaemon {
                         node: self.layout.node(src),
                         msg,
@@ -609,14 +629,21 @@ impl Actor for RcNode {
                     MasterInput::NodeReturned { node } => Some(*node),
                     _ => None,
                 };
+                let adding = matches!(input, MasterInput::NodeAdded { .. });
                 let r = st.master.handle(st.now, input);
-                if let (Some(node), Ok(())) = (giving_back, r) {
+                if let (Some(node), Ok(())) = (giving_back, &r) {
                     st.returned.push(node);
+                }
+                if adding && r.is_ok() {
+                    st.added_nodes += 1;
                 }
                 if !version_step_ok(&before, &st.master) {
                     st.version_violations += 1;
                 }
                 drain_master(&self.layout, st, o);
+            }
+            (RcActor::Scheduler(_, _, Some(_)), RcState::Scheduler, RcMsg::NeedSlots) => {
+                o.set_timer(RcTimer::Grant, model_timeout());
             }
             (RcActor::Daemon(..), RcState::Daemon(st), _) if st.lost => {}
             (RcActor::Daemon(..), RcState::Daemon(st), msg) => {
@@ -743,6 +770,15 @@ impl Actor for RcNode {
                     }
                 }
                 drain_master(&self.layout, st, o);
+            }
+            (RcState::Scheduler, RcTimer::Grant) => {
+                if let RcActor::Scheduler(_, _, Some(slots)) = &self.actor {
+                    let node = dynres_core::slots::NodeSpec {
+                        name: "granted".into(),
+                        slots: *slots,
+                    };
+                    o.send(Layout::master(), RcMsg::AddNode(node));
+                }
             }
             (RcState::Daemon(st), RcTimer::Daemon) if !st.lost => {
                 if let Some(t) = st.daemon.poll_timeout() {

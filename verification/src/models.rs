@@ -65,7 +65,7 @@ pub type RcModelState = ActorModelState<RcNode, ()>;
 impl RcConfig {
     fn layout(&self) -> Layout {
         Layout {
-            daemons: self.nodes as usize,
+            daemons: (self.nodes + u32::from(self.grow_wait.is_some())) as usize,
         }
     }
 
@@ -96,8 +96,11 @@ impl RcConfig {
             .actor(node(RcActor::Scheduler(
                 self.requests.clone(),
                 self.return_node.map(dynres_core::rc::NodeId),
+                self.grow_wait.map(|_| self.added_node_slots),
             )));
-        for n in 0..self.nodes {
+        // RC-21: the node the scheduler may grant has its daemon actor from the start,
+        // idle until the master sends it something.
+        for n in 0..self.nodes + u32::from(self.grow_wait.is_some()) {
             model = model.actor(node(RcActor::Daemon(
                 dynres_core::rc::NodeId(n),
                 self.bugs,
@@ -136,6 +139,29 @@ impl RcConfig {
         let mut model = add_properties(model, self.reachable);
         if self.modex {
             model = modex_properties(model, self.leaver.is_some(), self.member_may_crash);
+        }
+        if self.grow_wait.is_some() {
+            model = model
+                .property(
+                    Expectation::Always,
+                    "SLOT-6 processes run only on nodes of the job",
+                    |_, s| {
+                        let nodes = master(s).master.slots().nodes().len();
+                        procs(s).all(|p| {
+                            p.phase != Phase::Running
+                                || p.daemon.is_some_and(|d| usize::from(d) < 2 + nodes)
+                        })
+                    },
+                )
+                // Without these the growth configuration could pass without either.
+                .property(Expectation::Sometimes, "RC-21 a node is added", |_, s| {
+                    master(s).added_nodes > 0
+                })
+                .property(
+                    Expectation::Sometimes,
+                    "RC-21 a request whose slots never come is refused",
+                    |_, s| master(s).not_granted > 0,
+                );
         }
         if self.member_may_crash {
             // Without this the loss configuration could pass without losing anyone.
@@ -487,7 +513,10 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     return true;
                 }
                 let m = &master(s).master;
-                daemons(s).filter(|d| !d.lost).all(|d| {
+                // Only nodes of the job: a node the resource manager may grant is not
+                // one until it is added (RC-21).
+                let nodes = m.slots().nodes().len() as u32;
+                daemons(s).filter(|d| !d.lost && d.daemon.node().0 < nodes).all(|d| {
                     m.registry().live_psets().all(|(n, p)| {
                         d.daemon
                             .pset(n)
@@ -688,6 +717,13 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 false,
                 1,
             )
+        },
+        // Node 0 is full: the ADD waits for the scheduler to grant a node of one slot,
+        // which it may do at any point, or never before the master's deadline (RC-21).
+        RcConfig {
+            grow_wait: Some(Duration::from_millis(200)),
+            added_node_slots: 1,
+            ..config("rc-grow-1n-2e-1new", (1, 2, 2, 1), vec![add(1)], false, 2)
         },
         // Ranks 0 and 1 on node 0, rank 2 on node 1: two batches, one of two members.
         modex_config("rc-modex-2n-3e", 2, 3),

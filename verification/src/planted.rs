@@ -34,6 +34,11 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            NoReplicaForAddedNode,
+            "rc-grow-1n-2e-1new",
+            "RC-14 replicas match the master when quiet",
+        ),
+        p(
             ModexPartialBatch,
             "rc-modex-2n-3e",
             "MODEX-1 one batch per node and version",

@@ -141,7 +141,7 @@ impl PsetConfig {
             LinearizabilityTester::new(PsetStore(store)),
         )
         .actor(node(RcActor::Master(cfg, Bugs::NONE)))
-        .actor(node(RcActor::Scheduler(Vec::new(), None)));
+        .actor(node(RcActor::Scheduler(Vec::new(), None, None)));
         for n in 0..self.nodes {
             model = model.actor(node(RcActor::Daemon(NodeId(n), Bugs::NONE, false, false)));
         }
