@@ -65,6 +65,10 @@ pub enum Bug {
     /// A node added at run time gets no replica: its daemon holds no pset, job data or
     /// change until the next update of each (`RC-21`, `RC-14`).
     NoReplicaForAddedNode,
+    /// The master checks where a modex batch's members run against the job data
+    /// instead of the slot map, so the batch of processes a just-announced SUB is
+    /// removing is refused (`MODEX-6`) — the defect an e2e test found under load.
+    ModexNodeFromJobData,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -214,3 +214,48 @@ fn only_members_join_once_and_daemons_speak_only_for_their_node() {
         );
     }
 }
+
+/// MODEX-6: a SUB announced while a modex gathers takes its victims out of the job data
+/// (phase 1), but they still run and are members of the version being gathered: their
+/// node's batch is accepted and everyone gets the table (the race an e2e test hit under
+/// load, when the check read the job data instead of the slot map).
+#[test]
+fn a_sub_announced_during_a_modex_does_not_refuse_its_victims() {
+    let mut w = World::new(config(2, 2, 3));
+    let r = root();
+    let calls = start(&mut w, &r, &[0, 1], 1000);
+    w.request(ChangeRequest::sub(common::APP, 1));
+    w.run_for(Duration::from_millis(1));
+    assert!(!w.statuses.is_empty(), "the SUB was announced");
+    assert!(
+        !w.master.processes().contains_key(&pid(2)),
+        "rank 2 left the job data"
+    );
+    let late = start(&mut w, &r, &[2], 1000);
+    for c in calls.into_iter().chain(late) {
+        let got = outcome(&mut w, c).expect("the victim's batch is accepted");
+        assert_eq!(got.entries.len(), 3);
+    }
+}
+
+/// MODEX-4: a member that contributed and then exited before its node's batch reached
+/// the master fails the modex with `ProcessLost`, not a refusal.
+#[test]
+fn a_member_that_exits_after_contributing_fails_the_modex_as_lost() {
+    let mut w = World::new(config(2, 2, 3));
+    let r = root();
+    let first = start(&mut w, &r, &[0], 1000);
+    w.run_for(Duration::from_millis(1));
+    w.exit(&pid(0));
+    w.run_for(Duration::from_millis(1));
+    let rest = start(&mut w, &r, &[1, 2], 1000);
+    for c in rest {
+        assert_eq!(
+            outcome(&mut w, c),
+            Err(RcError::ProcessLost(pid(0))),
+            "rank {}",
+            c.0
+        );
+    }
+    drop(first);
+}

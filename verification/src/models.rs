@@ -266,6 +266,23 @@ fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
             },
         )
         .property(
+            Expectation::Always,
+            "MODEX-4 MODEX-6 a member's modex fails only for a lost member",
+            |model, s| {
+                use dynres_core::rc::RcError;
+                let dead = |q: &ProcessId| {
+                    model.actors.iter().zip(&s.actor_states).any(|(a, st)| {
+                        matches!((&a.actor, &**st), (RcActor::Proc { pid, .. }, RcState::Proc(x)) if pid == q && x.phase == Phase::Dead)
+                    })
+                };
+                procs(s).all(|p| match &p.modex {
+                    Some(Err(RcError::NotPermitted(_))) => false,
+                    Some(Err(RcError::ProcessLost(q))) => dead(q),
+                    _ => true,
+                })
+            },
+        )
+        .property(
             Expectation::Sometimes,
             "MODEX-3 a modex completes",
             |_, s| procs(s).any(|p| matches!(p.modex, Some(Ok(_)))),
@@ -731,6 +748,12 @@ pub fn pr_configs() -> Vec<RcConfig> {
         RcConfig {
             leaver: Some(2),
             ..modex_config("rc-modex-stale-2n-3e", 2, 3)
+        },
+        // A SUB of rank 2 is announced (job data without it) while all three gather;
+        // nobody accepts it, so it is aborted at its deadline.
+        RcConfig {
+            requests: vec![ChangeRequest::sub(APP, 1)],
+            ..modex_config("rc-modex-sub-2n-3e", 2, 3)
         },
         // Any member may crash at any point of the modex.
         RcConfig {

@@ -39,6 +39,11 @@ pub fn corpus() -> Vec<Planted> {
             "RC-14 replicas match the master when quiet",
         ),
         p(
+            ModexNodeFromJobData,
+            "rc-modex-sub-2n-3e",
+            "MODEX-4 MODEX-6 a member's modex fails only for a lost member",
+        ),
+        p(
             ModexPartialBatch,
             "rc-modex-2n-3e",
             "MODEX-1 one batch per node and version",

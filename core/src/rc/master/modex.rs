@@ -60,14 +60,36 @@ impl Master {
             .unwrap_or_default()
             .into_iter()
             .collect();
-        // A daemon speaks only for members placed on its own node.
+        // A daemon speaks only for members placed on its own node. Where a process runs
+        // is the slot map's to say: a process a SUB is removing has left the job data
+        // at the announcement (phase 1) but runs, holds its slot and is still a member
+        // of this version until the pset operation.
+        let placed = |p: &ProcessId| {
+            if self.bug(Bug::ModexNodeFromJobData) {
+                return self.procs.get(p).map(|n| n.0);
+            }
+            self.slots.slot_of(p).and_then(|s| self.slots.node_of(s))
+        };
         if let Some((p, _)) = entries
             .iter()
-            .find(|(p, _)| !members.contains(p) || self.procs.get(p) != Some(&node))
+            .find(|(p, _)| !members.contains(p) || placed(p).is_some_and(|n| n != node.0))
         {
             let err = RcError::NotPermitted(p.clone());
             return self.modex_done(node, &pset, version, Err(err));
         }
+        // A member that contributed and exited before its node's batch arrived is lost
+        // for this modex too (MODEX-4): its value names a dead process.
+        if let Some((p, _)) = entries.iter().find(|(p, _)| placed(p).is_none()) {
+            let err = RcError::ProcessLost(p.clone());
+            self.modex_done(node, &pset, version, Err(err.clone()));
+            return self.fail_modex(&pset, err);
+        }
+        // So is a member lost before any batch arrived (no modex was waiting for it
+        // then): the modex can never complete.
+        let dead = members
+            .iter()
+            .find(|m| placed(m).is_none() && !entries.iter().any(|(p, _)| p == *m));
+        let dead = dead.cloned();
         let g = self
             .modexes
             .entry(pset.clone())
@@ -81,6 +103,9 @@ impl Master {
         g.nodes.insert(node);
         g.entries.extend(entries);
         g.deadline = g.deadline.min(now + timeout);
+        if let Some(p) = dead.filter(|p| !g.entries.contains_key(p)) {
+            return self.fail_modex(&pset, RcError::ProcessLost(p));
+        }
         if g.members.iter().all(|m| g.entries.contains_key(m)) {
             let g = self.modexes.remove(&pset).expect("present");
             let table: Vec<(ProcessId, String)> = g
