@@ -9,4 +9,4 @@ pub mod framing;
 
 mod device;
 
-pub use device::{TcpConfig, TcpDevice};
+pub use device::{SPIN_ENV, TcpConfig, TcpDevice, calibrated_spin};

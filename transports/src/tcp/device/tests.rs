@@ -226,3 +226,94 @@ fn a_message_sent_before_close_is_still_received() {
     let e = recv_blocking(&mut b, on, vec![0; 3], T).unwrap_err();
     assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
 }
+
+fn pair_with(cfg: TcpConfig) -> (TcpDevice, TcpDevice, ConnId, ConnId) {
+    let mut a = TcpDevice::new(cfg.clone()).unwrap();
+    let mut b = TcpDevice::new(cfg).unwrap();
+    let mut pb = PeerAddrs::default();
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    let ba = accept_blocking(&mut b, T).unwrap();
+    (a, b, ab, ba)
+}
+
+/// Ping-pong of small and large messages between two threads, with the spin phase
+/// alone doing the waiting (a budget far longer than any message takes), and with no
+/// spin at all (straight to `poll`): both must deliver every byte, in order.
+#[test]
+fn spin_then_block_delivers_with_any_budget() {
+    for spin in [Duration::ZERO, Duration::from_secs(5)] {
+        let cfg = TcpConfig {
+            spin: Some(spin),
+            ..TcpConfig::default()
+        };
+        let (mut a, mut b, ab, ba) = pair_with(cfg);
+        assert_eq!(a.spin, spin);
+        let sizes = [1usize, 100, 100_000, (3 << 20) + 1];
+        let echo = std::thread::spawn(move || {
+            for &n in &sizes {
+                let r = b.recv(any(), vec![0; n], T).unwrap();
+                b.send(ba, r.header, &r.data, T).unwrap();
+            }
+        });
+        for &n in &sizes {
+            let msg: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+            a.send(ab, hdr(n as u64), &msg, T).unwrap();
+            let r = a.recv(any(), vec![0; n], T).unwrap();
+            assert_eq!(r.header.tag, n as u64);
+            assert!(r.data == msg, "{n} bytes came back changed (spin {spin:?})");
+        }
+        echo.join().unwrap();
+    }
+}
+
+/// The spin phase reports a message that is already there, and gives up (for the
+/// caller to block in poll) when nothing arrives within its budget.
+#[test]
+fn spin_phase_ends_on_data_or_idle() {
+    let cfg = TcpConfig {
+        spin: Some(Duration::from_millis(1)),
+        ..TcpConfig::default()
+    };
+    let (mut a, mut b, ab, _) = pair_with(cfg);
+    // Let the HELLO be consumed first.
+    while b.spin_phase(T).unwrap() {}
+    assert!(!b.spin_phase(T).unwrap(), "nothing sent: the spin gives up");
+    let h = b.post_recv(any(), vec![0; 2]).unwrap();
+    a.send(ab, hdr(1), b"ok", T).unwrap();
+    assert!(
+        b.spin_phase(T).unwrap(),
+        "the message completes during the spin"
+    );
+    assert_eq!(b.test_recv(h).unwrap().unwrap().data, b"ok");
+}
+
+/// `socket_buffer` reaches the kernel (which reports twice the size asked for).
+#[test]
+fn socket_buffer_is_applied() {
+    let n = 96 * 1024;
+    let cfg = TcpConfig {
+        socket_buffer: Some(n),
+        ..TcpConfig::default()
+    };
+    let (a, b, ab, ba) = pair_with(cfg);
+    for (d, c) in [(&a, ab), (&b, ba)] {
+        let fd = d.conns[&c].stream.as_raw_fd();
+        for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: valid socket, `v` and `len` outlive the call.
+            let r = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(r, 0);
+            assert_eq!(v as usize, 2 * n, "option {opt}");
+        }
+    }
+}
