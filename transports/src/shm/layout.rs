@@ -11,10 +11,10 @@ use super::ring::{CachePadded, RawStorage, RingControl};
 use super::segment::Segment;
 use super::waiter::WaitWord;
 use crate::error::{Result, TransportError};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 
@@ -29,6 +29,13 @@ pub const SLOT_OPEN: u32 = 2;
 /// The sender closed its end (after its last record).
 pub const SLOT_CLOSED: u32 = 3;
 
+/// [`Slot::cma`]: the receiver has not probed the sender yet (ring path).
+pub const CMA_UNKNOWN: u32 = 0;
+/// [`Slot::cma`]: the receiver read the sender's probe word: single copy allowed.
+pub const CMA_OK: u32 = 1;
+/// [`Slot::cma`]: the receiver cannot (or will not) read the sender: ring path.
+pub const CMA_NO: u32 = 2;
+
 /// Segment header.
 #[repr(C)]
 pub struct InboxHeader {
@@ -37,6 +44,11 @@ pub struct InboxHeader {
     nslots: u32,
     ring_cap: u64,
     owner_pid: u32,
+    /// Address and value of the owner's CMA probe word (see `cma::probe_target`): a
+    /// receiver that can read this value from the owner may use single-copy reads.
+    pub cma_probe_addr: u64,
+    /// See `cma_probe_addr`.
+    pub cma_probe_token: u64,
     /// 1 while the owner is running, 0 while it sleeps in the futex (004: peers skip
     /// spinning on a process that is not running).
     pub running: CachePadded<AtomicU32>,
@@ -59,6 +71,16 @@ pub struct Slot {
     /// them always sees the other).
     pub waiting: AtomicU32,
     name_len: AtomicU32,
+    /// Set by the receiver (the inbox owner) when it attaches the slot: `CMA_OK` if it
+    /// can read the sender's memory (probed), else `CMA_NO`; the sender uses
+    /// single-copy transfers on this ring only once it reads `CMA_OK`.
+    pub cma: AtomicU32,
+    /// The state of the sender's last single-copy request, `seq << 3 | status`
+    /// (`cma::ack_word`): the receiver claims it (CAS to BUSY) before reading and
+    /// stores DONE or FALLBACK (Release) once it is done with the sender's buffer, then
+    /// wakes the sender; the sender may withdraw it (CAS to WITHDRAWN) only while
+    /// nobody claimed it.
+    pub cma_ack: AtomicU64,
     name: [u8; NAME_MAX],
     /// The ring's control block.
     pub ring: RingControl,
@@ -72,6 +94,8 @@ impl Slot {
             pid: AtomicU32::new(0),
             waiting: AtomicU32::new(0),
             name_len: AtomicU32::new(0),
+            cma: AtomicU32::new(CMA_UNKNOWN),
+            cma_ack: AtomicU64::new(0),
             name: [0; NAME_MAX],
             ring: RingControl::new(),
         }
@@ -117,6 +141,8 @@ impl Slot {
         self.pid.store(0, Ordering::Relaxed);
         self.waiting.store(0, Ordering::Relaxed);
         self.name_len.store(0, Ordering::Relaxed);
+        self.cma.store(CMA_UNKNOWN, Ordering::Relaxed);
+        self.cma_ack.store(0, Ordering::Relaxed);
         self.state.store(SLOT_FREE, Ordering::Release);
     }
 }
@@ -148,6 +174,12 @@ impl Inbox {
     /// Creates our own inbox under a fresh unpredictable name
     /// ([`Segment::create_unique`]).
     pub fn create(nslots: usize, ring_cap: usize) -> Result<Self> {
+        Self::create_with_probe(nslots, ring_cap, (0, 0))
+    }
+
+    /// [`Inbox::create`], publishing `(address, token)` of the CMA probe word (zeros:
+    /// no single-copy reads from this process).
+    pub fn create_with_probe(nslots: usize, ring_cap: usize, probe: (u64, u64)) -> Result<Self> {
         assert!(ring_cap.is_power_of_two());
         let data_off = data_off(nslots);
         let seg = Segment::create_unique(data_off + nslots * ring_cap)?;
@@ -164,6 +196,8 @@ impl Inbox {
                 nslots: nslots as u32,
                 ring_cap: ring_cap as u64,
                 owner_pid: std::process::id(),
+                cma_probe_addr: probe.0,
+                cma_probe_token: probe.1,
                 running: CachePadded(AtomicU32::new(1)),
                 conn_gen: CachePadded(AtomicU32::new(0)),
                 wait: CachePadded(WaitWord::new()),
