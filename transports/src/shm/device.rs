@@ -33,12 +33,61 @@ pub struct ShmConfig {
     pub eager_threshold: usize,
     /// How often a blocked wait re-checks that its peers are alive.
     pub liveness_interval: Duration,
-    /// Messages of at least this many bytes (and above `eager_threshold`) are sent by
-    /// single copy: the receiver reads them from our memory with `process_vm_readv`,
-    /// once its probe showed it may ([`super::cma`]). `None`: always the ring.
-    /// The environment variable `DYNRES_SHM_CMA` overrides it: `0` disables, a number
-    /// of bytes sets the threshold.
-    pub cma_threshold: Option<usize>,
+    /// When large messages are sent by single copy (the receiver reads them from our
+    /// memory with `process_vm_readv`, once its probe showed it may; [`super::cma`]).
+    /// The environment variable `DYNRES_SHM_CMA` overrides it (see [`CmaMode`]).
+    pub cma: CmaMode,
+}
+
+/// When messages go by single copy instead of through the ring. Only messages above
+/// [`ShmConfig::eager_threshold`] ever do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmaMode {
+    /// Never: the ring carries everything.
+    Off,
+    /// From `threshold` bytes on, if a one-time measurement in this process shows a
+    /// single-copy read is about as fast as a `memcpy` ([`cma::single_copy_pays`]): the
+    /// ring path costs about one copy's time (its two copies overlap), so a slower read
+    /// would make large messages slower, not faster. `DYNRES_SHM_CMA=auto`.
+    Auto {
+        /// Smallest message sent by single copy.
+        threshold: usize,
+    },
+    /// From `threshold` bytes on, whatever it costs. `DYNRES_SHM_CMA=<bytes>`;
+    /// `DYNRES_SHM_CMA=0` is [`CmaMode::Off`].
+    On {
+        /// Smallest message sent by single copy.
+        threshold: usize,
+    },
+}
+
+impl CmaMode {
+    /// The mode after the `DYNRES_SHM_CMA` override, if set and valid.
+    fn with_env_override(self) -> Self {
+        match std::env::var(cma::CMA_ENV).ok().as_deref().map(str::trim) {
+            Some("0" | "off") => CmaMode::Off,
+            Some("auto") => CmaMode::Auto {
+                threshold: DEFAULT_CMA_THRESHOLD,
+            },
+            Some(v) => match v.parse() {
+                Ok(threshold) => CmaMode::On { threshold },
+                Err(_) => {
+                    tracing::warn!(value = v, "ignoring unparsable {}", cma::CMA_ENV);
+                    self
+                }
+            },
+            None => self,
+        }
+    }
+
+    /// The threshold in force in this process (`None`: ring only).
+    fn threshold(self) -> Option<usize> {
+        match self {
+            CmaMode::Off => None,
+            CmaMode::Auto { threshold } => cma::single_copy_pays().then_some(threshold),
+            CmaMode::On { threshold } => Some(threshold),
+        }
+    }
 }
 
 impl Default for ShmConfig {
@@ -48,13 +97,15 @@ impl Default for ShmConfig {
             ring_bytes: 256 * 1024,
             eager_threshold: 8 * 1024,
             liveness_interval: Duration::from_millis(20),
-            cma_threshold: Some(DEFAULT_CMA_THRESHOLD),
+            cma: CmaMode::Auto {
+                threshold: DEFAULT_CMA_THRESHOLD,
+            },
         }
     }
 }
 
-/// Default [`ShmConfig::cma_threshold`]: below it the pipelined ring copy (both
-/// copies in cache) is as fast as a system call plus page pinning.
+/// Default single-copy threshold ([`CmaMode`]): below it the pipelined ring copy
+/// (both copies in cache) beats a system call plus page pinning.
 pub const DEFAULT_CMA_THRESHOLD: usize = 64 * 1024;
 
 /// Receive-side state of one connection.
@@ -286,6 +337,11 @@ pub struct ShmDevice {
     cma_min: Option<usize>,
     /// A single-copy read found its sender gone: check peers at the next progress.
     peer_gone: bool,
+    /// Messages received by single copy.
+    cma_reads: u64,
+    /// Test hook: the next single-copy read fails as if refused (`EPERM`).
+    #[cfg(test)]
+    refuse_next_read: bool,
 }
 
 impl ShmDevice {
@@ -294,11 +350,8 @@ impl ShmDevice {
         assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
         assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
         segment::reap_stale();
-        let cma_min = match std::env::var(cma::CMA_ENV).ok().map(|v| v.trim().parse()) {
-            Some(Ok(0)) => None,
-            Some(Ok(n)) => Some(n),
-            Some(Err(_)) | None => cfg.cma_threshold,
-        };
+        let cma_min = cfg.cma.with_env_override().threshold();
+        tracing::debug!(?cma_min, "shm single-copy threshold");
         // Publish the probe word only if we take part: a receiver probing a process
         // that publishes none reads address 0, fails, and uses the ring.
         let probe = if cma_min.is_some() {
@@ -336,12 +389,27 @@ impl ShmDevice {
             last_liveness: Instant::now(),
             cma_min,
             peer_gone: false,
+            cma_reads: 0,
+            #[cfg(test)]
+            refuse_next_read: false,
         })
     }
 
     /// Our shared-memory address.
     pub fn addr(&self) -> &ShmAddr {
         &self.addr
+    }
+
+    /// How many messages this device received by single copy (`process_vm_readv`)
+    /// rather than through a ring: a diagnostic that shows which path carried them.
+    pub fn single_copy_receives(&self) -> u64 {
+        self.cma_reads
+    }
+
+    /// The single-copy threshold in force (`None`: this device sends and receives
+    /// everything through rings).
+    pub fn single_copy_threshold(&self) -> Option<usize> {
+        self.cma_min
     }
 
     /// The spin budget in use (calibrated block+wake cost in spin iterations).
@@ -619,7 +687,15 @@ impl ShmDevice {
                 }
                 let len = header.len as usize;
                 let pid = c.peer_pid;
-                let res = if discard {
+                #[cfg(test)]
+                let refused = std::mem::take(&mut self.refuse_next_read);
+                #[cfg(not(test))]
+                let refused = false;
+                let res = if refused {
+                    Err(cma::ReadError::Refused(std::io::Error::from_raw_os_error(
+                        libc::EPERM,
+                    )))
+                } else if discard {
                     Ok(())
                 } else if let Some(win) = self.matcher.posted_window(sink) {
                     cma::read_remote(pid, addr, &mut win[..len])
@@ -644,6 +720,7 @@ impl ShmDevice {
                         ack.store(cma::ack_word(seq, cma::ACK_DONE), Ordering::Release);
                         notify_peer(&c.peer);
                         cma::note_transfer();
+                        self.cma_reads += 1;
                         self.matcher.finish(sink);
                         c.rx = Rx::Idle;
                         events += 1;
@@ -911,7 +988,11 @@ impl ShmDevice {
         let header = MsgHeader::from_record(&hb);
         let len = header.len as usize;
         let record = RECORD_HEADER_LEN + len + pad_for(len);
-        if record_flags(&hb) != 0 || !spec.matches(id, &header) || len > eager || len > buf.len() || cons.available() < record
+        if record_flags(&hb) != 0
+            || !spec.matches(id, &header)
+            || len > eager
+            || len > buf.len()
+            || cons.available() < record
         {
             return Ok(Err(buf));
         }
@@ -944,8 +1025,9 @@ impl ShmDevice {
             return WaitOutcome::Ready;
         };
         let h = inbox.header();
-        let wants_space =
-            |id: &ConnId, c: &Conn| c.cma_wait.is_none() && (space_for == Some(*id) || !c.tx.is_empty());
+        let wants_space = |id: &ConnId, c: &Conn| {
+            c.cma_wait.is_none() && (space_for == Some(*id) || !c.tx.is_empty())
+        };
         // Ask receivers of rings we wait on for space to wake us when they drain.
         for (id, c) in self.conns.iter() {
             if wants_space(id, c) {
@@ -1110,7 +1192,11 @@ impl Device for ShmDevice {
                 .saturating_duration_since(now)
                 .max(Duration::from_millis(1))
                 .min(self.cfg.liveness_interval);
-            let space = if st.cma_seq.is_none() { Some(conn) } else { None };
+            let space = if st.cma_seq.is_none() {
+                Some(conn)
+            } else {
+                None
+            };
             if self.block(slice, space) == WaitOutcome::TimedOut {
                 self.check_peers()?;
             }
@@ -1219,7 +1305,11 @@ impl Device for ShmDevice {
                     // The receiver is reading it right now: freeing the buffer under
                     // it would hand it whatever reuses the memory. Leak it instead
                     // (a connection closed in the middle of a transfer; rare).
-                    tracing::warn!(conn = conn.0, len = p.payload.len(), "buffer of a single-copy send being read at disconnect: leaked");
+                    tracing::warn!(
+                        conn = conn.0,
+                        len = p.payload.len(),
+                        "buffer of a single-copy send being read at disconnect: leaked"
+                    );
                     std::mem::forget(p.payload);
                 }
             }

@@ -6,8 +6,9 @@
 //! * Large path: above the threshold the header goes first and the payload streams
 //!   through the ring in chunks as the receiver drains it (pipelined, bounded memory);
 //!   the receiver copies straight into the posted user buffer when there is one.
-//! * Single copy: at or above [`ShmConfig::cma_threshold`], when a probe showed the
-//!   receiver may read the sender's memory, the ring carries only a request and the
+//! * Single copy: at or above the threshold of [`CmaMode`] (and where a one-time
+//!   measurement shows it pays), when a probe showed the receiver may read the sender's
+//!   memory, the ring carries only a request and the
 //!   receiver copies the payload with `process_vm_readv` ([`cma`]); otherwise, or if
 //!   that read is refused, the large path above.
 //! * Waiting: spin-then-block on the process' futex word ([`waiter`]).
@@ -32,4 +33,4 @@ pub mod waiter;
 mod device;
 
 #[cfg(not(loom))]
-pub use device::{ShmConfig, ShmDevice};
+pub use device::{CmaMode, DEFAULT_CMA_THRESHOLD, ShmConfig, ShmDevice};
