@@ -5,7 +5,7 @@
 //! receive buffer). With CMA the sender only publishes a *request to send* record
 //! (header, address of its buffer, sequence number) and the receiver copies the payload
 //! straight from the sender's address space into the posted buffer, then acknowledges in
-//! the sender's slot ([`crate::shm::layout::Slot::cma_ack`]) so the sender may reuse its
+//! the sender's slot ([`crate::shm::layout::Slot::answer_request`]) so the sender may reuse its
 //! buffer. One copy, and the kernel's copy is not chunked through a 256 KiB ring.
 //!
 //! CMA needs ptrace access to the sender (same uid, and Yama's `ptrace_scope` allowing
@@ -14,7 +14,7 @@
 //! ([`probe`]); only if that read returns the token does it mark the slot
 //! [`CMA_OK`](crate::shm::layout::CMA_OK), and only then does the sender use CMA for that
 //! ring. A read that fails later with a permission error is answered with
-//! [`ACK_FALLBACK`]: the sender then streams the payload through the ring as before, so
+//! [`ACK_FALLBACK`](crate::shm::layout::ACK_FALLBACK): the sender then streams the payload through the ring as before, so
 //! the message still arrives. `ESRCH` (the sender is gone) is reported as the peer's
 //! death by the liveness check.
 
@@ -25,29 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Environment switch: `DYNRES_SHM_CMA=0` disables single-copy transfers in this
 /// process (as sender and as receiver), forcing the ring path.
 pub const CMA_ENV: &str = "DYNRES_SHM_CMA";
-
-/// Answer to a request: the receiver copied the payload; the buffer is the sender's
-/// again.
-pub const ACK_DONE: u64 = 1;
-/// Answer: the receiver could not read; the sender streams the payload through the
-/// ring after the request, as for a message without single copy.
-pub const ACK_FALLBACK: u64 = 2;
-/// The receiver is reading now (claimed with a CAS, so the sender cannot withdraw).
-pub const ACK_BUSY: u64 = 3;
-/// The sender withdrew the request (its send timed out or its connection is being
-/// closed) before the receiver claimed it: the buffer must not be read.
-pub const ACK_WITHDRAWN: u64 = 4;
-
-/// The acknowledgement word for request `seq` in `status`. The word only ever holds
-/// the state of the newest request of its ring (one is outstanding at a time).
-pub fn ack_word(seq: u64, status: u64) -> u64 {
-    (seq << 3) | status
-}
-
-/// The status of request `seq` in `word` (`None`: still pending).
-pub fn ack_status(word: u64, seq: u64) -> Option<u64> {
-    (word >> 3 == seq).then_some(word & 7)
-}
 
 /// Whether a single-copy read is worth it on this machine: a 1 MiB `process_vm_readv`
 /// of our own memory takes at most 1.25 × a 1 MiB `memcpy` (medians of 5), measured

@@ -4,7 +4,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::cma;
-use super::layout::{CMA_NO, CMA_OK, Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot};
+use super::layout::{
+    ACK_DONE, ACK_FALLBACK, CMA_NO, CMA_OK, Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot,
+};
 use super::record::{
     FLAG_RTS, RTS_DESC_LEN, pad_for, parse_rts, push_message, record_flags, rts_record,
     stream_chunk,
@@ -182,42 +184,21 @@ struct Conn {
 }
 
 impl Conn {
-    /// The state word of our single-copy requests (in our slot of the peer's inbox).
-    fn ack_word(&self) -> u64 {
-        // Acquire: an answer of DONE means the receiver finished reading our buffer.
-        self.peer
-            .slot(self.out_slot)
-            .cma_ack
-            .load(Ordering::Acquire)
+    /// The state of our single-copy request `seq` (our slot in the peer's inbox).
+    fn request_status(&self, seq: u64) -> Option<u64> {
+        self.peer.slot(self.out_slot).request_status(seq)
     }
 
     /// Whether the request we wait for was answered (DONE or FALLBACK).
     fn ack_arrived(&self) -> bool {
-        self.cma_wait.is_some_and(|seq| {
-            matches!(
-                cma::ack_status(self.ack_word(), seq),
-                Some(cma::ACK_DONE | cma::ACK_FALLBACK)
-            )
-        })
+        self.cma_wait
+            .is_some_and(|seq| matches!(self.request_status(seq), Some(ACK_DONE | ACK_FALLBACK)))
     }
 
     /// Withdraws request `seq` if the receiver has not claimed it: true means it will
     /// never read the buffer. False: it is reading or has answered.
     fn withdraw(&mut self, seq: u64) -> bool {
-        let slot = self.peer.slot(self.out_slot);
-        let cur = slot.cma_ack.load(Ordering::Acquire);
-        if cma::ack_status(cur, seq).is_some() {
-            return false;
-        }
-        let ok = slot
-            .cma_ack
-            .compare_exchange(
-                cur,
-                cma::ack_word(seq, cma::ACK_WITHDRAWN),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok();
+        let ok = self.peer.slot(self.out_slot).withdraw_request(seq);
         if ok {
             self.cma_wait = None;
         }
@@ -239,13 +220,13 @@ fn advance(
     st: &mut TxState,
 ) -> (bool, bool) {
     if let Some(seq) = st.cma_seq {
-        match cma::ack_status(c.ack_word(), seq) {
-            Some(cma::ACK_DONE) => {
+        match c.request_status(seq) {
+            Some(ACK_DONE) => {
                 st.cma_seq = None;
                 c.cma_wait = None;
                 return (true, false);
             }
-            Some(cma::ACK_FALLBACK) => {
+            Some(ACK_FALLBACK) => {
                 st.cma_seq = None;
                 c.cma_wait = None;
             }
@@ -662,20 +643,10 @@ impl ShmDevice {
                     c.stalled = true;
                     break;
                 }
-                let ack = &inbox.slot(slot).cma_ack;
+                let ack = inbox.slot(slot);
                 // Claim the request, unless the sender withdrew it (then its buffer may
                 // be gone): from here on it waits for our answer.
-                let cur = ack.load(Ordering::Acquire);
-                let claimed = cma::ack_status(cur, seq) != Some(cma::ACK_WITHDRAWN)
-                    && ack
-                        .compare_exchange(
-                            cur,
-                            cma::ack_word(seq, cma::ACK_BUSY),
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok();
-                if !claimed {
+                if !ack.claim_request(seq) {
                     let err = TransportError::SendWithdrawn {
                         conn: id.0,
                         len: header.len,
@@ -717,7 +688,7 @@ impl ShmDevice {
                 match res {
                     Ok(()) => {
                         // Release: our reads of its buffer happen before it reuses it.
-                        ack.store(cma::ack_word(seq, cma::ACK_DONE), Ordering::Release);
+                        ack.answer_request(seq, ACK_DONE);
                         notify_peer(&c.peer);
                         cma::note_transfer();
                         self.cma_reads += 1;
@@ -728,7 +699,7 @@ impl ShmDevice {
                     Err(cma::ReadError::Refused(e)) => {
                         tracing::warn!(conn = id.0, pid, error = %e, "single-copy read refused: ring path for this sender");
                         inbox.slot(slot).cma.store(CMA_NO, Ordering::Relaxed);
-                        ack.store(cma::ack_word(seq, cma::ACK_FALLBACK), Ordering::Release);
+                        ack.answer_request(seq, ACK_FALLBACK);
                         notify_peer(&c.peer);
                         // The payload now follows in the ring, as after a header.
                         c.rx = Rx::Payload {
