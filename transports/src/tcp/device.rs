@@ -8,9 +8,12 @@ use std::time::{Duration, Instant};
 
 use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
-use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+use crate::device::{
+    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+};
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
+use crate::idmap::IdMap;
 use crate::matching::{Matcher, Sink};
 
 /// Tunables of the TCP device.
@@ -96,6 +99,9 @@ impl Conn {
     }
 }
 
+/// Frames up to this size (header included) are sent from one contiguous buffer.
+const SMALL_WRITE: usize = 256;
+
 /// Unmatched messages above this size wait in the socket instead of being buffered.
 const STALL_MIN: u64 = 64 * 1024;
 
@@ -104,7 +110,7 @@ pub struct TcpDevice {
     cfg: TcpConfig,
     listener: Option<TcpListener>,
     local: SocketAddr,
-    conns: HashMap<ConnId, Conn>,
+    conns: IdMap<ConnId, Conn>,
     /// Keys of `conns`, kept in step, so `progress` (called in the spin loop) need not
     /// allocate.
     ids: Vec<ConnId>,
@@ -113,7 +119,7 @@ pub struct TcpDevice {
     matcher: Matcher,
     next_conn: u64,
     next_send: u64,
-    send_done: HashMap<SendHandle, Result<()>>,
+    send_done: IdMap<SendHandle, Result<()>>,
     /// `poll` saw the listener readable (or we have not looked yet): try `accept`.
     listener_ready: bool,
     progress_calls: u32,
@@ -147,14 +153,14 @@ impl TcpDevice {
             cfg,
             listener: Some(listener),
             local,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             ids: Vec::new(),
             by_addr: HashMap::new(),
             accepted: VecDeque::new(),
             matcher: Matcher::default(),
             next_conn: 0,
             next_send: 0,
-            send_done: HashMap::new(),
+            send_done: IdMap::default(),
             listener_ready: true,
             progress_calls: 0,
         })
@@ -308,7 +314,7 @@ impl TcpDevice {
     /// Writes queued frames; returns frames completed, or the error that kills the conn.
     fn flush(
         c: &mut Conn,
-        done: &mut HashMap<SendHandle, Result<()>>,
+        done: &mut IdMap<SendHandle, Result<()>>,
         conn: ConnId,
     ) -> Result<usize> {
         let mut n = 0;
@@ -769,9 +775,19 @@ impl Device for TcpDevice {
             }
             let c = self.conns.get_mut(&conn).expect("checked");
             if c.out.is_empty() {
-                // Write straight from the caller's buffer: no intermediate copy.
+                // Write straight from the caller's buffer: no intermediate copy — except
+                // that a small message goes out as one contiguous write (cheaper for the
+                // kernel than a two-element writev).
+                let mut small = [0u8; SMALL_WRITE];
+                let joined = (off == 0 && total <= SMALL_WRITE).then(|| {
+                    small[..FRAME_HEADER_LEN].copy_from_slice(&head);
+                    small[FRAME_HEADER_LEN..total].copy_from_slice(payload);
+                    &small[..total]
+                });
                 while off < total {
-                    let r = if off < FRAME_HEADER_LEN {
+                    let r = if let Some(buf) = joined {
+                        c.stream.write(&buf[off..])
+                    } else if off < FRAME_HEADER_LEN {
                         c.stream
                             .write_vectored(&[IoSlice::new(&head[off..]), IoSlice::new(payload)])
                     } else {
@@ -828,6 +844,13 @@ impl Device for TcpDevice {
         Ok(self.matcher.post(spec, buf))
     }
 
+    fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
+        match self.recv_fast(&spec, buf)? {
+            Ok(r) => Ok(r),
+            Err(buf) => recv_blocking(self, spec, buf, timeout),
+        }
+    }
+
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
         self.matcher.take(handle)
     }
@@ -842,10 +865,13 @@ impl Device for TcpDevice {
 
     fn progress(&mut self) -> Result<usize> {
         // `accept` costs a syscall that almost always says EAGAIN: only try when poll
-        // saw the listener readable, and every 64th call for busy loops that never poll.
+        // saw the listener readable, and every 1024th call for busy loops that never
+        // poll (a spinning wait calls progress every microsecond or so: a connecting
+        // peer waits about a millisecond at most, and a small message does not pay for
+        // an `accept` every few round trips).
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let mut events = 0;
-        if self.listener_ready || self.progress_calls % 64 == 0 {
+        if self.listener_ready || self.progress_calls % 1024 == 0 {
             self.listener_ready = false;
             events += self.accept_new()?;
         }
@@ -942,6 +968,86 @@ impl TcpDevice {
 }
 
 impl TcpDevice {
+    /// Receive fast path for the common blocking case: a receive on one connection
+    /// with nothing queued anywhere. Spins (for the spin budget) on non-blocking reads
+    /// of that socket into its staging buffer and, if a complete matching data frame
+    /// is there, copies it into `buf` without going through the matching queues.
+    /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
+    /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
+    /// staged, so the general path parses them under the same matching rules.
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Result<Received, Vec<u8>>> {
+        let Some(id) = spec.conn else {
+            return Ok(Err(buf));
+        };
+        // The second socket of a simultaneous connect carries this connection's
+        // messages: only the general path watches both.
+        if !self.matcher.quiet_for(id)
+            || self
+                .conns
+                .values()
+                .any(|c| !c.out.is_empty() || c.alias_of == Some(id))
+        {
+            return Ok(Err(buf));
+        }
+        let (max, budget) = (self.cfg.max_message, self.spin);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(Err(buf));
+        };
+        if c.dead.is_some() || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
+            return Ok(Err(buf));
+        }
+        let mut start: Option<Instant> = None;
+        let mut turn = 0u32;
+        loop {
+            if c.stage_pos >= FRAME_HEADER_LEN {
+                let Ok(Some(fh)) = framing::parse_header(&c.stage[..c.stage_pos], max) else {
+                    return Ok(Err(buf));
+                };
+                let len = fh.msg.len as usize;
+                let end = FRAME_HEADER_LEN + len;
+                if fh.kind != FrameKind::Data
+                    || !spec.matches(id, &fh.msg)
+                    || len > buf.len()
+                    || c.stage_pos < end
+                {
+                    return Ok(Err(buf));
+                }
+                let mut buf = buf;
+                buf.truncate(len);
+                buf.copy_from_slice(&c.stage[FRAME_HEADER_LEN..end]);
+                c.stage.copy_within(end..c.stage_pos, 0);
+                c.stage_pos -= end;
+                return Ok(Ok(Received {
+                    header: fh.msg,
+                    conn: id,
+                    data: buf,
+                }));
+            }
+            let pos = c.stage_pos;
+            match c.stream.read(&mut c.stage[pos..]) {
+                Ok(0) => return Ok(Err(buf)), // EOF stays: the general path reports it
+                Ok(k) => c.stage_pos += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    turn = turn.wrapping_add(1);
+                    if turn % 4 == 0 {
+                        let now = Instant::now();
+                        if now.duration_since(*start.get_or_insert(now)) >= budget {
+                            return Ok(Err(buf));
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Reported once by the kernel: record it before falling back.
+                    let mid = c.stage_pos > 0;
+                    self.kill(id, classify(id, e, mid));
+                    return Ok(Err(buf));
+                }
+            }
+        }
+    }
+
     /// The spin half of spin-then-block: drives `progress` (non-blocking reads and
     /// writes) until something completes (true), or no byte has moved for the spin
     /// budget (false: the caller blocks). Never longer than `timeout`.
@@ -952,9 +1058,17 @@ impl TcpDevice {
         }
         let start = Instant::now();
         let mut last = start;
+        let mut turn = 0u32;
         loop {
             if self.progress()? > 0 {
                 return Ok(true);
+            }
+            // A non-blocking read costs far more than the loop; the clock is still
+            // read only every 4th turn so the spin is mostly reads.
+            turn = turn.wrapping_add(1);
+            if turn % 4 != 0 {
+                std::hint::spin_loop();
+                continue;
             }
             let now = Instant::now();
             let mut moved = false;

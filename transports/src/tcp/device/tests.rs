@@ -317,3 +317,53 @@ fn socket_buffer_is_applied() {
         }
     }
 }
+
+/// The receive fast path takes a complete matching frame straight from the staging
+/// buffer, and leaves everything else to the general path: a non-matching tag is
+/// queued and found later, back-to-back frames stay in order, an oversize message is
+/// `Truncated`, and garbage is `Malformed`.
+#[test]
+fn fast_path_keeps_matching_rules() {
+    let (mut a, mut b, ab, ba) = pair();
+    let on = |tag| RecvSpec {
+        conn: Some(ba),
+        tag,
+        ..any()
+    };
+    a.send(ab, hdr(1), b"one", T).unwrap();
+    a.send(ab, hdr(2), b"two", T).unwrap();
+    let r = b.recv(on(Some(2)), vec![0; 8], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (2, &b"two"[..]));
+    let r = b.recv(on(Some(1)), vec![0; 8], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (1, &b"one"[..]));
+    for i in 0..5u8 {
+        a.send(ab, hdr(3), &[i; 10], T).unwrap();
+    }
+    for i in 0..5u8 {
+        let r = b.recv(on(None), vec![0; 10], T).unwrap();
+        assert_eq!(r.data, [i; 10], "in order");
+    }
+    a.send(ab, hdr(4), &[9; 100], T).unwrap();
+    let e = b.recv(on(None), vec![0; 10], T).unwrap_err();
+    assert!(matches!(e, TransportError::Truncated { .. }), "{e}");
+    a.send(ab, hdr(5), b"still fine", T).unwrap();
+    assert_eq!(
+        b.recv(on(None), vec![0; 16], T).unwrap().data,
+        b"still fine"
+    );
+}
+
+#[test]
+fn fast_path_reports_garbage() {
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    // A HELLO-less peer: the first bytes are garbage.
+    raw.write_all(&[0xAB; 40]).unwrap();
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = b.recv(spec, vec![0; 8], T).unwrap_err();
+    assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+}
