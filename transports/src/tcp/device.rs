@@ -10,6 +10,7 @@ use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
 use crate::device::{
     ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+    wait_recv,
 };
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
@@ -97,6 +98,17 @@ impl Conn {
     fn logical(&self, own: ConnId) -> ConnId {
         self.alias_of.unwrap_or(own)
     }
+}
+
+/// Outcome of the receive fast path.
+enum Fast {
+    /// Received.
+    Done(Received),
+    /// Not handled: the general path takes the buffer (nothing was consumed).
+    General(Vec<u8>),
+    /// A matching frame is partly received: the buffer is posted for it, and the
+    /// general path finishes it.
+    Posted(RecvHandle),
 }
 
 /// Frames up to this size (header included) are sent from one contiguous buffer.
@@ -475,6 +487,20 @@ impl TcpDevice {
     }
 }
 
+/// One idle turn of a spinning read: true once no byte has arrived for `budget` (the
+/// clock is read every 4th turn: a non-blocking read costs far more than the loop).
+fn spun_out(turn: &mut u32, idle: &mut Option<Instant>, budget: Duration) -> bool {
+    *turn = turn.wrapping_add(1);
+    if *turn % 4 == 0 {
+        let now = Instant::now();
+        if now.duration_since(*idle.get_or_insert(now)) >= budget {
+            return true;
+        }
+    }
+    std::hint::spin_loop();
+    false
+}
+
 /// Sets both socket buffer sizes of `fd` to `bytes`.
 fn set_buffers(fd: libc::c_int, bytes: usize) -> Result<()> {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
@@ -846,8 +872,9 @@ impl Device for TcpDevice {
 
     fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
         match self.recv_fast(&spec, buf)? {
-            Ok(r) => Ok(r),
-            Err(buf) => recv_blocking(self, spec, buf, timeout),
+            Fast::Done(r) => Ok(r),
+            Fast::General(buf) => recv_blocking(self, spec, buf, timeout),
+            Fast::Posted(h) => wait_recv(self, h, timeout),
         }
     }
 
@@ -975,9 +1002,9 @@ impl TcpDevice {
     /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
     /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
     /// staged, so the general path parses them under the same matching rules.
-    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Result<Received, Vec<u8>>> {
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Fast> {
         let Some(id) = spec.conn else {
-            return Ok(Err(buf));
+            return Ok(Fast::General(buf));
         };
         // The second socket of a simultaneous connect carries this connection's
         // messages: only the general path watches both.
@@ -987,65 +1014,91 @@ impl TcpDevice {
                 .values()
                 .any(|c| !c.out.is_empty() || c.alias_of == Some(id))
         {
-            return Ok(Err(buf));
+            return Ok(Fast::General(buf));
         }
         let (max, budget) = (self.cfg.max_message, self.spin);
         let Some(c) = self.conns.get_mut(&id) else {
-            return Ok(Err(buf));
+            return Ok(Fast::General(buf));
         };
         if c.dead.is_some() || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
-            return Ok(Err(buf));
+            return Ok(Fast::General(buf));
         }
-        let mut start: Option<Instant> = None;
+        let mut idle: Option<Instant> = None;
         let mut turn = 0u32;
-        loop {
+        // 1. Spin until a whole header is staged.
+        let fh = loop {
             if c.stage_pos >= FRAME_HEADER_LEN {
-                let Ok(Some(fh)) = framing::parse_header(&c.stage[..c.stage_pos], max) else {
-                    return Ok(Err(buf));
-                };
-                let len = fh.msg.len as usize;
-                let end = FRAME_HEADER_LEN + len;
-                if fh.kind != FrameKind::Data
-                    || !spec.matches(id, &fh.msg)
-                    || len > buf.len()
-                    || c.stage_pos < end
-                {
-                    return Ok(Err(buf));
+                match framing::parse_header(&c.stage[..c.stage_pos], max) {
+                    Ok(Some(fh)) => break fh,
+                    _ => return Ok(Fast::General(buf)),
                 }
-                let mut buf = buf;
-                buf.truncate(len);
-                buf.copy_from_slice(&c.stage[FRAME_HEADER_LEN..end]);
-                c.stage.copy_within(end..c.stage_pos, 0);
-                c.stage_pos -= end;
-                return Ok(Ok(Received {
-                    header: fh.msg,
-                    conn: id,
-                    data: buf,
-                }));
             }
             let pos = c.stage_pos;
             match c.stream.read(&mut c.stage[pos..]) {
-                Ok(0) => return Ok(Err(buf)), // EOF stays: the general path reports it
+                Ok(0) => return Ok(Fast::General(buf)), // EOF stays: the general path reports it
                 Ok(k) => c.stage_pos += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    turn = turn.wrapping_add(1);
-                    if turn % 4 == 0 {
-                        let now = Instant::now();
-                        if now.duration_since(*start.get_or_insert(now)) >= budget {
-                            return Ok(Err(buf));
-                        }
+                    if spun_out(&mut turn, &mut idle, budget) {
+                        return Ok(Fast::General(buf));
                     }
-                    std::hint::spin_loop();
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     // Reported once by the kernel: record it before falling back.
                     let mid = c.stage_pos > 0;
                     self.kill(id, classify(id, e, mid));
-                    return Ok(Err(buf));
+                    return Ok(Fast::General(buf));
                 }
             }
+        };
+        let len = fh.msg.len as usize;
+        if fh.kind != FrameKind::Data || !spec.matches(id, &fh.msg) || len > buf.len() {
+            return Ok(Fast::General(buf));
         }
+        // 2. It is ours: take the staged part, then read the rest straight into `buf`.
+        let mut buf = buf;
+        buf.truncate(len);
+        let have = (c.stage_pos - FRAME_HEADER_LEN).min(len);
+        buf[..have].copy_from_slice(&c.stage[FRAME_HEADER_LEN..FRAME_HEADER_LEN + have]);
+        c.stage.copy_within(FRAME_HEADER_LEN + have..c.stage_pos, 0);
+        c.stage_pos -= FRAME_HEADER_LEN + have;
+        let mut got = have;
+        idle = None;
+        let failed = loop {
+            if got == len {
+                return Ok(Fast::Done(Received {
+                    header: fh.msg,
+                    conn: id,
+                    data: buf,
+                }));
+            }
+            match c.stream.read(&mut buf[got..len]) {
+                Ok(0) => {
+                    break TransportError::PeerClosed {
+                        conn: id.0,
+                        mid_message: true,
+                    };
+                }
+                Ok(k) => {
+                    got += k;
+                    idle = None;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if spun_out(&mut turn, &mut idle, budget) {
+                        // The sender is slow: hand the partial message to the general
+                        // path as a posted receive, exactly where it stands.
+                        let h = self.matcher.post(*spec, buf);
+                        let sink = self.matcher.incoming(id, fh.msg);
+                        c.rx = Rx::Payload { fh, sink, got };
+                        return Ok(Fast::Posted(h));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break classify(id, e, true),
+            }
+        };
+        self.kill(id, failed.duplicate());
+        Err(failed)
     }
 
     /// The spin half of spin-then-block: drives `progress` (non-blocking reads and

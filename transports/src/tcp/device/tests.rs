@@ -367,3 +367,89 @@ fn fast_path_reports_garbage() {
     let e = b.recv(spec, vec![0; 8], T).unwrap_err();
     assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
 }
+
+/// A raw peer (HELLO sent) and the device's accepted connection to it.
+fn raw_peer(cfg: TcpConfig) -> (TcpDevice, TcpStream, ConnId) {
+    let mut b = TcpDevice::new(cfg).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let hello = b"127.0.0.1:1";
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Hello,
+        msg: MsgHeader {
+            len: hello.len() as u64,
+            ..MsgHeader::default()
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(hello).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    (b, raw, conn)
+}
+
+/// A matching frame whose sender stalls half-way (a spin budget of 1 µs runs out)
+/// is handed to the general path as a posted receive, and completes intact.
+#[test]
+fn fast_path_hands_a_stalled_frame_to_the_general_path() {
+    let cfg = TcpConfig {
+        spin: Some(Duration::from_micros(1)),
+        ..TcpConfig::default()
+    };
+    let (mut b, mut raw, conn) = raw_peer(cfg);
+    let msg: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Data,
+        msg: MsgHeader {
+            len: msg.len() as u64,
+            ..hdr(1)
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(&msg[..100_000]).unwrap();
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let rx = std::thread::spawn(move || b.recv(spec, vec![0; msg.len()], T).map(|r| r.data));
+    // The receiver has long spun out when the rest comes (no assertion on time).
+    std::thread::sleep(Duration::from_millis(50));
+    let rest: Vec<u8> = (100_000..300_000u32).map(|i| (i % 241) as u8).collect();
+    raw.write_all(&rest).unwrap();
+    let got = rx.join().unwrap().unwrap();
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    assert!(got == want);
+}
+
+/// The peer closes in the middle of a frame the fast path is reading: a typed error.
+#[test]
+fn fast_path_peer_close_mid_frame() {
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Data,
+        msg: MsgHeader {
+            len: 1000,
+            ..hdr(1)
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(&[1; 400]).unwrap();
+    drop(raw);
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = b.recv(spec, vec![0; 1000], T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::PeerClosed {
+                mid_message: true,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        b.recv(spec, vec![0; 10], T).is_err(),
+        "the connection is closed"
+    );
+}
