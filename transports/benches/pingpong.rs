@@ -600,9 +600,12 @@ fn main() {
         let sleeps = dynres_transports::shm::waiter::sleep_count();
         let s = summarize(run_shm());
         eprintln!(
-            "shm: spin budget {} iterations, futex sleeps in the driver: {}",
+            "shm: spin budget {} iterations, futex sleeps in the driver: {}, \
+             single copy pays here: {}, messages the driver received by single copy: {}",
             dynres_transports::shm::waiter::calibrated_spins(),
-            dynres_transports::shm::waiter::sleep_count() - sleeps
+            dynres_transports::shm::waiter::sleep_count() - sleeps,
+            dynres_transports::shm::cma::single_copy_pays(),
+            dynres_transports::shm::cma::transfers(),
         );
         if !compare {
             report("shm", &s);
