@@ -487,6 +487,16 @@ fn run_tcp() -> Results {
     r
 }
 
+/// Microseconds with three significant decimals below 1 µs (shared-memory latencies
+/// would otherwise round to one or two digits).
+fn us(v: f64) -> String {
+    if v < 1.0 {
+        format!("{v:.3} µs")
+    } else {
+        format!("{v:.2} µs")
+    }
+}
+
 fn fmt_size(s: usize) -> String {
     match s {
         s if s >= 1 << 20 => format!("{} MiB", s >> 20),
@@ -522,8 +532,10 @@ fn report(name: &str, s: &Summary) {
     for (size, d, raws) in &s.lat {
         for (w, raw) in raws.iter().zip(&s.raw_names) {
             println!(
-                "| {name} | latency {} | {raw} | {d:.2} µs | {w:.2} µs | {:.2}× |",
+                "| {name} | latency {} | {raw} | {} | {} | {:.2}× |",
                 fmt_size(*size),
+                us(*d),
+                us(*w),
                 d / w
             );
         }
@@ -560,9 +572,9 @@ fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
         let mut row = format!("| {} |", fmt_size(*size));
         for (_, s) in &all {
             let (_, d, raws) = &s.lat[i];
-            row += &format!(" {d:.2} µs |");
+            row += &format!(" {} |", us(*d));
             for w in raws {
-                row += &format!(" {w:.2} µs | **{:.2}×** |", d / w);
+                row += &format!(" {} | **{:.2}×** |", us(*w), d / w);
             }
         }
         println!("{row}");
