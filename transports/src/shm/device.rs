@@ -320,9 +320,10 @@ pub struct ShmDevice {
     peer_gone: bool,
     /// Messages received by single copy.
     cma_reads: u64,
-    /// Test hook: the next single-copy read fails as if refused (`EPERM`).
+    /// Test hook: the next single-copy message's reads fail as if refused (`EPERM`)
+    /// from this payload offset on.
     #[cfg(test)]
-    refuse_next_read: bool,
+    refuse_read_at: Option<usize>,
 }
 
 impl ShmDevice {
@@ -372,7 +373,7 @@ impl ShmDevice {
             peer_gone: false,
             cma_reads: 0,
             #[cfg(test)]
-            refuse_next_read: false,
+            refuse_read_at: None,
         })
     }
 
@@ -659,29 +660,39 @@ impl ShmDevice {
                 let len = header.len as usize;
                 let pid = c.peer_pid;
                 #[cfg(test)]
-                let refused = std::mem::take(&mut self.refuse_next_read);
+                let refuse_at = self.refuse_read_at.take();
                 #[cfg(not(test))]
-                let refused = false;
-                let res = if refused {
-                    Err(cma::ReadError::Refused(std::io::Error::from_raw_os_error(
-                        libc::EPERM,
-                    )))
-                } else if discard {
+                let refuse_at = None;
+                let read = |off: usize, dst: &mut [u8]| match refuse_at {
+                    Some(at) if off + dst.len() > at => {
+                        let ok = at.saturating_sub(off);
+                        cma::read_remote(pid, addr + off as u64, &mut dst[..ok])?;
+                        Err(cma::ReadError::Refused(std::io::Error::from_raw_os_error(
+                            libc::EPERM,
+                        )))
+                    }
+                    _ => cma::read_remote(pid, addr + off as u64, dst),
+                };
+                let res = if discard {
                     Ok(())
                 } else if let Some(win) = self.matcher.posted_window(sink) {
-                    cma::read_remote(pid, addr, &mut win[..len])
+                    read(0, &mut win[..len])
                 } else {
                     // Unexpected, with a receive posted behind it: buffer it (what the
-                    // ring path does), a bounded piece at a time.
+                    // ring path does). Read a bounded piece at a time (the length is
+                    // the peer's word) and hand it over only once complete: after a
+                    // refused read the payload comes again through the ring, from 0.
                     let mut off = 0;
                     let mut r = Ok(());
+                    let mut whole = Vec::new();
                     while off < len && r.is_ok() {
                         let k = (len - off).min(self.scratch.len());
-                        r = cma::read_remote(pid, addr + off as u64, &mut self.scratch[..k]);
-                        if r.is_ok() {
-                            self.matcher.append(sink, off, &self.scratch[..k]);
-                        }
+                        r = read(off, &mut self.scratch[..k]);
+                        whole.extend_from_slice(&self.scratch[..k]);
                         off += k;
+                    }
+                    if r.is_ok() {
+                        self.matcher.append(sink, 0, &whole);
                     }
                     r
                 };

@@ -567,7 +567,7 @@ mod single_copy {
     #[test]
     fn refused_read_falls_back_to_the_ring() {
         let (mut a, mut b, ab, _) = pair_with(ON, ON);
-        b.refuse_next_read = true;
+        b.refuse_read_at = Some(0);
         let m = pattern(5, (1 << 20) + 1);
         let h = a.isend(ab, hdr(1), m.clone()).unwrap();
         let r = b.post_recv(RecvSpec::default(), vec![0; m.len()]).unwrap();
@@ -581,6 +581,31 @@ mod single_copy {
         let r = finish(&mut a, &mut b, r);
         wait_send(&mut a, h, T).unwrap();
         assert!(r.header.tag == 2 && r.data == m);
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// An unexpected request buffered because a later receive waits behind it, whose
+    /// read is refused half-way: the payload comes again through the ring and the
+    /// message holds it once, intact (the part already read is not kept).
+    #[test]
+    fn refusal_half_way_through_a_buffered_request() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        let m = pattern(8, 300_000);
+        b.refuse_read_at = Some(150_000);
+        let h = a.isend(ab, hdr(1), m.clone()).unwrap();
+        let h2 = a.isend(ab, hdr(2), b"later".to_vec()).unwrap();
+        let want2 = RecvSpec {
+            tag: Some(2),
+            ..RecvSpec::default()
+        };
+        let r2 = b.post_recv(want2, vec![0; 8]).unwrap();
+        let r2 = finish(&mut a, &mut b, r2);
+        assert_eq!(r2.data, b"later");
+        wait_send(&mut a, h, T).unwrap();
+        wait_send(&mut a, h2, T).unwrap();
+        let r1 = recv_blocking(&mut b, RecvSpec::default(), vec![0; 400_000], T).unwrap();
+        assert_eq!(r1.data.len(), m.len());
+        assert!(r1.data == m);
         assert_eq!(b.single_copy_receives(), 0);
     }
 
