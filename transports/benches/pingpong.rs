@@ -33,6 +33,19 @@ fn iters(size: usize) -> usize {
     (64 * 1024 * 1024 / size.max(4096)).clamp(64, 20_000)
 }
 
+/// Round trips timed together per sample: small exchanges take 100–200 ns, close to
+/// the clock's ~10 ns granularity and the cost of reading it, so they are timed in
+/// batches of 16 (the sample is the batch's mean; the median is over batches).
+fn batch(size: usize) -> usize {
+    if size <= 1024 { 16 } else { 1 }
+}
+
+/// Samples per size (after warm-up) and warm-up samples.
+fn samples(size: usize) -> (usize, usize) {
+    let n = (iters(size) / batch(size)).max(1);
+    (n, n / 10)
+}
+
 fn rounds() -> usize {
     env_or("DYNRES_BENCH_ROUNDS", 3)
 }
@@ -322,25 +335,32 @@ fn drive(
     let mut back = vec![0u8; CHUNK];
     for _ in 0..rounds() {
         for (i, &s) in SIZES.iter().enumerate() {
-            let n = iters(s);
+            let (n, warm) = samples(s);
+            let b = batch(s);
+            // Half the round trip, µs, per round trip of the batch.
+            let per = |t: Instant| t.elapsed().as_nanos() as f64 / (2000.0 * b as f64);
             for (r, (_, raw)) in raws.iter_mut().enumerate() {
                 let mut raw_t = Vec::with_capacity(n);
-                for j in 0..n + n / 10 {
+                for j in 0..n + warm {
                     let t = Instant::now();
-                    raw.ping(&out[..s], &mut back[..s]);
-                    if j >= n / 10 {
-                        raw_t.push(t.elapsed().as_nanos() as f64 / 2000.0);
+                    for _ in 0..b {
+                        raw.ping(&out[..s], &mut back[..s]);
+                    }
+                    if j >= warm {
+                        raw_t.push(per(t));
                     }
                 }
                 res.lat[i].2[r].push(median(&mut raw_t));
             }
             let mut dev_t = Vec::with_capacity(n);
             let mut rb = vec![0u8; s];
-            for j in 0..n + n / 10 {
+            for j in 0..n + warm {
                 let t = Instant::now();
-                rb = dev_ping(dev, c, &out[..s], rb);
-                if j >= n / 10 {
-                    dev_t.push(t.elapsed().as_nanos() as f64 / 2000.0);
+                for _ in 0..b {
+                    rb = dev_ping(dev, c, &out[..s], rb);
+                }
+                if j >= warm {
+                    dev_t.push(per(t));
                 }
             }
             res.lat[i].1.push(median(&mut dev_t));
@@ -370,14 +390,15 @@ fn serve(dev: &mut dyn Device, c: ConnId, raws: &mut [&mut dyn RawLink]) {
     let mut buf = vec![0u8; CHUNK];
     for _ in 0..rounds() {
         for &s in &SIZES {
-            let n = iters(s);
+            let (n, warm) = samples(s);
+            let total = (n + warm) * batch(s);
             for raw in raws.iter_mut() {
-                for _ in 0..n + n / 10 {
+                for _ in 0..total {
                     raw.pong(&mut buf[..s]);
                 }
             }
             let mut rb = vec![0u8; s];
-            for _ in 0..n + n / 10 {
+            for _ in 0..total {
                 rb = dev_pong(dev, c, rb);
             }
         }
