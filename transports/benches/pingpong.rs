@@ -1,11 +1,14 @@
 //! Ping-pong latency (1 B … 1 MiB) and streaming bandwidth of the shm and TCP devices
 //! between two processes, each next to a raw baseline measured in the same run:
-//! a bare spin-flag shared-memory ping-pong / SPSC copy loop, and a bare blocking std
-//! TCP ping-pong / stream. Prints medians and the device/raw ratio as a Markdown table.
+//! a bare spin-flag shared-memory ping-pong / SPSC copy loop, and bare busy-polling and
+//! blocking std TCP ping-pongs / streams. Prints medians and the device/raw ratio as a Markdown table.
 //!
-//! `cargo bench -p dynres-transports --bench pingpong` (env `DYNRES_BENCH_ROUNDS`,
-//! default 3; `DYNRES_BENCH_MB`, bandwidth volume per round, default 256;
-//! `DYNRES_BENCH_ONLY=shm|tcp` to run one device).
+//! `cargo bench -p dynres-transports --bench pingpong [-- --compare]` (env
+//! `DYNRES_BENCH_ROUNDS`, default 3; `DYNRES_BENCH_MB`, bandwidth volume per round,
+//! default 256; `DYNRES_BENCH_ONLY=shm|tcp` to run one device; `--compare` or
+//! `DYNRES_BENCH_COMPARE=1` prints one table of device/raw ratios per size). TCP has
+//! two raw baselines: a busy-polling one (non-blocking socket, spinning on `read`, as
+//! the MPI libraries do) and a blocking one.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,6 +31,19 @@ fn iters(size: usize) -> usize {
         return 1;
     }
     (64 * 1024 * 1024 / size.max(4096)).clamp(64, 20_000)
+}
+
+/// Round trips timed together per sample: small exchanges take 100–200 ns, close to
+/// the clock's ~10 ns granularity and the cost of reading it, so they are timed in
+/// batches of 16 (the sample is the batch's mean; the median is over batches).
+fn batch(size: usize) -> usize {
+    if size <= 1024 { 16 } else { 1 }
+}
+
+/// Samples per size (after warm-up) and warm-up samples.
+fn samples(size: usize) -> (usize, usize) {
+    let n = (iters(size) / batch(size)).max(1);
+    (n, n / 10)
 }
 
 fn rounds() -> usize {
@@ -64,6 +80,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// Bare shared-memory baseline: spin flags plus two 1 MiB buffers.
 struct Raw {
     seg: Segment,
+    /// Round trips so far (the flags count them).
+    k: u64,
+    /// Chunks streamed so far.
+    base: u64,
 }
 
 const RAW_AB: usize = 0;
@@ -73,6 +93,9 @@ const RAW_CONS: usize = 192;
 const RAW_DATA: usize = 4096;
 
 impl Raw {
+    fn new(seg: Segment) -> Self {
+        Self { seg, k: 0, base: 0 }
+    }
     fn flag(&self, off: usize) -> &AtomicU64 {
         // SAFETY: offsets are 64-aligned inside the mapping; AtomicU64 is valid for
         // any bit pattern and the mapping outlives `self`.
@@ -95,22 +118,29 @@ impl Raw {
         // SAFETY: the Acquire on the flag made the bytes visible; writer is done.
         unsafe { std::ptr::copy_nonoverlapping(self.buf(which), dst.as_mut_ptr(), dst.len()) }
     }
-    /// One round trip as the initiator (`k` counts round trips).
-    fn ping(&self, k: u64, out: &[u8], back: &mut [u8]) {
+}
+
+impl RawLink for Raw {
+    /// One round trip as the initiator.
+    fn ping(&mut self, out: &[u8], back: &mut [u8]) {
+        self.k += 1;
         self.put(0, out);
-        self.flag(RAW_AB).store(k, Ordering::Release);
-        self.wait(RAW_BA, k);
+        self.flag(RAW_AB).store(self.k, Ordering::Release);
+        self.wait(RAW_BA, self.k);
         self.get(1, back);
     }
-    fn pong(&self, k: u64, buf: &mut [u8]) {
-        self.wait(RAW_AB, k);
+    fn pong(&mut self, buf: &mut [u8]) {
+        self.k += 1;
+        self.wait(RAW_AB, self.k);
         self.get(0, buf);
         self.put(1, buf);
-        self.flag(RAW_BA).store(k, Ordering::Release);
+        self.flag(RAW_BA).store(self.k, Ordering::Release);
     }
     /// Streams `n` chunks through four 256 KiB slots (an SPSC ring at chunk grain).
-    fn stream_out(&self, base: u64, n: u64, src: &[u8]) {
+    fn stream_out(&mut self, n: u64, src: &[u8]) {
         let slot = CHUNK / 4;
+        let base = self.base;
+        self.base += n;
         for i in 0..n * 4 {
             let seq = base * 4 + i;
             while seq - self.flag(RAW_CONS).load(Ordering::Acquire) >= 4 {
@@ -130,8 +160,10 @@ impl Raw {
         // Done when the consumer has copied everything out (as the device's ack says).
         self.wait(RAW_CONS, (base + n) * 4);
     }
-    fn stream_in(&self, base: u64, n: u64, dst: &mut [u8]) {
+    fn stream_in(&mut self, n: u64, dst: &mut [u8]) {
         let slot = CHUNK / 4;
+        let base = self.base;
+        self.base += n;
         for i in 0..n * 4 {
             let seq = base * 4 + i;
             self.wait(RAW_PROD, seq + 1);
@@ -146,6 +178,64 @@ impl Raw {
             };
             self.flag(RAW_CONS).store(seq + 1, Ordering::Release);
         }
+    }
+}
+
+// ------------------------------------------------------------ raw TCP baselines
+
+/// Busy-polling raw TCP: a non-blocking socket, spinning on `read`/`write` (what the
+/// MPI libraries' TCP paths do while a request is outstanding).
+struct BusyTcp(TcpStream);
+
+impl BusyTcp {
+    fn new(s: TcpStream) -> Self {
+        s.set_nodelay(true).expect("nodelay");
+        s.set_nonblocking(true).expect("nonblocking");
+        Self(s)
+    }
+    fn write_all(&mut self, mut b: &[u8]) {
+        while !b.is_empty() {
+            match self.0.write(b) {
+                Ok(k) => b = &b[k..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("raw busy write: {e}"),
+            }
+        }
+    }
+    fn read_exact(&mut self, mut b: &mut [u8]) {
+        while !b.is_empty() {
+            match self.0.read(b) {
+                Ok(0) => panic!("raw busy read: peer closed"),
+                Ok(k) => b = &mut b[k..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("raw busy read: {e}"),
+            }
+        }
+    }
+}
+
+impl RawLink for BusyTcp {
+    fn ping(&mut self, out: &[u8], back: &mut [u8]) {
+        self.write_all(out);
+        self.read_exact(back);
+    }
+    fn pong(&mut self, buf: &mut [u8]) {
+        self.read_exact(buf);
+        self.write_all(buf);
+    }
+    fn stream_out(&mut self, n: u64, src: &[u8]) {
+        for _ in 0..n {
+            self.write_all(src);
+        }
+        self.read_exact(&mut [0u8; 1]);
+    }
+    fn stream_in(&mut self, n: u64, dst: &mut [u8]) {
+        for _ in 0..n {
+            self.read_exact(dst);
+        }
+        self.write_all(&[1]);
     }
 }
 
@@ -179,45 +269,32 @@ fn dev_pong(dev: &mut dyn Device, c: ConnId, buf: Vec<u8>) -> Vec<u8> {
     r.data
 }
 
+/// A raw baseline: the same exchanges as the device, with nothing in between.
 trait RawLink {
-    fn ping(&mut self, k: u64, out: &[u8], back: &mut [u8]);
-    fn pong(&mut self, k: u64, buf: &mut [u8]);
-    fn stream_out(&mut self, base: u64, n: u64, src: &[u8]);
-    fn stream_in(&mut self, base: u64, n: u64, dst: &mut [u8]);
+    fn ping(&mut self, out: &[u8], back: &mut [u8]);
+    fn pong(&mut self, buf: &mut [u8]);
+    fn stream_out(&mut self, n: u64, src: &[u8]);
+    fn stream_in(&mut self, n: u64, dst: &mut [u8]);
 }
 
-impl RawLink for Raw {
-    fn ping(&mut self, k: u64, out: &[u8], back: &mut [u8]) {
-        Raw::ping(self, k, out, back)
-    }
-    fn pong(&mut self, k: u64, buf: &mut [u8]) {
-        Raw::pong(self, k, buf)
-    }
-    fn stream_out(&mut self, base: u64, n: u64, src: &[u8]) {
-        Raw::stream_out(self, base, n, src)
-    }
-    fn stream_in(&mut self, base: u64, n: u64, dst: &mut [u8]) {
-        Raw::stream_in(self, base, n, dst)
-    }
-}
-
+/// Blocking raw TCP (std, `TCP_NODELAY`).
 impl RawLink for TcpStream {
-    fn ping(&mut self, _k: u64, out: &[u8], back: &mut [u8]) {
+    fn ping(&mut self, out: &[u8], back: &mut [u8]) {
         self.write_all(out).expect("raw write");
         self.read_exact(back).expect("raw read");
     }
-    fn pong(&mut self, _k: u64, buf: &mut [u8]) {
+    fn pong(&mut self, buf: &mut [u8]) {
         self.read_exact(buf).expect("raw read");
         self.write_all(buf).expect("raw write");
     }
-    fn stream_out(&mut self, _b: u64, n: u64, src: &[u8]) {
+    fn stream_out(&mut self, n: u64, src: &[u8]) {
         for _ in 0..n {
             self.write_all(src).expect("raw write");
         }
         let mut ack = [0u8; 1];
         self.read_exact(&mut ack).expect("raw ack");
     }
-    fn stream_in(&mut self, _b: u64, n: u64, dst: &mut [u8]) {
+    fn stream_in(&mut self, n: u64, dst: &mut [u8]) {
         for _ in 0..n {
             self.read_exact(dst).expect("raw read");
         }
@@ -227,58 +304,76 @@ impl RawLink for TcpStream {
 
 #[derive(Default)]
 struct Results {
-    /// (size, device half-RTT samples µs, raw samples µs)
-    lat: Vec<(usize, Vec<f64>, Vec<f64>)>,
-    /// device and raw bandwidth samples, GB/s
-    bw: (Vec<f64>, Vec<f64>),
+    /// Names of the raw baselines, in the order of the sample vectors below.
+    raw_names: Vec<&'static str>,
+    /// (size, device half-RTT samples µs, per raw baseline: samples µs)
+    lat: Vec<(usize, Vec<f64>, Vec<Vec<f64>>)>,
+    /// device and per-raw bandwidth samples, GB/s
+    bw: (Vec<f64>, Vec<Vec<f64>>),
+}
+
+fn no_raw_bw() -> bool {
+    std::env::var("DYNRES_BENCH_NO_RAW_BW").is_ok()
 }
 
 /// The initiator side: latency for every size, then bandwidth, `rounds` times,
-/// alternating raw and device so drift hits both alike.
-fn drive(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) -> Results {
-    let mut res = Results::default();
+/// alternating the raw baselines and the device so drift hits all alike.
+fn drive(
+    dev: &mut dyn Device,
+    c: ConnId,
+    raws: &mut [(&'static str, &mut dyn RawLink)],
+) -> Results {
+    let mut res = Results {
+        raw_names: raws.iter().map(|(n, _)| *n).collect(),
+        bw: (Vec::new(), vec![Vec::new(); raws.len()]),
+        ..Results::default()
+    };
     for &s in &SIZES {
-        res.lat.push((s, Vec::new(), Vec::new()));
+        res.lat.push((s, Vec::new(), vec![Vec::new(); raws.len()]));
     }
     let out = vec![7u8; CHUNK];
     let mut back = vec![0u8; CHUNK];
-    let mut k = 0u64;
-    let mut base = 0u64;
     for _ in 0..rounds() {
         for (i, &s) in SIZES.iter().enumerate() {
-            let n = iters(s);
-            let mut raw_t = Vec::with_capacity(n);
-            for j in 0..n + n / 10 {
-                k += 1;
-                let t = Instant::now();
-                raw.ping(k, &out[..s], &mut back[..s]);
-                if j >= n / 10 {
-                    raw_t.push(t.elapsed().as_nanos() as f64 / 2000.0);
+            let (n, warm) = samples(s);
+            let b = batch(s);
+            // Half the round trip, µs, per round trip of the batch.
+            let per = |t: Instant| t.elapsed().as_nanos() as f64 / (2000.0 * b as f64);
+            for (r, (_, raw)) in raws.iter_mut().enumerate() {
+                let mut raw_t = Vec::with_capacity(n);
+                for j in 0..n + warm {
+                    let t = Instant::now();
+                    for _ in 0..b {
+                        raw.ping(&out[..s], &mut back[..s]);
+                    }
+                    if j >= warm {
+                        raw_t.push(per(t));
+                    }
                 }
+                res.lat[i].2[r].push(median(&mut raw_t));
             }
             let mut dev_t = Vec::with_capacity(n);
             let mut rb = vec![0u8; s];
-            for j in 0..n + n / 10 {
+            for j in 0..n + warm {
                 let t = Instant::now();
-                rb = dev_ping(dev, c, &out[..s], rb);
-                if j >= n / 10 {
-                    dev_t.push(t.elapsed().as_nanos() as f64 / 2000.0);
+                for _ in 0..b {
+                    rb = dev_ping(dev, c, &out[..s], rb);
+                }
+                if j >= warm {
+                    dev_t.push(per(t));
                 }
             }
             res.lat[i].1.push(median(&mut dev_t));
-            res.lat[i].2.push(median(&mut raw_t));
         }
         let n = bw_chunks() as u64;
         let gb = (n as f64 * CHUNK as f64) / 1e9;
-        let skip_raw = std::env::var("DYNRES_BENCH_NO_RAW_BW").is_ok();
-        let t = Instant::now();
-        if !skip_raw {
-            raw.stream_out(base, n, &out);
+        for (r, (_, raw)) in raws.iter_mut().enumerate() {
+            let t = Instant::now();
+            if !no_raw_bw() {
+                raw.stream_out(n, &out);
+            }
+            res.bw.1[r].push(gb / t.elapsed().as_secs_f64());
         }
-        if is_shm {
-            base += n;
-        }
-        res.bw.1.push(gb / t.elapsed().as_secs_f64());
         let t = Instant::now();
         for _ in 0..n {
             dev.send(c, hdr(CHUNK), &out, T).expect("stream send");
@@ -291,28 +386,27 @@ fn drive(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) -
 }
 
 /// The echo side: mirrors `drive` exactly.
-fn serve(dev: &mut dyn Device, c: ConnId, raw: &mut dyn RawLink, is_shm: bool) {
+fn serve(dev: &mut dyn Device, c: ConnId, raws: &mut [&mut dyn RawLink]) {
     let mut buf = vec![0u8; CHUNK];
-    let mut k = 0u64;
-    let mut base = 0u64;
     for _ in 0..rounds() {
         for &s in &SIZES {
-            let n = iters(s);
-            for _ in 0..n + n / 10 {
-                k += 1;
-                raw.pong(k, &mut buf[..s]);
+            let (n, warm) = samples(s);
+            let total = (n + warm) * batch(s);
+            for raw in raws.iter_mut() {
+                for _ in 0..total {
+                    raw.pong(&mut buf[..s]);
+                }
             }
             let mut rb = vec![0u8; s];
-            for _ in 0..n + n / 10 {
+            for _ in 0..total {
                 rb = dev_pong(dev, c, rb);
             }
         }
         let n = bw_chunks() as u64;
-        if std::env::var("DYNRES_BENCH_NO_RAW_BW").is_err() {
-            raw.stream_in(base, n, &mut buf);
-        }
-        if is_shm {
-            base += n;
+        for raw in raws.iter_mut() {
+            if !no_raw_bw() {
+                raw.stream_in(n, &mut buf);
+            }
         }
         let mut rb = vec![0u8; CHUNK];
         for _ in 0..n {
@@ -345,12 +439,13 @@ fn child_main(kind: &str) {
             ..PeerAddrs::default()
         };
         let c = dev.connect(&peer).expect("connect");
-        let mut raw = Raw {
-            seg: Segment::open(&raw_name).expect("raw segment"),
-        };
-        serve(&mut dev, c, &mut raw, true);
+        let mut raw = Raw::new(Segment::open(&raw_name).expect("raw segment"));
+        serve(&mut dev, c, &mut [&mut raw]);
     } else {
-        let (dev_addr, raw_addr) = addr.split_once(',').unwrap();
+        let mut it = addr.splitn(3, ',');
+        let dev_addr = it.next().unwrap();
+        let raw_addr = it.next().unwrap();
+        let busy_addr = it.next().unwrap();
         let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
         let peer = PeerAddrs {
             tcp: Some(dev_addr.parse().unwrap()),
@@ -359,7 +454,8 @@ fn child_main(kind: &str) {
         let c = dev.connect(&peer).expect("connect");
         let mut raw = TcpStream::connect(raw_addr).expect("raw connect");
         raw.set_nodelay(true).unwrap();
-        serve(&mut dev, c, &mut raw, false);
+        let mut busy = BusyTcp::new(TcpStream::connect(busy_addr).expect("busy connect"));
+        serve(&mut dev, c, &mut [&mut busy, &mut raw]);
     }
 }
 
@@ -374,16 +470,14 @@ fn spawn(kind: &str, addr: String) -> Child {
 fn run_shm() -> Results {
     let mut dev = ShmDevice::new(ShmConfig::default()).expect("shm");
     let raw_name = format!("{SEGMENT_PREFIX}{}-rawbench", std::process::id());
-    let mut raw = Raw {
-        seg: Segment::create(&raw_name, RAW_DATA + 2 * CHUNK).expect("raw segment"),
-    };
+    let mut raw = Raw::new(Segment::create(&raw_name, RAW_DATA + 2 * CHUNK).expect("raw segment"));
     let a = dev.addr().clone();
     let mut child = spawn(
         "shm",
         format!("{},{},{},{raw_name}", a.host_id, a.pid, a.segment),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
-    let r = drive(&mut dev, c, &mut raw, true);
+    let r = drive(&mut dev, c, &mut [("spin-flag copy", &mut raw)]);
     assert!(child.wait().expect("child").success());
     r
 }
@@ -391,16 +485,37 @@ fn run_shm() -> Results {
 fn run_tcp() -> Results {
     let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lb = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut child = spawn(
         "tcp",
-        format!("{},{}", dev.listen_addr(), l.local_addr().unwrap()),
+        format!(
+            "{},{},{}",
+            dev.listen_addr(),
+            l.local_addr().unwrap(),
+            lb.local_addr().unwrap()
+        ),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
     let (mut raw, _) = l.accept().unwrap();
     raw.set_nodelay(true).unwrap();
-    let r = drive(&mut dev, c, &mut raw, false);
+    let mut busy = BusyTcp::new(lb.accept().unwrap().0);
+    let r = drive(
+        &mut dev,
+        c,
+        &mut [("busy-poll", &mut busy), ("blocking", &mut raw)],
+    );
     assert!(child.wait().expect("child").success());
     r
+}
+
+/// Microseconds with three significant decimals below 1 µs (shared-memory latencies
+/// would otherwise round to one or two digits).
+fn us(v: f64) -> String {
+    if v < 1.0 {
+        format!("{v:.3} µs")
+    } else {
+        format!("{v:.2} µs")
+    }
 }
 
 fn fmt_size(s: usize) -> String {
@@ -411,20 +526,88 @@ fn fmt_size(s: usize) -> String {
     }
 }
 
-fn report(name: &str, mut r: Results) {
-    for (s, dev, raw) in &mut r.lat {
-        let (d, w) = (median(dev), median(raw));
+/// Medians of one device's run: per size (device, raws), and bandwidth (device, raws).
+struct Summary {
+    raw_names: Vec<&'static str>,
+    lat: Vec<(usize, f64, Vec<f64>)>,
+    bw: (f64, Vec<f64>),
+}
+
+fn summarize(mut r: Results) -> Summary {
+    Summary {
+        raw_names: r.raw_names.clone(),
+        lat: r
+            .lat
+            .iter_mut()
+            .map(|(s, d, raws)| (*s, median(d), raws.iter_mut().map(|w| median(w)).collect()))
+            .collect(),
+        bw: (
+            median(&mut r.bw.0),
+            r.bw.1.iter_mut().map(|w| median(w)).collect(),
+        ),
+    }
+}
+
+/// The long table: one row per device, measure and raw baseline.
+fn report(name: &str, s: &Summary) {
+    for (size, d, raws) in &s.lat {
+        for (w, raw) in raws.iter().zip(&s.raw_names) {
+            println!(
+                "| {name} | latency {} | {raw} | {} | {} | {:.2}× |",
+                fmt_size(*size),
+                us(*d),
+                us(*w),
+                d / w
+            );
+        }
+    }
+    for (w, raw) in s.bw.1.iter().zip(&s.raw_names) {
         println!(
-            "| {name} | latency {} | {d:.2} µs | {w:.2} µs | {:.2}× |",
-            fmt_size(*s),
-            d / w
+            "| {name} | bandwidth (1 MiB msgs) | {raw} | {:.2} GB/s | {w:.2} GB/s | {:.0} % |",
+            s.bw.0,
+            100.0 * s.bw.0 / w
         );
     }
-    let (d, w) = (median(&mut r.bw.0), median(&mut r.bw.1));
-    println!(
-        "| {name} | bandwidth (1 MiB msgs) | {d:.2} GB/s | {w:.2} GB/s | {:.0} % |",
-        100.0 * d / w
-    );
+}
+
+/// `--compare`: one row per size, every device next to its raw baselines, so the gap
+/// is visible at a glance (latency: device/raw, lower is better; bandwidth: device as
+/// a percentage of raw, higher is better).
+fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
+    let all: Vec<(&str, &Summary)> = [("shm", shm), ("tcp", tcp)]
+        .into_iter()
+        .filter_map(|(n, s)| s.map(|s| (n, s)))
+        .collect();
+    let mut head = String::from("| size |");
+    let mut rule = String::from("|---|");
+    for (n, s) in &all {
+        head += &format!(" {n} device |");
+        rule += "---|";
+        for raw in &s.raw_names {
+            head += &format!(" {n} raw {raw} | {n} dev/{raw} |");
+            rule += "---|---|";
+        }
+    }
+    println!("{head}\n{rule}");
+    for (i, size) in SIZES.iter().enumerate() {
+        let mut row = format!("| {} |", fmt_size(*size));
+        for (_, s) in &all {
+            let (_, d, raws) = &s.lat[i];
+            row += &format!(" {} |", us(*d));
+            for w in raws {
+                row += &format!(" {} | **{:.2}×** |", us(*w), d / w);
+            }
+        }
+        println!("{row}");
+    }
+    let mut row = String::from("| stream 1 MiB msgs |");
+    for (_, s) in &all {
+        row += &format!(" {:.2} GB/s |", s.bw.0);
+        for w in &s.bw.1 {
+            row += &format!(" {w:.2} GB/s | **{:.0} %** |", 100.0 * s.bw.0 / w);
+        }
+    }
+    println!("{row}");
 }
 
 fn main() {
@@ -437,20 +620,44 @@ fn main() {
         println!("pingpong: run with `cargo bench` to measure");
         return;
     }
+    let compare =
+        std::env::args().any(|a| a == "--compare") || std::env::var("DYNRES_BENCH_COMPARE").is_ok();
     pin(0);
-    println!("| device | measure | device median | raw median | device/raw |");
-    println!("|---|---|---|---|---|");
     let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
+    if !compare {
+        println!("| device | measure | raw baseline | device median | raw median | device/raw |");
+        println!("|---|---|---|---|---|---|");
+    }
+    let mut shm = None;
     if only.is_empty() || only == "shm" {
         let sleeps = dynres_transports::shm::waiter::sleep_count();
-        report("shm", run_shm());
+        let s = summarize(run_shm());
         eprintln!(
-            "shm: spin budget {} iterations, futex sleeps in the driver: {}",
+            "shm: spin budget {} iterations, futex sleeps in the driver: {}, \
+             single copy pays here: {}, messages the driver received by single copy: {}",
             dynres_transports::shm::waiter::calibrated_spins(),
-            dynres_transports::shm::waiter::sleep_count() - sleeps
+            dynres_transports::shm::waiter::sleep_count() - sleeps,
+            dynres_transports::shm::cma::single_copy_pays(),
+            dynres_transports::shm::cma::transfers(),
         );
+        if !compare {
+            report("shm", &s);
+        }
+        shm = Some(s);
     }
+    let mut tcp = None;
     if only.is_empty() || only == "tcp" {
-        report("tcp", run_tcp());
+        let s = summarize(run_tcp());
+        eprintln!(
+            "tcp: spin budget {:?}",
+            dynres_transports::tcp::calibrated_spin()
+        );
+        if !compare {
+            report("tcp", &s);
+        }
+        tcp = Some(s);
+    }
+    if compare {
+        report_compare(shm.as_ref(), tcp.as_ref());
     }
 }

@@ -160,6 +160,16 @@ pub fn recv_blocking<D: Device + ?Sized>(
     timeout: Duration,
 ) -> Result<Received> {
     let h = dev.post_recv(spec, buf)?;
+    wait_recv(dev, h, timeout)
+}
+
+/// Drives progress until the posted receive `h` completes, or `timeout` (then it is
+/// withdrawn, unless a message matched it meanwhile).
+pub(crate) fn wait_recv<D: Device + ?Sized>(
+    dev: &mut D,
+    h: RecvHandle,
+    timeout: Duration,
+) -> Result<Received> {
     // The clock is read only once a first bounded wait has passed without the message:
     // on the fast path (message arrives during the first spin) it is never read.
     let first_wait = timeout.min(Duration::from_millis(50));

@@ -159,6 +159,15 @@ pub enum TransportError {
     /// The device was finalized.
     #[error("device finalized")]
     Finalized,
+    /// A shared-memory sender withdrew a single-copy message (its send timed out, or it
+    /// closed the connection) before we read it; the receive it matched gets nothing.
+    #[error("sender withdrew a {len}-byte message on connection {conn} before it was read")]
+    SendWithdrawn {
+        /// Connection id on this device.
+        conn: u64,
+        /// The message's length.
+        len: u64,
+    },
 }
 
 impl TransportError {
@@ -183,6 +192,10 @@ impl TransportError {
                 mid_message: *mid_message,
             },
             Self::ConnectionReset { conn } => Self::ConnectionReset { conn: *conn },
+            Self::SendWithdrawn { conn, len } => Self::SendWithdrawn {
+                conn: *conn,
+                len: *len,
+            },
             Self::PeerDied {
                 conn,
                 pid,

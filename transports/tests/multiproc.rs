@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use dynres_transports::device::{Device, RecvSpec, accept_blocking, recv_blocking};
 use dynres_transports::shm::layout::{Inbox, SLOT_FREE};
 use dynres_transports::shm::segment::SEGMENT_PREFIX;
-use dynres_transports::shm::{ShmConfig, ShmDevice};
+use dynres_transports::shm::{CmaMode, ShmConfig, ShmDevice};
 use dynres_transports::tcp::{TcpConfig, TcpDevice};
 use dynres_transports::{MsgHeader, PeerAddrs, ShmAddr, TransportError};
 
@@ -18,6 +18,9 @@ const T: Duration = Duration::from_secs(20);
 const BIG: usize = 3 * 1024 * 1024 + 17;
 const TAG_BIG: u64 = 99;
 const TAG_BYE: u64 = 100;
+const TAG_GO: u64 = 101;
+/// Single-copy threshold forced on both sides of the single-copy tests.
+const CMA_ON: &str = "65536";
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u64 * 31 + seed * 7) as u8).collect()
@@ -87,6 +90,39 @@ fn child(role: &str) {
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+        "cma_sender" => {
+            // Wait until the parent has attached (and probed) our ring.
+            recv_blocking(dev.as_mut(), spec(Some(TAG_GO)), vec![0; 8], T).expect("go");
+            dev.send(conn, hdr(TAG_BIG, 0), &pattern(src, 4 << 20), T)
+                .unwrap();
+            dev.send(
+                conn,
+                hdr(TAG_BIG + 1, 0),
+                &pattern(src + 1, (1 << 20) + 1),
+                T,
+            )
+            .unwrap();
+            recv_blocking(dev.as_mut(), spec(Some(TAG_BYE)), vec![0; 8], T).expect("bye");
+        }
+        "die_mid_cma" => {
+            recv_blocking(dev.as_mut(), spec(Some(TAG_GO)), vec![0; 8], T).expect("go");
+            let h = dev
+                .isend(conn, hdr(TAG_BIG, 0), pattern(src, 64 << 20))
+                .unwrap();
+            assert!(!dev.test_send(h).unwrap(), "must still be in flight");
+            println!("in-flight");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "cma_sink" => {
+            // Receiving "go" attaches (and probes) the parent's ring; then never read.
+            recv_blocking(dev.as_mut(), spec(Some(TAG_GO)), vec![0; 8], T).expect("go");
+            println!("ready");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
         "linger" => {
             dev.send(conn, hdr(1, 0), b"hello", T).unwrap();
             println!("sent");
@@ -114,7 +150,20 @@ impl Drop for Children {
 
 impl Children {
     fn spawn(&mut self, role: &str, kind: &str, addr: &str, src: u64, n: u64) -> &mut Child {
+        self.spawn_env(role, kind, addr, src, n, &[])
+    }
+
+    fn spawn_env(
+        &mut self,
+        role: &str,
+        kind: &str,
+        addr: &str,
+        src: u64,
+        n: u64,
+        env: &[(&str, &str)],
+    ) -> &mut Child {
         let c = Command::new(std::env::current_exe().unwrap())
+            .envs(env.iter().copied())
             .env("DYNRES_MP_ROLE", role)
             .env("DYNRES_MP_DEV", kind)
             .env("DYNRES_MP_ADDR", addr)
@@ -328,6 +377,144 @@ fn shm_killed_after_release_frees_slot() {
     dev.finalize().unwrap();
 }
 
+fn send_tag(dev: &mut dyn Device, conn: dynres_transports::ConnId, tag: u64) {
+    let h = MsgHeader {
+        source: 0,
+        tag,
+        context_id: 1,
+        len: 0,
+    };
+    dev.send(conn, h, b"go", T).unwrap();
+}
+
+fn cma_device() -> ShmDevice {
+    ShmDevice::new(ShmConfig {
+        cma: CmaMode::On {
+            threshold: 64 * 1024,
+        },
+        ..ShmConfig::default()
+    })
+    .unwrap()
+}
+
+fn read_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_owned()
+}
+
+/// Waits (bounded) until `pid` is a zombie: killed and torn down, not yet reaped.
+fn wait_zombie(pid: u32) {
+    let deadline = Instant::now() + T;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+        if state == Some(Some('Z')) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{pid} never became a zombie");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A child sends 4 MiB and 1 MiB + 1 to us by single copy (forced on both sides):
+/// every byte checked, and the counter shows the path. With `child_env` disabling it in
+/// the child (`DYNRES_SHM_CMA=0`), the probe fails and the ring carries them instead.
+fn shm_single_copy(child_cma: &str, expect_reads: u64) {
+    let mut dev = cma_device();
+    let mut kids = Children(Vec::new());
+    let addr = addr_string("shm", &dev);
+    kids.spawn_env(
+        "cma_sender",
+        "shm",
+        &addr,
+        4,
+        0,
+        &[("DYNRES_SHM_CMA", child_cma)],
+    );
+    let conn = accept_blocking(&mut dev, T).unwrap();
+    send_tag(&mut dev, conn, TAG_GO);
+    let r = recv_blocking(&mut dev, spec(Some(TAG_BIG)), vec![0; 4 << 20], T).unwrap();
+    assert!(r.data == pattern(4, 4 << 20), "4 MiB intact");
+    let r = recv_blocking(&mut dev, spec(Some(TAG_BIG + 1)), vec![0; 2 << 20], T).unwrap();
+    assert!(r.data == pattern(5, (1 << 20) + 1), "1 MiB + 1 intact");
+    assert_eq!(dev.single_copy_receives(), expect_reads, "path taken");
+    bye(&mut dev, conn);
+    kids.join();
+}
+
+/// The sender is killed (and torn down) after publishing a single-copy request: the
+/// receive gets `PeerDied { mid_message: true }` — no hang, no panic — and the dead
+/// child's segment is unlinked.
+fn shm_killed_mid_single_copy() {
+    let mut dev = cma_device();
+    let mut kids = Children(Vec::new());
+    let addr = addr_string("shm", &dev);
+    let child = kids.spawn_env(
+        "die_mid_cma",
+        "shm",
+        &addr,
+        9,
+        0,
+        &[("DYNRES_SHM_CMA", CMA_ON)],
+    );
+    let pid = child.id();
+    let conn = accept_blocking(&mut dev, T).unwrap();
+    send_tag(&mut dev, conn, TAG_GO);
+    let child = &mut kids.0[0];
+    assert_eq!(read_line(child), "in-flight");
+    child.kill().unwrap();
+    wait_zombie(pid);
+    let e = recv_blocking(&mut dev, spec(Some(TAG_BIG)), vec![0; 64 << 20], T).unwrap_err();
+    assert!(
+        matches!(e, TransportError::PeerDied { pid: p, mid_message: true, .. } if p == pid),
+        "unexpected error: {e}"
+    );
+    assert_eq!(dev.single_copy_receives(), 0);
+    assert!(segments_of(pid).is_empty(), "dead child's segment unlinked");
+    drop(kids);
+    dev.finalize().unwrap();
+}
+
+/// We send by single copy to a child that is killed before it reads: the send fails
+/// with `PeerDied` instead of waiting forever for the answer.
+fn shm_receiver_killed_during_single_copy_send() {
+    let mut dev = cma_device();
+    let mut kids = Children(Vec::new());
+    let addr = addr_string("shm", &dev);
+    let child = kids.spawn_env(
+        "cma_sink",
+        "shm",
+        &addr,
+        3,
+        0,
+        &[("DYNRES_SHM_CMA", CMA_ON)],
+    );
+    let pid = child.id();
+    let conn = accept_blocking(&mut dev, T).unwrap();
+    send_tag(&mut dev, conn, TAG_GO);
+    let child = &mut kids.0[0];
+    assert_eq!(read_line(child), "ready");
+    let hdr = MsgHeader {
+        source: 0,
+        tag: TAG_BIG,
+        context_id: 1,
+        len: 0,
+    };
+    let h = dev.isend(conn, hdr, pattern(1, 4 << 20)).unwrap();
+    assert!(!dev.test_send(h).unwrap(), "waits for the child's read");
+    child.kill().unwrap();
+    let e = dynres_transports::device::wait_send(&mut dev, h, T).unwrap_err();
+    assert!(
+        matches!(e, TransportError::PeerDied { pid: p, .. } if p == pid),
+        "unexpected error: {e}"
+    );
+    drop(kids);
+    dev.finalize().unwrap();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("DYNRES_MP_ROLE") {
         child(&role);
@@ -343,6 +530,15 @@ fn main() {
         (
             "shm_killed_after_release_frees_slot",
             shm_killed_after_release_frees_slot,
+        ),
+        ("shm_single_copy", || shm_single_copy(CMA_ON, 2)),
+        ("shm_single_copy_disabled_in_sender", || {
+            shm_single_copy("0", 0)
+        }),
+        ("shm_killed_mid_single_copy", shm_killed_mid_single_copy),
+        (
+            "shm_receiver_killed_during_single_copy_send",
+            shm_receiver_killed_during_single_copy_send,
         ),
     ];
     let filter: Vec<String> = std::env::args()

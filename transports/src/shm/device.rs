@@ -3,8 +3,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::layout::{Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot};
-use super::record::{pad_for, push_message, stream_chunk};
+use super::cma;
+use super::layout::{
+    ACK_DONE, ACK_FALLBACK, CMA_NO, CMA_OK, Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot,
+};
+use super::record::{
+    FLAG_RTS, RTS_DESC_LEN, pad_for, parse_rts, push_message, record_flags, rts_record,
+    stream_chunk,
+};
 use super::ring::{Consumer, Producer, RawStorage};
 use super::segment::{self, pid_alive};
 use super::waiter::{WaitOutcome, calibrated_spins};
@@ -29,6 +35,61 @@ pub struct ShmConfig {
     pub eager_threshold: usize,
     /// How often a blocked wait re-checks that its peers are alive.
     pub liveness_interval: Duration,
+    /// When large messages are sent by single copy (the receiver reads them from our
+    /// memory with `process_vm_readv`, once its probe showed it may; [`super::cma`]).
+    /// The environment variable `DYNRES_SHM_CMA` overrides it (see [`CmaMode`]).
+    pub cma: CmaMode,
+}
+
+/// When messages go by single copy instead of through the ring. Only messages above
+/// [`ShmConfig::eager_threshold`] ever do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmaMode {
+    /// Never: the ring carries everything.
+    Off,
+    /// From `threshold` bytes on, if a one-time measurement in this process shows a
+    /// single-copy read is about as fast as a `memcpy` ([`cma::single_copy_pays`]): the
+    /// ring path costs about one copy's time (its two copies overlap), so a slower read
+    /// would make large messages slower, not faster. `DYNRES_SHM_CMA=auto`.
+    Auto {
+        /// Smallest message sent by single copy.
+        threshold: usize,
+    },
+    /// From `threshold` bytes on, whatever it costs. `DYNRES_SHM_CMA=<bytes>`;
+    /// `DYNRES_SHM_CMA=0` is [`CmaMode::Off`].
+    On {
+        /// Smallest message sent by single copy.
+        threshold: usize,
+    },
+}
+
+impl CmaMode {
+    /// The mode after the `DYNRES_SHM_CMA` override, if set and valid.
+    fn with_env_override(self) -> Self {
+        match std::env::var(cma::CMA_ENV).ok().as_deref().map(str::trim) {
+            Some("0" | "off") => CmaMode::Off,
+            Some("auto") => CmaMode::Auto {
+                threshold: DEFAULT_CMA_THRESHOLD,
+            },
+            Some(v) => match v.parse() {
+                Ok(threshold) => CmaMode::On { threshold },
+                Err(_) => {
+                    tracing::warn!(value = v, "ignoring unparsable {}", cma::CMA_ENV);
+                    self
+                }
+            },
+            None => self,
+        }
+    }
+
+    /// The threshold in force in this process (`None`: ring only).
+    fn threshold(self) -> Option<usize> {
+        match self {
+            CmaMode::Off => None,
+            CmaMode::Auto { threshold } => cma::single_copy_pays().then_some(threshold),
+            CmaMode::On { threshold } => Some(threshold),
+        }
+    }
 }
 
 impl Default for ShmConfig {
@@ -38,9 +99,16 @@ impl Default for ShmConfig {
             ring_bytes: 256 * 1024,
             eager_threshold: 8 * 1024,
             liveness_interval: Duration::from_millis(20),
+            cma: CmaMode::Auto {
+                threshold: DEFAULT_CMA_THRESHOLD,
+            },
         }
     }
 }
+
+/// Default single-copy threshold ([`CmaMode`]): below it the pipelined ring copy
+/// (both copies in cache) beats a system call plus page pinning.
+pub const DEFAULT_CMA_THRESHOLD: usize = 64 * 1024;
 
 /// Receive-side state of one connection.
 enum Rx {
@@ -52,14 +120,46 @@ enum Rx {
         sink: Sink,
         got: usize,
     },
+    /// A single-copy request: the payload is at `addr` in the sender, waiting to be
+    /// read (when a receive is posted for it) and acknowledged under `seq`.
+    Cma {
+        header: MsgHeader,
+        sink: Sink,
+        addr: u64,
+        seq: u64,
+    },
+}
+
+impl Rx {
+    /// Whether a message is partly received (or, single copy, not yet read).
+    fn mid_message(&self) -> bool {
+        matches!(self, Rx::Payload { .. } | Rx::Cma { .. })
+    }
+
+    /// The sink of a message in progress, leaving the state idle.
+    fn take_sink(&mut self) -> Option<Sink> {
+        match std::mem::replace(self, Rx::Idle) {
+            Rx::Payload { sink, .. } | Rx::Cma { sink, .. } => Some(sink),
+            Rx::Idle | Rx::Pad(_) => None,
+        }
+    }
+}
+
+/// Send-side progress of one message.
+#[derive(Default)]
+struct TxState {
+    header_sent: bool,
+    /// Payload plus padding bytes pushed into the ring.
+    sent: usize,
+    /// The single-copy request sent for it, until the receiver answers.
+    cma_seq: Option<u64>,
 }
 
 struct PendingSend {
     handle: SendHandle,
     header: MsgHeader,
     payload: Vec<u8>,
-    header_sent: bool,
-    sent: usize,
+    st: TxState,
 }
 
 struct Conn {
@@ -77,6 +177,89 @@ struct Conn {
     /// A large message nobody has asked for yet is waiting in the ring (rendezvous:
     /// it is copied once, into the receive buffer, when a receive is posted).
     stalled: bool,
+    /// Single-copy requests sent on this connection (their sequence numbers).
+    cma_seq: u64,
+    /// The request whose answer a send on this connection is waiting for.
+    cma_wait: Option<u64>,
+}
+
+impl Conn {
+    /// The state of our single-copy request `seq` (our slot in the peer's inbox).
+    fn request_status(&self, seq: u64) -> Option<u64> {
+        self.peer.slot(self.out_slot).request_status(seq)
+    }
+
+    /// Whether the request we wait for was answered (DONE or FALLBACK).
+    fn ack_arrived(&self) -> bool {
+        self.cma_wait
+            .is_some_and(|seq| matches!(self.request_status(seq), Some(ACK_DONE | ACK_FALLBACK)))
+    }
+
+    /// Withdraws request `seq` if the receiver has not claimed it: true means it will
+    /// never read the buffer. False: it is reading or has answered.
+    fn withdraw(&mut self, seq: u64) -> bool {
+        let ok = self.peer.slot(self.out_slot).withdraw_request(seq);
+        if ok {
+            self.cma_wait = None;
+        }
+        ok
+    }
+}
+
+/// Pushes as much of one message as it can. Large enough messages to a receiver that
+/// probed us go as a single-copy request; the message is done when the receiver
+/// answers DONE, and streams through the ring (after the request, which stands for
+/// the header) if it answers FALLBACK. Everything else takes the ring path. Returns
+/// (done, published something the peer must be woken for).
+fn advance(
+    c: &mut Conn,
+    header: &MsgHeader,
+    payload: &[u8],
+    eager: usize,
+    cma_min: Option<usize>,
+    st: &mut TxState,
+) -> (bool, bool) {
+    if let Some(seq) = st.cma_seq {
+        match c.request_status(seq) {
+            Some(ACK_DONE) => {
+                st.cma_seq = None;
+                c.cma_wait = None;
+                return (true, false);
+            }
+            Some(ACK_FALLBACK) => {
+                st.cma_seq = None;
+                c.cma_wait = None;
+            }
+            // Not answered yet, or being read.
+            _ => return (false, false),
+        }
+    } else if !st.header_sent
+        && payload.len() > eager
+        && cma_min.is_some_and(|m| payload.len() >= m)
+        && c.peer.slot(c.out_slot).cma.load(Ordering::Relaxed) == CMA_OK
+    {
+        let seq = c.cma_seq + 1;
+        let rec = rts_record(header, payload.as_ptr() as u64, seq);
+        if !c.out.push_all(&[&rec]) {
+            return (false, false);
+        }
+        c.cma_seq = seq;
+        c.cma_wait = Some(seq);
+        st.header_sent = true;
+        st.sent = 0;
+        st.cma_seq = Some(seq);
+        return (false, true);
+    }
+    let before = (st.header_sent, st.sent);
+    let done = push_message(
+        &mut c.out,
+        header,
+        payload,
+        eager,
+        &mut st.header_sent,
+        &mut st.sent,
+    );
+    (done, (st.header_sent, st.sent) != before)
 }
 
 /// What one of our inbox slots feeds.
@@ -131,6 +314,16 @@ pub struct ShmDevice {
     send_done: IdMap<SendHandle, Result<()>>,
     scratch: Vec<u8>,
     last_liveness: Instant,
+    /// Effective single-copy threshold (config and environment); `None`: ring only.
+    cma_min: Option<usize>,
+    /// A single-copy read found its sender gone: check peers at the next progress.
+    peer_gone: bool,
+    /// Messages received by single copy.
+    cma_reads: u64,
+    /// Test hook: the next single-copy message's reads fail as if refused (`EPERM`)
+    /// from this payload offset on.
+    #[cfg(test)]
+    refuse_read_at: Option<usize>,
 }
 
 impl ShmDevice {
@@ -139,7 +332,17 @@ impl ShmDevice {
         assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
         assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
         segment::reap_stale();
-        let inbox = Inbox::create(cfg.slots, cfg.ring_bytes)?;
+        let cma_min = cfg.cma.with_env_override().threshold();
+        tracing::debug!(?cma_min, "shm single-copy threshold");
+        // Publish the probe word only if we take part: a receiver probing a process
+        // that publishes none reads address 0, fails, and uses the ring.
+        let probe = if cma_min.is_some() {
+            cma::allow_peers();
+            cma::probe_target()
+        } else {
+            (0, 0)
+        };
+        let inbox = Inbox::create_with_probe(cfg.slots, cfg.ring_bytes, probe)?;
         let name = inbox.seg.name().to_owned();
         tracing::debug!(segment = %name, "shm inbox created");
         Ok(Self {
@@ -166,12 +369,29 @@ impl ShmDevice {
             send_done: IdMap::default(),
             scratch: vec![0; 64 * 1024],
             last_liveness: Instant::now(),
+            cma_min,
+            peer_gone: false,
+            cma_reads: 0,
+            #[cfg(test)]
+            refuse_read_at: None,
         })
     }
 
     /// Our shared-memory address.
     pub fn addr(&self) -> &ShmAddr {
         &self.addr
+    }
+
+    /// How many messages this device received by single copy (`process_vm_readv`)
+    /// rather than through a ring: a diagnostic that shows which path carried them.
+    pub fn single_copy_receives(&self) -> u64 {
+        self.cma_reads
+    }
+
+    /// The single-copy threshold in force (`None`: this device sends and receives
+    /// everything through rings).
+    pub fn single_copy_threshold(&self) -> Option<usize> {
+        self.cma_min
     }
 
     /// The spin budget in use (calibrated block+wake cost in spin iterations).
@@ -211,6 +431,8 @@ impl ShmDevice {
                 rx: Rx::Idle,
                 tx: VecDeque::new(),
                 stalled: false,
+                cma_seq: 0,
+                cma_wait: None,
             },
         );
         self.by_name.insert(name.to_owned(), id);
@@ -290,6 +512,19 @@ impl ShmDevice {
                 Consumer::new(ctrl, data)
             };
             let closed_now = inbox.slot(i).is_closed();
+            if let Some(c) = self.conns.get(&conn) {
+                // May we read this sender's memory? Asked once per connection, before
+                // it can send a single-copy request (it waits for CMA_OK).
+                let ph = c.peer.header();
+                let ok = self.cma_min.is_some()
+                    && ph.cma_probe_addr != 0
+                    && cma::probe(c.peer_pid, ph.cma_probe_addr, ph.cma_probe_token);
+                inbox
+                    .slot(i)
+                    .cma
+                    .store(if ok { CMA_OK } else { CMA_NO }, Ordering::Relaxed);
+                tracing::debug!(conn = conn.0, single_copy = ok, "shm inbound ring attached");
+            }
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.inbound = Some((i, cons));
                 self.slot_use[i] = SlotUse::Conn(conn);
@@ -387,6 +622,111 @@ impl ShmDevice {
         let mut events = 0;
         let mut popped = false;
         loop {
+            if let Rx::Cma {
+                header,
+                sink,
+                addr,
+                seq,
+            } = c.rx
+            {
+                // A closing sender's buffer is not to be read: `retire` fails the
+                // message as cut off.
+                let Some(inbox) = self.inbox.as_ref().filter(|_| !closing) else {
+                    break;
+                };
+                let discard = sink == Sink::Discard;
+                if !discard
+                    && self.matcher.posted_window(sink).is_none()
+                    && !self.matcher.has_posted_for(id)
+                {
+                    // Rendezvous, as for a large message in the ring: read it when a
+                    // receive is posted, straight into that buffer.
+                    c.stalled = true;
+                    break;
+                }
+                let ack = inbox.slot(slot);
+                // Claim the request, unless the sender withdrew it (then its buffer may
+                // be gone): from here on it waits for our answer.
+                if !ack.claim_request(seq) {
+                    let err = TransportError::SendWithdrawn {
+                        conn: id.0,
+                        len: header.len,
+                    };
+                    self.matcher.abort(sink, &err);
+                    c.rx = Rx::Idle;
+                    events += 1;
+                    continue;
+                }
+                let len = header.len as usize;
+                let pid = c.peer_pid;
+                #[cfg(test)]
+                let refuse_at = self.refuse_read_at.take();
+                #[cfg(not(test))]
+                let refuse_at = None;
+                let read = |off: usize, dst: &mut [u8]| match refuse_at {
+                    Some(at) if off + dst.len() > at => {
+                        let ok = at.saturating_sub(off);
+                        cma::read_remote(pid, addr + off as u64, &mut dst[..ok])?;
+                        Err(cma::ReadError::Refused(std::io::Error::from_raw_os_error(
+                            libc::EPERM,
+                        )))
+                    }
+                    _ => cma::read_remote(pid, addr + off as u64, dst),
+                };
+                let res = if discard {
+                    Ok(())
+                } else if let Some(win) = self.matcher.posted_window(sink) {
+                    read(0, &mut win[..len])
+                } else {
+                    // Unexpected, with a receive posted behind it: buffer it (what the
+                    // ring path does). Read a bounded piece at a time (the length is
+                    // the peer's word) and hand it over only once complete: after a
+                    // refused read the payload comes again through the ring, from 0.
+                    let mut off = 0;
+                    let mut r = Ok(());
+                    let mut whole = Vec::new();
+                    while off < len && r.is_ok() {
+                        let k = (len - off).min(self.scratch.len());
+                        r = read(off, &mut self.scratch[..k]);
+                        whole.extend_from_slice(&self.scratch[..k]);
+                        off += k;
+                    }
+                    if r.is_ok() {
+                        self.matcher.append(sink, 0, &whole);
+                    }
+                    r
+                };
+                match res {
+                    Ok(()) => {
+                        // Release: our reads of its buffer happen before it reuses it.
+                        ack.answer_request(seq, ACK_DONE);
+                        notify_peer(&c.peer);
+                        cma::note_transfer();
+                        self.cma_reads += 1;
+                        self.matcher.finish(sink);
+                        c.rx = Rx::Idle;
+                        events += 1;
+                    }
+                    Err(cma::ReadError::Refused(e)) => {
+                        tracing::warn!(conn = id.0, pid, error = %e, "single-copy read refused: ring path for this sender");
+                        inbox.slot(slot).cma.store(CMA_NO, Ordering::Relaxed);
+                        ack.answer_request(seq, ACK_FALLBACK);
+                        notify_peer(&c.peer);
+                        // The payload now follows in the ring, as after a header.
+                        c.rx = Rx::Payload {
+                            header,
+                            sink,
+                            got: 0,
+                        };
+                    }
+                    Err(cma::ReadError::Gone) => {
+                        // It died: the liveness check retires it (mid-message).
+                        self.peer_gone = true;
+                        break;
+                    }
+                }
+                continue;
+            }
             if cons.available() == 0 {
                 break;
             }
@@ -394,10 +734,29 @@ impl ShmDevice {
             match &mut c.rx {
                 Rx::Idle => {
                     let mut hb = [0u8; RECORD_HEADER_LEN];
-                    if !cons.pop_exact(&mut hb) {
+                    if !cons.peek_exact(&mut hb) {
                         break;
                     }
                     let header = MsgHeader::from_record(&hb);
+                    if record_flags(&hb) & FLAG_RTS != 0 {
+                        // A single-copy request: published whole, header + descriptor.
+                        let mut desc = [0u8; RTS_DESC_LEN];
+                        if cons.available() < RECORD_HEADER_LEN + RTS_DESC_LEN {
+                            break;
+                        }
+                        cons.pop_exact(&mut hb);
+                        cons.pop_exact(&mut desc);
+                        let (addr, seq) = parse_rts(&desc);
+                        let sink = self.matcher.incoming(id, header);
+                        c.rx = Rx::Cma {
+                            header,
+                            sink,
+                            addr,
+                            seq,
+                        };
+                        continue;
+                    }
+                    cons.pop_exact(&mut hb);
                     let sink = self.matcher.incoming(id, header);
                     if header.len == 0 {
                         self.matcher.finish(sink);
@@ -442,6 +801,7 @@ impl ShmDevice {
                         events += 1;
                     }
                 }
+                Rx::Cma { .. } => unreachable!("handled before the ring is read"),
                 Rx::Pad(n) => {
                     let k = cons.pop_some(&mut self.scratch[..*n]);
                     if k == 0 && *n > 0 {
@@ -468,24 +828,20 @@ impl ShmDevice {
     fn push_all_pending(&mut self) -> usize {
         let mut events = 0;
         let eager = self.cfg.eager_threshold;
+        let cma_min = self.cma_min;
         for c in self.conns.values_mut() {
-            while let Some(p) = c.tx.front_mut() {
-                let before = (p.header_sent, p.sent);
-                let done = push_message(
-                    &mut c.out,
-                    &p.header,
-                    &p.payload,
-                    eager,
-                    &mut p.header_sent,
-                    &mut p.sent,
-                );
-                if (p.header_sent, p.sent) != before {
+            // Popped while it moves (`advance` needs the whole connection); moving a
+            // PendingSend does not move its payload's heap buffer, which a single-copy
+            // request points to.
+            while let Some(mut p) = c.tx.pop_front() {
+                let (done, moved) = advance(c, &p.header, &p.payload, eager, cma_min, &mut p.st);
+                if moved {
                     notify_peer(&c.peer);
                 }
                 if !done {
+                    c.tx.push_front(p);
                     break;
                 }
-                let p = c.tx.pop_front().expect("front exists");
                 self.send_done.insert(p.handle, Ok(()));
                 events += 1;
             }
@@ -530,7 +886,7 @@ impl ShmDevice {
         self.ids.retain(|i| *i != id);
         self.by_name.remove(&c.peer_name);
         let pid = c.peer_pid;
-        let mid_message = matches!(c.rx, Rx::Payload { .. });
+        let mid_message = c.rx.mid_message();
         let err = if alive {
             TransportError::PeerClosed {
                 conn: id.0,
@@ -544,7 +900,7 @@ impl ShmDevice {
             }
         };
         tracing::info!(conn = id.0, pid, error = %err, "shm peer gone");
-        if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+        if let Some(sink) = c.rx.take_sink() {
             self.matcher.abort(sink, &err);
         }
         for p in c.tx.drain(..) {
@@ -614,7 +970,11 @@ impl ShmDevice {
         let header = MsgHeader::from_record(&hb);
         let len = header.len as usize;
         let record = RECORD_HEADER_LEN + len + pad_for(len);
-        if !spec.matches(id, &header) || len > eager || len > buf.len() || cons.available() < record
+        if record_flags(&hb) != 0
+            || !spec.matches(id, &header)
+            || len > eager
+            || len > buf.len()
+            || cons.available() < record
         {
             return Ok(Err(buf));
         }
@@ -639,14 +999,20 @@ impl ShmDevice {
 
     /// Spin-then-block until any inbound ring has data, a slot opens, a queued send can
     /// move, or `timeout` passes.
-    fn block(&mut self, timeout: Duration, need_space: bool) -> WaitOutcome {
+    /// `space_for`: a blocking send waits for ring space on that connection. A
+    /// connection whose send waits for a single-copy answer is ready when it arrives
+    /// (the receiver wakes us after storing it).
+    fn block(&mut self, timeout: Duration, space_for: Option<ConnId>) -> WaitOutcome {
         let Some(inbox) = self.inbox.as_ref() else {
             return WaitOutcome::Ready;
         };
         let h = inbox.header();
+        let wants_space = |id: &ConnId, c: &Conn| {
+            c.cma_wait.is_none() && (space_for == Some(*id) || !c.tx.is_empty())
+        };
         // Ask receivers of rings we wait on for space to wake us when they drain.
-        for c in self.conns.values() {
-            if need_space || !c.tx.is_empty() {
+        for (id, c) in self.conns.iter() {
+            if wants_space(id, c) {
                 c.peer.slot(c.out_slot).waiting.swap(1, Ordering::AcqRel);
             }
         }
@@ -657,10 +1023,10 @@ impl ShmDevice {
         let running = peer_running();
         let ready = || {
             h.conn_gen.0.load(Ordering::Acquire) != seen_gen
-                || conns.values_mut().any(|c| {
+                || conns.iter_mut().any(|(id, c)| {
                     (!c.stalled && c.inbound.as_ref().is_some_and(|(_, r)| r.has_data()))
-                        || ((need_space || !c.tx.is_empty())
-                            && c.out.free() >= stream_chunk(c.out.cap()))
+                        || c.ack_arrived()
+                        || (wants_space(id, c) && c.out.free() >= stream_chunk(c.out.cap()))
                 })
         };
         h.wait.0.wait_until(
@@ -734,24 +1100,17 @@ impl Device for ShmDevice {
             len: payload.len() as u64,
             ..header
         };
+        let cma_min = self.cma_min;
         let c = self.conn_mut(conn)?;
         let mut p = PendingSend {
             handle,
             header,
             payload,
-            header_sent: false,
-            sent: 0,
+            st: TxState::default(),
         };
         if c.tx.is_empty() {
-            let done = push_message(
-                &mut c.out,
-                &header,
-                &p.payload,
-                eager,
-                &mut p.header_sent,
-                &mut p.sent,
-            );
-            if p.header_sent {
+            let (done, moved) = advance(c, &header, &p.payload, eager, cma_min, &mut p.st);
+            if moved {
                 notify_peer(&c.peer);
             }
             if done {
@@ -783,20 +1142,13 @@ impl Device for ShmDevice {
             len: payload.len() as u64,
             ..header
         };
-        let (mut header_sent, mut sent) = (false, 0);
+        let cma_min = self.cma_min;
+        let mut st = TxState::default();
         loop {
             let c = self.conn_mut(conn)?;
             if c.tx.is_empty() {
-                let before = (header_sent, sent);
-                let done = push_message(
-                    &mut c.out,
-                    &header,
-                    payload,
-                    eager,
-                    &mut header_sent,
-                    &mut sent,
-                );
-                if (header_sent, sent) != before {
+                let (done, moved) = advance(c, &header, payload, eager, cma_min, &mut st);
+                if moved {
                     notify_peer(&c.peer);
                 }
                 if done {
@@ -808,10 +1160,26 @@ impl Device for ShmDevice {
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
-                return Err(TransportError::Timeout(timeout, "ring space for a send"));
+                let Some(seq) = st.cma_seq else {
+                    return Err(TransportError::Timeout(timeout, "ring space for a send"));
+                };
+                // The receiver may be reading `payload` from our memory: we may return
+                // (and the caller free it) only once it cannot any more.
+                if self.conn_mut(conn)?.withdraw(seq) {
+                    return Err(TransportError::Timeout(timeout, "a single-copy receive"));
+                }
+                // Claimed: it is copying now; its answer (or its death) comes soon.
             }
-            let slice = (deadline - now).min(self.cfg.liveness_interval);
-            if self.block(slice, true) == WaitOutcome::TimedOut {
+            let slice = deadline
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1))
+                .min(self.cfg.liveness_interval);
+            let space = if st.cma_seq.is_none() {
+                Some(conn)
+            } else {
+                None
+            };
+            if self.block(slice, space) == WaitOutcome::TimedOut {
                 self.check_peers()?;
             }
         }
@@ -864,8 +1232,9 @@ impl Device for ShmDevice {
         // Reading the clock on every call would cost more than the rest of a
         // shared-memory receive; look at it every 256 calls.
         self.progress_calls = self.progress_calls.wrapping_add(1);
-        if self.progress_calls % 256 == 0
-            && self.last_liveness.elapsed() >= self.cfg.liveness_interval
+        if std::mem::take(&mut self.peer_gone)
+            || (self.progress_calls % 256 == 0
+                && self.last_liveness.elapsed() >= self.cfg.liveness_interval)
         {
             events += self.check_peers()?;
         }
@@ -874,7 +1243,7 @@ impl Device for ShmDevice {
 
     fn wait_activity(&mut self, timeout: Duration) -> Result<()> {
         let slice = timeout.min(self.cfg.liveness_interval);
-        if self.block(slice, false) == WaitOutcome::TimedOut {
+        if self.block(slice, None) == WaitOutcome::TimedOut {
             self.check_peers()?;
         }
         Ok(())
@@ -906,13 +1275,26 @@ impl Device for ShmDevice {
         }
         let err = TransportError::PeerClosed {
             conn: conn.0,
-            mid_message: matches!(c.rx, Rx::Payload { .. }),
+            mid_message: c.rx.mid_message(),
         };
-        if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+        if let Some(sink) = c.rx.take_sink() {
             self.matcher.abort(sink, &err);
         }
         self.matcher.forget_conn(conn, &err);
-        for p in c.tx {
+        for p in std::mem::take(&mut c.tx) {
+            if let Some(seq) = p.st.cma_seq {
+                if !c.withdraw(seq) {
+                    // The receiver is reading it right now: freeing the buffer under
+                    // it would hand it whatever reuses the memory. Leak it instead
+                    // (a connection closed in the middle of a transfer; rare).
+                    tracing::warn!(
+                        conn = conn.0,
+                        len = p.payload.len(),
+                        "buffer of a single-copy send being read at disconnect: leaked"
+                    );
+                    std::mem::forget(p.payload);
+                }
+            }
             self.send_done.insert(p.handle, Err(err.duplicate()));
         }
         Ok(())

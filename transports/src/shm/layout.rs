@@ -11,10 +11,10 @@ use super::ring::{CachePadded, RawStorage, RingControl};
 use super::segment::Segment;
 use super::waiter::WaitWord;
 use crate::error::{Result, TransportError};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 
@@ -29,6 +29,36 @@ pub const SLOT_OPEN: u32 = 2;
 /// The sender closed its end (after its last record).
 pub const SLOT_CLOSED: u32 = 3;
 
+/// Answer to a single-copy request: the receiver copied the payload; the buffer is
+/// the sender's again.
+pub const ACK_DONE: u64 = 1;
+/// Answer: the receiver could not read; the sender streams the payload through the
+/// ring after the request, as for a message without single copy.
+pub const ACK_FALLBACK: u64 = 2;
+/// The receiver is reading now (claimed with a CAS, so the sender cannot withdraw).
+pub const ACK_BUSY: u64 = 3;
+/// The sender withdrew the request (its send timed out or its connection is being
+/// closed) before the receiver claimed it: the buffer must not be read.
+pub const ACK_WITHDRAWN: u64 = 4;
+
+/// The [`Slot::cma_ack`] word for request `seq` in `status`. The word only ever holds
+/// the state of the newest request of its ring (one is outstanding at a time).
+pub fn ack_word(seq: u64, status: u64) -> u64 {
+    (seq << 3) | status
+}
+
+/// The status of request `seq` in `word` (`None`: still pending).
+pub fn ack_status(word: u64, seq: u64) -> Option<u64> {
+    (word >> 3 == seq).then_some(word & 7)
+}
+
+/// [`Slot::cma`]: the receiver has not probed the sender yet (ring path).
+pub const CMA_UNKNOWN: u32 = 0;
+/// [`Slot::cma`]: the receiver read the sender's probe word: single copy allowed.
+pub const CMA_OK: u32 = 1;
+/// [`Slot::cma`]: the receiver cannot (or will not) read the sender: ring path.
+pub const CMA_NO: u32 = 2;
+
 /// Segment header.
 #[repr(C)]
 pub struct InboxHeader {
@@ -37,6 +67,11 @@ pub struct InboxHeader {
     nslots: u32,
     ring_cap: u64,
     owner_pid: u32,
+    /// Address and value of the owner's CMA probe word (see `cma::probe_target`): a
+    /// receiver that can read this value from the owner may use single-copy reads.
+    pub cma_probe_addr: u64,
+    /// See `cma_probe_addr`.
+    pub cma_probe_token: u64,
     /// 1 while the owner is running, 0 while it sleeps in the futex (004: peers skip
     /// spinning on a process that is not running).
     pub running: CachePadded<AtomicU32>,
@@ -59,6 +94,16 @@ pub struct Slot {
     /// them always sees the other).
     pub waiting: AtomicU32,
     name_len: AtomicU32,
+    /// Set by the receiver (the inbox owner) when it attaches the slot: `CMA_OK` if it
+    /// can read the sender's memory (probed), else `CMA_NO`; the sender uses
+    /// single-copy transfers on this ring only once it reads `CMA_OK`.
+    pub cma: AtomicU32,
+    /// The state of the sender's last single-copy request, `seq << 3 | status`
+    /// ([`ack_word`]): the receiver claims it (CAS to BUSY) before reading and
+    /// stores DONE or FALLBACK (Release) once it is done with the sender's buffer, then
+    /// wakes the sender; the sender may withdraw it (CAS to WITHDRAWN) only while
+    /// nobody claimed it.
+    pub cma_ack: AtomicU64,
     name: [u8; NAME_MAX],
     /// The ring's control block.
     pub ring: RingControl,
@@ -72,6 +117,8 @@ impl Slot {
             pid: AtomicU32::new(0),
             waiting: AtomicU32::new(0),
             name_len: AtomicU32::new(0),
+            cma: AtomicU32::new(CMA_UNKNOWN),
+            cma_ack: AtomicU64::new(0),
             name: [0; NAME_MAX],
             ring: RingControl::new(),
         }
@@ -108,6 +155,52 @@ impl Slot {
         self.state.load(Ordering::Acquire) == SLOT_CLOSED
     }
 
+    /// Receiver: claims single-copy request `seq` before reading the sender's buffer.
+    /// False if the sender withdrew it (its buffer may be gone: never read it). The
+    /// CAS decides against a concurrent [`Slot::withdraw_request`]: exactly one wins.
+    pub fn claim_request(&self, seq: u64) -> bool {
+        let cur = self.cma_ack.load(Ordering::Acquire);
+        ack_status(cur, seq) != Some(ACK_WITHDRAWN)
+            && self
+                .cma_ack
+                .compare_exchange(
+                    cur,
+                    ack_word(seq, ACK_BUSY),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    /// Receiver: answers a claimed request ([`ACK_DONE`] or [`ACK_FALLBACK`]), after
+    /// its last read of the sender's buffer; the Release orders those reads before
+    /// the sender's reuse of the buffer (it reads the answer with Acquire). The caller
+    /// then wakes the sender.
+    pub fn answer_request(&self, seq: u64, status: u64) {
+        self.cma_ack.store(ack_word(seq, status), Ordering::Release);
+    }
+
+    /// Sender: the state of request `seq` (`None`: nobody touched it yet).
+    pub fn request_status(&self, seq: u64) -> Option<u64> {
+        ack_status(self.cma_ack.load(Ordering::Acquire), seq)
+    }
+
+    /// Sender: withdraws request `seq` unless the receiver claimed or answered it.
+    /// True: it will never read the buffer, which may be freed at once.
+    pub fn withdraw_request(&self, seq: u64) -> bool {
+        let cur = self.cma_ack.load(Ordering::Acquire);
+        ack_status(cur, seq).is_none()
+            && self
+                .cma_ack
+                .compare_exchange(
+                    cur,
+                    ack_word(seq, ACK_WITHDRAWN),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
     /// Owner: resets the slot for the next claimer. The caller must know that no
     /// producer can write to it any more: the sender closed it ([`Slot::is_closed`]) or
     /// its process is dead. Resetting under a live producer would let the next claimer
@@ -117,6 +210,8 @@ impl Slot {
         self.pid.store(0, Ordering::Relaxed);
         self.waiting.store(0, Ordering::Relaxed);
         self.name_len.store(0, Ordering::Relaxed);
+        self.cma.store(CMA_UNKNOWN, Ordering::Relaxed);
+        self.cma_ack.store(0, Ordering::Relaxed);
         self.state.store(SLOT_FREE, Ordering::Release);
     }
 }
@@ -148,6 +243,12 @@ impl Inbox {
     /// Creates our own inbox under a fresh unpredictable name
     /// ([`Segment::create_unique`]).
     pub fn create(nslots: usize, ring_cap: usize) -> Result<Self> {
+        Self::create_with_probe(nslots, ring_cap, (0, 0))
+    }
+
+    /// [`Inbox::create`], publishing `(address, token)` of the CMA probe word (zeros:
+    /// no single-copy reads from this process).
+    pub fn create_with_probe(nslots: usize, ring_cap: usize, probe: (u64, u64)) -> Result<Self> {
         assert!(ring_cap.is_power_of_two());
         let data_off = data_off(nslots);
         let seg = Segment::create_unique(data_off + nslots * ring_cap)?;
@@ -164,6 +265,8 @@ impl Inbox {
                 nslots: nslots as u32,
                 ring_cap: ring_cap as u64,
                 owner_pid: std::process::id(),
+                cma_probe_addr: probe.0,
+                cma_probe_token: probe.1,
                 running: CachePadded(AtomicU32::new(1)),
                 conn_gen: CachePadded(AtomicU32::new(0)),
                 wait: CachePadded(WaitWord::new()),
@@ -371,6 +474,45 @@ mod loom_tests {
                 assert!(cons.pop_exact(&mut b));
                 assert_eq!(b, [3]);
             }
+        });
+    }
+
+    /// Single-copy handshake: the receiver reads the sender's buffer only after
+    /// claiming the request, the sender reuses it only after the answer or a
+    /// successful withdrawal, and the answer's wake-up is never lost. The buffer is a
+    /// loom cell, so a read racing the reuse is caught; a lost wake-up deadlocks.
+    #[test]
+    fn loom_single_copy_buffer_is_never_reused_while_read() {
+        use crate::shm::waiter::WaitWord;
+        use loom::cell::UnsafeCell;
+        loom::model(|| {
+            let slot = Arc::new(Slot::new());
+            let wake = Arc::new(WaitWord::new());
+            let buf = Arc::new(UnsafeCell::new(1u8));
+            // The request (seq 1) is published; both sides may act on it.
+            let (s2, w2, b2) = (slot.clone(), wake.clone(), buf.clone());
+            let receiver = loom::thread::spawn(move || {
+                if !s2.claim_request(1) {
+                    return false;
+                }
+                // SAFETY: the claim keeps the sender from reusing the buffer until
+                // the answer below (loom checks exactly that).
+                let v = unsafe { b2.with(|p| *p) };
+                assert_eq!(v, 1, "read the sender's bytes");
+                s2.answer_request(1, ACK_DONE);
+                w2.notify();
+                true
+            });
+            // The sender gives up once (a timed-out send), else waits for the answer.
+            let withdrew = slot.withdraw_request(1);
+            if !withdrew {
+                let answered = || matches!(slot.request_status(1), Some(ACK_DONE | ACK_FALLBACK));
+                wake.wait_until(0, || false, answered, None, None);
+            }
+            // SAFETY: withdrawn or answered: the receiver no longer reads it.
+            unsafe { buf.with_mut(|p| *p = 2) };
+            let read = receiver.join().unwrap();
+            assert_eq!(read, !withdrew, "exactly one side wins the request");
         });
     }
 }

@@ -6,6 +6,11 @@
 //! * Large path: above the threshold the header goes first and the payload streams
 //!   through the ring in chunks as the receiver drains it (pipelined, bounded memory);
 //!   the receiver copies straight into the posted user buffer when there is one.
+//! * Single copy: at or above the threshold of [`CmaMode`] (and where a one-time
+//!   measurement shows it pays), when a probe showed the receiver may read the sender's
+//!   memory, the ring carries only a request and the
+//!   receiver copies the payload with `process_vm_readv` ([`cma`]); otherwise, or if
+//!   that read is refused, the large path above.
 //! * Waiting: spin-then-block on the process' futex word ([`waiter`]).
 //! * Cleanup: the owner unlinks its inbox on finalize/drop; a peer that notices the owner
 //!   died unlinks it, and [`segment::reap_stale`] sweeps leftovers at start-up. A slot is
@@ -14,6 +19,9 @@
 //! * Names: `dynres-shm-{pid}-{random}`, created exclusively with mode 0600; a segment
 //!   of another user or open to others is never mapped ([`segment::Segment::open`]).
 
+// Single-copy transfers need real processes: not model-checked.
+#[cfg(not(loom))]
+pub mod cma;
 pub mod layout;
 mod record;
 pub mod ring;
@@ -25,4 +33,4 @@ pub mod waiter;
 mod device;
 
 #[cfg(not(loom))]
-pub use device::{ShmConfig, ShmDevice};
+pub use device::{CmaMode, DEFAULT_CMA_THRESHOLD, ShmConfig, ShmDevice};

@@ -64,3 +64,61 @@ pub(crate) fn push_message(
     }
     true
 }
+
+/// Record flag (bytes 28..32 of a record header, zero in a plain record): a
+/// single-copy request — the payload stays in the sender, and the record carries a
+/// [`RTS_DESC_LEN`]-byte descriptor (buffer address, sequence number) instead.
+pub(crate) const FLAG_RTS: u32 = 1;
+
+/// Bytes of a request's descriptor; with the header it fills one cache line.
+pub(crate) const RTS_DESC_LEN: usize = RECORD_ALIGN - RECORD_HEADER_LEN;
+
+/// The flags of a record header.
+pub(crate) fn record_flags(hb: &[u8; RECORD_HEADER_LEN]) -> u32 {
+    u32::from_le_bytes([hb[28], hb[29], hb[30], hb[31]])
+}
+
+/// A single-copy request for `header.len` bytes at address `addr` of the sender,
+/// numbered `seq` (the receiver acknowledges that number).
+pub(crate) fn rts_record(header: &MsgHeader, addr: u64, seq: u64) -> [u8; RECORD_ALIGN] {
+    let mut r = [0u8; RECORD_ALIGN];
+    r[..RECORD_HEADER_LEN].copy_from_slice(&header.to_record());
+    r[28..32].copy_from_slice(&FLAG_RTS.to_le_bytes());
+    r[32..40].copy_from_slice(&addr.to_le_bytes());
+    r[40..48].copy_from_slice(&seq.to_le_bytes());
+    r
+}
+
+/// `(addr, seq)` of a request's descriptor.
+pub(crate) fn parse_rts(desc: &[u8; RTS_DESC_LEN]) -> (u64, u64) {
+    let at = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&desc[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    (at(0), at(8))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rts_round_trip_and_plain_records_have_no_flags() {
+        let h = MsgHeader {
+            source: 1,
+            tag: 2,
+            context_id: 3,
+            len: 1 << 20,
+        };
+        assert_eq!(record_flags(&h.to_record()), 0);
+        let r = rts_record(&h, 0xdead_beef_0000, 42);
+        let mut hb = [0u8; RECORD_HEADER_LEN];
+        hb.copy_from_slice(&r[..RECORD_HEADER_LEN]);
+        assert_eq!(record_flags(&hb), FLAG_RTS);
+        assert_eq!(MsgHeader::from_record(&hb), h);
+        let mut d = [0u8; RTS_DESC_LEN];
+        d.copy_from_slice(&r[RECORD_HEADER_LEN..]);
+        assert_eq!(parse_rts(&d), (0xdead_beef_0000, 42));
+    }
+}

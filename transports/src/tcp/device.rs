@@ -8,9 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
-use crate::device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+use crate::device::{
+    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+    wait_recv,
+};
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
+use crate::idmap::IdMap;
 use crate::matching::{Matcher, Sink};
 
 /// Tunables of the TCP device.
@@ -23,6 +27,15 @@ pub struct TcpConfig {
     pub max_message: u64,
     /// Timeout for establishing a connection.
     pub connect_timeout: Duration,
+    /// How long a wait spins on non-blocking reads before blocking in `poll(2)`.
+    /// `None`: calibrated once per process (see [`calibrated_spin`]);
+    /// `DYNRES_TCP_SPIN_US` overrides both. Zero blocks at once.
+    pub spin: Option<Duration>,
+    /// `SO_SNDBUF` / `SO_RCVBUF` per socket (the kernel caps them at
+    /// `net.core.{w,r}mem_max`). `None` keeps the kernel's autotuning. Large enough for a
+    /// 1 MiB message to be written in one call, so a send does not wait for the peer's
+    /// reads chunk by chunk.
+    pub socket_buffer: Option<usize>,
 }
 
 impl Default for TcpConfig {
@@ -31,6 +44,8 @@ impl Default for TcpConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             max_message: 1 << 30,
             connect_timeout: Duration::from_secs(5),
+            spin: None,
+            socket_buffer: Some(4 << 20),
         }
     }
 }
@@ -73,6 +88,9 @@ struct Conn {
     /// connection's (each side keeps sending on its own socket, so order holds per
     /// direction), and the two live and die together.
     alias_of: Option<ConnId>,
+    /// Bytes arrived since the spin phase of a wait last looked: a large message is
+    /// still streaming in, so blocking now would only cost a wake-up.
+    moved: bool,
 }
 
 impl Conn {
@@ -82,6 +100,20 @@ impl Conn {
     }
 }
 
+/// Outcome of the receive fast path.
+enum Fast {
+    /// Received.
+    Done(Received),
+    /// Not handled: the general path takes the buffer (nothing was consumed).
+    General(Vec<u8>),
+    /// A matching frame is partly received: the buffer is posted for it, and the
+    /// general path finishes it.
+    Posted(RecvHandle),
+}
+
+/// Frames up to this size (header included) are sent from one contiguous buffer.
+const SMALL_WRITE: usize = 256;
+
 /// Unmatched messages above this size wait in the socket instead of being buffered.
 const STALL_MIN: u64 = 64 * 1024;
 
@@ -90,16 +122,21 @@ pub struct TcpDevice {
     cfg: TcpConfig,
     listener: Option<TcpListener>,
     local: SocketAddr,
-    conns: HashMap<ConnId, Conn>,
+    conns: IdMap<ConnId, Conn>,
+    /// Keys of `conns`, kept in step, so `progress` (called in the spin loop) need not
+    /// allocate.
+    ids: Vec<ConnId>,
     by_addr: HashMap<SocketAddr, ConnId>,
     accepted: VecDeque<ConnId>,
     matcher: Matcher,
     next_conn: u64,
     next_send: u64,
-    send_done: HashMap<SendHandle, Result<()>>,
+    send_done: IdMap<SendHandle, Result<()>>,
     /// `poll` saw the listener readable (or we have not looked yet): try `accept`.
     listener_ready: bool,
     progress_calls: u32,
+    /// Spin budget of a wait (see [`TcpConfig::spin`]).
+    spin: Duration,
 }
 
 const STAGE: usize = 64 * 1024;
@@ -117,18 +154,25 @@ impl TcpDevice {
             .set_nonblocking(true)
             .map_err(io_err("tcp listener nonblocking"))?;
         let local = listener.local_addr().map_err(io_err("tcp local_addr"))?;
-        tracing::debug!(%local, "tcp device listening");
+        if let Some(n) = cfg.socket_buffer {
+            // Accepted sockets inherit the listener's buffer sizes.
+            set_buffers(listener.as_raw_fd(), n)?;
+        }
+        let spin = spin_override().or(cfg.spin).unwrap_or_else(calibrated_spin);
+        tracing::debug!(%local, ?spin, "tcp device listening");
         Ok(Self {
+            spin,
             cfg,
             listener: Some(listener),
             local,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
+            ids: Vec::new(),
             by_addr: HashMap::new(),
             accepted: VecDeque::new(),
             matcher: Matcher::default(),
             next_conn: 0,
             next_send: 0,
-            send_done: HashMap::new(),
+            send_done: IdMap::default(),
             listener_ready: true,
             progress_calls: 0,
         })
@@ -141,6 +185,9 @@ impl TcpDevice {
 
     fn add_conn(&mut self, stream: TcpStream, peer_listen: Option<SocketAddr>) -> Result<ConnId> {
         stream.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
+        if let Some(n) = self.cfg.socket_buffer {
+            set_buffers(stream.as_raw_fd(), n)?;
+        }
         stream
             .set_nonblocking(true)
             .map_err(io_err("tcp nonblocking"))?;
@@ -161,6 +208,7 @@ impl TcpDevice {
             payload: hello,
             off: 0,
         });
+        self.ids.push(id);
         self.conns.insert(
             id,
             Conn {
@@ -174,6 +222,7 @@ impl TcpDevice {
                 dead: None,
                 stalled: false,
                 alias_of: None,
+                moved: false,
             },
         );
         if let Some(a) = peer_listen {
@@ -277,7 +326,7 @@ impl TcpDevice {
     /// Writes queued frames; returns frames completed, or the error that kills the conn.
     fn flush(
         c: &mut Conn,
-        done: &mut HashMap<SendHandle, Result<()>>,
+        done: &mut IdMap<SendHandle, Result<()>>,
         conn: ConnId,
     ) -> Result<usize> {
         let mut n = 0;
@@ -356,6 +405,7 @@ impl TcpDevice {
                             }
                             Ok(k) => {
                                 // Large direct reads go on until EAGAIN.
+                                c.moved = true;
                                 *got += k;
                                 if *got == len {
                                     self.matcher.finish(*sink);
@@ -382,6 +432,7 @@ impl TcpDevice {
                     });
                 }
                 Ok(k) => {
+                    c.moved = true;
                     drained = pos + k < STAGE;
                     c.stage_pos += k;
                 }
@@ -434,6 +485,115 @@ impl TcpDevice {
         }
         Ok(())
     }
+}
+
+/// One idle turn of a spinning read: true once no byte has arrived for `budget` (the
+/// clock is read every 4th turn: a non-blocking read costs far more than the loop).
+fn spun_out(turn: &mut u32, idle: &mut Option<Instant>, budget: Duration) -> bool {
+    *turn = turn.wrapping_add(1);
+    if *turn % 4 == 0 {
+        let now = Instant::now();
+        if now.duration_since(*idle.get_or_insert(now)) >= budget {
+            return true;
+        }
+    }
+    std::hint::spin_loop();
+    false
+}
+
+/// Sets both socket buffer sizes of `fd` to `bytes`.
+fn set_buffers(fd: libc::c_int, bytes: usize) -> Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: `fd` is an open socket owned by the caller; `v` outlives the call and
+        // the length passed is its size.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(TransportError::io(
+                "tcp socket buffer size",
+                io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Environment override of the spin budget, in microseconds.
+pub const SPIN_ENV: &str = "DYNRES_TCP_SPIN_US";
+
+fn spin_override() -> Option<Duration> {
+    std::env::var(SPIN_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_micros)
+}
+
+/// The spin budget used when [`TcpConfig::spin`] is `None`: 8 × the cost of one
+/// block-in-`poll` + wake-up, measured once per process by a two-thread ping-pong over
+/// a socket pair, clamped to 20–200 µs.
+///
+/// Why a multiple and not the bare cost (the shared-memory rule): over a socket the
+/// gap between a request and its answer is a round trip through the kernel on both
+/// sides, several wake-up costs long; spinning for only one would block on nearly
+/// every message and keep the wake-up this spin exists to avoid. The cap bounds the
+/// CPU burnt when the peer is really idle.
+pub fn calibrated_spin() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let cost = measure_wake_cost().unwrap_or(Duration::from_micros(10));
+        let spin = (cost * 8).clamp(Duration::from_micros(20), Duration::from_micros(200));
+        tracing::debug!(?cost, ?spin, "tcp spin budget calibrated");
+        spin
+    })
+}
+
+/// Median half round trip of a blocking `poll` ping-pong between two threads.
+fn measure_wake_cost() -> Option<Duration> {
+    use std::os::unix::net::UnixStream;
+    fn wait_read(s: &mut UnixStream) -> io::Result<()> {
+        let mut fd = [libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd for the duration of the call.
+        if unsafe { libc::poll(fd.as_mut_ptr(), 1, 1000) } <= 0 {
+            return Err(io::Error::other("calibration peer silent"));
+        }
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)
+    }
+    const N: usize = 64;
+    let (mut a, mut b) = UnixStream::pair().ok()?;
+    let echo = std::thread::spawn(move || -> io::Result<()> {
+        for _ in 0..N {
+            wait_read(&mut b)?;
+            b.write_all(&[1])?;
+        }
+        Ok(())
+    });
+    let mut samples = Vec::with_capacity(N);
+    for _ in 0..N {
+        let t = Instant::now();
+        if a.write_all(&[1]).and_then(|()| wait_read(&mut a)).is_err() {
+            break;
+        }
+        samples.push(t.elapsed() / 2);
+    }
+    let ok = echo.join().ok()?.is_ok();
+    if !ok || samples.len() < N {
+        return None;
+    }
+    samples.sort();
+    Some(samples[N / 2])
 }
 
 fn classify(conn: ConnId, e: io::Error, mid_message: bool) -> TransportError {
@@ -641,9 +801,19 @@ impl Device for TcpDevice {
             }
             let c = self.conns.get_mut(&conn).expect("checked");
             if c.out.is_empty() {
-                // Write straight from the caller's buffer: no intermediate copy.
+                // Write straight from the caller's buffer: no intermediate copy — except
+                // that a small message goes out as one contiguous write (cheaper for the
+                // kernel than a two-element writev).
+                let mut small = [0u8; SMALL_WRITE];
+                let joined = (off == 0 && total <= SMALL_WRITE).then(|| {
+                    small[..FRAME_HEADER_LEN].copy_from_slice(&head);
+                    small[FRAME_HEADER_LEN..total].copy_from_slice(payload);
+                    &small[..total]
+                });
                 while off < total {
-                    let r = if off < FRAME_HEADER_LEN {
+                    let r = if let Some(buf) = joined {
+                        c.stream.write(&buf[off..])
+                    } else if off < FRAME_HEADER_LEN {
                         c.stream
                             .write_vectored(&[IoSlice::new(&head[off..]), IoSlice::new(payload)])
                     } else {
@@ -700,6 +870,14 @@ impl Device for TcpDevice {
         Ok(self.matcher.post(spec, buf))
     }
 
+    fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
+        match self.recv_fast(&spec, buf)? {
+            Fast::Done(r) => Ok(r),
+            Fast::General(buf) => recv_blocking(self, spec, buf, timeout),
+            Fast::Posted(h) => wait_recv(self, h, timeout),
+        }
+    }
+
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
         self.matcher.take(handle)
     }
@@ -714,16 +892,19 @@ impl Device for TcpDevice {
 
     fn progress(&mut self) -> Result<usize> {
         // `accept` costs a syscall that almost always says EAGAIN: only try when poll
-        // saw the listener readable, and every 64th call for busy loops that never poll.
+        // saw the listener readable, and every 1024th call for busy loops that never
+        // poll (a spinning wait calls progress every microsecond or so: a connecting
+        // peer waits about a millisecond at most, and a small message does not pay for
+        // an `accept` every few round trips).
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let mut events = 0;
-        if self.listener_ready || self.progress_calls % 64 == 0 {
+        if self.listener_ready || self.progress_calls % 1024 == 0 {
             self.listener_ready = false;
             events += self.accept_new()?;
         }
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
-        for id in ids {
-            let c = self.conns.get_mut(&id).expect("id from keys");
+        for i in 0..self.ids.len() {
+            let id = self.ids[i];
+            let c = self.conns.get_mut(&id).expect("ids mirror conns");
             if c.dead.is_some() {
                 continue;
             }
@@ -748,7 +929,13 @@ impl Device for TcpDevice {
         Ok(events)
     }
 
+    /// Spins on non-blocking reads for the spin budget (restarted whenever bytes
+    /// arrive), then blocks in `poll(2)`: a message that arrives within the spin costs
+    /// no wake-up, which is most of a small message's latency.
     fn wait_activity(&mut self, timeout: Duration) -> Result<()> {
+        if self.spin_phase(timeout)? {
+            return Ok(());
+        }
         self.poll(timeout)
     }
 
@@ -786,6 +973,7 @@ impl TcpDevice {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.ids.retain(|k| *k != conn);
         if let Some(a) = c.peer_listen {
             if self.by_addr.get(&a) == Some(&conn) {
                 self.by_addr.remove(&a);
@@ -807,6 +995,152 @@ impl TcpDevice {
 }
 
 impl TcpDevice {
+    /// Receive fast path for the common blocking case: a receive on one connection
+    /// with nothing queued anywhere. Spins (for the spin budget) on non-blocking reads
+    /// of that socket into its staging buffer and, if a complete matching data frame
+    /// is there, copies it into `buf` without going through the matching queues.
+    /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
+    /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
+    /// staged, so the general path parses them under the same matching rules.
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Fast> {
+        let Some(id) = spec.conn else {
+            return Ok(Fast::General(buf));
+        };
+        // The second socket of a simultaneous connect carries this connection's
+        // messages: only the general path watches both.
+        if !self.matcher.quiet_for(id)
+            || self
+                .conns
+                .values()
+                .any(|c| !c.out.is_empty() || c.alias_of == Some(id))
+        {
+            return Ok(Fast::General(buf));
+        }
+        let (max, budget) = (self.cfg.max_message, self.spin);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(Fast::General(buf));
+        };
+        if c.dead.is_some() || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
+            return Ok(Fast::General(buf));
+        }
+        let mut idle: Option<Instant> = None;
+        let mut turn = 0u32;
+        // 1. Spin until a whole header is staged.
+        let fh = loop {
+            if c.stage_pos >= FRAME_HEADER_LEN {
+                match framing::parse_header(&c.stage[..c.stage_pos], max) {
+                    Ok(Some(fh)) => break fh,
+                    _ => return Ok(Fast::General(buf)),
+                }
+            }
+            let pos = c.stage_pos;
+            match c.stream.read(&mut c.stage[pos..]) {
+                Ok(0) => return Ok(Fast::General(buf)), // EOF stays: the general path reports it
+                Ok(k) => c.stage_pos += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if spun_out(&mut turn, &mut idle, budget) {
+                        return Ok(Fast::General(buf));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Reported once by the kernel: record it before falling back.
+                    let mid = c.stage_pos > 0;
+                    self.kill(id, classify(id, e, mid));
+                    return Ok(Fast::General(buf));
+                }
+            }
+        };
+        let len = fh.msg.len as usize;
+        if fh.kind != FrameKind::Data || !spec.matches(id, &fh.msg) || len > buf.len() {
+            return Ok(Fast::General(buf));
+        }
+        // 2. It is ours: take the staged part, then read the rest straight into `buf`.
+        let mut buf = buf;
+        buf.truncate(len);
+        let have = (c.stage_pos - FRAME_HEADER_LEN).min(len);
+        buf[..have].copy_from_slice(&c.stage[FRAME_HEADER_LEN..FRAME_HEADER_LEN + have]);
+        c.stage.copy_within(FRAME_HEADER_LEN + have..c.stage_pos, 0);
+        c.stage_pos -= FRAME_HEADER_LEN + have;
+        let mut got = have;
+        idle = None;
+        let failed = loop {
+            if got == len {
+                return Ok(Fast::Done(Received {
+                    header: fh.msg,
+                    conn: id,
+                    data: buf,
+                }));
+            }
+            match c.stream.read(&mut buf[got..len]) {
+                Ok(0) => {
+                    break TransportError::PeerClosed {
+                        conn: id.0,
+                        mid_message: true,
+                    };
+                }
+                Ok(k) => {
+                    got += k;
+                    idle = None;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if spun_out(&mut turn, &mut idle, budget) {
+                        // The sender is slow: hand the partial message to the general
+                        // path as a posted receive, exactly where it stands.
+                        let h = self.matcher.post(*spec, buf);
+                        let sink = self.matcher.incoming(id, fh.msg);
+                        c.rx = Rx::Payload { fh, sink, got };
+                        return Ok(Fast::Posted(h));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break classify(id, e, true),
+            }
+        };
+        self.kill(id, failed.duplicate());
+        Err(failed)
+    }
+
+    /// The spin half of spin-then-block: drives `progress` (non-blocking reads and
+    /// writes) until something completes (true), or no byte has moved for the spin
+    /// budget (false: the caller blocks). Never longer than `timeout`.
+    fn spin_phase(&mut self, timeout: Duration) -> Result<bool> {
+        let budget = self.spin.min(timeout);
+        if budget.is_zero() {
+            return Ok(false);
+        }
+        let start = Instant::now();
+        let mut last = start;
+        let mut turn = 0u32;
+        loop {
+            if self.progress()? > 0 {
+                return Ok(true);
+            }
+            // A non-blocking read costs far more than the loop; the clock is still
+            // read only every 4th turn so the spin is mostly reads.
+            turn = turn.wrapping_add(1);
+            if turn % 4 != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            let mut moved = false;
+            for c in self.conns.values_mut() {
+                moved |= std::mem::take(&mut c.moved);
+            }
+            if moved {
+                last = now;
+            }
+            if now.duration_since(start) >= timeout {
+                return Ok(true);
+            }
+            if now.duration_since(last) >= budget {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     fn poll_for_write(&mut self, conn: ConnId, timeout: Duration) -> Result<()> {
         let Some(c) = self.conns.get(&conn) else {
             return Ok(());

@@ -386,3 +386,265 @@ mod recycling {
         assert_eq!(root.dead.len() + root.accepted.len(), 0);
     }
 }
+
+mod single_copy {
+    use super::super::*;
+    use crate::device::{accept_blocking, recv_blocking, wait_send};
+    use crate::shm::layout::CMA_UNKNOWN;
+
+    const T: Duration = Duration::from_secs(10);
+    const ON: CmaMode = CmaMode::On {
+        threshold: 64 * 1024,
+    };
+
+    fn pair_with(sender: CmaMode, receiver: CmaMode) -> (ShmDevice, ShmDevice, ConnId, ConnId) {
+        let cfg = |cma| ShmConfig {
+            cma,
+            ..ShmConfig::default()
+        };
+        let mut a = ShmDevice::new(cfg(sender)).unwrap();
+        let mut b = ShmDevice::new(cfg(receiver)).unwrap();
+        let mut pb = PeerAddrs::default();
+        b.local_address(&mut pb);
+        let ab = a.connect(&pb).unwrap();
+        // Attaching the slot is when the receiver probes the sender; `a` attaches (and
+        // probes) the way back at its next progress.
+        let ba = accept_blocking(&mut b, T).unwrap();
+        a.progress().unwrap();
+        (a, b, ab, ba)
+    }
+
+    fn hdr(tag: u64) -> MsgHeader {
+        MsgHeader {
+            source: 1,
+            tag,
+            context_id: 0,
+            len: 0,
+        }
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    /// The state the receiver published for the sender's ring.
+    fn probed(a: &ShmDevice, ab: ConnId) -> u32 {
+        let c = &a.conns[&ab];
+        c.peer.slot(c.out_slot).cma.load(Ordering::Relaxed)
+    }
+
+    /// Drives both devices until `h` completes on `b`.
+    fn finish(a: &mut ShmDevice, b: &mut ShmDevice, h: RecvHandle) -> Received {
+        let deadline = Instant::now() + T;
+        loop {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if let Some(r) = b.test_recv(h).unwrap() {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "receive never completed");
+        }
+    }
+
+    /// 4 MiB and 1 MiB + 1 go by single copy (the counter proves it), byte for byte,
+    /// and a small message after them still takes the ring, in order.
+    #[test]
+    fn large_messages_are_read_by_single_copy() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        assert_eq!(probed(&a, ab), CMA_OK);
+        let m1 = pattern(1, 4 << 20);
+        let m2 = pattern(2, (1 << 20) + 1);
+        let h1 = a.isend(ab, hdr(1), m1.clone()).unwrap();
+        let h2 = a.isend(ab, hdr(2), m2.clone()).unwrap();
+        let h3 = a.isend(ab, hdr(3), b"tail".to_vec()).unwrap();
+        assert!(
+            !a.test_send(h1).unwrap(),
+            "done only once the receiver read it"
+        );
+        let any = RecvSpec::default();
+        let r1 = b.post_recv(any, vec![0; m1.len()]).unwrap();
+        let r1 = finish(&mut a, &mut b, r1);
+        let r2 = b.post_recv(any, vec![0; m2.len() + 100]).unwrap();
+        let r2 = finish(&mut a, &mut b, r2);
+        // The tail is queued behind the requests: only `a`'s progress sends it.
+        let r3 = b.post_recv(any, vec![0; 8]).unwrap();
+        let r3 = finish(&mut a, &mut b, r3);
+        assert_eq!((r1.header.tag, r2.header.tag, r3.header.tag), (1, 2, 3));
+        assert!(r1.data == m1, "4 MiB intact");
+        assert!(r2.data == m2, "1 MiB + 1 intact");
+        assert_eq!(r3.data, b"tail");
+        for h in [h1, h2, h3] {
+            wait_send(&mut a, h, T).unwrap();
+        }
+        assert_eq!(b.single_copy_receives(), 2);
+    }
+
+    /// Blocking sends both ways across two threads (each side's send waits for the
+    /// other's read, its wait woken by the answer).
+    #[test]
+    fn blocking_ping_pong_across_threads() {
+        let (mut a, mut b, ab, ba) = pair_with(ON, ON);
+        let n = (1 << 20) + 1;
+        let echo = std::thread::spawn(move || {
+            for _ in 0..20 {
+                let r = b.recv(RecvSpec::default(), vec![0; n], T).unwrap();
+                b.send(ba, r.header, &r.data, T).unwrap();
+            }
+            b.single_copy_receives()
+        });
+        for i in 0..20u8 {
+            let m = pattern(i, n);
+            a.send(ab, hdr(u64::from(i)), &m, T).unwrap();
+            let r = a.recv(RecvSpec::default(), vec![0; n], T).unwrap();
+            assert!(r.data == m && r.header.tag == u64::from(i));
+        }
+        assert_eq!(echo.join().unwrap(), 20);
+        assert_eq!(a.single_copy_receives(), 20);
+    }
+
+    /// A request nobody asked for waits (rendezvous) until a receive is posted; one
+    /// posted behind it (for a later message) makes it buffered at once.
+    #[test]
+    fn unexpected_requests_wait_or_are_buffered() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        let big = pattern(7, 300_000);
+        let h = a.isend(ab, hdr(1), big.clone()).unwrap();
+        for _ in 0..20 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        assert!(!a.test_send(h).unwrap(), "not read before anyone asks");
+        let h2 = a.isend(ab, hdr(2), b"later".to_vec()).unwrap();
+        let want2 = RecvSpec {
+            tag: Some(2),
+            ..RecvSpec::default()
+        };
+        let r2 = b.post_recv(want2, vec![0; 8]).unwrap();
+        let r2 = finish(&mut a, &mut b, r2);
+        assert_eq!(r2.data, b"later");
+        wait_send(&mut a, h, T).unwrap();
+        wait_send(&mut a, h2, T).unwrap();
+        let r1 = recv_blocking(&mut b, RecvSpec::default(), vec![0; big.len()], T).unwrap();
+        assert!(r1.header.tag == 1 && r1.data == big);
+        assert_eq!(b.single_copy_receives(), 1);
+    }
+
+    /// A receiver that does not take part (CMA off, as with `DYNRES_SHM_CMA=0`) never
+    /// marks the sender's ring: everything goes through the ring, intact.
+    #[test]
+    fn receiver_without_single_copy_gets_the_ring_path() {
+        let (mut a, mut b, ab, _) = pair_with(ON, CmaMode::Off);
+        assert_eq!(probed(&a, ab), CMA_NO);
+        let m = pattern(3, (1 << 20) + 1);
+        let h = a.isend(ab, hdr(1), m.clone()).unwrap();
+        let r = b.post_recv(RecvSpec::default(), vec![0; m.len()]).unwrap();
+        let r = finish(&mut a, &mut b, r);
+        wait_send(&mut a, h, T).unwrap();
+        assert!(r.data == m);
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// A sender that does not take part publishes no probe word: the probe fails.
+    #[test]
+    fn sender_without_single_copy_is_probed_no() {
+        let (mut a, mut b, ab, _) = pair_with(CmaMode::Off, ON);
+        assert_eq!(probed(&a, ab), CMA_NO);
+        let m = pattern(4, 200_000);
+        a.send(ab, hdr(1), &m[..1000], T).unwrap();
+        let h = a.isend(ab, hdr(2), m.clone()).unwrap();
+        let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; 1000], T).unwrap();
+        assert!(r.data == m[..1000]);
+        let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; m.len()], T).unwrap();
+        wait_send(&mut a, h, T).unwrap();
+        assert!(r.data == m);
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// A read refused at use (`EPERM`, simulated) is answered FALLBACK: the payload
+    /// follows through the ring and arrives intact; later messages use the ring.
+    #[test]
+    fn refused_read_falls_back_to_the_ring() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        b.refuse_read_at = Some(0);
+        let m = pattern(5, (1 << 20) + 1);
+        let h = a.isend(ab, hdr(1), m.clone()).unwrap();
+        let r = b.post_recv(RecvSpec::default(), vec![0; m.len()]).unwrap();
+        let r = finish(&mut a, &mut b, r);
+        wait_send(&mut a, h, T).unwrap();
+        assert!(r.data == m, "fallback delivered the bytes");
+        assert_eq!(b.single_copy_receives(), 0);
+        assert_eq!(probed(&a, ab), CMA_NO, "no more requests from this sender");
+        let h = a.isend(ab, hdr(2), m.clone()).unwrap();
+        let r = b.post_recv(RecvSpec::default(), vec![0; m.len()]).unwrap();
+        let r = finish(&mut a, &mut b, r);
+        wait_send(&mut a, h, T).unwrap();
+        assert!(r.header.tag == 2 && r.data == m);
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// An unexpected request buffered because a later receive waits behind it, whose
+    /// read is refused half-way: the payload comes again through the ring and the
+    /// message holds it once, intact (the part already read is not kept).
+    #[test]
+    fn refusal_half_way_through_a_buffered_request() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        let m = pattern(8, 300_000);
+        b.refuse_read_at = Some(150_000);
+        let h = a.isend(ab, hdr(1), m.clone()).unwrap();
+        let h2 = a.isend(ab, hdr(2), b"later".to_vec()).unwrap();
+        let want2 = RecvSpec {
+            tag: Some(2),
+            ..RecvSpec::default()
+        };
+        let r2 = b.post_recv(want2, vec![0; 8]).unwrap();
+        let r2 = finish(&mut a, &mut b, r2);
+        assert_eq!(r2.data, b"later");
+        wait_send(&mut a, h, T).unwrap();
+        wait_send(&mut a, h2, T).unwrap();
+        let r1 = recv_blocking(&mut b, RecvSpec::default(), vec![0; 400_000], T).unwrap();
+        assert_eq!(r1.data.len(), m.len());
+        assert!(r1.data == m);
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// A blocking send whose receiver never asks times out and withdraws its request:
+    /// the receive posted afterwards gets `SendWithdrawn`, not the (freed) buffer, and
+    /// the connection carries on.
+    #[test]
+    fn timed_out_send_withdraws_its_request() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        let m = pattern(6, 1 << 20);
+        let e = a
+            .send(ab, hdr(1), &m, Duration::from_millis(30))
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Timeout(..)), "{e}");
+        drop(m);
+        let e = recv_blocking(&mut b, RecvSpec::default(), vec![0; 1 << 20], T).unwrap_err();
+        assert!(
+            matches!(e, TransportError::SendWithdrawn { len, .. } if len == 1 << 20),
+            "{e}"
+        );
+        a.send(ab, hdr(2), b"after", T).unwrap();
+        let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; 8], T).unwrap();
+        assert_eq!((r.header.tag, &r.data[..]), (2, &b"after"[..]));
+        assert_eq!(b.single_copy_receives(), 0);
+    }
+
+    /// A recycled slot forgets the probe and the last answer: the next sender starts
+    /// unprobed, with sequence numbers that cannot match a stale answer.
+    #[test]
+    fn recycled_slot_starts_unprobed() {
+        let (mut a, mut b, ab, _) = pair_with(ON, ON);
+        a.send(ab, hdr(1), &pattern(1, 100_000), Duration::from_millis(1))
+            .unwrap_err();
+        let c = &a.conns[&ab];
+        let slot = c.peer.slot(c.out_slot);
+        assert_ne!(slot.cma_ack.load(Ordering::Relaxed), 0);
+        slot.recycle();
+        assert_eq!(slot.cma.load(Ordering::Relaxed), CMA_UNKNOWN);
+        assert_eq!(slot.cma_ack.load(Ordering::Relaxed), 0);
+        drop(b.finalize());
+    }
+}

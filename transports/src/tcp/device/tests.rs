@@ -226,3 +226,230 @@ fn a_message_sent_before_close_is_still_received() {
     let e = recv_blocking(&mut b, on, vec![0; 3], T).unwrap_err();
     assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
 }
+
+fn pair_with(cfg: TcpConfig) -> (TcpDevice, TcpDevice, ConnId, ConnId) {
+    let mut a = TcpDevice::new(cfg.clone()).unwrap();
+    let mut b = TcpDevice::new(cfg).unwrap();
+    let mut pb = PeerAddrs::default();
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    let ba = accept_blocking(&mut b, T).unwrap();
+    (a, b, ab, ba)
+}
+
+/// Ping-pong of small and large messages between two threads, with the spin phase
+/// alone doing the waiting (a budget far longer than any message takes), and with no
+/// spin at all (straight to `poll`): both must deliver every byte, in order.
+#[test]
+fn spin_then_block_delivers_with_any_budget() {
+    for spin in [Duration::ZERO, Duration::from_secs(5)] {
+        let cfg = TcpConfig {
+            spin: Some(spin),
+            ..TcpConfig::default()
+        };
+        let (mut a, mut b, ab, ba) = pair_with(cfg);
+        assert_eq!(a.spin, spin);
+        let sizes = [1usize, 100, 100_000, (3 << 20) + 1];
+        let echo = std::thread::spawn(move || {
+            for &n in &sizes {
+                let r = b.recv(any(), vec![0; n], T).unwrap();
+                b.send(ba, r.header, &r.data, T).unwrap();
+            }
+        });
+        for &n in &sizes {
+            let msg: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+            a.send(ab, hdr(n as u64), &msg, T).unwrap();
+            let r = a.recv(any(), vec![0; n], T).unwrap();
+            assert_eq!(r.header.tag, n as u64);
+            assert!(r.data == msg, "{n} bytes came back changed (spin {spin:?})");
+        }
+        echo.join().unwrap();
+    }
+}
+
+/// The spin phase reports a message that is already there, and gives up (for the
+/// caller to block in poll) when nothing arrives within its budget.
+#[test]
+fn spin_phase_ends_on_data_or_idle() {
+    let cfg = TcpConfig {
+        spin: Some(Duration::from_millis(1)),
+        ..TcpConfig::default()
+    };
+    let (mut a, mut b, ab, _) = pair_with(cfg);
+    // Let the HELLO be consumed first.
+    while b.spin_phase(T).unwrap() {}
+    assert!(!b.spin_phase(T).unwrap(), "nothing sent: the spin gives up");
+    let h = b.post_recv(any(), vec![0; 2]).unwrap();
+    a.send(ab, hdr(1), b"ok", T).unwrap();
+    assert!(
+        b.spin_phase(T).unwrap(),
+        "the message completes during the spin"
+    );
+    assert_eq!(b.test_recv(h).unwrap().unwrap().data, b"ok");
+}
+
+/// `socket_buffer` reaches the kernel (which reports twice the size asked for).
+#[test]
+fn socket_buffer_is_applied() {
+    let n = 96 * 1024;
+    let cfg = TcpConfig {
+        socket_buffer: Some(n),
+        ..TcpConfig::default()
+    };
+    let (a, b, ab, ba) = pair_with(cfg);
+    for (d, c) in [(&a, ab), (&b, ba)] {
+        let fd = d.conns[&c].stream.as_raw_fd();
+        for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: valid socket, `v` and `len` outlive the call.
+            let r = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(r, 0);
+            assert_eq!(v as usize, 2 * n, "option {opt}");
+        }
+    }
+}
+
+/// The receive fast path takes a complete matching frame straight from the staging
+/// buffer, and leaves everything else to the general path: a non-matching tag is
+/// queued and found later, back-to-back frames stay in order, an oversize message is
+/// `Truncated`, and garbage is `Malformed`.
+#[test]
+fn fast_path_keeps_matching_rules() {
+    let (mut a, mut b, ab, ba) = pair();
+    let on = |tag| RecvSpec {
+        conn: Some(ba),
+        tag,
+        ..any()
+    };
+    a.send(ab, hdr(1), b"one", T).unwrap();
+    a.send(ab, hdr(2), b"two", T).unwrap();
+    let r = b.recv(on(Some(2)), vec![0; 8], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (2, &b"two"[..]));
+    let r = b.recv(on(Some(1)), vec![0; 8], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (1, &b"one"[..]));
+    for i in 0..5u8 {
+        a.send(ab, hdr(3), &[i; 10], T).unwrap();
+    }
+    for i in 0..5u8 {
+        let r = b.recv(on(None), vec![0; 10], T).unwrap();
+        assert_eq!(r.data, [i; 10], "in order");
+    }
+    a.send(ab, hdr(4), &[9; 100], T).unwrap();
+    let e = b.recv(on(None), vec![0; 10], T).unwrap_err();
+    assert!(matches!(e, TransportError::Truncated { .. }), "{e}");
+    a.send(ab, hdr(5), b"still fine", T).unwrap();
+    assert_eq!(
+        b.recv(on(None), vec![0; 16], T).unwrap().data,
+        b"still fine"
+    );
+}
+
+#[test]
+fn fast_path_reports_garbage() {
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    // A HELLO-less peer: the first bytes are garbage.
+    raw.write_all(&[0xAB; 40]).unwrap();
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = b.recv(spec, vec![0; 8], T).unwrap_err();
+    assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+}
+
+/// A raw peer (HELLO sent) and the device's accepted connection to it.
+fn raw_peer(cfg: TcpConfig) -> (TcpDevice, TcpStream, ConnId) {
+    let mut b = TcpDevice::new(cfg).unwrap();
+    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
+    let hello = b"127.0.0.1:1";
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Hello,
+        msg: MsgHeader {
+            len: hello.len() as u64,
+            ..MsgHeader::default()
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(hello).unwrap();
+    let conn = accept_blocking(&mut b, T).unwrap();
+    (b, raw, conn)
+}
+
+/// A matching frame whose sender stalls half-way (a spin budget of 1 µs runs out)
+/// is handed to the general path as a posted receive, and completes intact.
+#[test]
+fn fast_path_hands_a_stalled_frame_to_the_general_path() {
+    let cfg = TcpConfig {
+        spin: Some(Duration::from_micros(1)),
+        ..TcpConfig::default()
+    };
+    let (mut b, mut raw, conn) = raw_peer(cfg);
+    let msg: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Data,
+        msg: MsgHeader {
+            len: msg.len() as u64,
+            ..hdr(1)
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(&msg[..100_000]).unwrap();
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let rx = std::thread::spawn(move || b.recv(spec, vec![0; msg.len()], T).map(|r| r.data));
+    // The receiver has long spun out when the rest comes (no assertion on time).
+    std::thread::sleep(Duration::from_millis(50));
+    let rest: Vec<u8> = (100_000..300_000u32).map(|i| (i % 241) as u8).collect();
+    raw.write_all(&rest).unwrap();
+    let got = rx.join().unwrap().unwrap();
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    assert!(got == want);
+}
+
+/// The peer closes in the middle of a frame the fast path is reading: a typed error.
+#[test]
+fn fast_path_peer_close_mid_frame() {
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
+    let head = framing::encode(&FrameHeader {
+        kind: FrameKind::Data,
+        msg: MsgHeader {
+            len: 1000,
+            ..hdr(1)
+        },
+    });
+    raw.write_all(&head).unwrap();
+    raw.write_all(&[1; 400]).unwrap();
+    drop(raw);
+    let spec = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    let e = b.recv(spec, vec![0; 1000], T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::PeerClosed {
+                mid_message: true,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        b.recv(spec, vec![0; 10], T).is_err(),
+        "the connection is closed"
+    );
+}
