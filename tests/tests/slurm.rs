@@ -125,7 +125,10 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
     let mut cmd = Command::new("salloc");
     cmd.args(["-N3", "--exclusive", "--time=5"])
         .arg(dynres_tests::job::dynres_bin())
-        .args(["run", "-n", "2", "--job-id", "sl"])
+        // Its subject is growth across the allocation's nodes: emptied nodes are kept
+        // (giving them back, and growing again with a second allocation, is the next
+        // test's).
+        .args(["run", "-n", "2", "--job-id", "sl", "--keep-nodes"])
         // Long enough iterations that the first change is decided while the job runs
         // (daemons started by srun take ~2 s to connect).
         .args(synthetic_step(2, 6, 4, 60, 3_000_000))
