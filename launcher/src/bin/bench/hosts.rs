@@ -46,7 +46,14 @@ fn add_ms(out: &Output, k: u32) -> Option<(f64, f64)> {
         .filter(|c| c.len() >= 8 && c[7] == format!("add{k}:finalized"))
         .map(|c| (3..6).map(|i| c[i].parse::<f64>().unwrap_or(0.0)).sum())
         .collect();
-    Some((*adds.first()?, *adds.last()?))
+    // A "later" ADD must be another one than the first (see the job's arguments).
+    if adds.len() < 2 {
+        eprintln!(
+            "dynres-bench: only {} add{k} finalized; no later ADD to report",
+            adds.len()
+        );
+    }
+    Some((*adds.first()?, *adds.get(1..)?.last()?))
 }
 
 fn strs(v: &[&str]) -> Vec<String> {
@@ -105,7 +112,10 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
         b.push(hosts(4, 4));
         b.extend(strs(&["--launch-agent", &agent]));
         b.extend(sleep);
-        // ADD of 8 from 2: on one host, and onto a second host.
+        // ADD of 8 from 2: on one host, and onto a second host. Two ADDs (iterations 2
+        // and 6), with iterations long enough that the 8 processes the SUB between them
+        // removed have exited (SLOT-3) before the second asks for their slots —
+        // otherwise it is refused and "later" silently measures the first again.
         let synth = strs(&[
             "--example",
             "synthetic",
@@ -122,9 +132,9 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
             "2",
             "-b",
             "-i",
-            "7",
+            "9",
             "--problem-size",
-            "100000",
+            "2000000",
         ]);
         let mut c = strs(&[
             "run",
