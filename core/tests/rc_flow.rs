@@ -656,3 +656,14 @@ fn losing_a_node_mid_change_aborts_and_retires_its_slots() {
     w.lose_node(dynres_core::rc::NodeId(0));
     assert!(w.notices.contains(&MasterOutput::ProcessLost(pid(1))));
 }
+
+/// The harness itself: a timer that keeps firing at one instant with nothing else
+/// happening fails the test (naming the machine) instead of spinning forever.
+#[test]
+#[should_panic(expected = "is never cleared")]
+fn a_timer_that_fires_without_progress_fails_the_test() {
+    let mut w = World::new(config(1, 4, 2));
+    for _ in 0..100 {
+        w.note_timer(Some(0));
+    }
+}

@@ -307,3 +307,12 @@ fn a_long_run_keeps_a_bounded_history() {
     let first = PsetName::parse("mpi://rte/app/rc/1").unwrap();
     assert_eq!(w.master.status(&first), RcStatus::Null);
 }
+
+/// Issue 13 hygiene: the kernel under test is the shipped one, with no planted-bug
+/// switch compiled in. Only the verification workspace builds it with `planted-bugs`;
+/// were that crate back in this workspace, cargo would unify the feature into every
+/// build here and this test would fail.
+#[test]
+fn tests_run_against_a_kernel_without_planted_bug_switches() {
+    assert!(!cfg!(feature = "planted-bugs"));
+}

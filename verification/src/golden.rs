@@ -26,7 +26,7 @@ pub fn parse(text: &str) -> BTreeMap<String, usize> {
 pub fn render(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
         "# Unique states per model configuration (exhaustive DFS, --threads 1).\n\
-         # Regenerate with: cargo run --release -p dynres-verification -- check --bless\n",
+         # Regenerate with: cargo verify check --bless\n",
     );
     for o in outcomes {
         out.push_str(&format!("{} {}\n", o.name, o.states));
@@ -95,6 +95,7 @@ mod tests {
             seconds: 0.0,
             failures: vec![],
             truncated: false,
+            timed_out: false,
             notes: vec![],
         };
         let text = render(&[o]);

@@ -1,6 +1,6 @@
 //! `dynres-verification`: the merge gate (`spec/verification.md`).
 //!
-//! `cargo run --release -p dynres-verification -- check [--tier pr|nightly] [--json FILE]`
+//! `cargo verify check [--tier pr|nightly] [--json FILE]`
 
 use std::process::ExitCode;
 
@@ -240,6 +240,8 @@ fn run_check(
 fn print_row(o: &Outcome) {
     let result = if o.truncated {
         "BOUND HIT (state budget)".to_string()
+    } else if o.timed_out {
+        "BOUND HIT (time: not explored to its end)".to_string()
     } else if o.passed() {
         "ok".to_string()
     } else {

@@ -24,6 +24,9 @@ pub struct Outcome {
     pub failures: Vec<(String, String)>,
     /// Whether exploration stopped at the state budget instead of finishing.
     pub truncated: bool,
+    /// Whether exploration stopped at [`CONFIG_TIMEOUT`] instead of finishing: a
+    /// configuration that was not explored to its end proves nothing.
+    pub timed_out: bool,
     /// Bounds that cut paths (printed under the row; a cut is never silent).
     pub notes: Vec<String>,
 }
@@ -31,7 +34,7 @@ pub struct Outcome {
 impl Outcome {
     /// Whether every property held.
     pub fn passed(&self) -> bool {
-        self.failures.is_empty() && !self.truncated
+        self.failures.is_empty() && !self.truncated && !self.timed_out
     }
 }
 
@@ -75,16 +78,39 @@ where
     M::State: Clone + Debug + Eq + Hash + Send + Sync,
     M::Action: Clone + Debug + PartialEq + Send + Sync,
 {
+    explore_within(name, model, max_states, threads, CONFIG_TIMEOUT, render)
+}
+
+/// How long one configuration may be explored before the gate gives up on it (and
+/// fails).
+pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// [`explore_all`] with its own time bound.
+pub fn explore_within<M>(
+    name: &str,
+    model: &M,
+    max_states: usize,
+    threads: usize,
+    timeout: Duration,
+    render: impl Fn(stateright::Path<M::State, M::Action>) -> String,
+) -> Outcome
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq + Send + Sync,
+{
     let started = Instant::now();
     let checker = model
         .clone()
         .checker()
         .threads(threads)
         .target_state_count(max_states)
-        .timeout(Duration::from_secs(600))
+        .timeout(timeout)
         .spawn_dfs()
         .join();
     let seconds = started.elapsed().as_secs_f64();
+    // The checker returns at its timeout as if it were done: only the clock tells.
+    let timed_out = started.elapsed() >= timeout;
     let mut failures = Vec::new();
     for p in model.properties() {
         let found = checker.discovery(p.name);
@@ -108,6 +134,7 @@ where
         seconds,
         failures,
         truncated: states >= max_states,
+        timed_out,
         notes: Vec::new(),
     }
 }
@@ -158,4 +185,29 @@ fn describe(action: &str, labels: &[String]) -> String {
         s = s.replace(&format!("actor {ix})"), label);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration cut off by the time bound fails the gate instead of passing on
+    /// what it happened to explore.
+    #[test]
+    fn a_configuration_that_times_out_fails() {
+        let cfg = crate::models::pr_configs()
+            .into_iter()
+            .find(|c| c.name == "rc-add-1n-2e-1new")
+            .expect("configuration");
+        let model = cfg.model();
+        let o = explore_within(cfg.name, &model, usize::MAX, 1, Duration::ZERO, |_| {
+            String::new()
+        });
+        assert!(o.timed_out, "{} states in {} s", o.states, o.seconds);
+        assert!(!o.passed());
+        let o = explore_within(cfg.name, &model, usize::MAX, 1, CONFIG_TIMEOUT, |_| {
+            String::new()
+        });
+        assert!(!o.timed_out && o.passed());
+    }
 }

@@ -67,7 +67,13 @@ pub struct World {
     pub modex_batches: Vec<(NodeId, PsetName, u64, usize)>,
     /// Modex outcomes the master sent: (node, pset, version, ok).
     pub modex_done: Vec<(NodeId, PsetName, u64, bool)>,
+    /// Timers fired in a row at one instant with no event in between: a machine whose
+    /// timer stays due after it fired would spin the world forever.
+    timers_at_now: (Instant, u32),
 }
+
+/// Timers one instant may fire in a row before the world declares a machine stuck.
+const MAX_TIMERS_AT_ONE_INSTANT: u32 = 64;
 
 pub const APP: &str = "app";
 
@@ -130,6 +136,7 @@ impl World {
             messages: 0,
             modex_batches: Vec::new(),
             modex_done: Vec::new(),
+            timers_at_now: (Instant::ZERO, 0),
         };
         w.drain_master();
         w.run_for(Duration::from_millis(1));
@@ -194,6 +201,7 @@ impl World {
         match (next_event, timer) {
             (_, Some((t, who))) if t <= until && next_event.is_none_or(|e| t < e) => {
                 self.now = self.now.max(t);
+                self.note_timer(who);
                 match who {
                     None => {
                         self.master.handle(self.now, MasterInput::Timeout).unwrap();
@@ -209,6 +217,7 @@ impl World {
                 true
             }
             (Some(e), _) if e <= until => {
+                self.timers_at_now.1 = 0;
                 let (key, ev) = self.queue.pop_first().unwrap();
                 self.now = self.now.max(key.0);
                 self.dispatch(ev);
@@ -216,6 +225,24 @@ impl World {
             }
             _ => false,
         }
+    }
+
+    /// Fails the test when timers keep firing at one instant without progress (a
+    /// deadline that handling its timeout does not clear), instead of spinning.
+    pub fn note_timer(&mut self, who: Option<usize>) {
+        if self.timers_at_now.0 == self.now {
+            self.timers_at_now.1 += 1;
+        } else {
+            self.timers_at_now = (self.now, 1);
+        }
+        assert!(
+            self.timers_at_now.1 <= MAX_TIMERS_AT_ONE_INSTANT,
+            "{} timer(s) fired {} times at {:?} with nothing else happening: its deadline \
+             is never cleared",
+            who.map_or("the master's".to_string(), |n| format!("daemon {n}'s")),
+            self.timers_at_now.1,
+            self.now
+        );
     }
 
     fn dispatch(&mut self, ev: Event) {
