@@ -69,6 +69,21 @@ pub enum Bug {
     /// instead of the slot map, so the batch of processes a just-announced SUB is
     /// removing is refused (`MODEX-6`) — the defect an e2e test found under load.
     ModexNodeFromJobData,
+    /// An abort restores the psets' membership at the master but does not replicate
+    /// the restored versions to the daemons (`RC-12`, `RC-14`).
+    NoBroadcastOnRollback,
+    /// Phase 1's job data update goes only to the nodes that launch processes (`RC-14`).
+    JobDataToLaunchNodesOnly,
+    /// An aborted change's job data is not rolled back: a SUB's victims stay out of the
+    /// job data though they keep running (`RC-12`).
+    SkipJobDataRollback,
+    /// A request refused for want of slots keeps waiting and starts when a node is
+    /// added after all (`RC-21`).
+    KeepRefusedGrowth,
+    /// A daemon keeps a gather it has not forwarded when its replica's version of the
+    /// pset changes, instead of failing it with `Stale` (`MODEX-2`): its members wait
+    /// for the timeout.
+    ModexKeepStaleGather,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -153,6 +153,14 @@ impl RcConfig {
                         })
                     },
                 )
+                .property(
+                    Expectation::Always,
+                    "RC-21 a request refused for want of slots never starts",
+                    |_, s| {
+                        master(s).not_granted == 0
+                            || master(s).master.all_changes().next().is_none()
+                    },
+                )
                 // Without these the growth configuration could pass without either.
                 .property(Expectation::Sometimes, "RC-21 a node is added", |_, s| {
                     master(s).added_nodes > 0
@@ -255,12 +263,14 @@ fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
         )
         .property(
             Expectation::Always,
-            "MODEX-3 without a timeout or a loss every member gets the table",
+            "MODEX-3 once the network drains before any deadline, every member holds the table",
             |model, s| {
+                // Not only terminal states: a modex that only a timer could end (a
+                // gather nobody fails) is a liveness bug even though the timer ends it.
                 let quiet = master(s).now == dynres_core::Instant::ZERO
                     && daemons(s).all(|d| !d.timed_out)
                     && procs(s).all(|p| p.phase != Phase::Dead);
-                !terminal(s)
+                s.network.len() != 0
                     || !quiet
                     || modex_members(model, s).all(|p| matches!(p.modex, Some(Ok(_))))
             },
@@ -480,7 +490,14 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                                     .contains(p)
                             })
                         });
-                        !in_job && !in_pset
+                        // A SUB's or REPLACE's victims that still run are back: in the
+                        // job data and in the application's pset.
+                        let app = PsetName::app_root(&c.app).expect("valid name");
+                        let members = m.registry().members(&Origin::Runtime, &app).unwrap_or_default();
+                        let back = c.removed.iter().filter(|p| m.slots().is_running(p)).all(|p| {
+                            m.processes().contains_key(p) && members.contains(p)
+                        });
+                        !in_job && !in_pset && back
                     })
             },
         )
@@ -533,12 +550,21 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                 // Only nodes of the job: a node the resource manager may grant is not
                 // one until it is added (RC-21).
                 let nodes = m.slots().nodes().len() as u32;
+                // Job data is compared only while nothing was lost: a loss changes the
+                // master's job data alone (RC-18; daemons need no update for it).
+                let no_loss = master(s).lost.is_empty() && daemons(s).all(|d| !d.lost);
+                let job: std::collections::BTreeSet<&ProcessId> = m.processes().keys().collect();
                 daemons(s).filter(|d| !d.lost && d.daemon.node().0 < nodes).all(|d| {
-                    m.registry().live_psets().all(|(n, p)| {
-                        d.daemon
-                            .pset(n)
-                            .is_some_and(|(_, a)| a.version == p.attrs.version)
-                    })
+                    // The same psets (none the master pruned), each with the master's
+                    // version and members.
+                    d.daemon.psets().count() == m.registry().live_psets().count()
+                        && m.registry().live_psets().all(|(n, p)| {
+                            let members = m.registry().members(&Origin::Runtime, n).unwrap_or_default();
+                            d.daemon.pset(n).is_some_and(|(ms, a)| {
+                                a.version == p.attrs.version && *ms == members
+                            })
+                        })
+                        && (!no_loss || d.daemon.job().iter().collect::<std::collections::BTreeSet<_>>() == job)
                 })
             },
         )

@@ -34,6 +34,26 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            NoBroadcastOnRollback,
+            "rc-add-1n-2e-1new",
+            "RC-14 replicas match the master when quiet",
+        ),
+        p(
+            JobDataToLaunchNodesOnly,
+            "rc-add-2n-2e-1new",
+            "RC-14 replicas match the master when quiet",
+        ),
+        p(
+            SkipJobDataRollback,
+            "rc-sub-1n-3e",
+            "RC-12 ABORTED => rolled back",
+        ),
+        p(
+            KeepRefusedGrowth,
+            "rc-grow-1n-2e-1new",
+            "RC-21 a request refused for want of slots never starts",
+        ),
+        p(
             NoReplicaForAddedNode,
             "rc-grow-1n-2e-1new",
             "RC-14 replicas match the master when quiet",
@@ -42,6 +62,11 @@ pub fn corpus() -> Vec<Planted> {
             ModexNodeFromJobData,
             "rc-modex-sub-2n-3e",
             "MODEX-4 MODEX-6 a member's modex fails only for a lost member",
+        ),
+        p(
+            ModexKeepStaleGather,
+            "rc-modex-stale-2n-3e",
+            "MODEX-3 once the network drains before any deadline, every member holds the table",
         ),
         p(
             ModexPartialBatch,

@@ -130,6 +130,16 @@ impl Daemon {
         self.psets.get(name)
     }
 
+    /// Every pset of the replica: name, members and attributes.
+    pub fn psets(&self) -> impl Iterator<Item = (&PsetName, &(Vec<ProcessId>, Attributes))> {
+        self.psets.iter()
+    }
+
+    /// The replica's job data: every process of the job.
+    pub fn job(&self) -> &BTreeSet<ProcessId> {
+        &self.job
+    }
+
     /// The replica's queryable changes.
     pub fn changes(&self) -> impl Iterator<Item = &ChangeInfo> {
         self.changes.values()

@@ -120,6 +120,9 @@ impl Daemon {
     /// the master can never complete, so its members are told to ask again (`MODEX-2`).
     /// Forwarded gathers wait for the master, which fails them itself.
     pub(super) fn modex_pset_changed(&mut self, pset: &PsetName) {
+        if self.bugs.has(Bug::ModexKeepStaleGather) {
+            return;
+        }
         let current = self.psets.get(pset).map(|(_, a)| a.version);
         let dead: Vec<(PsetName, u64)> = self
             .gathers

@@ -46,6 +46,7 @@ impl Master {
             req,
             slots,
             deadline: now + wait,
+            refused: false,
         });
         self.out.push_back(MasterOutput::NeedSlots { slots });
         None
@@ -140,9 +141,18 @@ impl Master {
         if self
             .growth
             .as_ref()
-            .is_some_and(|g| denied || g.deadline <= now)
+            .is_some_and(|g| !g.refused && (denied || g.deadline <= now))
         {
-            if let Some(g) = self.growth.take() {
+            let g = if self.bug(Bug::KeepRefusedGrowth) {
+                // Planted: refused, yet left waiting for a node.
+                self.growth.as_mut().map(|g| {
+                    g.refused = true;
+                    g.clone()
+                })
+            } else {
+                self.growth.take()
+            };
+            if let Some(g) = g {
                 let app = g.req.app.clone();
                 let error = RcError::NotGranted { slots: g.slots };
                 self.refuse(g.from, g.req, error);

@@ -212,6 +212,8 @@ pub(crate) struct Growth {
     pub slots: u32,
     /// When it is refused if the slots have not come.
     pub deadline: Instant,
+    /// Only with the planted bug `KeepRefusedGrowth`: refused, yet still held.
+    pub refused: bool,
 }
 
 /// A fence in progress over a pset.
@@ -428,7 +430,11 @@ impl Master {
         let lookups = self.lookups.iter().map(|(_, d, _)| *d);
         let fences = self.fences.values().map(|f| f.deadline);
         let modexes = self.modexes.values().map(|g| g.deadline);
-        let growth = self.growth.as_ref().map(|g| g.deadline);
+        let growth = self
+            .growth
+            .as_ref()
+            .filter(|g| !g.refused)
+            .map(|g| g.deadline);
         changes
             .chain(lookups)
             .chain(fences)

@@ -242,10 +242,15 @@ impl Master {
         if let Some(s) = &sub_delta {
             self.broadcast_pset(s);
         }
-        self.broadcast(ToDaemon::JobData {
+        let job_data = ToDaemon::JobData {
             added: added.clone(),
             removed: info.removed.clone(),
-        });
+        };
+        if self.bug(Bug::JobDataToLaunchNodesOnly) {
+            self.per_node(&added, |_| job_data.clone());
+        } else {
+            self.broadcast(job_data);
+        }
         if self.bug(Bug::AnnounceAfterLaunch) {
             self.launch(&added);
         }

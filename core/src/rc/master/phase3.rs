@@ -309,7 +309,10 @@ impl Master {
             change.info.removed.clone(),
         );
         let snapshot = change.snapshot.clone();
-        self.procs = change.procs_before.clone();
+        let procs_before = change.procs_before.clone();
+        if !self.bug(Bug::SkipJobDataRollback) {
+            self.procs = procs_before;
+        }
         // Processes lost since the snapshot (RC-17) stay lost.
         let slots = &self.slots;
         self.procs.retain(|p, _| slots.slot_of(p).is_some());
@@ -326,8 +329,11 @@ impl Master {
                 }
             }
         }
+        let replicate = !self.bug(Bug::NoBroadcastOnRollback);
         for name in report.restored.iter().chain(&report.pruned) {
-            self.broadcast_pset(name);
+            if replicate {
+                self.broadcast_pset(name);
+            }
         }
         self.broadcast(ToDaemon::JobData {
             added: removed,
