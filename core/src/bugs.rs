@@ -84,6 +84,9 @@ pub enum Bug {
     /// pset changes, instead of failing it with `Stale` (`MODEX-2`): its members wait
     /// for the timeout.
     ModexKeepStaleGather,
+    /// A daemon does not record the processes it launches as local, so it refuses their
+    /// requests as coming from a process that does not run on its node.
+    LaunchNotRecordedLocal,
 }
 
 /// A set of planted bugs (empty in every shipped build).

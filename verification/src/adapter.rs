@@ -140,6 +140,10 @@ pub struct MasterState {
     pub returned: Vec<NodeId>,
     /// Nodes the master accepted as added (`RC-21`).
     pub added_nodes: u32,
+    /// Inputs the master refused that the model does not expect it to refuse (every
+    /// `Err` is checked, none discarded): only a busy node given back may be refused
+    /// (`RC-20`).
+    pub refused_inputs: u32,
     /// Requests refused because the slots were not granted (`RC-21`).
     pub not_granted: u32,
     /// Steps after which some pset's version did not rise by exactly one per membership
@@ -185,6 +189,8 @@ pub struct DaemonState {
     pub app_versions: std::collections::BTreeMap<u64, Vec<ProcessId>>,
     /// A modex deadline of this daemon fired (`MODEX-5`).
     pub timed_out: bool,
+    /// Inputs the daemon refused (every `Err` is checked, none discarded).
+    pub refused_inputs: u32,
 }
 
 /// Where a process is.
@@ -232,6 +238,8 @@ pub struct ProcState {
     pub modex: Option<Result<dynres_core::rc::ModexData, dynres_core::rc::RcError>>,
     /// `Modex` only: how often it was told `Stale` and asked again.
     pub modex_retries: u8,
+    /// Inputs its client machine refused (every `Err` is checked, none discarded).
+    pub refused_inputs: u32,
     /// The change being handled.
     pub current: Option<PsetName>,
     /// Polls left (root).
@@ -368,13 +376,16 @@ impl RcNode {
             return;
         };
         st.next_call += 1;
-        let _ = client.handle(
+        let accepted = client.handle(
             Instant::ZERO,
             ClientInput::Call {
                 id: st.next_call,
                 call,
             },
         );
+        if accepted.is_err() {
+            st.refused_inputs += 1;
+        }
         while let Some(out) = client.poll_output() {
             if let ClientOutput::Request { req, request } = out {
                 o.send(daemon, RcMsg::Req(req, request));
@@ -560,6 +571,7 @@ impl Actor for RcNode {
                     lost: Vec::new(),
                     returned: Vec::new(),
                     added_nodes: 0,
+                    refused_inputs: 0,
                     not_granted: 0,
                     version_violations: 0,
                 };
@@ -589,6 +601,7 @@ impl Actor for RcNode {
                     modex_batches: Vec::new(),
                     app_versions: std::collections::BTreeMap::new(),
                     timed_out: false,
+                    refused_inputs: 0,
                 }))
             }
             RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
@@ -598,6 +611,7 @@ impl Actor for RcNode {
                 step: Step::Idle,
                 modex: None,
                 modex_retries: 0,
+                refused_inputs: 0,
                 current: None,
                 polls_left: *polls,
                 relaunched: false,
@@ -633,6 +647,9 @@ impl Actor for RcNode {
                 let r = st.master.handle(st.now, input);
                 if let (Some(node), Ok(())) = (giving_back, &r) {
                     st.returned.push(node);
+                }
+                if r.is_err() && giving_back.is_none() {
+                    st.refused_inputs += 1;
                 }
                 if adding && r.is_ok() {
                     st.added_nodes += 1;
@@ -673,7 +690,9 @@ impl Actor for RcNode {
                     RcMsg::Exited(pid) => DaemonInput::Exited { pid },
                     _ => return,
                 };
-                let _ = st.daemon.handle(Instant::ZERO, input);
+                if st.daemon.handle(Instant::ZERO, input).is_err() {
+                    st.refused_inputs += 1;
+                }
                 drain_daemon(&self.layout, self.initial, st, o);
             }
             (RcActor::Proc { pid, role, .. }, RcState::Proc(st), msg) => match (st.phase, msg) {
@@ -730,7 +749,12 @@ impl Actor for RcNode {
                     let Some(client) = st.client.as_mut() else {
                         return;
                     };
-                    let _ = client.handle(Instant::ZERO, ClientInput::Reply { req, reply });
+                    if client
+                        .handle(Instant::ZERO, ClientInput::Reply { req, reply })
+                        .is_err()
+                    {
+                        st.refused_inputs += 1;
+                    }
                     let mut done = Vec::new();
                     while let Some(out) = client.poll_output() {
                         match out {
@@ -764,7 +788,9 @@ impl Actor for RcNode {
                 if let Some(t) = st.master.poll_timeout() {
                     st.now = st.now.max(t);
                     let before = versions(&st.master);
-                    let _ = st.master.handle(st.now, MasterInput::Timeout);
+                    if st.master.handle(st.now, MasterInput::Timeout).is_err() {
+                        st.refused_inputs += 1;
+                    }
                     if !version_step_ok(&before, &st.master) {
                         st.version_violations += 1;
                     }
@@ -783,7 +809,9 @@ impl Actor for RcNode {
             (RcState::Daemon(st), RcTimer::Daemon) if !st.lost => {
                 if let Some(t) = st.daemon.poll_timeout() {
                     st.timed_out = true;
-                    let _ = st.daemon.handle(t, DaemonInput::Timeout);
+                    if st.daemon.handle(t, DaemonInput::Timeout).is_err() {
+                        st.refused_inputs += 1;
+                    }
                 }
                 drain_daemon(&self.layout, self.initial, st, o);
             }

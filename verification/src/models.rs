@@ -475,6 +475,15 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "every input the model gives a machine is accepted",
+            |_, s| {
+                master(s).refused_inputs == 0
+                    && daemons(s).all(|d| d.refused_inputs == 0)
+                    && procs(s).all(|p| p.refused_inputs == 0)
+            },
+        )
+        .property(
+            Expectation::Always,
             "RC-12 ABORTED => rolled back",
             |_, s| {
                 let m = &master(s).master;

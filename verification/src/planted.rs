@@ -34,6 +34,11 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            LaunchNotRecordedLocal,
+            "rc-add-1n-2e-1new",
+            "every input the model gives a machine is accepted",
+        ),
+        p(
             NoBroadcastOnRollback,
             "rc-add-1n-2e-1new",
             "RC-14 replicas match the master when quiet",

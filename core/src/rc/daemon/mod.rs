@@ -257,7 +257,9 @@ impl Daemon {
                 }
             },
             ToDaemon::Launch { procs } => {
-                self.local.extend(procs.iter().cloned());
+                if !self.bugs.has(crate::bugs::Bug::LaunchNotRecordedLocal) {
+                    self.local.extend(procs.iter().cloned());
+                }
                 self.out.push_back(DaemonOutput::Launch { procs });
             }
             ToDaemon::Kill { procs } => {
