@@ -983,10 +983,10 @@ impl ShmDevice {
         }
         let mut buf = buf;
         buf.truncate(len);
-        cons.pop_exact(&mut hb);
-        cons.pop_exact(&mut buf);
-        let pad = pad_for(len);
-        cons.pop_exact(&mut self.scratch[..pad]);
+        // The record is published whole (checked above): the payload straight from
+        // behind the header, then one release of header, payload and padding.
+        cons.peek_at(RECORD_HEADER_LEN, &mut buf);
+        cons.discard(record);
         let slot = *slot;
         if let Some(inbox) = self.inbox.as_ref() {
             if take_wake_flag(&inbox.slot(slot).waiting) {
