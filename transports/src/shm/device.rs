@@ -968,6 +968,7 @@ impl ShmDevice {
             if tries > spins {
                 return Ok(Err(buf));
             }
+            cons.prefetch_next();
             crate::sync::spin_hint();
         }
         let header = MsgHeader::from_record(&hb);
