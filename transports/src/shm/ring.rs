@@ -309,7 +309,8 @@ impl<S: RingStorage> Consumer<S> {
     /// cache line travels while the head's does, not after it.
     #[inline]
     pub fn prefetch_next(&self) {
-        self.data.prefetch((self.tail as usize) & (self.data.cap() - 1));
+        self.data
+            .prefetch((self.tail as usize) & (self.data.cap() - 1));
     }
 
     /// Copies `dst.len()` bytes starting `skip` bytes past the read position, without

@@ -94,7 +94,7 @@ impl WaitWord {
     }
 
     /// [`WaitWord::wait_until`], calling `arm` before every attempt to block (after the
-    /// spin, before the ticket is taken and the condition re-checked): the place to
+    /// spin and after the ticket is taken, before the condition is re-checked): the place to
     /// raise flags that ask a peer for a wake-up ([`arm_wake_flags`]), so a peer
     /// that clears a flag while waking us is asked again if we sleep again.
     pub fn wait_until_armed(
@@ -118,8 +118,13 @@ impl WaitWord {
             }
         }
         loop {
-            arm();
+            // The ticket before the flags: a peer that takes a flag raised here and
+            // notifies has bumped `seq` past this ticket, so we cannot sleep on it. In
+            // the other order its notification could be counted in the ticket and the
+            // flag already gone when it frees more (loom:
+            // `loom_space_waiter_rearms_after_a_partial_wakeup`).
             let ticket = self.seq.load(Ordering::SeqCst);
+            arm();
             if ready() {
                 return WaitOutcome::Ready;
             }
@@ -455,6 +460,53 @@ mod loom_tests {
                 assert_eq!(out, WaitOutcome::Ready);
                 assert_eq!(prod.push_some(&[byte]), 1);
             }
+            receiver.join().unwrap();
+        });
+    }
+
+    /// The sender needs both bytes of the ring free, the receiver frees them one at a
+    /// time: the first wake-up (which clears the flag) finds too little space, so the
+    /// sender must raise the flag again before it sleeps again, or the receiver's
+    /// second check finds it down and the sender sleeps for good (a loom deadlock).
+    #[test]
+    fn loom_space_waiter_rearms_after_a_partial_wakeup() {
+        use crate::shm::ring::loom_storage::CellStorage;
+        use crate::shm::ring::{Consumer, Producer, RingControl};
+        use std::ptr::NonNull;
+        loom::model(|| {
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let ctrl = Arc::new(RingControl::new());
+            let cells = CellStorage::cells(2);
+            let cp = NonNull::from(&*ctrl);
+            // SAFETY: `ctrl` and `cells` outlive both ends (Arcs held by both threads).
+            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
+            // SAFETY: as above; one consumer.
+            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            assert!(prod.push_all(&[&[1, 2]]), "the ring starts full");
+            let (s2, keep) = (s.clone(), ctrl.clone());
+            let receiver = loom::thread::spawn(move || {
+                let _keep = keep;
+                for want in [1u8, 2] {
+                    let mut b = [0u8; 1];
+                    assert_eq!(cons.pop_some(&mut b), 1);
+                    assert_eq!(b[0], want);
+                    if take_wake_flag(&s2.1) {
+                        s2.0.notify();
+                    }
+                }
+            });
+            let out = s.0.wait_until_armed(
+                0,
+                || false,
+                || prod.free() >= 2,
+                None,
+                None,
+                || {
+                    arm_wake_flags(|| arm_wake_flag(&s.1));
+                },
+            );
+            assert_eq!(out, WaitOutcome::Ready);
+            assert!(prod.push_all(&[&[3, 4]]));
             receiver.join().unwrap();
         });
     }
