@@ -13,7 +13,7 @@ use super::record::{
 };
 use super::ring::{Consumer, Producer, RawStorage};
 use super::segment::{self, pid_alive};
-use super::waiter::{WaitOutcome, calibrated_spins};
+use super::waiter::{WaitOutcome, arm_wake_flag, arm_wake_flags, calibrated_spins, take_wake_flag};
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
     ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
@@ -22,7 +22,7 @@ use crate::error::{Result, TransportError};
 use crate::header::{MsgHeader, RECORD_HEADER_LEN};
 use crate::idmap::IdMap;
 use crate::matching::{Matcher, Sink};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 
 /// Tunables of the shared-memory device.
 #[derive(Clone, Debug)]
@@ -342,6 +342,9 @@ impl ShmDevice {
         } else {
             (0, 0)
         };
+        // Register for peers' membarriers now, not at the first receive (see
+        // `waiter::take_wake_flag`).
+        crate::sync::asymmetric_barriers();
         let inbox = Inbox::create_with_probe(cfg.slots, cfg.ring_bytes, probe)?;
         let name = inbox.seg.name().to_owned();
         tracing::debug!(segment = %name, "shm inbox created");
@@ -816,7 +819,7 @@ impl ShmDevice {
         }
         if popped {
             if let Some(inbox) = self.inbox.as_ref() {
-                if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+                if take_wake_flag(&inbox.slot(slot).waiting) {
                     notify_peer(&c.peer);
                 }
             }
@@ -965,6 +968,7 @@ impl ShmDevice {
             if tries > spins {
                 return Ok(Err(buf));
             }
+            cons.prefetch_next();
             crate::sync::spin_hint();
         }
         let header = MsgHeader::from_record(&hb);
@@ -980,13 +984,13 @@ impl ShmDevice {
         }
         let mut buf = buf;
         buf.truncate(len);
-        cons.pop_exact(&mut hb);
-        cons.pop_exact(&mut buf);
-        let pad = pad_for(len);
-        cons.pop_exact(&mut self.scratch[..pad]);
+        // The record is published whole (checked above): the payload straight from
+        // behind the header, then one release of header, payload and padding.
+        cons.peek_at(RECORD_HEADER_LEN, &mut buf);
+        cons.discard(record);
         let slot = *slot;
         if let Some(inbox) = self.inbox.as_ref() {
-            if inbox.slot(slot).waiting.swap(0, Ordering::AcqRel) != 0 {
+            if take_wake_flag(&inbox.slot(slot).waiting) {
                 notify_peer(&c.peer);
             }
         }
@@ -1010,13 +1014,36 @@ impl ShmDevice {
         let wants_space = |id: &ConnId, c: &Conn| {
             c.cma_wait.is_none() && (space_for == Some(*id) || !c.tx.is_empty())
         };
-        // Ask receivers of rings we wait on for space to wake us when they drain.
-        for (id, c) in self.conns.iter() {
-            if wants_space(id, c) {
-                c.peer.slot(c.out_slot).waiting.swap(1, Ordering::AcqRel);
-            }
-        }
         let seen_gen = self.seen_gen;
+        // Before each attempt to sleep, ask the receivers of rings we wait on for space
+        // to wake us when they free some (they clear the flag when they do, so it is
+        // raised again for every sleep). The flags are peers' memory, the rings ours:
+        // raw pointers let `ready` below borrow the connections mutably meanwhile.
+        let flags: Vec<*const AtomicU32> = self
+            .conns
+            .iter()
+            .filter(|(id, c)| wants_space(id, c))
+            .map(|(_, c)| &c.peer.slot(c.out_slot).waiting as *const AtomicU32)
+            .collect();
+        let arm = || {
+            if !flags.is_empty() {
+                arm_wake_flags(|| {
+                    for f in &flags {
+                        // SAFETY: the peers' inboxes stay mapped while `self.conns`
+                        // holds them, which outlives this call; nothing is removed
+                        // from `conns` during the wait.
+                        arm_wake_flag(unsafe { &**f });
+                    }
+                });
+            }
+        };
+        // Without the kernel's barrier a receiver's cheap check may miss our flag: then
+        // do not sleep for long (the wait is re-armed and re-checked every millisecond).
+        let timeout = if flags.is_empty() || crate::sync::heavy_barrier_supported() {
+            timeout
+        } else {
+            timeout.min(Duration::from_millis(1))
+        };
         let conns = &mut self.conns;
         let peer_running = || conns_running(conns);
         // Evaluate liveness of the producers before borrowing `conns` mutably below.
@@ -1029,12 +1056,13 @@ impl ShmDevice {
                         || (wants_space(id, c) && c.out.free() >= stream_chunk(c.out.cap()))
                 })
         };
-        h.wait.0.wait_until(
+        h.wait.0.wait_until_armed(
             self.spins,
             || running,
             ready,
             Some(timeout),
             Some(&h.running.0),
+            arm,
         )
     }
 }

@@ -89,9 +89,10 @@ pub struct Slot {
     pub state: AtomicU32,
     /// Sender pid.
     pub pid: AtomicU32,
-    /// Set by the sender before it sleeps for ring space; the receiver swaps it to 0
-    /// after freeing space and wakes the sender if it was set (both RMWs, so one of
-    /// them always sees the other).
+    /// Raised by the sender before each sleep for ring space (after taking its ticket,
+    /// followed by a membarrier: [`super::waiter::arm_wake_flags`]); the receiver, after
+    /// freeing space, looks at it with a plain load and, if it is up, swaps it to 0
+    /// and wakes the sender ([`super::waiter::take_wake_flag`]).
     pub waiting: AtomicU32,
     name_len: AtomicU32,
     /// Set by the receiver (the inbox owner) when it attaches the slot: `CMA_OK` if it

@@ -65,6 +65,11 @@ pub unsafe trait RingStorage {
     /// # Safety
     /// `off + dst.len() <= cap()`, and no writer may be writing that range.
     unsafe fn read(&self, off: usize, dst: &mut [u8]);
+    /// Hints that the byte at `off` (`< cap()`) will be read soon. Not a read: it may
+    /// be called on bytes the producer is writing. Does nothing by default.
+    fn prefetch(&self, off: usize) {
+        let _ = off;
+    }
 }
 
 /// Ring bytes in (shared) memory addressed by a raw pointer.
@@ -100,6 +105,18 @@ unsafe impl RingStorage for RawStorage {
         unsafe {
             std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
         }
+    }
+    #[inline]
+    fn prefetch(&self, off: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `off & (cap - 1)` is inside the mapping; a prefetch reads no memory in
+        // the language's sense (it cannot fault or race), it only moves the cache line.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(self.ptr.as_ptr().add(off & (self.cap - 1)).cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = off;
     }
 }
 
@@ -287,6 +304,44 @@ impl<S: RingStorage> Consumer<S> {
         true
     }
 
+    /// Hints that the next record will be read soon (see [`RingStorage::prefetch`]): a
+    /// spinning reader calls it with every look at the head index, so that the record's
+    /// cache line travels while the head's does, not after it.
+    #[inline]
+    pub fn prefetch_next(&self) {
+        self.data
+            .prefetch((self.tail as usize) & (self.data.cap() - 1));
+    }
+
+    /// Copies `dst.len()` bytes starting `skip` bytes past the read position, without
+    /// consuming them, if that many are available.
+    pub fn peek_at(&mut self, skip: usize, dst: &mut [u8]) -> bool {
+        let want = skip + dst.len();
+        if self.available() < want {
+            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            if ((self.cached_head - self.tail) as usize) < want {
+                return false;
+            }
+        }
+        // SAFETY: the Acquire load of head shows these bytes are published; we do not
+        // release them, so the producer cannot overwrite them meanwhile.
+        unsafe { copy_out(&self.data, self.tail + skip as u64, dst) };
+        true
+    }
+
+    /// Consumes `n` bytes without copying them, if that many are available (one store
+    /// of the read position for a record read with [`Consumer::peek_at`]).
+    pub fn discard(&mut self, n: usize) -> bool {
+        if self.available() < n {
+            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            if ((self.cached_head - self.tail) as usize) < n {
+                return false;
+            }
+        }
+        self.release(n);
+        true
+    }
+
     /// Reads up to `dst.len()` available bytes; returns how many.
     pub fn pop_some(&mut self, dst: &mut [u8]) -> usize {
         if self.available() < dst.len() {
@@ -348,6 +403,26 @@ mod tests {
         assert_eq!(&rest, b"cdexWRAP");
         assert!(!c.has_data());
         assert!(!c.pop_exact(&mut [0u8; 1]));
+    }
+
+    #[test]
+    fn peek_at_and_discard_read_a_record_with_one_release() {
+        let ctrl = RingControl::new();
+        let mut bytes = vec![0u8; 16];
+        let (mut p, mut c) = pair(&ctrl, &mut bytes);
+        assert!(p.push_all(&[b"0123456789"]));
+        let mut out = [0u8; 4];
+        assert!(!c.peek_at(8, &mut out), "only 10 bytes are published");
+        assert!(c.peek_at(6, &mut out));
+        assert_eq!(&out, b"6789");
+        assert!(!c.discard(11));
+        assert!(c.discard(10));
+        assert!(
+            p.push_all(&[b"abcdefghijklm"]),
+            "the whole ring is free again"
+        );
+        assert!(c.peek_at(10, &mut out[..3]));
+        assert_eq!(&out[..3], b"klm", "wraps around the end");
     }
 
     proptest! {

@@ -86,9 +86,25 @@ impl WaitWord {
         &self,
         spins: u32,
         peer_running: impl Fn() -> bool,
+        ready: impl FnMut() -> bool,
+        timeout: Option<Duration>,
+        my_running: Option<&AtomicU32>,
+    ) -> WaitOutcome {
+        self.wait_until_armed(spins, peer_running, ready, timeout, my_running, || {})
+    }
+
+    /// [`WaitWord::wait_until`], calling `arm` before every attempt to block (after the
+    /// spin and after the ticket is taken, before the condition is re-checked): the place to
+    /// raise flags that ask a peer for a wake-up ([`arm_wake_flags`]), so a peer
+    /// that clears a flag while waking us is asked again if we sleep again.
+    pub fn wait_until_armed(
+        &self,
+        spins: u32,
+        peer_running: impl Fn() -> bool,
         mut ready: impl FnMut() -> bool,
         timeout: Option<Duration>,
         my_running: Option<&AtomicU32>,
+        mut arm: impl FnMut(),
     ) -> WaitOutcome {
         if ready() {
             return WaitOutcome::Ready;
@@ -102,7 +118,13 @@ impl WaitWord {
             }
         }
         loop {
+            // The ticket before the flags: a peer that takes a flag raised here and
+            // notifies has bumped `seq` past this ticket, so we cannot sleep on it. In
+            // the other order its notification could be counted in the ticket and the
+            // flag already gone when it frees more (loom:
+            // `loom_space_waiter_rearms_after_a_partial_wakeup`).
             let ticket = self.seq.load(Ordering::SeqCst);
+            arm();
             if ready() {
                 return WaitOutcome::Ready;
             }
@@ -180,6 +202,41 @@ impl WaitWord {
         let _g = self.lock.lock().unwrap();
         self.cv.notify_all();
     }
+}
+
+/// Waiter side of a wake-up flag (a sender waiting for ring space): raises `flag`
+/// and then issues the heavy side of an asymmetric barrier, so that whoever frees the
+/// space either sees the flag in [`take_wake_flag`] or has its freeing store visible
+/// to the condition the caller checks next (before it sleeps). Call it before
+/// re-checking the condition, e.g. in the `arm` of [`WaitWord::wait_until_armed`];
+/// several flags may be raised with `raise` and fenced once. Returns false if the
+/// kernel refused the barrier (the caller must then not sleep for long).
+pub fn arm_wake_flags(raise: impl FnOnce()) -> bool {
+    raise();
+    crate::sync::heavy_barrier()
+}
+
+/// Raises one flag for [`arm_wake_flags`].
+pub fn arm_wake_flag(flag: &AtomicU32) {
+    flag.swap(1, Ordering::SeqCst);
+}
+
+/// Notifier side of a wake-up flag, after the store that frees what the waiter waits
+/// for: whether the waiter asked to be woken (the flag is cleared; the caller then
+/// notifies it). With asymmetric barriers (`membarrier(2)`, registered at start-up) the
+/// common case — nobody waiting — is a plain load and no atomic read-modify-write:
+/// either this load sees the flag, or the waiter's heavy barrier came after it and the
+/// waiter's re-check sees our store. Without them, an RMW on the flag gives the same
+/// (both sides then RMW the one word).
+#[inline]
+pub fn take_wake_flag(flag: &AtomicU32) -> bool {
+    if crate::sync::asymmetric_barriers() {
+        crate::sync::light_barrier();
+        if flag.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+    }
+    flag.swap(0, Ordering::AcqRel) != 0
 }
 
 impl Default for WaitWord {
@@ -348,6 +405,109 @@ mod loom_tests {
                 assert_eq!(out, WaitOutcome::Ready);
             }
             t.join().unwrap();
+        });
+    }
+
+    /// A sender waits for ring space the way the device does (flag raised in `arm`,
+    /// then the heavy barrier, then the ticket and the re-check), and the receiver
+    /// frees space and checks the flag the cheap way (`take_wake_flag`: a plain load
+    /// after the light barrier) and then stops. The ring is the real one over loom
+    /// cells. A wake-up lost between the receiver's freeing store and its look at the
+    /// flag is a loom deadlock: the sender sleeps with nobody left to wake it. Run
+    /// twice in a row, so the second wait is armed again after the first wake-up
+    /// cleared the flag.
+    #[test]
+    fn loom_space_waiter_is_woken_by_a_cheap_check() {
+        use crate::shm::ring::loom_storage::CellStorage;
+        use crate::shm::ring::{Consumer, Producer, RingControl};
+        use std::ptr::NonNull;
+        loom::model(|| {
+            // The sender's wait word, and the flag in the receiver's slot.
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let ctrl = Arc::new(RingControl::new());
+            let cells = CellStorage::cells(2);
+            let cp = NonNull::from(&*ctrl);
+            // SAFETY: `ctrl` and `cells` outlive both ends (Arcs held by both threads).
+            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
+            // SAFETY: as above; one consumer.
+            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            assert!(prod.push_all(&[&[1, 2]]), "the ring starts full");
+            let (s2, keep) = (s.clone(), ctrl.clone());
+            let receiver = loom::thread::spawn(move || {
+                let _keep = keep;
+                for want in [1u8, 2] {
+                    let mut b = [0u8; 1];
+                    while cons.pop_some(&mut b) == 0 {
+                        loom::thread::yield_now();
+                    }
+                    assert_eq!(b[0], want);
+                    if take_wake_flag(&s2.1) {
+                        s2.0.notify();
+                    }
+                }
+            });
+            for byte in [3u8, 4] {
+                let out = s.0.wait_until_armed(
+                    0,
+                    || false,
+                    || prod.free() >= 1,
+                    None,
+                    None,
+                    || {
+                        arm_wake_flags(|| arm_wake_flag(&s.1));
+                    },
+                );
+                assert_eq!(out, WaitOutcome::Ready);
+                assert_eq!(prod.push_some(&[byte]), 1);
+            }
+            receiver.join().unwrap();
+        });
+    }
+
+    /// The sender needs both bytes of the ring free, the receiver frees them one at a
+    /// time: the first wake-up (which clears the flag) finds too little space, so the
+    /// sender must raise the flag again before it sleeps again, or the receiver's
+    /// second check finds it down and the sender sleeps for good (a loom deadlock).
+    #[test]
+    fn loom_space_waiter_rearms_after_a_partial_wakeup() {
+        use crate::shm::ring::loom_storage::CellStorage;
+        use crate::shm::ring::{Consumer, Producer, RingControl};
+        use std::ptr::NonNull;
+        loom::model(|| {
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let ctrl = Arc::new(RingControl::new());
+            let cells = CellStorage::cells(2);
+            let cp = NonNull::from(&*ctrl);
+            // SAFETY: `ctrl` and `cells` outlive both ends (Arcs held by both threads).
+            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
+            // SAFETY: as above; one consumer.
+            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            assert!(prod.push_all(&[&[1, 2]]), "the ring starts full");
+            let (s2, keep) = (s.clone(), ctrl.clone());
+            let receiver = loom::thread::spawn(move || {
+                let _keep = keep;
+                for want in [1u8, 2] {
+                    let mut b = [0u8; 1];
+                    assert_eq!(cons.pop_some(&mut b), 1);
+                    assert_eq!(b[0], want);
+                    if take_wake_flag(&s2.1) {
+                        s2.0.notify();
+                    }
+                }
+            });
+            let out = s.0.wait_until_armed(
+                0,
+                || false,
+                || prod.free() >= 2,
+                None,
+                None,
+                || {
+                    arm_wake_flags(|| arm_wake_flag(&s.1));
+                },
+            );
+            assert_eq!(out, WaitOutcome::Ready);
+            assert!(prod.push_all(&[&[3, 4]]));
+            receiver.join().unwrap();
         });
     }
 }
