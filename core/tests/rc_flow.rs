@@ -667,3 +667,34 @@ fn a_timer_that_fires_without_progress_fails_the_test() {
         w.note_timer(Some(0));
     }
 }
+
+/// RC-9 (issue 13): only the processes a change adds may confirm it. A member that
+/// confirms an ADD (its fence over the delta is refused, so it reports a failure) gets
+/// `NotPermitted` and touches nothing: the change is neither aborted nor counted, and
+/// finalizes once the new processes confirmed.
+#[test]
+fn a_confirm_from_a_process_the_change_does_not_add_touches_nothing() {
+    let mut w = World::new(config(1, 4, 2));
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let delta = delta_of(&w);
+    let rogue = w.call(
+        &pid(1),
+        ClientCall::Confirm {
+            delta: delta.clone(),
+            timeout: Duration::from_millis(100),
+        },
+    );
+    let res = accepted(w.adapt(&pid(0), None));
+    assert_eq!(res.status, RcStatus::Finalized);
+    assert!(
+        matches!(w.wait(&pid(1), rogue), CallResult::Confirm(Err(_))),
+        "the rogue confirm fails"
+    );
+    assert_eq!(
+        w.status_log(&delta),
+        [RcStatus::Announced, RcStatus::Pending, RcStatus::Finalized]
+    );
+    let confirmed = w.master.confirmed(&delta).cloned().unwrap_or_default();
+    assert!(!confirmed.contains(&pid(1)), "{confirmed:?}");
+}
