@@ -445,27 +445,30 @@ fn shm_single_copy(child_cma: &str, expect_reads: u64) {
     kids.join();
 }
 
+/// A single-copy device and one child `role` (with single copy forced on, `arg` its
+/// argument) connected to it, told to go, and past the line `said`.
+fn cma_child(
+    role: &str,
+    arg: u64,
+    said: &str,
+) -> (ShmDevice, Children, u32, dynres_transports::ConnId) {
+    let mut dev = cma_device();
+    let mut kids = Children(Vec::new());
+    let addr = addr_string("shm", &dev);
+    let child = kids.spawn_env(role, "shm", &addr, arg, 0, &[("DYNRES_SHM_CMA", CMA_ON)]);
+    let pid = child.id();
+    let conn = accept_blocking(&mut dev, T).unwrap();
+    send_tag(&mut dev, conn, TAG_GO);
+    assert_eq!(read_line(&mut kids.0[0]), said);
+    (dev, kids, pid, conn)
+}
+
 /// The sender is killed (and torn down) after publishing a single-copy request: the
 /// receive gets `PeerDied { mid_message: true }` — no hang, no panic — and the dead
 /// child's segment is unlinked.
 fn shm_killed_mid_single_copy() {
-    let mut dev = cma_device();
-    let mut kids = Children(Vec::new());
-    let addr = addr_string("shm", &dev);
-    let child = kids.spawn_env(
-        "die_mid_cma",
-        "shm",
-        &addr,
-        9,
-        0,
-        &[("DYNRES_SHM_CMA", CMA_ON)],
-    );
-    let pid = child.id();
-    let conn = accept_blocking(&mut dev, T).unwrap();
-    send_tag(&mut dev, conn, TAG_GO);
-    let child = &mut kids.0[0];
-    assert_eq!(read_line(child), "in-flight");
-    child.kill().unwrap();
+    let (mut dev, mut kids, pid, _conn) = cma_child("die_mid_cma", 9, "in-flight");
+    kids.0[0].kill().unwrap();
     wait_zombie(pid);
     let e = recv_blocking(&mut dev, spec(Some(TAG_BIG)), vec![0; 64 << 20], T).unwrap_err();
     assert!(
@@ -481,22 +484,7 @@ fn shm_killed_mid_single_copy() {
 /// We send by single copy to a child that is killed before it reads: the send fails
 /// with `PeerDied` instead of waiting forever for the answer.
 fn shm_receiver_killed_during_single_copy_send() {
-    let mut dev = cma_device();
-    let mut kids = Children(Vec::new());
-    let addr = addr_string("shm", &dev);
-    let child = kids.spawn_env(
-        "cma_sink",
-        "shm",
-        &addr,
-        3,
-        0,
-        &[("DYNRES_SHM_CMA", CMA_ON)],
-    );
-    let pid = child.id();
-    let conn = accept_blocking(&mut dev, T).unwrap();
-    send_tag(&mut dev, conn, TAG_GO);
-    let child = &mut kids.0[0];
-    assert_eq!(read_line(child), "ready");
+    let (mut dev, mut kids, pid, conn) = cma_child("cma_sink", 3, "ready");
     let hdr = MsgHeader {
         source: 0,
         tag: TAG_BIG,
@@ -505,7 +493,7 @@ fn shm_receiver_killed_during_single_copy_send() {
     };
     let h = dev.isend(conn, hdr, pattern(1, 4 << 20)).unwrap();
     assert!(!dev.test_send(h).unwrap(), "waits for the child's read");
-    child.kill().unwrap();
+    kids.0[0].kill().unwrap();
     let e = dynres_transports::device::wait_send(&mut dev, h, T).unwrap_err();
     assert!(
         matches!(e, TransportError::PeerDied { pid: p, .. } if p == pid),
