@@ -87,6 +87,9 @@ pub enum Bug {
     /// A daemon does not record the processes it launches as local, so it refuses their
     /// requests as coming from a process that does not run on its node.
     LaunchNotRecordedLocal,
+    /// An ADD is finalized once *a* new process confirmed, not every one (`RC-9`): only
+    /// a change adding two or more processes tells them apart.
+    FinalizeOnFirstConfirm,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -736,6 +736,9 @@ pub fn pr_configs() -> Vec<RcConfig> {
             2,
         ),
         config("rc-add-2n-2e-1new", (2, 2, 2, 1), vec![add(1)], false, 2),
+        // Two new processes in one change: "every new process confirmed" differs from
+        // "some" only here (RC-9).
+        config("rc-add2-1n-2e-2new", (1, 4, 2, 2), vec![add(2)], false, 2),
         config(
             "rc-add-add-1n-2e-2new",
             (1, 4, 2, 2),

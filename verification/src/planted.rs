@@ -34,6 +34,11 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            FinalizeOnFirstConfirm,
+            "rc-add2-1n-2e-2new",
+            "RC-9 ADD finalized => every new process confirmed",
+        ),
+        p(
             LaunchNotRecordedLocal,
             "rc-add-1n-2e-1new",
             "every input the model gives a machine is accepted",

@@ -211,13 +211,15 @@ impl Master {
         let Some(change) = self.changes.get(delta) else {
             return;
         };
-        let ready = change.info.status == RcStatus::Pending
-            && !change.accepted.is_empty()
-            && change
-                .info
-                .added
-                .iter()
-                .all(|p| change.confirmed.contains(p));
+        let confirmed = |p: &ProcessId| change.confirmed.contains(p);
+        // Planted: "confirmed" read as "some new process confirmed".
+        let all_in = if self.bug(Bug::FinalizeOnFirstConfirm) {
+            change.info.added.iter().any(confirmed) || change.info.added.is_empty()
+        } else {
+            change.info.added.iter().all(confirmed)
+        };
+        let ready =
+            change.info.status == RcStatus::Pending && !change.accepted.is_empty() && all_in;
         if ready {
             self.finalize(now, delta);
         }
