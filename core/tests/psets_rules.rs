@@ -94,6 +94,7 @@ fn figure_6_1() -> (PsetRegistry, PsetName, PsetName) {
     (reg, s1, s2)
 }
 
+/// PSET-21, PSET-22, PSET-23: X_m, X_c and X_a on the thesis' Fig. 6.1.
 #[test]
 fn figure_6_1_derived_sets() {
     let (reg, s1, s2) = figure_6_1();
@@ -212,7 +213,9 @@ fn job_start_defines_mandatory_psets() {
     assert!(overlap.live_psets().next().is_none());
 }
 
-/// PSET-10: versions rise by one per membership change and never otherwise.
+/// PSET-10: versions rise by one per membership change and never otherwise; PSET-14: a
+/// scheduling hint is kept under its `mpi_ps_sched_*` key; PSET-15: `mpi_size` is the
+/// member count.
 #[test]
 fn versions_rise_only_with_membership() {
     let mut reg = job();
@@ -433,7 +436,8 @@ fn names_are_never_reused() {
     );
 }
 
-/// PSET-6 / PSET-7 / PSET-3: who may write where, and what can never be pruned.
+/// PSET-4 / PSET-6 / PSET-7 / PSET-3: the domains, who may write where, and what can
+/// never be pruned.
 #[test]
 fn domains_and_permissions() {
     let mut reg = job();
@@ -566,7 +570,7 @@ fn batches_are_all_or_nothing() {
     assert_eq!(version_epoch(&reg, "mpi://app/app1/second"), (1, 0));
 }
 
-/// SPLIT by sizes and by colours; bad partitions are typed errors.
+/// PSET-36: SPLIT by sizes and by colours; bad partitions are typed errors.
 #[test]
 fn split_by_sizes_and_colours() {
     let mut reg = job();

@@ -188,8 +188,8 @@ fn replace_swaps_processes_in_one_change() {
     assert_eq!(w.master.slots().slot_of(&pid(4)), Some(4));
 }
 
-/// RC-7: a non-blocking accept returns PENDING while the new processes start; a
-/// blocking one returns the decision.
+/// RC-7, RC-13: a non-blocking accept returns PENDING while the new processes start; a
+/// blocking one returns the decision; an accept after the decision gets it again.
 #[test]
 fn non_blocking_and_blocking_accept() {
     for blocking in [false, true] {
@@ -233,7 +233,7 @@ fn non_blocking_and_blocking_accept() {
     }
 }
 
-/// RC-10, RC-12: nobody confirms; at the deadline the change aborts, the added
+/// RC-5, RC-10, RC-12: nobody confirms; at the deadline the change aborts, the added
 /// processes are killed, psets and job data roll back, and ranks are not reused.
 #[test]
 fn confirm_timeout_aborts_and_rolls_back() {

@@ -88,6 +88,7 @@ pub fn daemon_handshake(
     let (master_nonce, master_tag) = answer.split_at(NONCE);
     let master_nonce: [u8; NONCE] = master_nonce.try_into().expect("split at NONCE");
     let t = transcript(&hello, &master_nonce);
+    // AUTH-3: the master proves itself before the daemon computes a tag for it.
     mac(key, b"dynres master", &t)
         .verify_slice(master_tag)
         .map_err(|_| AuthError::WrongKey)?;
@@ -155,6 +156,36 @@ mod tests {
         assert_eq!(m.unwrap(), 3);
     }
 
+    /// AUTH-1, AUTH-3: the master speaks first with its tag, and neither side's bytes
+    /// contain the key (only tags over the transcript travel).
+    #[test]
+    fn the_key_never_crosses_the_wire() {
+        let key: &[u8] = b"0123456789abcdef-the-job-key";
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let m = std::thread::spawn(move || master_handshake(&mut b, key));
+        let mut hello = Vec::new();
+        hello.extend_from_slice(MAGIC);
+        hello.push(VERSION);
+        hello.extend_from_slice(&1u32.to_be_bytes());
+        hello.extend_from_slice(&[5u8; NONCE]);
+        a.write_all(&hello).unwrap();
+        let mut answer = [0u8; NONCE + TAG];
+        a.read_exact(&mut answer).unwrap();
+        assert!(!answer.windows(key.len()).any(|w| w == key));
+        // The master's tag verifies against the transcript: it proved itself first.
+        let mut master_nonce = [0u8; NONCE];
+        master_nonce.copy_from_slice(&answer[..NONCE]);
+        let t = transcript(&hello, &master_nonce);
+        mac(key, b"dynres master", &t)
+            .verify_slice(&answer[NONCE..])
+            .expect("the master's tag");
+        let tag = mac(key, b"dynres daemon", &t).finalize().into_bytes();
+        assert!(!tag.windows(key.len()).any(|w| w == key));
+        a.write_all(&tag).unwrap();
+        assert_eq!(m.join().unwrap().unwrap(), 1);
+    }
+
+    /// AUTH-4: a wrong key is refused.
     #[test]
     fn a_daemon_with_the_wrong_key_is_refused() {
         let (d, m) = pair(b"wrong", b"k1");
@@ -163,6 +194,7 @@ mod tests {
         assert!(m.is_err());
     }
 
+    /// AUTH-2: fresh nonces both ways.
     #[test]
     fn a_recorded_daemon_answer_does_not_pass_a_fresh_challenge() {
         // Record one good exchange's daemon tag, then replay it against a new master

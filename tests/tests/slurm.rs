@@ -276,4 +276,15 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         "{}",
         f.dump()
     );
+    // GROW-3: no second allocation outlives the job.
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%j %T"])
+        .env("SLURM_CONF", &cluster.conf)
+        .output()
+        .expect("run squeue");
+    let queue = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !queue.lines().any(|l| l.starts_with("dynres-slret-grow")),
+        "{queue}"
+    );
 }

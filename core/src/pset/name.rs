@@ -300,6 +300,7 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
+    /// PSET-2: scheme and domain words fold to their canonical case; names do not.
     #[test]
     fn canonical_forms() {
         let cases = [
@@ -329,6 +330,7 @@ mod tests {
         assert_eq!(PsetName::world().app(), None);
     }
 
+    /// PSET-1: the grammar, with the offending byte of each violation.
     #[test]
     fn bad_names_name_the_bad_place() {
         use NameError::*;

@@ -187,8 +187,9 @@ impl Nodes {
         self.slurm_job.is_some() || self.grown.contains_key(&node)
     }
 
-    /// Adds the nodes of a second allocation (GROW-1): each gets the next node index
-    /// (core's, `SLOT-6`) and a daemon started as a job step of that allocation.
+    /// Adds the nodes of a second allocation (GROW-1, NODE-3): each gets the next node
+    /// index (core's, `SLOT-6`) and a daemon started as a job step of that allocation,
+    /// authenticated and watched like every other (their loss is a node loss).
     /// Returns their indices.
     pub fn add_grant(&mut self, grant: &super::slurm::Grant) -> Vec<u32> {
         let agent = super::slurm::agent_for(&grant.job);
