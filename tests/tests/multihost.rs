@@ -28,6 +28,34 @@ fn agent(rt: &Runtime) -> (PathBuf, PathBuf) {
     (script, log)
 }
 
+/// Like [`agent`], but the agent also keeps the daemon key it is handed on stdin in a
+/// file (a test playing an impostor that holds the key; AUTH-5).
+fn agent_keeping_key(rt: &Runtime) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = rt.scratch();
+    let log = dir.join("agent.log");
+    let key = dir.join("key");
+    let script = dir.join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh
+echo \"$$ $*\" >> {}
+IFS= read -r key
+printf '%s\\n' \"$key\" > {}
+shift
+exec \"$@\" <<EOF
+$key
+EOF
+",
+            log.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (script, log, key)
+}
+
 /// `(daemon pid, node, master address)` of each daemon the agent started.
 fn daemons(log: &Path) -> Vec<(u32, u32, String)> {
     std::fs::read_to_string(log)
@@ -270,6 +298,61 @@ fn a_daemon_with_the_wrong_key_is_refused() {
     let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(f.stderr.contains("refused a daemon"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+/// AUTH-5: even with the job's key, a second daemon for a node that has one, or a
+/// daemon for a node no daemon was started for, is refused and changes nothing.
+#[test]
+fn a_daemon_for_a_taken_or_unknown_node_is_refused_even_with_the_key() {
+    let rt = Runtime::new("mh-auth5");
+    let (agent, log, key) = agent_keeping_key(&rt);
+    let job = "mhauth5";
+    let h = hosts(2, 2);
+    let cmd = run_cmd(&rt, job, 3, &h, &agent, &strs(&["--", "sleep", "60"]));
+    let child = Running::start(cmd);
+    rt.wait_for_job(job);
+    let (_, master) = wait_daemon(&rt, job, &log, 1);
+    let key = std::fs::read_to_string(&key).expect("the key the agent was handed");
+    for node in ["1", "7"] {
+        let mut fake = rt
+            .command(&["daemon", "--master", &master, "--node", node])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = fake.stdin.take().unwrap();
+            writeln!(stdin, "{}", key.trim()).unwrap();
+        }
+        // Bounded: a master that accepted the impostor would leave it running.
+        let fake = dynres_tests::job::wait_bounded(fake, rt.dir.clone(), Duration::from_secs(20))
+            .unwrap_or_else(|f| panic!("node {node}: the impostor was not refused\n{}", f.dump()));
+        assert_ne!(fake.code, Some(0), "node {node}: {}", fake.dump());
+    }
+    // The job is unharmed: its real daemon is still the one up.
+    let st = rt.run(&["status", job]);
+    assert_eq!(
+        node_state(&st.stdout, 1),
+        Some("up".into()),
+        "{}",
+        st.dump()
+    );
+    signal(child.id(), libc::SIGTERM);
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
+    assert_eq!(f.code, Some(130), "{}", f.dump());
+    assert!(
+        f.stderr.contains("the node has one already"),
+        "{}",
+        f.dump()
+    );
+    assert!(
+        f.stderr.contains("no daemon was started for that node"),
+        "{}",
+        f.dump()
+    );
     f.assert_nothing_left();
 }
 
