@@ -167,7 +167,8 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
 /// RC-20, SLOT-5: a shrink that empties nodes gives them back to Slurm (`sinfo` shows
 /// them idle while the job runs on), and `dynres status` shows them returned. GROW-1..3,
 /// RC-21: growing beyond the allocation obtains a node from Slurm (a second
-/// allocation), shrinking gives it back, and what Slurm cannot grant ends ABORTED.
+/// allocation) whose daemon comes up like any other (NODE-3), shrinking gives it back,
+/// and what Slurm cannot grant ends ABORTED.
 #[test]
 fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     if let Some(why) = unsupported() {
