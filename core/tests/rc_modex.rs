@@ -97,7 +97,8 @@ fn a_missing_member_times_out_everyone_and_nothing_is_left_behind() {
 }
 
 /// MODEX-2: a node's batch gathered at a version that is no longer current fails with
-/// `Stale` naming the new version; asked again, every member agrees on the new table.
+/// `Stale` naming the new version; the member's client asks again, and every member
+/// agrees on the new table.
 #[test]
 fn a_modex_over_a_replaced_version_is_stale_and_the_retry_agrees() {
     // Ranks 0 and 1 on node 0, rank 2 on node 1.
@@ -114,16 +115,16 @@ fn a_modex_over_a_replaced_version_is_stale_and_the_retry_agrees() {
     w.run_for(Duration::from_millis(20));
     let now = w.version(&r);
     assert!(now > before);
-    match outcome(&mut w, early[0]) {
-        Err(RcError::Stale { pset, version }) => {
-            assert_eq!(pset, r);
-            assert!(version > before, "names a newer version");
+    match &w.modex_stale[..] {
+        [(p, pset, version)] => {
+            assert_eq!((p, pset), (&pid(2), &r));
+            assert!(*version > before, "names a newer version");
         }
-        other => panic!("expected Stale, got {other:?}"),
+        other => panic!("expected one Stale for rank 2, got {other:?}"),
     }
-    let calls = start(&mut w, &r, &[0, 1, 2, 3], 1000);
+    let calls = start(&mut w, &r, &[0, 1, 3], 1000);
     let want: Vec<(ProcessId, String)> = (0..4).map(|k| (pid(k), value(k))).collect();
-    for c in calls {
+    for c in early.into_iter().chain(calls) {
         let got = outcome(&mut w, c).expect("retry completes");
         assert_eq!((got.version, &got.entries), (now, &want));
     }
@@ -258,4 +259,64 @@ fn a_member_that_exits_after_contributing_fails_the_modex_as_lost() {
         );
     }
     drop(first);
+}
+
+/// MODEX-2 in the client machine: told `Stale` before its deadline it asks again with
+/// what is left of its timeout; after the deadline the call ends with `Stale`.
+#[test]
+fn the_client_asks_again_on_stale_until_its_deadline() {
+    use dynres_core::Instant;
+    use dynres_core::rc::{Client, ClientInput, ClientOutput, ClientReply, ClientRequest};
+    let r = root();
+    let stale = ClientReply::Modex(Err(RcError::Stale {
+        pset: r.clone(),
+        version: 3,
+    }));
+    let mut c = Client::new(pid(0));
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    c.handle(
+        at(0),
+        ClientInput::Call {
+            id: 1,
+            call: modex(&r, 0, 10),
+        },
+    )
+    .unwrap();
+    let Some(ClientOutput::Request { req, .. }) = c.poll_output() else {
+        panic!("first request")
+    };
+    c.handle(
+        at(4),
+        ClientInput::Reply {
+            req,
+            reply: stale.clone(),
+        },
+    )
+    .unwrap();
+    let Some(ClientOutput::Request { req, request }) = c.poll_output() else {
+        panic!("asked again")
+    };
+    assert_eq!(
+        request,
+        ClientRequest::Modex {
+            pset: r.clone(),
+            data: value(0),
+            timeout: Duration::from_millis(6),
+        }
+    );
+    c.handle(
+        at(11),
+        ClientInput::Reply {
+            req,
+            reply: stale.clone(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        c.poll_output(),
+        Some(ClientOutput::Done {
+            id: 1,
+            result: CallResult::Modex(Err(RcError::Stale { .. }))
+        })
+    ));
 }

@@ -64,6 +64,16 @@ fn mac(key: &[u8], label: &[u8], transcript: &[u8]) -> HmacSha256 {
     m
 }
 
+/// The daemon's hello: `"DRDH" | version | node | daemon nonce`.
+fn hello(node: u32, nonce: &[u8; NONCE]) -> Vec<u8> {
+    let mut hello = Vec::with_capacity(4 + 1 + 4 + NONCE);
+    hello.extend_from_slice(MAGIC);
+    hello.push(VERSION);
+    hello.extend_from_slice(&node.to_be_bytes());
+    hello.extend_from_slice(nonce);
+    hello
+}
+
 fn transcript(hello: &[u8], master_nonce: &[u8; NONCE]) -> Vec<u8> {
     let mut t = hello.to_vec();
     t.extend_from_slice(master_nonce);
@@ -77,11 +87,7 @@ pub fn daemon_handshake(
     key: &[u8],
     node: u32,
 ) -> Result<(), AuthError> {
-    let mut hello = Vec::with_capacity(4 + 1 + 4 + NONCE);
-    hello.extend_from_slice(MAGIC);
-    hello.push(VERSION);
-    hello.extend_from_slice(&node.to_be_bytes());
-    hello.extend_from_slice(&nonce()?);
+    let hello = hello(node, &nonce()?);
     s.write_all(&hello)?;
     let mut answer = [0u8; NONCE + TAG];
     s.read_exact(&mut answer)?;
@@ -149,6 +155,25 @@ mod tests {
         (d, m.join().unwrap())
     }
 
+    /// The master side of a test exchange: its handshake's outcome.
+    type Master = std::thread::JoinHandle<Result<u32, AuthError>>;
+
+    /// A master serving one daemon that has sent its hello (node, nonce) and read the
+    /// master's answer (master nonce and tag).
+    fn challenged(
+        key: &'static [u8],
+        node: u32,
+        nonce: u8,
+    ) -> (UnixStream, Master, Vec<u8>, [u8; NONCE + TAG]) {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let m = std::thread::spawn(move || master_handshake(&mut b, key));
+        let hello = hello(node, &[nonce; NONCE]);
+        a.write_all(&hello).unwrap();
+        let mut answer = [0u8; NONCE + TAG];
+        a.read_exact(&mut answer).unwrap();
+        (a, m, hello, answer)
+    }
+
     #[test]
     fn the_right_key_is_accepted_with_its_node() {
         let (d, m) = pair(b"k1", b"k1");
@@ -161,16 +186,7 @@ mod tests {
     #[test]
     fn the_key_never_crosses_the_wire() {
         let key: &[u8] = b"0123456789abcdef-the-job-key";
-        let (mut a, mut b) = UnixStream::pair().unwrap();
-        let m = std::thread::spawn(move || master_handshake(&mut b, key));
-        let mut hello = Vec::new();
-        hello.extend_from_slice(MAGIC);
-        hello.push(VERSION);
-        hello.extend_from_slice(&1u32.to_be_bytes());
-        hello.extend_from_slice(&[5u8; NONCE]);
-        a.write_all(&hello).unwrap();
-        let mut answer = [0u8; NONCE + TAG];
-        a.read_exact(&mut answer).unwrap();
+        let (mut a, m, hello, answer) = challenged(key, 1, 5);
         assert!(!answer.windows(key.len()).any(|w| w == key));
         // The master's tag verifies against the transcript: it proved itself first.
         let mut master_nonce = [0u8; NONCE];
@@ -200,16 +216,7 @@ mod tests {
         // Record one good exchange's daemon tag, then replay it against a new master
         // nonce: the transcript differs, the tag fails.
         let key: &[u8] = b"job-key";
-        let (mut a, mut b) = UnixStream::pair().unwrap();
-        let m = std::thread::spawn(move || master_handshake(&mut b, key));
-        let mut hello = Vec::new();
-        hello.extend_from_slice(MAGIC);
-        hello.push(VERSION);
-        hello.extend_from_slice(&7u32.to_be_bytes());
-        hello.extend_from_slice(&[9u8; NONCE]);
-        a.write_all(&hello).unwrap();
-        let mut answer = [0u8; NONCE + TAG];
-        a.read_exact(&mut answer).unwrap();
+        let (mut a, m, hello, _) = challenged(key, 7, 9);
         // A tag computed for a different (recorded) master nonce.
         let stale = transcript(&hello, &[0u8; NONCE]);
         a.write_all(&mac(key, b"dynres daemon", &stale).finalize().into_bytes())

@@ -56,6 +56,25 @@ EOF
     (script, log, key)
 }
 
+/// A `dynres daemon` for `node` that nobody started, handed `key` on stdin as a launch
+/// agent would. Bounded: `Err` if it still runs after 20 s (a master that accepted it
+/// would leave it running).
+fn impostor(rt: &Runtime, master: &str, node: &str, key: &str) -> Result<Finished, Finished> {
+    let mut fake = rt
+        .command(&["daemon", "--master", master, "--node", node])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = fake.stdin.take().unwrap();
+        writeln!(stdin, "{key}").unwrap();
+    }
+    dynres_tests::job::wait_bounded(fake, rt.dir.clone(), Duration::from_secs(20))
+}
+
 /// `(daemon pid, node, master address)` of each daemon the agent started.
 fn daemons(log: &Path) -> Vec<(u32, u32, String)> {
     std::fs::read_to_string(log)
@@ -270,20 +289,8 @@ fn a_daemon_with_the_wrong_key_is_refused() {
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (_, master) = wait_daemon(&rt, job, &log, 1);
-    let mut fake = rt.command(&["daemon", "--master", &master, "--node", "1"]);
-    let mut fake = fake
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = fake.stdin.take().unwrap();
-        writeln!(stdin, "{}", "ab".repeat(32)).unwrap();
-    }
-    let fake = fake.wait_with_output().unwrap();
-    let fake = Finished::new(fake, rt.dir.clone());
+    let fake = impostor(&rt, &master, "1", &"ab".repeat(32))
+        .unwrap_or_else(|f| panic!("the impostor was not refused\n{}", f.dump()));
     assert_eq!(fake.code, Some(1), "{}", fake.dump());
     assert!(fake.stderr.contains("wrong key"), "{}", fake.dump());
     // The job is unharmed: its real daemon is still the one up.
@@ -315,20 +322,7 @@ fn a_daemon_for_a_taken_or_unknown_node_is_refused_even_with_the_key() {
     let (_, master) = wait_daemon(&rt, job, &log, 1);
     let key = std::fs::read_to_string(&key).expect("the key the agent was handed");
     for node in ["1", "7"] {
-        let mut fake = rt
-            .command(&["daemon", "--master", &master, "--node", node])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        {
-            use std::io::Write;
-            let mut stdin = fake.stdin.take().unwrap();
-            writeln!(stdin, "{}", key.trim()).unwrap();
-        }
-        // Bounded: a master that accepted the impostor would leave it running.
-        let fake = dynres_tests::job::wait_bounded(fake, rt.dir.clone(), Duration::from_secs(20))
+        let fake = impostor(&rt, &master, node, key.trim())
             .unwrap_or_else(|f| panic!("node {node}: the impostor was not refused\n{}", f.dump()));
         assert_ne!(fake.code, Some(0), "node {node}: {}", fake.dump());
     }

@@ -86,8 +86,9 @@ pub enum Role {
     },
     /// Issues its actor's `script` of pset requests, one batch at a time.
     Scripted,
-    /// Runs a modex over the application's pset with the value `v{rank}` and asks again
-    /// when told `Stale` (`MODEX-2`); may crash at any time when `may_crash`.
+    /// Runs a modex over the application's pset with the value `v{rank}` (its client
+    /// asks again when told `Stale`, `MODEX-2`); may crash at any time when
+    /// `may_crash`.
     Modex {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
@@ -191,6 +192,9 @@ pub struct DaemonState {
     pub timed_out: bool,
     /// Inputs the daemon refused (every `Err` is checked, none discarded).
     pub refused_inputs: u32,
+    /// Modex replies `Stale` it handed its clients (whose machines then ask again,
+    /// `MODEX-2`).
+    pub stale_replies: u32,
 }
 
 /// Where a process is.
@@ -236,8 +240,6 @@ pub struct ProcState {
     pub step: Step,
     /// `Modex` only: the outcome of its modex, once it has one.
     pub modex: Option<Result<dynres_core::rc::ModexData, dynres_core::rc::RcError>>,
-    /// `Modex` only: how often it was told `Stale` and asked again.
-    pub modex_retries: u8,
     /// Inputs its client machine refused (every `Err` is checked, none discarded).
     pub refused_inputs: u32,
     /// The change being handled.
@@ -341,6 +343,9 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                 o.send(Layout::master(), RcMsg::ToMaster(msg))
             }
             DaemonOutput::ToClient { to, req, reply } => {
+                if matches!(reply, ClientReply::Modex(Err(RcError::Stale { .. }))) {
+                    st.stale_replies += 1;
+                }
                 o.send(layout.proc(&to), RcMsg::Reply(req, reply))
             }
             DaemonOutput::Launch { procs } => {
@@ -510,10 +515,6 @@ impl RcNode {
                 st.script_pos += 1;
                 self.next_scripted(st, o);
             }
-            (Role::Modex { .. }, CallResult::Modex(Err(RcError::Stale { .. }))) => {
-                st.modex_retries += 1;
-                self.start_modex(st, o);
-            }
             (Role::Modex { .. }, CallResult::Modex(r)) => {
                 st.modex = Some(r);
                 st.step = Step::Done;
@@ -602,6 +603,7 @@ impl Actor for RcNode {
                     app_versions: std::collections::BTreeMap::new(),
                     timed_out: false,
                     refused_inputs: 0,
+                    stale_replies: 0,
                 }))
             }
             RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
@@ -610,7 +612,6 @@ impl Actor for RcNode {
                 daemon: None,
                 step: Step::Idle,
                 modex: None,
-                modex_retries: 0,
                 refused_inputs: 0,
                 current: None,
                 polls_left: *polls,

@@ -301,7 +301,7 @@ fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
         model = model.property(
             Expectation::Sometimes,
             "MODEX-2 a member is told Stale and asks again",
-            |_, s| procs(s).any(|p| p.modex_retries > 0),
+            |_, s| daemons(s).any(|d| d.stale_replies > 0),
         );
     }
     if losses {

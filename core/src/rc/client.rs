@@ -177,6 +177,14 @@ pub enum ClientOutput {
 enum Step {
     /// A one-request call.
     Single(CallId),
+    /// A modex; asked again when the pset changed version under it (`MODEX-2`) until
+    /// `deadline`.
+    Modex {
+        id: CallId,
+        pset: PsetName,
+        data: String,
+        deadline: Instant,
+    },
     /// Confirm, waiting for the accept key.
     ConfirmLookup {
         id: CallId,
@@ -223,12 +231,12 @@ impl Client {
     }
 
     /// Feeds one input. Replies to unknown requests (late or duplicated) are ignored.
-    pub fn handle(&mut self, _now: Instant, input: ClientInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), RcError> {
         match input {
-            ClientInput::Call { id, call } => self.call(id, call),
+            ClientInput::Call { id, call } => self.call(now, id, call),
             ClientInput::Reply { req, reply } => {
                 if let Some(step) = self.open.remove(&req) {
-                    self.advance(step, reply);
+                    self.advance(now, step, reply);
                 }
                 Ok(())
             }
@@ -245,7 +253,7 @@ impl Client {
         None
     }
 
-    fn call(&mut self, id: CallId, call: ClientCall) -> Result<(), RcError> {
+    fn call(&mut self, now: Instant, id: CallId, call: ClientCall) -> Result<(), RcError> {
         if self.open.values().any(|s| step_call(s) == id) {
             return Err(RcError::Client("call id already in use"));
         }
@@ -273,11 +281,21 @@ impl Client {
                 pset,
                 data,
                 timeout,
-            } => ClientRequest::Modex {
-                pset,
-                data,
-                timeout,
-            },
+            } => {
+                let step = Step::Modex {
+                    id,
+                    pset: pset.clone(),
+                    data: data.clone(),
+                    deadline: now + timeout,
+                };
+                let request = ClientRequest::Modex {
+                    pset,
+                    data,
+                    timeout,
+                };
+                self.send(step, request);
+                return Ok(());
+            }
             ClientCall::Confirm { delta, timeout } => {
                 // Step 1: blocking lookup of `{delta}:accept` (RC-9).
                 let request = ClientRequest::Lookup {
@@ -303,9 +321,37 @@ impl Client {
         self.out.push_back(ClientOutput::Done { id, result });
     }
 
-    fn advance(&mut self, step: Step, reply: ClientReply) {
+    fn advance(&mut self, now: Instant, step: Step, reply: ClientReply) {
         let unexpected = RcError::Client("unexpected reply");
         match (step, reply) {
+            // MODEX-2: the daemon's replica holds the new version by the time `Stale`
+            // arrives, so asking again joins the modex at that version.
+            (
+                Step::Modex {
+                    id,
+                    pset,
+                    data,
+                    deadline,
+                },
+                ClientReply::Modex(Err(RcError::Stale { .. })),
+            ) if now < deadline => {
+                let timeout = Duration::from_nanos(deadline.as_nanos() - now.as_nanos());
+                let request = ClientRequest::Modex {
+                    pset: pset.clone(),
+                    data: data.clone(),
+                    timeout,
+                };
+                let step = Step::Modex {
+                    id,
+                    pset,
+                    data,
+                    deadline,
+                };
+                self.send(step, request);
+            }
+            (Step::Modex { id, .. }, ClientReply::Modex(r)) => {
+                self.done(id, CallResult::Modex(r));
+            }
             (Step::Single(id), reply) => {
                 let result = match reply {
                     ClientReply::Query(a) => CallResult::ResChange(a),
@@ -401,6 +447,7 @@ impl Client {
 fn step_call(step: &Step) -> CallId {
     match step {
         Step::Single(id)
+        | Step::Modex { id, .. }
         | Step::ConfirmLookup { id, .. }
         | Step::ConfirmFence { id, .. }
         | Step::ConfirmReport { id, .. } => *id,

@@ -10,7 +10,7 @@ use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::{
     CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
     ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
-    MasterOutput, NodeId, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
 };
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Instant, Namespace, ProcessId};
@@ -67,6 +67,8 @@ pub struct World {
     pub modex_batches: Vec<(NodeId, PsetName, u64, usize)>,
     /// Modex outcomes the master sent: (node, pset, version, ok).
     pub modex_done: Vec<(NodeId, PsetName, u64, bool)>,
+    /// `Stale` modex replies daemons handed clients: (client, pset, newer version).
+    pub modex_stale: Vec<(ProcessId, PsetName, u64)>,
     /// Timers fired in a row at one instant with no event in between: a machine whose
     /// timer stays due after it fired would spin the world forever.
     timers_at_now: (Instant, u32),
@@ -136,6 +138,7 @@ impl World {
             messages: 0,
             modex_batches: Vec::new(),
             modex_done: Vec::new(),
+            modex_stale: Vec::new(),
             timers_at_now: (Instant::ZERO, 0),
         };
         w.drain_master();
@@ -354,6 +357,9 @@ impl World {
                     self.push(at, Event::ToMaster(node, msg))
                 }
                 DaemonOutput::ToClient { to, req, reply } => {
+                    if let ClientReply::Modex(Err(RcError::Stale { pset, version })) = &reply {
+                        self.modex_stale.push((to.clone(), pset.clone(), *version));
+                    }
                     self.push(at, Event::DaemonToClient(to, req, reply))
                 }
                 DaemonOutput::Launch { procs } => {

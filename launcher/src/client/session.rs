@@ -7,7 +7,7 @@ use dynres_core::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use dynres_core::rc::wire::{decode_reply, encode_client};
 use dynres_core::rc::{
     AcceptResult, CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput,
-    ModexData, QueryAnswer, RcError,
+    ModexData, QueryAnswer,
 };
 use dynres_core::{Duration, Instant, Namespace, ProcessId, Rank};
 
@@ -301,30 +301,23 @@ impl Session {
     }
 
     /// Fence over `pset` that exchanges `data` with every member (`MODEX-1..6`): the
-    /// pset version it ran at and every member's value, ordered by process id. When the
-    /// pset changed version under it (`Stale`) it asks again, until `timeout` has
-    /// passed; the daemon's replica holds the new version by then (`MODEX-2`).
+    /// pset version it ran at and every member's value, ordered by process id. Core's
+    /// client asks again when the pset changed version under it (`MODEX-2`), until
+    /// `timeout` has passed.
     pub fn modex(
         &mut self,
         pset: &PsetName,
         data: &str,
         timeout: StdDuration,
     ) -> Result<ModexData, ClientError> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let call = ClientCall::Modex {
-                pset: pset.clone(),
-                data: data.into(),
-                timeout: to_core(left),
-            };
-            match self.call(call)? {
-                CallResult::Modex(Err(RcError::Stale { version, .. })) if !left.is_zero() => {
-                    tracing::debug!(%pset, version, "modex over an old version; asking again");
-                }
-                CallResult::Modex(r) => return Ok(r?),
-                _ => return Err(ClientError::Unexpected("modex")),
-            }
+        let call = ClientCall::Modex {
+            pset: pset.clone(),
+            data: data.into(),
+            timeout: to_core(timeout),
+        };
+        match self.call(call)? {
+            CallResult::Modex(r) => Ok(r?),
+            _ => Err(ClientError::Unexpected("modex")),
         }
     }
 }
