@@ -111,6 +111,20 @@
 #define DYNRES_ACTION_NEED_SLOTS 14
 
 /**
+ * Daemon: start spawned children here (SPAWN-18). The payload is `uint32_t nranks`,
+ * `nranks` ranks, `uint32_t argc`, `uint32_t envc` (all native-endian), then
+ * NUL-terminated strings: the children's application (their `DYNRES_APP`), the
+ * program, `argc` arguments and `envc` `NAME=VALUE` entries to add to their
+ * environment.
+ */
+#define DYNRES_ACTION_SPAWN 15
+
+/**
+ * Master: a spawned child (`rank`) exited (SPAWN-19); not a loss of the job.
+ */
+#define DYNRES_ACTION_SPAWNED_EXITED 16
+
+/**
  * Result of `get_res_change`.
  */
 #define DYNRES_CALL_GET_RES_CHANGE 1
@@ -165,6 +179,16 @@
  * that every result the kernel's client can report has one.
  */
 #define DYNRES_CALL_MODEX 11
+
+/**
+ * `Spawn` (the runtime part of a spawn; not offered to C callers yet).
+ */
+#define DYNRES_CALL_SPAWN 12
+
+/**
+ * `KillSpawn` (not offered to C callers yet).
+ */
+#define DYNRES_CALL_KILL_SPAWN 13
 
 /**
  * Success.

@@ -45,6 +45,14 @@ pub const DYNRES_ACTION_DONE: i32 = 13;
 /// Master: a change request needs `id` more slots than the job has (RC-21). Never
 /// reported to C callers: their masters are created without `grow_wait`.
 pub const DYNRES_ACTION_NEED_SLOTS: i32 = 14;
+/// Daemon: start spawned children here (SPAWN-18). The payload is `uint32_t nranks`,
+/// `nranks` ranks, `uint32_t argc`, `uint32_t envc` (all native-endian), then
+/// NUL-terminated strings: the children's application (their `DYNRES_APP`), the
+/// program, `argc` arguments and `envc` `NAME=VALUE` entries to add to their
+/// environment.
+pub const DYNRES_ACTION_SPAWN: i32 = 15;
+/// Master: a spawned child (`rank`) exited (SPAWN-19); not a loss of the job.
+pub const DYNRES_ACTION_SPAWNED_EXITED: i32 = 16;
 
 /// One action. Fields that an action kind does not use are 0.
 #[repr(C)]

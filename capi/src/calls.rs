@@ -37,6 +37,10 @@ pub const DYNRES_CALL_REQUEST_CHANGE: i32 = 10;
 /// Result of a modex (`MODEX-1..6`). C callers cannot start one; the code exists so
 /// that every result the kernel's client can report has one.
 pub const DYNRES_CALL_MODEX: i32 = 11;
+/// `Spawn` (the runtime part of a spawn; not offered to C callers yet).
+pub const DYNRES_CALL_SPAWN: i32 = 12;
+/// `KillSpawn` (not offered to C callers yet).
+pub const DYNRES_CALL_KILL_SPAWN: i32 = 13;
 
 /// A completed call of the kernel client (the `DYNRES_ACTION_DONE` action).
 ///
@@ -115,6 +119,8 @@ pub fn describe(r: CallResult) -> Described {
             r.map(|p| out.pset = dynres_pset_name::of(Some(&p))).err(),
         ),
         CallResult::Modex(r) => (DYNRES_CALL_MODEX, r.err()),
+        CallResult::Spawned(r) => (DYNRES_CALL_SPAWN, r.err()),
+        CallResult::SpawnKilled(r) => (DYNRES_CALL_KILL_SPAWN, r.err()),
         CallResult::ChangeRequested(r) => (
             DYNRES_CALL_REQUEST_CHANGE,
             r.map(|d| {

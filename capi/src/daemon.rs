@@ -63,7 +63,40 @@ fn encode(o: &DaemonOutput) -> Encoded {
         DaemonOutput::Kill { procs } => {
             Encoded::new(action::DYNRES_ACTION_KILL, ranks_bytes(procs))
         }
+        DaemonOutput::Spawn {
+            app,
+            command,
+            procs,
+        } => Encoded::new(
+            action::DYNRES_ACTION_SPAWN,
+            spawn_bytes(app, command, procs),
+        ),
     }
+}
+
+/// The payload of `DYNRES_ACTION_SPAWN` (see there). Strings cannot hold NUL: the
+/// master refuses such spawns.
+fn spawn_bytes(
+    app: &str,
+    command: &dynres_core::rc::LaunchCommand,
+    procs: &[dynres_core::ProcessId],
+) -> Vec<u8> {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_ne_bytes();
+    let mut out = Vec::new();
+    out.extend(count(procs.len()));
+    out.extend(ranks_bytes(procs));
+    out.extend(count(command.args.len()));
+    out.extend(count(command.env.len()));
+    let strings = [app, command.program.as_str()]
+        .into_iter()
+        .map(String::from)
+        .chain(command.args.iter().cloned())
+        .chain(command.env.iter().map(|(k, v)| format!("{k}={v}")));
+    for s in strings {
+        out.extend(s.as_bytes());
+        out.push(0);
+    }
+    out
 }
 
 /// A daemon for node `node` of the job whose namespace is `job_namespace`, with an

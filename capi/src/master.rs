@@ -134,6 +134,11 @@ fn encode(o: &MasterOutput) -> Encoded {
             e.action.id = u64::from(*slots);
             e
         }
+        MasterOutput::SpawnedExited(p) => {
+            let mut e = Encoded::new(action::DYNRES_ACTION_SPAWNED_EXITED, Vec::new());
+            e.action.rank = p.rank;
+            e
+        }
         MasterOutput::ProcessLost(p) => {
             let mut e = Encoded::new(action::DYNRES_ACTION_PROCESS_LOST, Vec::new());
             e.action.rank = p.rank;

@@ -12,8 +12,8 @@ use dynres_core::rc::wire::{
     encode_client, encode_reply, encode_to_daemon, encode_to_master, types as ty,
 };
 use dynres_core::rc::{
-    AcceptOutcome, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, ModexData, QueryAnswer,
-    RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    AcceptOutcome, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, LaunchCommand, ModexData,
+    QueryAnswer, RcError, RcStatus, RcType, ReqId, SpawnCommand, Spawned, ToDaemon, ToMaster,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
@@ -262,8 +262,31 @@ fn client_request() -> BoxedStrategy<ClientRequest> {
                 timeout,
             }
         }),
+        (vec(spawn_command(), 0..3), env())
+            .prop_map(|(commands, env)| ClientRequest::Spawn { commands, env }),
+        text().prop_map(|app| ClientRequest::KillSpawn { app }),
     ]
     .boxed()
+}
+
+fn spawn_command() -> impl Strategy<Value = SpawnCommand> {
+    (text(), vec(text(), 0..3), any::<u32>()).prop_map(|(program, args, count)| SpawnCommand {
+        program,
+        args,
+        count,
+    })
+}
+
+fn env() -> impl Strategy<Value = Vec<(String, String)>> {
+    vec((text(), text()), 0..3)
+}
+
+fn launch_command() -> impl Strategy<Value = LaunchCommand> {
+    (text(), vec(text(), 0..3), env()).prop_map(|(program, args, env)| LaunchCommand {
+        program,
+        args,
+        env,
+    })
 }
 
 /// A modex table.
@@ -312,6 +335,9 @@ fn client_reply() -> BoxedStrategy<ClientReply> {
             (any::<u64>(), entries()).prop_map(|(version, entries)| ModexData { version, entries })
         )
         .prop_map(ClientReply::Modex),
+        result((text(), pids()).prop_map(|(app, procs)| Spawned { app, procs }))
+            .prop_map(ClientReply::Spawned),
+        result(Just(())).prop_map(ClientReply::SpawnKilled),
     ]
     .boxed()
 }
@@ -348,6 +374,11 @@ fn to_daemon() -> BoxedStrategy<ToDaemon> {
             .prop_map(|(delta, info)| ToDaemon::Change { delta, info }),
         pids().prop_map(|procs| ToDaemon::Launch { procs }),
         pids().prop_map(|procs| ToDaemon::Kill { procs }),
+        (text(), launch_command(), pids()).prop_map(|(app, command, procs)| ToDaemon::Spawn {
+            app,
+            command,
+            procs
+        }),
         (pset_name(), any::<u64>(), result(entries())).prop_map(|(pset, version, result)| {
             ToDaemon::ModexDone {
                 pset,
@@ -399,6 +430,8 @@ fn wire_reply(r: &ClientReply) -> ClientReply {
         ClientReply::Confirmed(r) => ClientReply::Confirmed(wire_result(r)),
         ClientReply::ChangeRequested(r) => ClientReply::ChangeRequested(wire_result(r)),
         ClientReply::Modex(r) => ClientReply::Modex(wire_result(r)),
+        ClientReply::Spawned(r) => ClientReply::Spawned(wire_result(r)),
+        ClientReply::SpawnKilled(r) => ClientReply::SpawnKilled(wire_result(r)),
     }
 }
 
@@ -535,6 +568,14 @@ fn every_variant_has_its_documented_type() {
             },
             0x0405,
         ),
+        (
+            ClientRequest::Spawn {
+                commands: vec![],
+                env: vec![],
+            },
+            0x0205,
+        ),
+        (ClientRequest::KillSpawn { app: "a".into() }, 0x0206),
     ];
     for (r, t) in requests {
         assert_eq!(types(encode_client(0, &r)), t, "{r:?}");
@@ -550,6 +591,8 @@ fn every_variant_has_its_documented_type() {
         (ClientReply::Lookup(Ok("v".into())), 0x0482),
         (ClientReply::Fence(Ok(())), 0x0483),
         (ClientReply::Modex(Err(RcError::Timeout)), 0x0485),
+        (ClientReply::Spawned(Err(RcError::Timeout)), 0x0285),
+        (ClientReply::SpawnKilled(Ok(())), 0x0286),
     ];
     for (r, t) in replies {
         assert_eq!(types(encode_reply(0, &r)), t, "{r:?}");
@@ -596,6 +639,18 @@ fn every_variant_has_its_documented_type() {
         ),
         (ToDaemon::Launch { procs: vec![] }, 0x0223),
         (ToDaemon::Kill { procs: vec![] }, 0x0224),
+        (
+            ToDaemon::Spawn {
+                app: "a".into(),
+                command: LaunchCommand {
+                    program: "p".into(),
+                    args: vec![],
+                    env: vec![],
+                },
+                procs: vec![],
+            },
+            0x0226,
+        ),
         (
             ToDaemon::ModexDone {
                 pset: n.clone(),

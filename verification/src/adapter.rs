@@ -348,7 +348,9 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                 }
                 o.send(layout.proc(&to), RcMsg::Reply(req, reply))
             }
-            DaemonOutput::Launch { procs } => {
+            // No configuration spawns yet (`ClientCall::Spawn` is not among the model's
+            // calls): a spawn's launch is a launch like any other here.
+            DaemonOutput::Launch { procs } | DaemonOutput::Spawn { procs, .. } => {
                 for p in procs {
                     if p.rank >= initial {
                         let saw = st.daemon.changes().any(|c| c.includes(&p));

@@ -323,6 +323,44 @@ impl PsetRegistry {
         Ok(())
     }
 
+    /// Defines the root pset `mpi://app/{app}` of an application that starts during the
+    /// job — a spawn's children (`SPAWN-17`): active, version 0, epoch 0, like the
+    /// roots [`PsetRegistry::start_job`] makes, but not added to `mpi://WORLD` (the
+    /// children's world is their own application, as `MPI_COMM_WORLD` is for spawned
+    /// MPI processes). Refused if the name is live or pruned (`PSET-35`).
+    pub fn add_app(&mut self, app: &str, procs: &[ProcessId]) -> Result<PsetName, PsetError> {
+        let name = PsetName::app_root(app)?;
+        self.ensure_unused(&name)?;
+        let members = self.intern_all(procs)?;
+        if members.is_empty() {
+            return Err(PsetError::EmptyResult(name));
+        }
+        let attrs = Attributes::new(0, true);
+        self.put(name.clone(), Slot::Live(Pset { members, attrs }));
+        self.commit();
+        Ok(name)
+    }
+
+    /// Forgets every pset of `app` — its root, `mpi://app/{app}/…` and
+    /// `mpi://rte/{app}/…` — once none of its processes is left (`SPAWN-19`), so a job
+    /// that spawns again and again does not grow. The caller guarantees `app` is never
+    /// used again (the master names spawns `spawn-{k}` from a counter), which keeps
+    /// `PSET-35` true although the names leave the registry. Returns the names.
+    pub fn forget_app(&mut self, app: &str) -> Vec<PsetName> {
+        let gone: Vec<PsetName> = self
+            .psets
+            .keys()
+            .filter(|n| matches!(n.domain(), Domain::App | Domain::Rte) && n.app() == Some(app))
+            .cloned()
+            .collect();
+        for n in &gone {
+            self.psets.remove(n);
+        }
+        self.delta_epoch.remove(app);
+        self.commit();
+        gone
+    }
+
     /// Forgets a delta pset of `app` entirely — members and name — once the runtime no
     /// longer needs it (`RC-19`). Only names the epoch counter has already passed are
     /// forgotten, so PSET-5 still holds: `define_delta` never makes them again, and

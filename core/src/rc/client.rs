@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use super::error::RcError;
 use super::master::accept_key;
 use super::msg::{ClientReply, ClientRequest, ModexData};
-use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId};
+use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId, SpawnCommand, Spawned};
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use crate::time::{Duration, Instant};
@@ -92,6 +92,18 @@ pub enum ClientCall {
         /// How long to wait for the others.
         timeout: Duration,
     },
+    /// The runtime part of `MPI_Comm_spawn(_multiple)` (`SPAWN-17`): start the children.
+    Spawn {
+        /// The commands.
+        commands: Vec<SpawnCommand>,
+        /// Variables added to every child's environment.
+        env: Vec<(String, String)>,
+    },
+    /// Kill the children of a failed spawn (`SPAWN-20`).
+    KillSpawn {
+        /// The children's application.
+        app: String,
+    },
 }
 
 /// What an accept returns to the process that called it.
@@ -132,6 +144,10 @@ pub enum CallResult {
     ChangeRequested(Result<Option<PsetName>, RcError>),
     /// Of `Modex`: the version and every member's value.
     Modex(Result<ModexData, RcError>),
+    /// Of `Spawn`: the children.
+    Spawned(Result<Spawned, RcError>),
+    /// Of `KillSpawn`.
+    SpawnKilled(Result<(), RcError>),
 }
 
 /// What a client is told.
@@ -277,6 +293,8 @@ impl Client {
                 wait,
             },
             ClientCall::RequestChange(r) => ClientRequest::RequestChange(r),
+            ClientCall::Spawn { commands, env } => ClientRequest::Spawn { commands, env },
+            ClientCall::KillSpawn { app } => ClientRequest::KillSpawn { app },
             ClientCall::Modex {
                 pset,
                 data,
@@ -370,6 +388,8 @@ impl Client {
                     ClientReply::Confirmed(r) => CallResult::Published(r),
                     ClientReply::ChangeRequested(r) => CallResult::ChangeRequested(r),
                     ClientReply::Modex(r) => CallResult::Modex(r),
+                    ClientReply::Spawned(r) => CallResult::Spawned(r),
+                    ClientReply::SpawnKilled(r) => CallResult::SpawnKilled(r),
                 };
                 self.done(id, result);
             }

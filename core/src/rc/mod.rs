@@ -25,5 +25,6 @@ pub use error::{PsetErrorBox, RcError};
 pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
 pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{
-    AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, QueryAnswer, RcStatus, RcType, ReqId,
+    AcceptOutcome, ChangeInfo, ChangeRequest, LaunchCommand, NodeId, QueryAnswer, RcStatus, RcType,
+    ReqId, SpawnCommand, Spawned,
 };

@@ -6,7 +6,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::error::RcError;
-use super::types::{AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, QueryAnswer, ReqId};
+use super::types::{
+    AcceptOutcome, ChangeInfo, ChangeRequest, LaunchCommand, NodeId, QueryAnswer, ReqId,
+    SpawnCommand, Spawned,
+};
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use crate::time::Duration;
@@ -86,6 +89,21 @@ pub enum ClientRequest {
         /// How long to wait for the others.
         timeout: Duration,
     },
+    /// `MPI_Comm_spawn(_multiple)`'s runtime part (`SPAWN-17`): start the children of
+    /// `commands`, each with `env` added, as a new application of the job. Decided at
+    /// the master: all of them get slots, or none is started.
+    Spawn {
+        /// The commands, in order (the multiple-command form has several).
+        commands: Vec<SpawnCommand>,
+        /// Variables added to every child's environment (the parent's port).
+        env: Vec<(String, String)>,
+    },
+    /// Kill the children of a spawn that failed (`SPAWN-8`, `SPAWN-20`): only the
+    /// application that spawned them may.
+    KillSpawn {
+        /// The children's application, as [`Spawned::app`] named it.
+        app: String,
+    },
 }
 
 /// What a completed modex gives every member: the pset version it ran over and every
@@ -123,6 +141,10 @@ pub enum ClientReply {
     ChangeRequested(Result<Option<PsetName>, RcError>),
     /// To `Modex`.
     Modex(Result<ModexData, RcError>),
+    /// To `Spawn`: the children, launched (or being launched) by their daemons.
+    Spawned(Result<Spawned, RcError>),
+    /// To `KillSpawn`.
+    SpawnKilled(Result<(), RcError>),
 }
 
 /// Daemon → master.
@@ -192,6 +214,16 @@ pub enum ToDaemon {
     },
     /// Launch these processes on this node (`PRTE_DAEMON_DVM_ADD_LOCAL_PROCS`).
     Launch {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+    /// Launch these spawned processes on this node, running `command` (`SPAWN-18`: the
+    /// children's application pset and job data come first on the link).
+    Spawn {
+        /// The children's application.
+        app: String,
+        /// What they run.
+        command: LaunchCommand,
         /// The processes.
         procs: Vec<ProcessId>,
     },

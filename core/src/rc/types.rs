@@ -179,3 +179,37 @@ pub struct AcceptOutcome {
     /// The processes that must terminate once `Finalized` (SUB, REPLACE).
     pub removed: Vec<ProcessId>,
 }
+
+/// One command of a spawn (`MPI_Comm_spawn`, or one entry of `MPI_Comm_spawn_multiple`):
+/// start `count` processes of `program` with `args`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpawnCommand {
+    /// The program (a path or a name looked up in `PATH` by the launching daemon).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// How many processes run it (at least 1).
+    pub count: u32,
+}
+
+/// What one spawned process runs: its command plus the environment the spawner added
+/// (the parent's port, `SPAWN-3`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LaunchCommand {
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables added to its environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// The children of a granted spawn (`SPAWN-17`): a new application of the job, with its
+/// own root pset `mpi://app/{app}` holding exactly `procs`, in spawn order.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Spawned {
+    /// The children's application (`spawn-{k}`, never reused in the job).
+    pub app: String,
+    /// The children, in the order of the commands.
+    pub procs: Vec<ProcessId>,
+}

@@ -69,6 +69,9 @@ pub struct World {
     pub modex_done: Vec<(NodeId, PsetName, u64, bool)>,
     /// `Stale` modex replies daemons handed clients: (client, pset, newer version).
     pub modex_stale: Vec<(ProcessId, PsetName, u64)>,
+    /// Spawned children as their daemons launched them: (node, app, the command's
+    /// program, whether the daemon's replica already held the child in its app pset).
+    pub spawned: BTreeMap<ProcessId, (NodeId, String, String, bool)>,
     /// Timers fired in a row at one instant with no event in between: a machine whose
     /// timer stays due after it fired would spin the world forever.
     timers_at_now: (Instant, u32),
@@ -118,6 +121,7 @@ impl World {
             master,
             daemons: (0..nodes).map(|n| Daemon::new(NodeId(n))).collect(),
             clients: BTreeMap::new(),
+            spawned: BTreeMap::new(),
             node_of: BTreeMap::new(),
             behaviour: Behaviour {
                 confirm: true,
@@ -386,6 +390,23 @@ impl World {
                             };
                             self.push(at, Event::Call(p, id, call));
                         }
+                    }
+                }
+                DaemonOutput::Spawn {
+                    app,
+                    command,
+                    procs,
+                } => {
+                    let daemon = &self.daemons[node.0 as usize];
+                    for p in procs {
+                        // SPAWN-18: the replica holds the child's pset and job data.
+                        let root = PsetName::app_root(&app).expect("app name");
+                        let known = daemon.job().contains(&p)
+                            && daemon.pset(&root).is_some_and(|(m, _)| m.contains(&p));
+                        let launched = (node, app.clone(), command.program.clone(), known);
+                        self.spawned.insert(p.clone(), launched);
+                        self.node_of.insert(p.clone(), node);
+                        self.clients.insert(p.clone(), Client::new(p.clone()));
                     }
                 }
                 DaemonOutput::Kill { procs } => {

@@ -7,7 +7,7 @@ use dynres_core::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use dynres_core::rc::wire::{decode_reply, encode_client};
 use dynres_core::rc::{
     AcceptResult, CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput,
-    ModexData, QueryAnswer,
+    ModexData, QueryAnswer, SpawnCommand, Spawned,
 };
 use dynres_core::{Duration, Instant, Namespace, ProcessId, Rank};
 
@@ -318,6 +318,30 @@ impl Session {
         match self.call(call)? {
             CallResult::Modex(r) => Ok(r?),
             _ => Err(ClientError::Unexpected("modex")),
+        }
+    }
+
+    /// The runtime part of a spawn (`SPAWN-17`): asks the runtime to start the children
+    /// of `commands`, each with `env` added to its environment, as a new application of
+    /// the job. All of them get slots or the call fails and nothing starts. The
+    /// handshake with the children is the `dpm` module's.
+    pub fn spawn_children(
+        &mut self,
+        commands: Vec<SpawnCommand>,
+        env: Vec<(String, String)>,
+    ) -> Result<Spawned, ClientError> {
+        match self.call(ClientCall::Spawn { commands, env })? {
+            CallResult::Spawned(r) => Ok(r?),
+            _ => Err(ClientError::Unexpected("spawn")),
+        }
+    }
+
+    /// Kills the children of a spawn this application made (`SPAWN-20`), e.g. after its
+    /// handshake failed.
+    pub fn kill_spawn(&mut self, app: &str) -> Result<(), ClientError> {
+        match self.call(ClientCall::KillSpawn { app: app.into() })? {
+            CallResult::SpawnKilled(r) => Ok(r?),
+            _ => Err(ClientError::Unexpected("kill_spawn")),
         }
     }
 }

@@ -41,6 +41,25 @@ pub struct LaunchSpec {
     pub host_id: Option<String>,
 }
 
+/// What a spawned process runs instead of the job's program (`SPAWN-18`).
+#[derive(Clone, Debug)]
+pub struct SpawnLaunch {
+    /// Its application (`DYNRES_APP`): the spawn's `spawn-{k}`.
+    pub app: String,
+    /// Its program, arguments and added environment.
+    pub command: dynres_core::rc::LaunchCommand,
+}
+
+/// One launch for the launcher thread: a rank of the job, with the command of its
+/// spawn if it is a spawned child.
+#[derive(Clone, Debug)]
+pub struct LaunchJob {
+    /// The rank.
+    pub rank: u32,
+    /// `None`: the job's program.
+    pub spawn: Option<Arc<SpawnLaunch>>,
+}
+
 /// A launched process.
 #[derive(Debug)]
 pub struct Child {
@@ -68,11 +87,17 @@ const MAX_LINE: usize = 64 << 10;
 /// parent-death signal clients arm, tied to the launching thread, fires only when the
 /// runtime is gone). Each launch is reported as [`Event::Launched`], and later its exit
 /// as [`Event::Exited`].
-pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHandle<()>) {
-    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<LaunchJob>, JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
     let t = std::thread::spawn(move || {
-        for rank in rx {
-            match launch(&spec, rank) {
+        for job in rx {
+            let rank = job.rank;
+            let program = job
+                .spawn
+                .as_ref()
+                .map_or(spec.program.as_str(), |s| s.command.program.as_str())
+                .to_string();
+            match launch(&spec, &job) {
                 Ok((child, proc, exited)) => {
                     if events
                         .send(Event::Launched {
@@ -91,7 +116,7 @@ pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<u32>, JoinHan
                     // say what was missing.
                     let e = std::io::Error::new(
                         e.kind(),
-                        format!("cannot launch rank {rank} (`{}`): {e}", spec.program),
+                        format!("cannot launch rank {rank} (`{program}`): {e}"),
                     );
                     let _ = events.send(Event::Launched {
                         rank,
@@ -154,14 +179,23 @@ fn signal(w: &OwnedFd) {
 /// A launched process, its handle, and the write end of its "exited" pipe.
 type Launched = (Child, std::process::Child, OwnedFd);
 
-fn launch(spec: &LaunchSpec, rank: u32) -> std::io::Result<Launched> {
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env(env::SOCKET, &spec.socket)
+fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
+    let rank = job.rank;
+    let (program, args, app) = match &job.spawn {
+        Some(s) => (&s.command.program, &s.command.args, &s.app),
+        None => (&spec.program, &spec.args, &spec.app),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // The spawner's variables first, so that the runtime's own cannot be overridden.
+    if let Some(s) = &job.spawn {
+        cmd.envs(s.command.env.iter().map(|(k, v)| (k, v)));
+    }
+    cmd.env(env::SOCKET, &spec.socket)
         .env(env::SECRET, &spec.secret)
         .env(env::NAMESPACE, &spec.namespace)
         .env(env::RANK, rank.to_string())
-        .env(env::APP, &spec.app)
+        .env(env::APP, app)
         .env("DYNRES_SHM_SPINS", spec.shm_spins.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -15,7 +15,7 @@ use crate::rc::error::RcError;
 use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use crate::rc::query;
 use crate::rc::trace;
-use crate::rc::types::{ChangeInfo, NodeId, ReqId};
+use crate::rc::types::{ChangeInfo, LaunchCommand, NodeId, ReqId};
 use crate::time::Instant;
 
 /// What a daemon is told.
@@ -57,6 +57,16 @@ pub enum DaemonOutput {
     },
     /// Start these processes here (their namespace and rank go in their environment).
     Launch {
+        /// The processes.
+        procs: Vec<ProcessId>,
+    },
+    /// Start these spawned processes here, running `command` (`SPAWN-18`); their
+    /// namespace, rank and application `app` go in their environment.
+    Spawn {
+        /// The children's application.
+        app: String,
+        /// What they run.
+        command: LaunchCommand,
         /// The processes.
         procs: Vec<ProcessId>,
     },
@@ -261,6 +271,20 @@ impl Daemon {
                     self.local.extend(procs.iter().cloned());
                 }
                 self.out.push_back(DaemonOutput::Launch { procs });
+            }
+            ToDaemon::Spawn {
+                app,
+                command,
+                procs,
+            } => {
+                // Recorded as local like any launch: a later `Kill` (a failed spawn's
+                // orphans, SPAWN-20) must reach them.
+                self.local.extend(procs.iter().cloned());
+                self.out.push_back(DaemonOutput::Spawn {
+                    app,
+                    command,
+                    procs,
+                });
             }
             ToDaemon::Kill { procs } => {
                 let procs: Vec<ProcessId> = procs

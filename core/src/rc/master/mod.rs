@@ -10,8 +10,10 @@ mod growth;
 mod modex;
 mod phase1;
 mod phase3;
+mod spawn;
 
 pub use phase3::{accept_key, confirm_key};
+pub use spawn::MAX_SPAWN;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
@@ -147,6 +149,9 @@ pub enum MasterOutput {
     /// A process of the job exited without the protocol removing it (`RC-18`): the job
     /// lost it. Its application's undecided change, if any, was aborted.
     ProcessLost(ProcessId),
+    /// A child of a spawn exited (`SPAWN-19`): its slot is free again. Not a loss of
+    /// the job; whether it ended well is for the driver to say (it knows the status).
+    SpawnedExited(ProcessId),
 }
 
 /// Where a reply goes.
@@ -251,6 +256,10 @@ pub struct Master {
     pub(crate) modexes: BTreeMap<PsetName, modex::ModexGather>,
     /// The request waiting for the driver to add slots (`RC-21`), if any.
     pub(crate) growth: Option<Growth>,
+    /// Spawns with children left, by the children's application (`SPAWN-17..20`).
+    pub(crate) spawns: BTreeMap<String, spawn::SpawnGroup>,
+    /// The `k` of the next spawn's application `spawn-{k}`; never reused.
+    pub(crate) next_spawn: u64,
     /// Done changes, oldest first; beyond [`DONE_KEPT`] the oldest is forgotten.
     pub(crate) done_order: VecDeque<PsetName>,
     pub(crate) out: VecDeque<MasterOutput>,
@@ -288,6 +297,8 @@ impl Master {
             fences: BTreeMap::new(),
             modexes: BTreeMap::new(),
             growth: None,
+            spawns: BTreeMap::new(),
+            next_spawn: 0,
             done_order: VecDeque::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
@@ -554,6 +565,14 @@ impl Master {
             ClientRequest::Modex { .. } => {
                 let err = RcError::BadRequest("a modex is gathered by the node's daemon");
                 self.reply(&route, ClientReply::Modex(Err(err)));
+            }
+            ClientRequest::Spawn { commands, env } => {
+                let r = self.spawn(&route, commands, env);
+                self.reply(&route, ClientReply::Spawned(r));
+            }
+            ClientRequest::KillSpawn { app } => {
+                let r = self.kill_spawn(&route, &app);
+                self.reply(&route, ClientReply::SpawnKilled(r));
             }
             ClientRequest::PsetInfo { name } => {
                 let info = self

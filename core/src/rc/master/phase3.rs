@@ -313,7 +313,16 @@ impl Master {
         let snapshot = change.snapshot.clone();
         let procs_before = change.procs_before.clone();
         if !self.bug(Bug::SkipJobDataRollback) {
-            self.procs = procs_before;
+            // Undo this change's own edits only: restoring the whole snapshot would also
+            // drop what another application (a spawn, SPAWN-17) added since.
+            for p in &added {
+                self.procs.remove(p);
+            }
+            for p in &removed {
+                if let Some(node) = procs_before.get(p) {
+                    self.procs.insert(p.clone(), *node);
+                }
+            }
         }
         // Processes lost since the snapshot (RC-17) stay lost.
         let slots = &self.slots;
@@ -448,6 +457,7 @@ impl Master {
             }
             None => self.lose(now, pid),
         }
+        self.spawn_child_exited(pid);
         // A dead process sends nothing more: it no longer needs an identity here.
         if !self.procs.contains_key(pid) {
             self.app_of.remove(pid);
@@ -482,7 +492,13 @@ impl Master {
             }
         }
         self.modex_lost(pid);
-        self.out.push_back(MasterOutput::ProcessLost(pid.clone()));
+        // A spawn's children end when their work is done; that is no loss to the job.
+        let out = if self.is_spawned(pid) {
+            MasterOutput::SpawnedExited(pid.clone())
+        } else {
+            MasterOutput::ProcessLost(pid.clone())
+        };
+        self.out.push_back(out);
     }
 
     /// A node is lost (`RC-17`): its slots are retired (`SLOT-4`) and each of its

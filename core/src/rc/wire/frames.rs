@@ -3,7 +3,7 @@
 use alloc::vec::Vec;
 
 use crate::rc::{ClientReply, ClientRequest, ReqId, ToDaemon, ToMaster};
-use crate::wire::prim::{put_seq, put_u16, put_u64, seq, u16, u64};
+use crate::wire::prim::{put_seq, put_str, put_u16, put_u64, seq, u16, u64};
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all};
 
 use super::MAX_PROCS;
@@ -13,6 +13,7 @@ use super::messages::{
     entries, put_entries, put_reply, put_request, reply, reply_type, request, request_type,
 };
 use super::pset::{attributes, put_attributes};
+use super::spawn::{app as spawn_app, launch_command, put_launch_command};
 use super::types as t;
 use super::values::{duration, name, opt, pid, put_duration, put_name, put_opt, put_pid};
 
@@ -155,6 +156,15 @@ pub fn encode_to_daemon(msg: &ToDaemon) -> Vec<u8> {
             encode_frame(&mut out, t::LAUNCH, |b| put_seq(b, procs, put_pid))
         }
         ToDaemon::Kill { procs } => encode_frame(&mut out, t::KILL, |b| put_seq(b, procs, put_pid)),
+        ToDaemon::Spawn {
+            app,
+            command,
+            procs,
+        } => encode_frame(&mut out, t::SPAWN_LAUNCH, |b| {
+            put_str(b, app);
+            put_launch_command(b, command);
+            put_seq(b, procs, put_pid);
+        }),
         ToDaemon::ModexDone {
             pset,
             version,
@@ -223,6 +233,19 @@ pub fn decode_to_daemon(frame: &[u8]) -> Result<ToDaemon, WireError> {
         t::KILL => parse_all(body, |i| {
             let (i, procs) = procs("procs")(i)?;
             Ok((i, ToDaemon::Kill { procs }))
+        }),
+        t::SPAWN_LAUNCH => parse_all(body, |i| {
+            let (i, app) = spawn_app(i)?;
+            let (i, command) = launch_command(i)?;
+            let (i, procs) = procs("procs")(i)?;
+            Ok((
+                i,
+                ToDaemon::Spawn {
+                    app,
+                    command,
+                    procs,
+                },
+            ))
         }),
         t::MODEX_DONE => parse_all(body, |i| {
             let (i, pset) = name(i)?;

@@ -17,6 +17,7 @@ use super::change::{
 };
 use super::errors::{put_result, result};
 use super::pset::{attributes, outcome, pset_op, put_attributes, put_outcome, put_pset_op};
+use super::spawn::{app, commands, env, put_commands, put_env, put_spawned, spawned};
 use super::types as t;
 use super::values::{
     boolean, duration, name, opt, pid, put_bool, put_duration, put_name, put_opt, put_pid,
@@ -38,6 +39,8 @@ pub(super) fn request_type(r: &ClientRequest) -> u16 {
         ClientRequest::Confirm { .. } => t::CONFIRM,
         ClientRequest::RequestChange(_) => t::REQUEST_CHANGE,
         ClientRequest::Modex { .. } => t::MODEX,
+        ClientRequest::Spawn { .. } => t::SPAWN,
+        ClientRequest::KillSpawn { .. } => t::KILL_SPAWN,
     }
 }
 
@@ -85,6 +88,11 @@ pub(super) fn put_request(out: &mut Vec<u8>, r: &ClientRequest) {
             put_str(out, data);
             put_duration(out, *timeout);
         }
+        ClientRequest::Spawn { commands, env } => {
+            put_commands(out, commands);
+            put_env(out, env);
+        }
+        ClientRequest::KillSpawn { app } => put_str(out, app),
     }
 }
 
@@ -164,6 +172,15 @@ pub(super) fn request(msg_type: u16, input: &[u8]) -> PResult<'_, ClientRequest>
                 },
             ))
         }
+        t::SPAWN => {
+            let (i, commands) = commands(input)?;
+            let (i, env) = env(i)?;
+            Ok((i, ClientRequest::Spawn { commands, env }))
+        }
+        t::KILL_SPAWN => {
+            let (i, app) = app(input)?;
+            Ok((i, ClientRequest::KillSpawn { app }))
+        }
         other => Err(nom::Err::Failure(WireError::UnknownType {
             msg_type: other,
         })),
@@ -184,6 +201,8 @@ pub(super) fn reply_type(r: &ClientReply) -> u16 {
         ClientReply::Confirmed(_) => t::CONFIRM_REPLY,
         ClientReply::ChangeRequested(_) => t::REQUEST_CHANGE_REPLY,
         ClientReply::Modex(_) => t::MODEX_REPLY,
+        ClientReply::Spawned(_) => t::SPAWN_REPLY,
+        ClientReply::SpawnKilled(_) => t::KILL_SPAWN_REPLY,
     }
 }
 
@@ -238,7 +257,8 @@ pub(super) fn put_reply(out: &mut Vec<u8>, r: &ClientReply) {
         ClientReply::Published(r)
         | ClientReply::Unpublished(r)
         | ClientReply::Fence(r)
-        | ClientReply::Confirmed(r) => put_result(out, r, |_, _| {}),
+        | ClientReply::Confirmed(r)
+        | ClientReply::SpawnKilled(r) => put_result(out, r, |_, _| {}),
         ClientReply::Lookup(r) => put_result(out, r, |o, v| put_str(o, v)),
         ClientReply::Accept(r) => put_result(out, r, put_accept_outcome),
         ClientReply::ChangeRequested(r) => {
@@ -248,6 +268,7 @@ pub(super) fn put_reply(out: &mut Vec<u8>, r: &ClientReply) {
             put_u64(o, d.version);
             put_entries(o, &d.entries);
         }),
+        ClientReply::Spawned(r) => put_result(out, r, put_spawned),
     }
 }
 
@@ -298,6 +319,14 @@ pub(super) fn reply(msg_type: u16, input: &[u8]) -> PResult<'_, ClientReply> {
         t::MODEX_REPLY => {
             let (i, r) = result(modex_data)(input)?;
             Ok((i, ClientReply::Modex(r)))
+        }
+        t::SPAWN_REPLY => {
+            let (i, r) = result(spawned)(input)?;
+            Ok((i, ClientReply::Spawned(r)))
+        }
+        t::KILL_SPAWN_REPLY => {
+            let (i, r) = result(unit)(input)?;
+            Ok((i, ClientReply::SpawnKilled(r)))
         }
         other => Err(nom::Err::Failure(WireError::UnknownType {
             msg_type: other,

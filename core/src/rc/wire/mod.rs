@@ -28,6 +28,7 @@ mod frames;
 pub mod link;
 mod messages;
 mod pset;
+pub mod spawn;
 pub mod types;
 mod values;
 

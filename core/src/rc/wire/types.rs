@@ -15,6 +15,10 @@ pub const ACCEPT: u16 = 0x0202;
 pub const CONFIRM: u16 = 0x0203;
 /// Client → daemon: `request_res_change`.
 pub const REQUEST_CHANGE: u16 = 0x0204;
+/// Client → daemon: start the children of a spawn (`SPAWN-17`).
+pub const SPAWN: u16 = 0x0205;
+/// Client → daemon: kill the children of a failed spawn (`SPAWN-20`).
+pub const KILL_SPAWN: u16 = 0x0206;
 /// Client → daemon: a batch of pset operations.
 pub const PSET_OP: u16 = 0x0301;
 /// Client → daemon: size and attributes of a pset.
@@ -38,6 +42,10 @@ pub const ACCEPT_REPLY: u16 = ACCEPT | REPLY_BIT;
 pub const CONFIRM_REPLY: u16 = CONFIRM | REPLY_BIT;
 /// Daemon → client: reply to [`REQUEST_CHANGE`].
 pub const REQUEST_CHANGE_REPLY: u16 = REQUEST_CHANGE | REPLY_BIT;
+/// Daemon → client: reply to [`SPAWN`].
+pub const SPAWN_REPLY: u16 = SPAWN | REPLY_BIT;
+/// Daemon → client: reply to [`KILL_SPAWN`].
+pub const KILL_SPAWN_REPLY: u16 = KILL_SPAWN | REPLY_BIT;
 /// Daemon → client: reply to [`PSET_OP`].
 pub const PSET_OP_REPLY: u16 = PSET_OP | REPLY_BIT;
 /// Daemon → client: reply to [`PSET_INFO`].
@@ -72,6 +80,8 @@ pub const LAUNCH: u16 = 0x0223;
 pub const KILL: u16 = 0x0224;
 /// Master → daemon: the outcome of a modex.
 pub const MODEX_DONE: u16 = 0x0225;
+/// Master → daemon: launch local children of a spawn, with their command.
+pub const SPAWN_LAUNCH: u16 = 0x0226;
 /// Master → daemon: define or update a pset in the replica.
 pub const DEFINE_PSET: u16 = 0x0310;
 /// Master → daemon: drop a pruned pset from the replica.

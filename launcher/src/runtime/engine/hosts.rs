@@ -112,7 +112,7 @@ impl Engine {
     /// (Master) relays core's frame to another node's daemon (LINK-3); processes it is
     /// told to launch count as the job's until their node reports them gone.
     pub(super) fn send_to_node(&mut self, node: u32, msg: &ToDaemon) {
-        if let ToDaemon::Launch { procs } = msg {
+        if let ToDaemon::Launch { procs } | ToDaemon::Spawn { procs, .. } = msg {
             for p in procs {
                 self.remote_procs.insert(
                     p.rank,

@@ -205,7 +205,7 @@ pub struct Engine {
     pub(super) app: String,
     pub(super) job_id: String,
     on_loss: OnLoss,
-    spawner: Option<(Sender<u32>, std::thread::JoinHandle<()>)>,
+    spawner: Option<(Sender<procs::LaunchJob>, std::thread::JoinHandle<()>)>,
     /// Launches asked of the spawner and not yet reported; `true`: kill on arrival.
     launching: BTreeMap<Rank, bool>,
     /// Running processes (exited ones move to `exited`).
@@ -225,7 +225,7 @@ pub struct Engine {
     ending: Option<String>,
     /// Launches the daemon asked for, started once the replies of the same step are
     /// written (the daemon's replica already announces them, `RC-3`).
-    to_launch: Vec<Rank>,
+    to_launch: Vec<procs::LaunchJob>,
 }
 
 /// How a job ended.
@@ -651,8 +651,8 @@ impl Engine {
             self.return_nodes();
             self.drain_links();
         }
-        for rank in std::mem::take(&mut self.to_launch) {
-            self.launch(rank);
+        for job in std::mem::take(&mut self.to_launch) {
+            self.launch(job);
         }
     }
 
@@ -726,7 +726,8 @@ impl Engine {
                     self.to_return.push(n.0);
                 }
             }
-            MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank),
+            MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank, false),
+            MasterOutput::SpawnedExited(pid) => self.on_lost(pid.rank, true),
             MasterOutput::NeedSlots { slots } => self.need_slots(slots),
         }
     }
@@ -734,7 +735,10 @@ impl Engine {
     /// `RC-18`: core reports a process that exited without being removed. A clean exit
     /// (status 0) is a process that finished its work; anything else is a failure,
     /// which ends the job unless it was started with [`OnLoss::Continue`].
-    fn on_lost(&mut self, rank: Rank) {
+    ///
+    /// A spawn's child (`spawned`) never ends the job (`SPAWN-19`): its spawner learns
+    /// of a failure through the handshake, so its failure is only logged.
+    fn on_lost(&mut self, rank: Rank, spawned: bool) {
         let why = if let Some(c) = self.children.get(&rank) {
             let Some(status) = c.exit else {
                 return;
@@ -768,6 +772,10 @@ impl Engine {
         } else {
             return;
         };
+        if spawned {
+            tracing::warn!("spawned {why}");
+            return;
+        }
         self.failed.push(rank);
         match self.on_loss {
             OnLoss::Continue => {
@@ -836,7 +844,23 @@ impl Engine {
             DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
             DaemonOutput::ToClient { to, req, reply } => self.reply(to.rank, req, &reply),
             DaemonOutput::Launch { procs } => {
-                self.to_launch.extend(procs.iter().map(|p| p.rank));
+                self.to_launch
+                    .extend(procs.iter().map(|p| procs::LaunchJob {
+                        rank: p.rank,
+                        spawn: None,
+                    }));
+            }
+            DaemonOutput::Spawn {
+                app,
+                command,
+                procs,
+            } => {
+                let spawn = std::sync::Arc::new(procs::SpawnLaunch { app, command });
+                self.to_launch
+                    .extend(procs.iter().map(|p| procs::LaunchJob {
+                        rank: p.rank,
+                        spawn: Some(spawn.clone()),
+                    }));
             }
             DaemonOutput::Kill { procs } => {
                 for p in procs {
@@ -871,7 +895,8 @@ impl Engine {
         }
     }
 
-    fn launch(&mut self, rank: Rank) {
+    fn launch(&mut self, job: procs::LaunchJob) {
+        let rank = job.rank;
         if self.ending.is_some() || signals::interrupted() {
             // The job is being ended: report the launch as failed at once.
             self.report_end(rank, 0, 128 + 9, true);
@@ -882,7 +907,7 @@ impl Engine {
         let sent = self
             .spawner
             .as_ref()
-            .is_some_and(|(tx, _)| tx.send(rank).is_ok());
+            .is_some_and(|(tx, _)| tx.send(job).is_ok());
         if sent {
             self.launching.insert(rank, false);
         } else {

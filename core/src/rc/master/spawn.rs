@@ -1,0 +1,207 @@
+//! The runtime part of a spawn (`spec/spawn.md` §9, `SPAWN-17..20`): the
+//! master grants the children slots all at once or not at all, makes them a new
+//! application of the job, has their daemons launch them, lets only the spawning
+//! application kill them, and forgets the application once its last child is gone.
+//!
+//! The handshake between parent and children (`spec/spawn.md`) is not the master's
+//! business: it runs between the application processes with `dynres_core::spawn`.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::{Master, MasterOutput, Route};
+use crate::process::ProcessId;
+use crate::rc::error::RcError;
+use crate::rc::msg::ToDaemon;
+use crate::rc::types::{LaunchCommand, NodeId, SpawnCommand, Spawned};
+use crate::slots::SlotError;
+
+/// Most children one spawn may start (the largest group a handshake carries).
+pub const MAX_SPAWN: u64 = crate::spawn::msg::MAX_GROUP as u64;
+
+/// A spawn whose children are not all gone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SpawnGroup {
+    /// The application that spawned it: the only one that may kill it (`SPAWN-20`).
+    pub spawner: String,
+    /// The children, in spawn order.
+    pub procs: Vec<ProcessId>,
+}
+
+/// Checks what a client may ask for before anything is allocated (`RC-2`).
+fn validate(commands: &[SpawnCommand], env: &[(String, String)]) -> Result<u64, RcError> {
+    if commands.is_empty() {
+        return Err(RcError::BadRequest("a spawn needs at least one command"));
+    }
+    let mut total: u64 = 0;
+    for c in commands {
+        if c.program.is_empty() || c.program.contains('\0') {
+            return Err(RcError::BadRequest("a spawn command needs a program"));
+        }
+        if c.count == 0 {
+            return Err(RcError::BadRequest("a spawn command starts no process"));
+        }
+        if c.args.iter().any(|a| a.contains('\0')) {
+            return Err(RcError::BadRequest("a spawn argument contains NUL"));
+        }
+        total += u64::from(c.count);
+    }
+    if total > MAX_SPAWN {
+        return Err(RcError::BadRequest(
+            "a spawn may start at most 65536 processes",
+        ));
+    }
+    let bad_name = |k: &str| k.is_empty() || k.contains('=') || k.contains('\0');
+    if env.iter().any(|(k, v)| bad_name(k) || v.contains('\0')) {
+        return Err(RcError::BadRequest(
+            "a spawn environment variable has an invalid name or value",
+        ));
+    }
+    Ok(total)
+}
+
+impl Master {
+    /// `SPAWN-17`/`SPAWN-18`: grants a client's spawn or refuses it with nothing
+    /// changed.
+    pub(crate) fn spawn(
+        &mut self,
+        route: &Route,
+        commands: Vec<SpawnCommand>,
+        env: Vec<(String, String)>,
+    ) -> Result<Spawned, RcError> {
+        let spawner = self
+            .app_of
+            .get(&route.pid)
+            .cloned()
+            .ok_or_else(|| RcError::NotPermitted(route.pid.clone()))?;
+        let total = validate(&commands, &env)?;
+        let free = self.slots.free_count();
+        if total > free as u64 {
+            return Err(RcError::Slots(SlotError::Exhausted {
+                wanted: total as usize,
+                free,
+            }));
+        }
+        let app = format!("spawn-{}", self.next_spawn);
+        let first = self.next_rank;
+        let pids: Vec<ProcessId> = (0..total as u32)
+            .map(|i| ProcessId::new(self.cfg.namespace.clone(), first.saturating_add(i)))
+            .collect();
+        // Placed on a copy, named in the registry, then committed: a refusal at any
+        // step leaves the master as it was.
+        let mut slots = self.slots.clone();
+        let (placed, new_nodes) = slots.place(&pids)?;
+        let root = self.registry.add_app(&app, &pids)?;
+        self.slots = slots;
+        self.next_rank = first.saturating_add(total as u32);
+        self.next_spawn += 1;
+        for p in &placed {
+            self.procs.insert(p.pid.clone(), NodeId(p.node));
+            self.app_of.insert(p.pid.clone(), app.clone());
+        }
+        self.spawns.insert(
+            app.clone(),
+            SpawnGroup {
+                spawner,
+                procs: pids.clone(),
+            },
+        );
+        // SPAWN-18, in order on every ordered link: the children's pset, the job data,
+        // then the launches.
+        self.broadcast_pset(&root);
+        self.broadcast(ToDaemon::JobData {
+            added: pids.clone(),
+            removed: Vec::new(),
+        });
+        for n in new_nodes {
+            self.out.push_back(MasterOutput::NodeAllocated(NodeId(n)));
+        }
+        let mut next = 0usize;
+        for c in commands {
+            let mine = &pids[next..next + c.count as usize];
+            next += c.count as usize;
+            let command = LaunchCommand {
+                program: c.program,
+                args: c.args,
+                env: env.clone(),
+            };
+            self.per_node(mine, |procs| ToDaemon::Spawn {
+                app: app.clone(),
+                command: command.clone(),
+                procs,
+            });
+        }
+        tracing::debug!(%app, children = total, "spawn granted");
+        Ok(Spawned { app, procs: pids })
+    }
+
+    /// `SPAWN-20`: the spawning application kills the children of a spawn that failed.
+    /// A spawn whose children are all gone has nothing left to kill.
+    pub(crate) fn kill_spawn(&mut self, route: &Route, app: &str) -> Result<(), RcError> {
+        let Some(group) = self.spawns.get(app) else {
+            let past = app
+                .strip_prefix("spawn-")
+                .and_then(|k| k.parse::<u64>().ok())
+                .is_some_and(|k| k < self.next_spawn);
+            return if past {
+                Ok(())
+            } else {
+                Err(RcError::BadRequest("no such spawn"))
+            };
+        };
+        if self.app_of.get(&route.pid) != Some(&group.spawner) {
+            return Err(RcError::NotPermitted(route.pid.clone()));
+        }
+        let running: Vec<ProcessId> = group
+            .procs
+            .iter()
+            .filter(|p| self.slots.is_running(p))
+            .cloned()
+            .collect();
+        let _ = self.slots.mark_leaving(&running);
+        self.kill(&running);
+        Ok(())
+    }
+
+    /// `SPAWN-19`: after a process exited — once every child of its spawn is gone, the
+    /// spawn's psets and job data are forgotten here and at every daemon.
+    pub(crate) fn spawn_child_exited(&mut self, pid: &ProcessId) {
+        let Some(app) = self.app_of.get(pid).cloned() else {
+            return;
+        };
+        let Some(group) = self.spawns.get(&app) else {
+            return;
+        };
+        if group.procs.iter().any(|p| self.procs.contains_key(p)) {
+            return;
+        }
+        let group = self.spawns.remove(&app).expect("present");
+        for name in self.registry.forget_app(&app) {
+            self.broadcast(ToDaemon::PrunePset { name });
+        }
+        self.broadcast(ToDaemon::JobData {
+            added: Vec::new(),
+            removed: group.procs.clone(),
+        });
+        for p in &group.procs {
+            self.app_of.remove(p);
+        }
+        tracing::debug!(%app, "spawn forgotten: every child is gone");
+    }
+
+    /// The spawns whose children are not all gone: (application, spawner, children).
+    pub fn spawns(&self) -> impl Iterator<Item = (&str, &str, &[ProcessId])> {
+        self.spawns
+            .iter()
+            .map(|(a, g)| (a.as_str(), g.spawner.as_str(), g.procs.as_slice()))
+    }
+
+    /// Whether `pid` is a child of a spawn (not of an application the job started with
+    /// or a resource change added).
+    pub fn is_spawned(&self, pid: &ProcessId) -> bool {
+        self.app_of
+            .get(pid)
+            .is_some_and(|a| self.spawns.contains_key(a))
+    }
+}
