@@ -64,6 +64,8 @@ impl Replayed {
     }
 }
 
+// Variants of very different sizes are fine unboxed: a replay holds a few machines.
+#[allow(clippy::large_enum_variant)]
 enum SpawnMachine {
     Handshake(Handshake),
     Parent(SpawnParent),

@@ -346,6 +346,8 @@ pub const STATIC_TEXTS: &[&str] = &[
     "handshake message",
     "message",
     "segment",
+    "segment payload",
+    "port",
 ];
 
 fn static_text(i: &[u8]) -> PResult<'_, &'static str> {
