@@ -16,9 +16,11 @@ pub mod bugs;
 pub mod process;
 pub mod pset;
 pub mod rc;
+pub mod replay;
 pub mod slots;
 pub mod spawn;
 pub mod time;
+pub mod trace;
 pub mod wire;
 
 pub use process::{Namespace, ProcessId, Rank};

@@ -12,6 +12,13 @@ pub const RANK: &str = "DYNRES_RANK";
 pub const APP: &str = "DYNRES_APP";
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
+/// `PATH`: record every kernel transition of the run for trace conformance
+/// (`spec/verification.md` §6), one line per transition, in the format
+/// `dynres-verification replay` reads. The master process (`dynres run`) writes `PATH`,
+/// every other process (node daemons, applications using the client library) writes
+/// `PATH.<pid>`; files are appended to and created on the first transition. Inherited by
+/// the processes the runtime starts. See [`crate::tracefile`].
+pub const TRACE_FILE: &str = "DYNRES_TRACE_FILE";
 
 /// Name of the clients' socket inside the job directory.
 pub const CONTROL_SOCK: &str = "control.sock";

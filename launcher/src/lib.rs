@@ -23,5 +23,6 @@ pub mod hosts;
 pub mod private;
 pub mod runtime;
 pub mod tool;
+pub mod tracefile;
 
 pub use error::{ClientError, CommError, LauncherError};

@@ -49,16 +49,18 @@ enum Cmd {
         #[arg(long)]
         verbose: bool,
     },
-    /// Record a trace of the in-memory harness' resource-change flows to FILE.
+    /// Record a trace of the in-memory harnesses' resource-change and spawn flows to FILE.
     Record {
         /// Where to write the trace.
         file: std::path::PathBuf,
     },
-    /// Replay a recorded trace against fresh kernel machines; non-zero exit if any
-    /// transition's outputs or state differ.
+    /// Replay recorded traces against fresh kernel machines; non-zero exit if any
+    /// transition's outputs or state differ. Each file is one process's trace (e.g.
+    /// `DYNRES_TRACE_FILE` and its `.<pid>` siblings of a launcher run).
     Replay {
-        /// The trace.
-        file: std::path::PathBuf,
+        /// The traces.
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
     },
     /// Serve stateright's Explorer for one configuration on 127.0.0.1:3000.
     Explore {
@@ -104,27 +106,50 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Replay { file } => {
-            let text = match std::fs::read_to_string(&file) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("dynres-verification: cannot read {}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            match dynres_verification::trace::replay(&text) {
-                Ok(n) => {
-                    println!("conformant: {n}/{n} transitions replayed identically");
-                    ExitCode::SUCCESS
-                }
-                Err(d) => {
-                    eprintln!("dynres-verification: not conformant: {d}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Cmd::Replay { files } => replay_files(&files),
         Cmd::Explore { config } => explore(&config),
     }
+}
+
+/// Replays each file on its own (machine ids are unique per process) and prints the
+/// lines and transitions replayed per role.
+fn replay_files(files: &[std::path::PathBuf]) -> ExitCode {
+    let mut all = dynres_verification::trace::Replayed::default();
+    for file in files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("dynres-verification: cannot read {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        };
+        match dynres_verification::trace::replay(&text) {
+            Ok(r) => {
+                println!(
+                    "{}: {} lines replayed identically",
+                    file.display(),
+                    r.total_lines()
+                );
+                all.add(&r);
+            }
+            Err(d) => {
+                eprintln!(
+                    "dynres-verification: not conformant: {}: {d}",
+                    file.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for (role, n) in &all.lines {
+        println!(
+            "  {role:<16} {n:>8} lines, {:>8} transitions",
+            all.transitions_of(role)
+        );
+    }
+    let n = all.total_lines();
+    println!("conformant: {n}/{n} lines replayed identically");
+    ExitCode::SUCCESS
 }
 
 fn run_check(

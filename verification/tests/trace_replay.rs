@@ -1,8 +1,16 @@
 //! Trace conformance: a recorded run replays identically; a trace that does not match
 //! the kernel is rejected at the first differing transition.
 
-use dynres_verification::record::record_scenarios;
+use dynres_verification::record::{record_scenarios, record_spawn};
 use dynres_verification::trace::replay;
+
+/// Flips the last bit of word `w` (a decimal fingerprint) of `line`.
+fn flip(line: &str, w: usize) -> String {
+    let mut words: Vec<String> = line.split(' ').map(String::from).collect();
+    let w = if w == usize::MAX { words.len() - 1 } else { w };
+    words[w] = (words[w].parse::<u64>().unwrap() ^ 1).to_string();
+    words.join(" ")
+}
 
 #[test]
 fn recorded_flows_replay_identically() {
@@ -15,7 +23,55 @@ fn recorded_flows_replay_identically() {
     assert!(lines[0].starts_with("master start "));
     assert!(lines.iter().any(|l| l.starts_with("daemon ")));
     let text = lines.join("\n");
-    assert_eq!(replay(&text), Ok(lines.len()));
+    let r = replay(&text).expect("conformant");
+    assert_eq!(r.total_lines(), lines.len());
+    for role in [
+        "master",
+        "daemon",
+        "spawn-handshake",
+        "spawn-parent",
+        "spawn-join",
+        "spawn-member",
+    ] {
+        assert!(r.transitions_of(role) > 0, "no {role} transition: {r:?}");
+    }
+}
+
+#[test]
+fn spawn_flows_record_every_machine_kind_with_distinct_ids() {
+    let lines = record_spawn();
+    let starts: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.contains(" start "))
+        .map(|l| l.as_str())
+        .collect();
+    // 2 spawns (3 + 4 children), accept/connect, a join pair: parents, handshakes
+    // (children roots, server, client), joins and members all start.
+    for role in [
+        "spawn-parent",
+        "spawn-handshake",
+        "spawn-join",
+        "spawn-member",
+    ] {
+        assert!(
+            starts.iter().any(|l| l.starts_with(role)),
+            "no {role} start"
+        );
+    }
+    let mut ids: Vec<(&str, &str)> = starts
+        .iter()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (w[0], w[1])
+        })
+        .collect();
+    let n = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "two machines share an id");
+    // The failed launch is recorded: a parent's LaunchFailed input (tag 5).
+    assert!(lines.iter().any(|l| l.starts_with("spawn-parent ")
+        && l.split(' ').nth(3).is_some_and(|i| i.starts_with("05"))));
 }
 
 #[test]
@@ -27,10 +83,7 @@ fn a_tampered_trace_is_rejected_where_it_differs() {
         .position(|l| l.starts_with("master ") && !l.starts_with("master start"))
         .expect("a master transition");
     let mut tampered = lines.clone();
-    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
-    let last = words.len() - 1;
-    words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
-    tampered[k] = words.join(" ");
+    tampered[k] = flip(&tampered[k], usize::MAX);
     let err = replay(&tampered.join("\n")).unwrap_err();
     assert_eq!(err.line, k + 1);
     assert!(err.what.contains("state differs"), "{err}");
@@ -47,4 +100,48 @@ fn a_tampered_trace_is_rejected_where_it_differs() {
     // Garbage is a typed refusal, not a panic.
     assert!(replay("master 1 zz 1 1").is_err());
     assert!(replay("daemon 0 5 0102 1 1").is_err());
+}
+
+#[test]
+fn a_tampered_spawn_trace_is_rejected_where_it_differs() {
+    let lines = record_spawn();
+    for role in [
+        "spawn-handshake",
+        "spawn-parent",
+        "spawn-join",
+        "spawn-member",
+    ] {
+        // The outputs fingerprint (second-to-last word) of the role's first transition.
+        let k = lines
+            .iter()
+            .position(|l| l.starts_with(role) && !l.contains(" start "))
+            .unwrap_or_else(|| panic!("a {role} transition"));
+        let mut tampered = lines.clone();
+        let words = tampered[k].split(' ').count();
+        tampered[k] = flip(&tampered[k], words - 2);
+        let err = replay(&tampered.join("\n")).unwrap_err();
+        assert_eq!(err.line, k + 1, "{role}: {err}");
+        assert!(err.what.contains("outputs differ"), "{err}");
+        assert!(err.what.contains(role), "names the machine: {err}");
+    }
+
+    // A changed input (one payload byte of a member's message) replays differently, or
+    // does not decode: either way the line is named.
+    let k = lines
+        .iter()
+        .position(|l| l.starts_with("spawn-member") && !l.contains(" start "))
+        .expect("a member transition");
+    let mut tampered = lines.clone();
+    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
+    // Byte 1 is the session's top byte.
+    words[3].replace_range(2..4, "ff");
+    tampered[k] = words.join(" ");
+    let err = replay(&tampered.join("\n")).unwrap_err();
+    assert_eq!(err.line, k + 1, "{err}");
+
+    // A transition whose machine never started is refused.
+    let err = replay(&lines[k]).unwrap_err();
+    assert!(err.what.contains("before its start"), "{err}");
+    // A start that does not decode is a typed refusal.
+    assert!(replay("spawn-join g1.1 start 00 1 1").is_err());
 }

@@ -4,9 +4,11 @@
 //! [`TARGET`] and level TRACE: the role, `now`, the input encoded with the wire codec (so
 //! it can be fed again), a fingerprint of the outputs the transition queued and one of the
 //! machine's state afterwards. A recorded trace replayed against fresh machines must
-//! reproduce every fingerprint; `dynres-verification replay FILE` does that, for the
-//! in-memory harness now and for launcher runs later. Encoding happens only when the
-//! event is enabled, so tracing off costs one check per transition.
+//! reproduce every fingerprint; [`crate::replay::replay`] (behind `dynres-verification
+//! replay FILE...`) does that, for the in-memory harnesses and for launcher runs recorded
+//! with `DYNRES_TRACE_FILE`. Encoding happens only when the event is enabled, so tracing
+//! off costs one check per transition. The spawn machines' records are in
+//! [`crate::spawn::trace`], the line format in [`crate::trace`].
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -2,6 +2,8 @@
 //! handshake.
 
 use alloc::collections::{BTreeSet, VecDeque};
+use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::process::Rank;
@@ -9,6 +11,9 @@ use crate::time::Instant;
 
 use super::SpawnError;
 use super::msg::{Addr, GroupHeader};
+use super::trace;
+use crate::rc::trace as rc_trace;
+use crate::trace::InstanceTag;
 
 /// Which side of the handshake a process was on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -161,12 +166,15 @@ pub struct Member {
     remote: Option<(u64, GroupHeader)>,
     result: Option<Result<InterGroup, SpawnError>>,
     out: VecDeque<MemberOutput>,
+    tag: InstanceTag,
 }
 
 impl Member {
     /// Member `rank` of the local group described by `local` / `local_endpoints`.
     pub fn new(role: Role, rank: Rank, local: GroupHeader, local_endpoints: Vec<Addr>) -> Self {
-        Member {
+        let start = trace::enabled()
+            .then(|| trace::encode_member_start(role, rank, &local, &local_endpoints));
+        let mut m = Member {
             role,
             rank,
             local,
@@ -174,13 +182,60 @@ impl Member {
             remote: None,
             result: None,
             out: VecDeque::new(),
+            tag: InstanceTag::default(),
+        };
+        if let Some(start) = start {
+            m.tag = InstanceTag::draw();
+            let outputs = rc_trace::fingerprint(&Vec::<&MemberOutput>::new());
+            let state = m.fingerprint();
+            trace::emit_start(trace::ROLE_MEMBER, &m.trace_id(), &start, outputs, state);
         }
+        m
+    }
+
+    /// The machine id of its transition events: local group, rank, role, instance.
+    fn trace_id(&self) -> String {
+        format!(
+            "g{}.r{}.{}.{}",
+            self.local.group_id,
+            self.rank,
+            trace::role_letter(self.role),
+            self.tag.0
+        )
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = rc_trace::fingerprint(self);
+        self.out = out;
+        fp
     }
 
     /// Handles one message from the root. After a failure everything is ignored; after
     /// success only `Failed` (a revocation, SPAWN-8) has an effect. Endpoints before the
     /// triple, or of the wrong size, are errors and change nothing.
-    pub fn handle(&mut self, _now: Instant, msg: MemberMsg) -> Result<(), SpawnError> {
+    pub fn handle(&mut self, now: Instant, msg: MemberMsg) -> Result<(), SpawnError> {
+        let recorded = trace::enabled().then(|| trace::encode_member_msg(&msg));
+        let first_output = self.out.len();
+        let r = self.step(msg);
+        if let Some(input) = recorded {
+            let outputs: Vec<&MemberOutput> = self.out.iter().skip(first_output).collect();
+            let outputs = rc_trace::fingerprint(&(outputs, &r));
+            let state = self.fingerprint();
+            trace::emit(
+                trace::ROLE_MEMBER,
+                &self.trace_id(),
+                now,
+                &input,
+                outputs,
+                state,
+            );
+        }
+        r
+    }
+
+    fn step(&mut self, msg: MemberMsg) -> Result<(), SpawnError> {
         match (&self.result, &msg) {
             (Some(Err(_)), _)
             | (Some(Ok(_)), MemberMsg::RemoteGroup { .. } | MemberMsg::RemoteEndpoints { .. }) => {

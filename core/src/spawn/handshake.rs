@@ -2,6 +2,8 @@
 //! local group, the endpoint tables, over datagram, stream or hybrid bootstrap.
 
 use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use tracing::{debug, warn};
@@ -14,7 +16,10 @@ use super::group::{InterGroup, MemberMsg, Role};
 use super::msg::{AbortReason, Addr, GroupHeader, HsMsg, MAX_GROUP};
 use super::port::{PortName, Transport};
 use super::stream::FrameReader;
+use super::trace::{self, HandshakeInput};
 use super::{Input, Output, SpawnError};
+use crate::rc::trace as rc_trace;
+use crate::trace::InstanceTag;
 
 /// Where a handshake is (`spec/spawn.md`, "States").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -112,6 +117,7 @@ pub struct Handshake {
     result: Option<Result<InterGroup, SpawnError>>,
     out: VecDeque<Output>,
     bugs: crate::bugs::Bugs,
+    tag: InstanceTag,
 }
 
 impl Handshake {
@@ -129,6 +135,76 @@ impl Handshake {
 
     /// Starts a handshake in either role.
     pub fn new(
+        now: Instant,
+        role: Role,
+        port: PortName,
+        cfg: HandshakeConfig,
+    ) -> Result<Self, SpawnError> {
+        let start = trace::enabled().then(|| trace::encode_handshake_start(now, role, &port, &cfg));
+        let mut hs = Self::start(now, role, port, cfg)?;
+        if let Some(start) = start {
+            hs.tag = InstanceTag::draw();
+            let outputs: Vec<&Output> = hs.out.iter().collect();
+            let outputs = rc_trace::fingerprint(&outputs);
+            let state = hs.fingerprint();
+            trace::emit_start(
+                trace::ROLE_HANDSHAKE,
+                &hs.trace_id(),
+                &start,
+                outputs,
+                state,
+            );
+        }
+        Ok(hs)
+    }
+
+    /// The machine id of its transition events: local group, root rank, role, instance.
+    fn trace_id(&self) -> String {
+        format!(
+            "g{}.r{}.{}.{}",
+            self.cfg.local.group_id,
+            self.cfg.root,
+            trace::role_letter(self.role),
+            self.tag.0
+        )
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained (so it does not
+    /// depend on when the driver drains them).
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = rc_trace::fingerprint(self);
+        self.out = out;
+        fp
+    }
+
+    /// Emits the transition event of one `handle` or `cancel` (`recorded` is the
+    /// encoded input, present when events are enabled).
+    fn record(
+        &mut self,
+        now: Instant,
+        recorded: Option<Vec<u8>>,
+        first_output: usize,
+        r: &Result<(), SpawnError>,
+    ) {
+        if let Some(input) = recorded {
+            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
+            let outputs = rc_trace::fingerprint(&(outputs, r));
+            let state = self.fingerprint();
+            trace::emit(
+                trace::ROLE_HANDSHAKE,
+                &self.trace_id(),
+                now,
+                &input,
+                outputs,
+                state,
+            );
+        }
+    }
+
+    /// [`Handshake::new`] without transition events, for the machines that wrap a
+    /// handshake and record their own.
+    pub(super) fn start(
         now: Instant,
         role: Role,
         port: PortName,
@@ -159,6 +235,7 @@ impl Handshake {
             result: None,
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
+            tag: InstanceTag::default(),
         };
         if role == Role::Initiator {
             // SPAWN-11: the session is the initiator's group id (unique in its job) unless
@@ -187,6 +264,15 @@ impl Handshake {
     /// Feeds one input. `Err` means the input was rejected and nothing changed
     /// (SPAWN-10); the handshake's own outcome is reported through [`Output`]s.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let recorded = trace::enabled().then(|| trace::encode_input(&input));
+        let first_output = self.out.len();
+        let r = self.step(now, input);
+        self.record(now, recorded, first_output, &r);
+        r
+    }
+
+    /// [`Handshake::handle`] without its transition event.
+    pub(super) fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         let r = match input {
             Input::Datagram { from, bytes } => self.on_datagram(now, from, &bytes),
             Input::Stream { bytes } => self.on_stream(now, &bytes),
@@ -233,8 +319,23 @@ impl Handshake {
     /// The application gives up (or the runtime could not launch): fails the handshake
     /// and tells the peer root, if known.
     pub fn cancel(&mut self, error: SpawnError) {
+        let recorded = trace::enabled()
+            .then(|| trace::encode_handshake_input(&HandshakeInput::Cancel(error.clone())));
+        let first_output = self.out.len();
+        self.abandon(error);
+        // `cancel` takes no time; its event is stamped 0 (replay does not use it).
+        self.record(Instant(0), recorded, first_output, &Ok(()));
+    }
+
+    /// [`Handshake::cancel`] without its transition event.
+    pub(super) fn abandon(&mut self, error: SpawnError) {
         self.fail(error, Some(AbortReason::Cancelled));
         self.flush_dgram();
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &HandshakeConfig {
+        &self.cfg
     }
 
     /// Where the handshake is.

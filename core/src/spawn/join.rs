@@ -2,18 +2,23 @@
 //! over it, then run an ordinary handshake; the lower port accepts (SPAWN-14).
 
 use alloc::collections::VecDeque;
-use alloc::string::ToString;
+use alloc::format;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::time::Instant;
 use crate::wire::WireError;
 
 use super::datagram::DgramFrame;
+use super::group::Role;
 use super::handshake::{Handshake, HandshakeConfig, Phase};
 use super::msg::JoinPort;
 use super::port::PortName;
 use super::stream::FrameReader;
+use super::trace;
 use super::{Input, Output, SpawnError};
+use crate::rc::trace as rc_trace;
+use crate::trace::InstanceTag;
 
 /// Inputs held while the roles are still undecided, at most this many.
 pub const MAX_HELD: usize = 64;
@@ -29,12 +34,39 @@ pub struct Join {
     held: Vec<Input>,
     failed: Option<SpawnError>,
     out: VecDeque<Output>,
+    tag: InstanceTag,
 }
 
 impl Join {
     /// Starts a join; `my_port` is a port this process listens on, the local group is
     /// this process alone.
     pub fn new(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
+        let start = trace::enabled().then(|| trace::encode_join_start(now, &my_port, &cfg));
+        let mut j = Self::start(now, my_port, cfg)?;
+        if let Some(start) = start {
+            j.tag = InstanceTag::draw();
+            let outputs: Vec<&Output> = j.out.iter().collect();
+            let outputs = rc_trace::fingerprint(&outputs);
+            let state = j.fingerprint();
+            trace::emit_start(trace::ROLE_JOIN, &j.trace_id(), &start, outputs, state);
+        }
+        Ok(j)
+    }
+
+    /// The machine id of its transition events: its (singleton) group and instance.
+    fn trace_id(&self) -> String {
+        format!("g{}.{}", self.cfg.local.group_id, self.tag.0)
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = rc_trace::fingerprint(self);
+        self.out = out;
+        fp
+    }
+
+    fn start(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
         if cfg.local.size != 1 {
             return Err(SpawnError::Config("join connects singleton groups"));
         }
@@ -54,11 +86,32 @@ impl Join {
             held: Vec::new(),
             failed: None,
             out,
+            tag: InstanceTag::default(),
         })
     }
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::JoinStream`].
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let recorded = trace::enabled().then(|| trace::encode_input(&input));
+        let first_output = self.out.len();
+        let r = self.step(now, input);
+        if let Some(input) = recorded {
+            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
+            let outputs = rc_trace::fingerprint(&(outputs, &r));
+            let state = self.fingerprint();
+            trace::emit(
+                trace::ROLE_JOIN,
+                &self.trace_id(),
+                now,
+                &input,
+                outputs,
+                state,
+            );
+        }
+        r
+    }
+
+    fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         if self.failed.is_some() {
             return Ok(());
         }
@@ -67,7 +120,7 @@ impl Join {
                 // The join stream is never used after the port exchange.
                 return Ok(());
             }
-            let r = hs.handle(now, input);
+            let r = hs.step(now, input);
             self.drain();
             return r;
         }
@@ -123,9 +176,9 @@ impl Join {
         }
         // SPAWN-14: both ends compare the same two strings, so they pick opposite roles.
         let hs = if mine < theirs {
-            Handshake::accept(now, self.my_port.clone(), self.cfg.clone())
+            Handshake::start(now, Role::Acceptor, self.my_port.clone(), self.cfg.clone())
         } else {
-            Handshake::connect(now, peer, self.cfg.clone())
+            Handshake::start(now, Role::Initiator, peer, self.cfg.clone())
         };
         match hs {
             Ok(hs) => {
@@ -133,7 +186,7 @@ impl Join {
                 self.drain();
                 for input in core::mem::take(&mut self.held) {
                     // Held inputs were not checked yet; bad ones are dropped as usual.
-                    let _ = self.handle(now, input);
+                    let _ = self.step(now, input);
                 }
             }
             Err(e) => self.fail(e),

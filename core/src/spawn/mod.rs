@@ -25,6 +25,7 @@ pub mod msg;
 mod parent;
 pub mod port;
 pub mod stream;
+pub mod trace;
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -9,10 +9,14 @@ use alloc::vec::Vec;
 use crate::process::Namespace;
 use crate::time::Instant;
 
+use super::group::Role;
 use super::handshake::{Handshake, HandshakeConfig};
 use super::msg::MAX_GROUP;
 use super::port::PortName;
+use super::trace;
 use super::{Input, Output, SpawnError};
+use crate::rc::trace as rc_trace;
+use crate::trace::InstanceTag;
 
 /// What a spawned child finds in its environment (SPAWN-3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -102,17 +106,51 @@ pub struct SpawnParent {
     killed: bool,
     out: VecDeque<Output>,
     bugs: crate::bugs::Bugs,
+    tag: InstanceTag,
 }
 
 impl SpawnParent {
     /// Starts the spawn: the first output is the [`Output::Launch`].
     pub fn new(now: Instant, cfg: SpawnConfig) -> Result<Self, SpawnError> {
+        let start = trace::enabled().then(|| trace::encode_parent_start(now, &cfg));
+        let mut p = Self::start(now, cfg)?;
+        if let Some(start) = start {
+            p.tag = InstanceTag::draw();
+            let outputs: Vec<&Output> = p.out.iter().collect();
+            let outputs = rc_trace::fingerprint(&outputs);
+            let state = p.fingerprint();
+            trace::emit_start(trace::ROLE_PARENT, &p.trace_id(), &start, outputs, state);
+        }
+        Ok(p)
+    }
+
+    /// The machine id of its transition events: parent group, root rank, child group,
+    /// instance.
+    fn trace_id(&self) -> String {
+        let cfg = self.hs.config();
+        // The spawn set the handshake to expect exactly the children's group.
+        let child_group = cfg.expect_remote.map_or(0, |(g, _)| g);
+        format!(
+            "g{}.r{}.c{}.{}",
+            cfg.local.group_id, cfg.root, child_group, self.tag.0
+        )
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        let out = core::mem::take(&mut self.out);
+        let fp = rc_trace::fingerprint(self);
+        self.out = out;
+        fp
+    }
+
+    fn start(now: Instant, cfg: SpawnConfig) -> Result<Self, SpawnError> {
         if cfg.maxprocs == 0 || cfg.maxprocs as usize > MAX_GROUP {
             return Err(SpawnError::Config("maxprocs must be 1..=65536"));
         }
         let mut hcfg = cfg.handshake;
         hcfg.expect_remote = Some((cfg.child_group_id, cfg.maxprocs));
-        let hs = Handshake::accept(now, cfg.port.clone(), hcfg)?;
+        let hs = Handshake::start(now, Role::Acceptor, cfg.port.clone(), hcfg)?;
         let env = SpawnEnv {
             parent_port: cfg.port,
             group_id: cfg.child_group_id,
@@ -131,6 +169,7 @@ impl SpawnParent {
             killed: false,
             out,
             bugs: crate::bugs::Bugs::NONE,
+            tag: InstanceTag::default(),
         })
     }
 
@@ -143,14 +182,29 @@ impl SpawnParent {
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let recorded = trace::enabled().then(|| trace::encode_input(&input));
+        let first_output = self.out.len();
         let r = match input {
             Input::LaunchFailed { reason } => {
-                self.hs.cancel(SpawnError::LaunchFailed { reason });
+                self.hs.abandon(SpawnError::LaunchFailed { reason });
                 Ok(())
             }
-            other => self.hs.handle(now, other),
+            other => self.hs.step(now, other),
         };
         self.drain();
+        if let Some(input) = recorded {
+            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
+            let outputs = rc_trace::fingerprint(&(outputs, &r));
+            let state = self.fingerprint();
+            trace::emit(
+                trace::ROLE_PARENT,
+                &self.trace_id(),
+                now,
+                &input,
+                outputs,
+                state,
+            );
+        }
         r
     }
 

@@ -354,14 +354,22 @@ fn main() -> ExitCode {
         }
     };
     if !matches!(cli.cmd, Cmd::Example { .. }) {
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("DYNRES_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-            )
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let log = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_env("DYNRES_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            );
+        // DYNRES_TRACE_FILE: the master process records to PATH, daemons to PATH.<pid>.
+        let master = matches!(cli.cmd, Cmd::Run(_));
+        tracing_subscriber::registry()
+            .with(log)
+            .with(dynres_launcher::tracefile::layer_from_env(master))
             .init();
     }
     let r = match cli.cmd {

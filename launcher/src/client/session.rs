@@ -48,8 +48,11 @@ fn to_core(d: StdDuration) -> Duration {
 impl Session {
     /// Connects to the runtime named by the environment `dynres run` sets
     /// (`DYNRES_SOCKET`, `DYNRES_SECRET`, `DYNRES_NAMESPACE`, `DYNRES_RANK`,
-    /// `DYNRES_APP`).
+    /// `DYNRES_APP`). With `DYNRES_TRACE_FILE` set, also starts recording this process's
+    /// kernel transitions ([`crate::tracefile::install_for_client`]).
     pub fn init() -> Result<Session, ClientError> {
+        // Before any kernel machine of this process exists, so its trace is complete.
+        crate::tracefile::install_for_client();
         let socket = var(env::SOCKET)?;
         let secret = var(env::SECRET)?;
         let ns = var(env::NAMESPACE)?;

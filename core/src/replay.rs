@@ -1,0 +1,255 @@
+//! Replaying a recorded trace (`spec/verification.md` §6) against fresh kernel machines:
+//! every machine is rebuilt from its `start` line (a daemon from its node number), every
+//! recorded input is fed again, and each transition must reproduce the recorded output
+//! and state fingerprints. Lives in the kernel (no_std + alloc) so the verification
+//! gate and the end-to-end tests call the same code without either build enabling the
+//! other's features.
+//!
+//! The lines are those of [`crate::trace`]. Machines are keyed by role and id within one
+//! text; give each recorded process's file to its own [`replay`] call (ids are unique
+//! per process).
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::rc::trace::{
+    decode_daemon_input, decode_master_config, decode_master_input, fingerprint, unhex,
+};
+use crate::rc::{Daemon, DaemonOutput, Master, MasterOutput, NodeId};
+use crate::spawn::trace::{self as st, HandshakeInput};
+use crate::spawn::{Handshake, Join, Member, MemberOutput, SpawnError, SpawnParent};
+use crate::time::Instant;
+
+/// Why a replay failed: the first line that did not replay identically.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {what}")]
+pub struct Divergence {
+    /// 1-based line number in the trace.
+    pub line: usize,
+    /// What differs (or could not be read).
+    pub what: String,
+}
+
+/// What a replay checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Lines replayed identically (starts and transitions), per role.
+    pub lines: BTreeMap<String, usize>,
+    /// Transitions (inputs fed, not counting `start` lines) replayed identically, per
+    /// role.
+    pub transitions: BTreeMap<String, usize>,
+}
+
+impl Replayed {
+    /// Every line replayed identically.
+    pub fn total_lines(&self) -> usize {
+        self.lines.values().sum()
+    }
+
+    /// Transitions of `role` replayed identically.
+    pub fn transitions_of(&self, role: &str) -> usize {
+        self.transitions.get(role).copied().unwrap_or(0)
+    }
+
+    /// Adds another replay's counts (of another process's file).
+    pub fn add(&mut self, other: &Replayed) {
+        for (r, n) in &other.lines {
+            *self.lines.entry(r.clone()).or_default() += n;
+        }
+        for (r, n) in &other.transitions {
+            *self.transitions.entry(r.clone()).or_default() += n;
+        }
+    }
+}
+
+// Variants of very different sizes are fine unboxed: a replay holds a few machines.
+#[allow(clippy::large_enum_variant)]
+enum SpawnMachine {
+    Handshake(Handshake),
+    Parent(SpawnParent),
+    Join(Join),
+    Member(Member),
+}
+
+fn drain<T>(mut poll: impl FnMut() -> Option<T>) -> Vec<T> {
+    core::iter::from_fn(&mut poll).collect()
+}
+
+impl SpawnMachine {
+    /// Builds the machine a `start` line describes; returns it with the fingerprint of
+    /// the outputs its construction queued.
+    fn start(role: &str, bytes: &[u8]) -> Result<(SpawnMachine, u64), String> {
+        let built = |e: SpawnError| format!("machine refused its construction: {e}");
+        let decoded = |e: crate::wire::WireError| format!("start: {e}");
+        Ok(match role {
+            st::ROLE_HANDSHAKE => {
+                let s = st::decode_handshake_start(bytes).map_err(decoded)?;
+                let mut m = Handshake::new(s.now, s.role, s.port, s.cfg).map_err(built)?;
+                let outs = fingerprint(&drain(|| m.poll_output()));
+                (SpawnMachine::Handshake(m), outs)
+            }
+            st::ROLE_PARENT => {
+                let (now, cfg) = st::decode_parent_start(bytes).map_err(decoded)?;
+                let mut m = SpawnParent::new(now, cfg).map_err(built)?;
+                let outs = fingerprint(&drain(|| m.poll_output()));
+                (SpawnMachine::Parent(m), outs)
+            }
+            st::ROLE_JOIN => {
+                let (now, port, cfg) = st::decode_join_start(bytes).map_err(decoded)?;
+                let mut m = Join::new(now, port, cfg).map_err(built)?;
+                let outs = fingerprint(&drain(|| m.poll_output()));
+                (SpawnMachine::Join(m), outs)
+            }
+            st::ROLE_MEMBER => {
+                let s = st::decode_member_start(bytes).map_err(decoded)?;
+                let mut m = Member::new(s.role, s.rank, s.local, s.local_endpoints);
+                let outs = fingerprint(&drain(|| m.poll_output()));
+                (SpawnMachine::Member(m), outs)
+            }
+            other => return Err(format!("unknown role {other:?}")),
+        })
+    }
+
+    /// Feeds one recorded input; returns the outputs fingerprint (outputs and result).
+    fn feed(&mut self, now: Instant, bytes: &[u8]) -> Result<u64, String> {
+        let decoded = |e: crate::wire::WireError| format!("input: {e}");
+        Ok(match self {
+            SpawnMachine::Handshake(m) => {
+                let r = match st::decode_handshake_input(bytes).map_err(decoded)? {
+                    HandshakeInput::Input(i) => m.handle(now, i),
+                    HandshakeInput::Cancel(e) => {
+                        m.cancel(e);
+                        Ok(())
+                    }
+                };
+                fingerprint(&(drain(|| m.poll_output()), &r))
+            }
+            SpawnMachine::Parent(m) => {
+                let r = m.handle(now, st::decode_input(bytes).map_err(decoded)?);
+                fingerprint(&(drain(|| m.poll_output()), &r))
+            }
+            SpawnMachine::Join(m) => {
+                let r = m.handle(now, st::decode_input(bytes).map_err(decoded)?);
+                fingerprint(&(drain(|| m.poll_output()), &r))
+            }
+            SpawnMachine::Member(m) => {
+                let r = m.handle(now, st::decode_member_msg(bytes).map_err(decoded)?);
+                let outs: Vec<MemberOutput> = drain(|| m.poll_output());
+                fingerprint(&(outs, &r))
+            }
+        })
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        match self {
+            SpawnMachine::Handshake(m) => m.fingerprint(),
+            SpawnMachine::Parent(m) => m.fingerprint(),
+            SpawnMachine::Join(m) => m.fingerprint(),
+            SpawnMachine::Member(m) => m.fingerprint(),
+        }
+    }
+}
+
+/// Replays one recorded text (one process's file, or the in-memory recorder's lines):
+/// `Ok` with what was checked, or the first line whose outputs or state differ, or that
+/// cannot be read. Blank lines and lines starting with `#` are skipped.
+pub fn replay(text: &str) -> Result<Replayed, Divergence> {
+    let mut master: Option<Master> = None;
+    let mut daemons: BTreeMap<u32, Daemon> = BTreeMap::new();
+    let mut spawn: BTreeMap<(String, String), SpawnMachine> = BTreeMap::new();
+    let mut done = Replayed::default();
+    for (n, raw) in text.lines().enumerate() {
+        let line = n + 1;
+        let bad = |what: String| Divergence { line, what };
+        let words: Vec<&str> = raw.split_whitespace().collect();
+        if words.is_empty() || words[0].starts_with('#') {
+            continue;
+        }
+        let num = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| bad(format!("not a number: {s:?}")))
+        };
+        let bytes = |s: &str| unhex(s).ok_or_else(|| bad(format!("not hex: {s:?}")));
+        // (replayed outputs, replayed state), (recorded outputs, recorded state), whether
+        // the line is a transition, and the machine it names.
+        let (got, want, transition, who) = match words.as_slice() {
+            ["master", "start", cfg, out, st] => {
+                let cfg =
+                    decode_master_config(&bytes(cfg)?).map_err(|e| bad(format!("config: {e}")))?;
+                let mut m =
+                    Master::new(cfg).map_err(|e| bad(format!("master refused its config: {e}")))?;
+                // A new master is a new run: its daemons start afresh too.
+                daemons.clear();
+                let outs: Vec<MasterOutput> = drain(|| m.poll_output());
+                let got = (fingerprint(&outs), m.fingerprint());
+                master = Some(m);
+                (got, (num(out)?, num(st)?), false, "master".to_string())
+            }
+            ["master", now, input, out, st] => {
+                let m = master
+                    .as_mut()
+                    .ok_or_else(|| bad("master transition before its start".into()))?;
+                let input =
+                    decode_master_input(&bytes(input)?).map_err(|e| bad(format!("input: {e}")))?;
+                m.handle(Instant(num(now)?), input)
+                    .map_err(|e| bad(format!("master refused: {e}")))?;
+                let outs: Vec<MasterOutput> = drain(|| m.poll_output());
+                let got = (fingerprint(&outs), m.fingerprint());
+                (got, (num(out)?, num(st)?), true, "master".to_string())
+            }
+            ["daemon", node, now, input, out, st] => {
+                let node = u32::try_from(num(node)?)
+                    .map_err(|_| bad(format!("node out of range: {node}")))?;
+                let d = daemons
+                    .entry(node)
+                    .or_insert_with(|| Daemon::new(NodeId(node)));
+                let input =
+                    decode_daemon_input(&bytes(input)?).map_err(|e| bad(format!("input: {e}")))?;
+                // A refused client request is part of the recorded behaviour too.
+                let _ = d.handle(Instant(num(now)?), input);
+                let outs: Vec<DaemonOutput> = drain(|| d.poll_output());
+                let got = (fingerprint(&outs), d.fingerprint());
+                (got, (num(out)?, num(st)?), true, format!("daemon {node}"))
+            }
+            [role, id, "start", args, out, st] if role.starts_with("spawn-") => {
+                let (mut m, outs) = SpawnMachine::start(role, &bytes(args)?)
+                    .map_err(|w| bad(format!("{role} {id}: {w}")))?;
+                let got = (outs, m.fingerprint());
+                // A repeated start of one id is a new machine of that id.
+                spawn.insert((role.to_string(), id.to_string()), m);
+                (got, (num(out)?, num(st)?), false, format!("{role} {id}"))
+            }
+            [role, id, now, input, out, st] if role.starts_with("spawn-") => {
+                let m = spawn
+                    .get_mut(&(role.to_string(), id.to_string()))
+                    .ok_or_else(|| bad(format!("{role} {id}: transition before its start")))?;
+                let outs = m
+                    .feed(Instant(num(now)?), &bytes(input)?)
+                    .map_err(|w| bad(format!("{role} {id}: {w}")))?;
+                let got = (outs, m.fingerprint());
+                (got, (num(out)?, num(st)?), true, format!("{role} {id}"))
+            }
+            _ => return Err(bad(format!("unrecognised line: {raw:?}"))),
+        };
+        if got.0 != want.0 {
+            return Err(bad(format!(
+                "{who}: outputs differ (recorded {}, replayed {})",
+                want.0, got.0
+            )));
+        }
+        if got.1 != want.1 {
+            return Err(bad(format!(
+                "{who}: state differs (recorded {}, replayed {})",
+                want.1, got.1
+            )));
+        }
+        let role = words[0].to_string();
+        *done.lines.entry(role.clone()).or_default() += 1;
+        if transition {
+            *done.transitions.entry(role).or_default() += 1;
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,162 @@
+//! Recording a real run for trace conformance (`spec/verification.md` §6): with
+//! `DYNRES_TRACE_FILE=PATH` set, every kernel transition event (target
+//! `dynres::transition`) of this process is appended to a file as one line, in the
+//! format of `dynres_core::trace` (the one the verification recorder writes), for
+//! `dynres-verification replay` or `dynres_core::replay::replay`.
+//!
+//! One file per process: `PATH` for the master process (`dynres run`), `PATH.<pid>` for
+//! every other process (node daemons, applications using the client library).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{Filtered, Targets};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+use crate::env;
+
+/// A `tracing` layer appending each transition event's line to one file. The file is
+/// created on the first event, so processes without kernel machines leave none.
+pub struct TraceFile {
+    path: PathBuf,
+    file: Mutex<Option<File>>,
+    failed: Once,
+}
+
+impl TraceFile {
+    /// A layer writing to `path` (appending if it exists).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        TraceFile {
+            path: path.into(),
+            file: Mutex::new(None),
+            failed: Once::new(),
+        }
+    }
+
+    /// The file it writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, line: &str) -> std::io::Result<()> {
+        let mut file = self
+            .file
+            .lock()
+            .map_err(|_| std::io::Error::other("trace file lock poisoned"))?;
+        if file.is_none() {
+            *file = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)?,
+            );
+        }
+        let mut buf = String::with_capacity(line.len() + 1);
+        buf.push_str(line);
+        buf.push('\n');
+        // One unbuffered write per line: a process killed mid-run leaves whole lines
+        // (the prefix of its trace still replays).
+        match file.as_mut() {
+            Some(f) => f.write_all(buf.as_bytes()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for TraceFile {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let Some(line) = dynres_core::trace::event_line(event) else {
+            return;
+        };
+        if let Err(e) = self.append(&line) {
+            // Reported once (a log event from inside a layer is not seen by this layer:
+            // its target is not the transition target).
+            self.failed.call_once(|| {
+                tracing::warn!("cannot write the trace file {}: {e}", self.path.display());
+            });
+        }
+    }
+}
+
+/// The path this process records to, if `DYNRES_TRACE_FILE` is set (and not empty):
+/// the path itself for the master process, `PATH.<pid>` for any other.
+pub fn path_from_env(master: bool) -> Option<PathBuf> {
+    let base = std::env::var_os(env::TRACE_FILE).filter(|p| !p.is_empty())?;
+    if master {
+        return Some(PathBuf::from(base));
+    }
+    let mut p = base;
+    p.push(format!(".{}", std::process::id()));
+    Some(PathBuf::from(p))
+}
+
+/// The layer to install when `DYNRES_TRACE_FILE` is set: a [`TraceFile`] that sees only
+/// transition events (at TRACE), whatever the log filter of the other layers.
+pub fn layer_from_env<S>(master: bool) -> Option<Filtered<TraceFile, Targets, S>>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let path = path_from_env(master)?;
+    let only_transitions =
+        Targets::new().with_target(dynres_core::rc::trace::TARGET, tracing::Level::TRACE);
+    Some(TraceFile::new(path).with_filter(only_transitions))
+}
+
+/// For processes using the client library: when `DYNRES_TRACE_FILE` is set, installs a
+/// global subscriber recording this process's transitions to `PATH.<pid>` (once per
+/// process). If the application already installed a global subscriber, that one stays
+/// and nothing is recorded (`tracing` allows one global subscriber); add
+/// [`layer_from_env`] to it instead.
+pub fn install_for_client() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if let Some(layer) = layer_from_env(false) {
+            let subscriber = tracing_subscriber::registry().with(layer);
+            if tracing::subscriber::set_global_default(subscriber).is_err() {
+                tracing::warn!(
+                    "{} is set but this process already has a tracing subscriber: not recorded",
+                    env::TRACE_FILE
+                );
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn writes_only_transition_events_one_line_each() {
+        let dir = std::env::temp_dir().join(format!("dynres-tracefile-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t");
+        let only =
+            Targets::new().with_target(dynres_core::rc::trace::TARGET, tracing::Level::TRACE);
+        let subscriber =
+            tracing_subscriber::registry().with(TraceFile::new(&path).with_filter(only));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!("not a transition");
+            assert!(!path.exists(), "created before the first transition");
+            tracing::trace!(
+                target: dynres_core::rc::trace::TARGET,
+                role = "daemon",
+                node = 0u32,
+                now = 5u64,
+                input = "0102",
+                outputs = 7u64,
+                state = 9u64,
+            );
+            // A transition event without the fields is not a line.
+            tracing::trace!(target: dynres_core::rc::trace::TARGET, role = "daemon");
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "daemon 0 5 0102 7 9\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
