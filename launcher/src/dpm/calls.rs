@@ -494,3 +494,11 @@ pub fn get_parent(comm: &Communicator, timeout: Duration) -> Result<Option<Inter
     let env = SpawnEnv::from_env(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
     get_parent_with(comm, env, timeout)
 }
+
+/// The collective set-up of a call, for tests of the context-id agreement.
+#[cfg(test)]
+pub(crate) fn local_group_for_test(
+    comm: &Communicator,
+) -> Result<(GroupHeader, Vec<Addr>), CommError> {
+    local_group(comm, 0, None)
+}
