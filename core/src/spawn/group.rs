@@ -99,7 +99,9 @@ impl ContextIds {
     /// `ContextIdsExhausted` for that id.
     pub fn reserve(&mut self, id: u32) -> Result<(), SpawnError> {
         if id < self.first || id >= self.limit {
-            return Err(SpawnError::Config("context id outside the allocator's range"));
+            return Err(SpawnError::Config(
+                "context id outside the allocator's range",
+            ));
         }
         if !self.live.insert(id) {
             return Err(SpawnError::ContextIdsExhausted);

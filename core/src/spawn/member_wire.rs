@@ -120,9 +120,7 @@ fn error_parts(e: &SpawnError) -> (u8, Vec<u64>, String) {
         SpawnError::LaunchFailed { reason } => (code::LAUNCH_FAILED, vec![], clip(reason)),
         SpawnError::StreamClosed => (code::STREAM_CLOSED, vec![], text),
         SpawnError::ContextIdsExhausted => (code::CONTEXT_IDS_EXHAUSTED, vec![], text),
-        SpawnError::ContextIdNotLive(id) => {
-            (code::CONTEXT_ID_NOT_LIVE, vec![u64::from(*id)], text)
-        }
+        SpawnError::ContextIdNotLive(id) => (code::CONTEXT_ID_NOT_LIVE, vec![u64::from(*id)], text),
         SpawnError::Config(_) => (code::CONFIG, vec![], text),
         SpawnError::JoinSamePort => (code::JOIN_SAME_PORT, vec![], text),
         // The carried code rides in the numbers, so a re-sent report stays a report.
@@ -337,9 +335,8 @@ mod tests {
         prop_oneof![
             (any::<u64>(), arb_header())
                 .prop_map(|(session, remote)| MemberMsg::RemoteGroup { session, remote }),
-            (any::<u64>(), proptest::collection::vec(addr, 0..20)).prop_map(
-                |(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }
-            ),
+            (any::<u64>(), proptest::collection::vec(addr, 0..20))
+                .prop_map(|(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }),
             (any::<u64>(), arb_exact_error())
                 .prop_map(|(session, error)| MemberMsg::Failed { session, error }),
         ]
@@ -372,10 +369,7 @@ mod tests {
         for (e, c) in [
             (SpawnError::Config("bad"), code::CONFIG),
             (SpawnError::Unexpected { what: "odd" }, code::UNEXPECTED),
-            (
-                SpawnError::Wire(WireError::NotUtf8),
-                code::WIRE,
-            ),
+            (SpawnError::Wire(WireError::NotUtf8), code::WIRE),
             (
                 SpawnError::BadPort {
                     name: "x".into(),

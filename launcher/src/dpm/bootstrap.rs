@@ -51,14 +51,14 @@ impl Clock {
     }
 }
 
-/// The root machine being driven.
+/// The root machine being driven (boxed: the machines are large and of unequal size).
 pub(crate) enum Root {
     /// An accept, a connect, or a spawned child's root.
-    Handshake(Handshake),
+    Handshake(Box<Handshake>),
     /// A spawn's parent root.
-    Parent(SpawnParent),
+    Parent(Box<SpawnParent>),
     /// One end of a join.
-    Join(Join),
+    Join(Box<Join>),
 }
 
 impl Root {
@@ -517,8 +517,8 @@ pub(crate) fn drive(
                             bytes: buf[..n].to_vec(),
                         },
                     ),
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                    }
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
                     Err(e) => {
                         warn!(error = %e, "join: read failed");
                         join_open = false;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use dynres_core::process::Namespace;
 use dynres_core::spawn::{
-    Addr, Bootstrap, GroupHeader, Handshake, HandshakeConfig, InterGroup, Join, Member,
-    MemberMsg, MemberOutput, PortName, Role, SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
+    Addr, Bootstrap, GroupHeader, Handshake, HandshakeConfig, InterGroup, Join, Member, MemberMsg,
+    MemberOutput, PortName, Role, SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::time::Duration as KDuration;
 use tracing::{debug, warn};
@@ -246,7 +246,12 @@ fn run_initiator(
         listener: None,
         join: None,
     };
-    drive(Root::Handshake(hs), io, &mut MemberHooks { comm }, clock)
+    drive(
+        Root::Handshake(Box::new(hs)),
+        io,
+        &mut MemberHooks { comm },
+        clock,
+    )
 }
 
 /// `MPI_Comm_accept`: collective over `comm`; the root accepts one connection on `port`
@@ -268,17 +273,24 @@ pub fn accept(
         timeout,
         |cfg, comm| {
             let port = port.ok_or_else(|| {
-                before(CommError::InvalidArgument("accept's root needs the port".into()))
+                before(CommError::InvalidArgument(
+                    "accept's root needs the port".into(),
+                ))
             })?;
             let clock = Clock::new();
-            let hs = Handshake::accept(clock.now(), port.port_name().clone(), cfg)
-                .map_err(before)?;
+            let hs =
+                Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
             let io = Sockets {
                 udp: &port.udp,
                 listener: Some(&port.listener),
                 join: None,
             };
-            drive(Root::Handshake(hs), io, &mut MemberHooks { comm }, clock)
+            drive(
+                Root::Handshake(Box::new(hs)),
+                io,
+                &mut MemberHooks { comm },
+                clock,
+            )
         },
     )
 }
@@ -330,17 +342,14 @@ pub fn join(transport: &Transport, fd: OwnedFd, timeout: Duration) -> Result<Int
                 listener: Some(&port.listener),
                 join: Some(std::fs::File::from(fd)),
             };
-            let r = drive(Root::Join(j), io, &mut NoMembers, clock);
+            let r = drive(Root::Join(Box::new(j)), io, &mut NoMembers, clock);
             if let Err(e) = close_port(port) {
                 debug!(error = %e, "join: closing its port");
             }
             r
         },
     )
-    .map(|ic| {
-        debug!(role = ?ic.intergroup().role, "join: connected");
-        ic
-    })
+    .inspect(|ic| debug!(role = ?ic.intergroup().role, "join: connected"))
 }
 
 /// A group of one has nobody to tell.
@@ -447,7 +456,7 @@ pub fn spawn(
                 cmds,
                 launched: None,
             };
-            let r = drive(Root::Parent(parent), io, &mut hooks, clock);
+            let r = drive(Root::Parent(Box::new(parent)), io, &mut hooks, clock);
             if let Err(e) = close_port(port) {
                 debug!(error = %e, "spawn: closing its port");
             }

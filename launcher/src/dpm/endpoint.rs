@@ -277,10 +277,7 @@ mod tests {
             shm: shm(7, &"x".repeat(300)),
             ..PeerAddrs::default()
         };
-        assert_eq!(
-            encode_endpoint(&huge),
-            Err(EndpointError::SegmentName(300))
-        );
+        assert_eq!(encode_endpoint(&huge), Err(EndpointError::SegmentName(300)));
         assert_eq!(
             encode_endpoint(&PeerAddrs::default()),
             Err(EndpointError::NoAddress)

@@ -13,7 +13,9 @@ use dynres_core::spawn::{InterGroup, MergedGroup, merge};
 use dynres_transports::{MsgHeader, PeerAddrs, PeerRef};
 
 use super::endpoint::decode_endpoint;
-use crate::comm::{Communicator, MAX_COLLECTIVE, OP_TIMEOUT, Transport, decode_f64s, encode_f64s, fnv32};
+use crate::comm::{
+    Communicator, MAX_COLLECTIVE, OP_TIMEOUT, Transport, decode_f64s, encode_f64s, fnv32,
+};
 use crate::error::CommError;
 
 /// Tags at and above this are used by the inter-communicator's own collectives and by
@@ -238,7 +240,9 @@ impl InterComm {
         let theirs = self.local.bcast(0, &theirs.unwrap_or_default())?;
         let theirs = decode_f64s(&theirs)?;
         if theirs.len() != values.len() {
-            return Err(CommError::Malformed("allreduce length differs between groups"));
+            return Err(CommError::Malformed(
+                "allreduce length differs between groups",
+            ));
         }
         Ok(theirs)
     }

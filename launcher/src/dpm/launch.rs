@@ -25,8 +25,11 @@ pub struct LaunchedGroup {
 pub trait ChildLauncher {
     /// Starts every command's processes with `env` added to their environment (it holds
     /// the parent's port and the children's group, SPAWN-3). `Err(why)`: nothing runs.
-    fn launch(&mut self, cmds: &[SpawnCommand], env: &[(String, String)])
-    -> Result<LaunchedGroup, String>;
+    fn launch(
+        &mut self,
+        cmds: &[SpawnCommand],
+        env: &[(String, String)],
+    ) -> Result<LaunchedGroup, String>;
     /// Kills every process of `g` that still runs (the spawn failed: no orphans).
     fn kill(&mut self, g: &LaunchedGroup);
     /// `Some(why)` if a child of `g` already died; polled while the handshake runs, and
@@ -40,7 +43,11 @@ pub trait ChildLauncher {
 pub struct NoLauncher;
 
 impl ChildLauncher for NoLauncher {
-    fn launch(&mut self, _: &[SpawnCommand], _: &[(String, String)]) -> Result<LaunchedGroup, String> {
+    fn launch(
+        &mut self,
+        _: &[SpawnCommand],
+        _: &[(String, String)],
+    ) -> Result<LaunchedGroup, String> {
         Err("no launcher at this rank".into())
     }
 

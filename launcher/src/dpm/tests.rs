@@ -54,7 +54,10 @@ where
                             .map(|(r, a)| (r as u32, a.expect("checked")))
                             .collect::<Vec<_>>();
                     }
-                    assert!(start.elapsed() < Duration::from_secs(20), "group never formed");
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "group never formed"
+                    );
                     std::thread::sleep(Duration::from_millis(2));
                 };
                 let comm = Communicator::from_table(&t, "test", members, i, ctx).unwrap();
@@ -340,7 +343,8 @@ impl ChildLauncher for FakeLauncher {
     }
 
     fn lost(&mut self, _: &LaunchedGroup) -> Option<String> {
-        self.dead.then(|| "child 1 exited with status 9".to_string())
+        self.dead
+            .then(|| "child 1 exited with status 9".to_string())
     }
 }
 
@@ -489,7 +493,9 @@ fn connect_to_a_closed_port_fails_typed() {
             match (boot, e) {
                 (
                     Bootstrap::Datagram,
-                    CommError::Spawn(SpawnError::Timeout { .. } | SpawnError::PeerUnreachable { .. }),
+                    CommError::Spawn(
+                        SpawnError::Timeout { .. } | SpawnError::PeerUnreachable { .. },
+                    ),
                 )
                 | (Bootstrap::Stream, CommError::Spawn(SpawnError::StreamClosed)) => {}
                 (b, e) => panic!("{b:?}: unexpected {e}"),
@@ -502,7 +508,10 @@ fn connect_to_a_closed_port_fails_typed() {
 fn bad_port_name_fails_every_member() {
     for (e, live) in connect_fails("dynres:9:nonsense".into(), T) {
         assert!(
-            matches!(e, CommError::Spawn(SpawnError::BadPort { .. } | SpawnError::Reported { code: 2, .. })),
+            matches!(
+                e,
+                CommError::Spawn(SpawnError::BadPort { .. } | SpawnError::Reported { code: 2, .. })
+            ),
             "{e}"
         );
         assert_eq!(live, 0);
