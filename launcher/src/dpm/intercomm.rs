@@ -170,13 +170,24 @@ impl InterComm {
     /// Receives a message of at most `max` bytes from rank `remote_rank` of the remote
     /// group.
     pub fn recv(&self, remote_rank: usize, tag: u64, max: usize) -> Result<Vec<u8>, CommError> {
+        self.recv_timeout(remote_rank, tag, max, OP_TIMEOUT)
+    }
+
+    /// [`InterComm::recv`] waiting at most `timeout`.
+    pub fn recv_timeout(
+        &self,
+        remote_rank: usize,
+        tag: u64,
+        max: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u8>, CommError> {
         let peer = self.remote_peer(remote_rank)?.clone();
         let r = self.transport.router().borrow_mut().recv(
             Some(&peer),
             Some(tag),
             self.ig.local.context_id,
             vec![0; max],
-            OP_TIMEOUT,
+            timeout,
         )?;
         Ok(r.data)
     }

@@ -103,7 +103,7 @@ fn exercise(ic: InterComm, comm: &Communicator, accepting: bool) -> Seen {
             .unwrap();
     }
     for q in 0..m {
-        let got = ic.recv(q, 7, 64).unwrap();
+        let got = ic.recv_timeout(q, 7, 64, T).unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
             format!("{}:{q}->{me}", !accepting)
@@ -153,10 +153,11 @@ fn exercise(ic: InterComm, comm: &Communicator, accepting: bool) -> Seen {
     };
     ic.barrier().unwrap();
     let t = comm.transport().clone();
-    assert_eq!(t.context_ids().borrow().live_count(), 1);
+    let held = usize::from(!accepting);
+    assert_eq!(t.context_ids().borrow().live_count(), 1 + held);
     ic.disconnect().unwrap();
     Seen {
-        live_after: t.context_ids().borrow().live_count(),
+        live_after: t.context_ids().borrow().live_count() - held,
         ..seen
     }
 }
@@ -200,6 +201,13 @@ fn check_pair(acc: &[Seen], con: &[Seen]) {
     }
 }
 
+/// Makes the lowest inter-communicator context id live on `t`.
+fn hold_lowest_context(t: &Transport) {
+    let ids = t.context_ids().clone();
+    let first = ids.borrow().range().start;
+    ids.borrow_mut().reserve(first).unwrap();
+}
+
 fn accept_connect(boot: Bootstrap) {
     let (tx, rx) = mpsc::channel::<String>();
     let tx = Mutex::new(tx);
@@ -221,7 +229,14 @@ fn accept_connect(boot: Bootstrap) {
         } else {
             String::new()
         };
+        // The connecting group's context id differs from the accepting group's, so a
+        // message sent on the wrong one is never matched.
+        hold_lowest_context(&comm.transport().clone());
         let ic = connect(&comm, 0, &name, T).unwrap();
+        assert_ne!(
+            ic.intergroup().local.context_id,
+            ic.intergroup().remote.context_id
+        );
         exercise(ic, &comm, false)
     });
     let (acc, con) = (join_all(acc), join_all(con));
@@ -255,13 +270,20 @@ fn join_over_a_socket_pair() {
     let run = |s: UnixStream, first: bool| {
         std::thread::spawn(move || {
             let t = Transport::new().unwrap();
+            if first {
+                hold_lowest_context(&t);
+            }
             let ic = join(&t, OwnedFd::from(s), T).unwrap();
+            assert_ne!(
+                ic.intergroup().local.context_id,
+                ic.intergroup().remote.context_id
+            );
             assert_eq!((ic.local_size(), ic.remote_size(), ic.rank()), (1, 1, 0));
             if first {
                 ic.send(0, 1, b"ping").unwrap();
-                assert_eq!(ic.recv(0, 2, 8).unwrap(), b"pong");
+                assert_eq!(ic.recv_timeout(0, 2, 8, T).unwrap(), b"pong");
             } else {
-                assert_eq!(ic.recv(0, 1, 8).unwrap(), b"ping");
+                assert_eq!(ic.recv_timeout(0, 1, 8, T).unwrap(), b"ping");
                 ic.send(0, 2, b"pong").unwrap();
             }
             let sum = ic.allreduce_sum(&[if first { 1.0 } else { 2.0 }]).unwrap();
