@@ -1,6 +1,7 @@
 //! Typed errors of the runtime, the client library and the communicator.
 
 use dynres_core::rc::RcError;
+use dynres_core::spawn::SpawnError;
 use dynres_core::wire::WireError;
 use dynres_transports::TransportError;
 
@@ -125,6 +126,24 @@ pub enum CommError {
     /// A message had an unexpected size or content.
     #[error("malformed message: {0}")]
     Malformed(&'static str),
+    /// A spawn / accept / connect / join failed (the kernel's handshake outcome, or a
+    /// failure the group's root reported).
+    #[error("dynamic process call: {0}")]
+    Spawn(#[from] SpawnError),
+    /// An endpoint or bootstrap address did not encode or decode.
+    #[error("endpoint: {0}")]
+    Endpoint(#[from] EndpointError),
+    /// A socket operation of a dynamic-process call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A call was made with arguments it cannot work with.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// The node address the runtime gave (`DYNRES_NODE_ADDR`) is not an IP address.
     #[error("{var}={value:?} is not an IP address")]
     NodeAddr {
@@ -133,4 +152,36 @@ pub enum CommError {
         /// Its value.
         value: String,
     },
+}
+
+impl CommError {
+    /// An I/O error with context.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        CommError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Errors of the compact endpoint encoding ([`crate::dpm::endpoint`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// The addresses do not fit the 64 bytes of a kernel address.
+    #[error("encoded endpoint would take {len} bytes, more than {max}")]
+    TooLong {
+        /// Bytes needed.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A shared-memory segment name longer than a length byte can describe.
+    #[error("shared-memory segment name of {0} bytes is too long to encode")]
+    SegmentName(usize),
+    /// The addresses hold neither shared memory nor TCP.
+    #[error("no shared-memory or TCP address to encode")]
+    NoAddress,
+    /// Peer bytes did not parse.
+    #[error("malformed endpoint: {0}")]
+    Wire(#[from] WireError),
 }

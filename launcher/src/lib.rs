@@ -15,6 +15,7 @@ pub mod apps;
 pub mod auth;
 pub mod client;
 pub mod comm;
+pub mod dpm;
 pub mod env;
 pub mod error;
 pub mod framing;
@@ -25,4 +26,4 @@ pub mod runtime;
 pub mod tool;
 pub mod tracefile;
 
-pub use error::{ClientError, CommError, LauncherError};
+pub use error::{ClientError, CommError, EndpointError, LauncherError};

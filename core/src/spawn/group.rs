@@ -98,6 +98,27 @@ impl ContextIds {
         Ok(id)
     }
 
+    /// Makes a chosen id live: a group whose members each hold an allocator agrees on
+    /// one id free at all of them (the smallest such, so still deterministic) and each
+    /// member reserves it. An id outside `first..limit` is `Config`; a live one is
+    /// `ContextIdsExhausted` for that id.
+    pub fn reserve(&mut self, id: u32) -> Result<(), SpawnError> {
+        if id < self.first || id >= self.limit {
+            return Err(SpawnError::Config(
+                "context id outside the allocator's range",
+            ));
+        }
+        if !self.live.insert(id) {
+            return Err(SpawnError::ContextIdsExhausted);
+        }
+        Ok(())
+    }
+
+    /// The allocator's range `first..limit`.
+    pub fn range(&self) -> core::ops::Range<u32> {
+        self.first..self.limit
+    }
+
     /// Frees a live id; freeing one that is not live is an error.
     pub fn release(&mut self, id: u32) -> Result<(), SpawnError> {
         if self.live.remove(&id) {
@@ -340,6 +361,17 @@ mod tests {
         assert_eq!(ids.release(2), Err(SpawnError::ContextIdNotLive(2)));
         assert_eq!(ids.allocate(), Ok(2));
         assert_eq!(ids.live_count(), 3);
+        // A reserved id is live, taken ids and ids out of range are refused.
+        let mut ids = ContextIds::new(10, 20);
+        ids.reserve(12).unwrap();
+        assert!(ids.is_live(12));
+        assert_eq!(ids.reserve(12), Err(SpawnError::ContextIdsExhausted));
+        assert!(matches!(ids.reserve(9), Err(SpawnError::Config(_))));
+        assert!(matches!(ids.reserve(20), Err(SpawnError::Config(_))));
+        assert_eq!(ids.allocate(), Ok(10));
+        assert_eq!(ids.allocate(), Ok(11));
+        assert_eq!(ids.allocate(), Ok(13));
+        assert_eq!(ids.range(), 10..20);
     }
 
     #[test]

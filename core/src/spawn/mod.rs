@@ -20,6 +20,7 @@ pub mod datagram;
 mod group;
 mod handshake;
 mod join;
+pub mod member_wire;
 mod merge;
 pub mod msg;
 mod parent;
@@ -138,6 +139,17 @@ pub enum SpawnError {
     /// Both ends of a join advertised the same port.
     #[error("join: both ends use the same port")]
     JoinSamePort,
+    /// A failure the group's root reported to a member (`MemberMsg::Failed`) whose exact
+    /// variant cannot travel: its fields are static strings or a wire error of the root's
+    /// own build. `code` is the wire code of the root's variant (`spec/wire.md`), `text`
+    /// its message.
+    #[error("reported by the root (code {code}): {text}")]
+    Reported {
+        /// The root's error code.
+        code: u8,
+        /// The root's error message.
+        text: String,
+    },
 }
 
 /// An event the driver feeds into a root machine ([`Handshake`], [`SpawnParent`],

@@ -44,7 +44,7 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(AbortReason::Timeout),
             2 => Some(AbortReason::ProtocolViolation),
@@ -96,13 +96,13 @@ pub enum HsMsg {
     },
 }
 
-fn put_header(out: &mut Vec<u8>, h: &GroupHeader) {
+pub(crate) fn put_header(out: &mut Vec<u8>, h: &GroupHeader) {
     put_u64(out, h.group_id);
     put_u32(out, h.size);
     put_u32(out, h.context_id);
 }
 
-fn header(input: &[u8]) -> PResult<'_, GroupHeader> {
+pub(crate) fn header(input: &[u8]) -> PResult<'_, GroupHeader> {
     let (i, group_id) = u64(input)?;
     let (i, size) = u32(i)?;
     let (i, context_id) = u32(i)?;
@@ -128,7 +128,7 @@ fn transport(input: &[u8]) -> PResult<'_, Transport> {
     }
 }
 
-fn addr(input: &[u8]) -> PResult<'_, Addr> {
+pub(crate) fn addr(input: &[u8]) -> PResult<'_, Addr> {
     let (i, b) = bytes("address", MAX_ADDR)(input)?;
     Ok((i, Addr(b.to_vec())))
 }

@@ -22,6 +22,12 @@ pub const ENDPOINTS_ACK: u16 = 0x0104;
 pub const ABORT: u16 = 0x0105;
 /// Join: the port a process listens on, sent over the joined byte stream.
 pub const JOIN_PORT: u16 = 0x0106;
+/// Root → member: the remote group's triple (`MemberMsg::RemoteGroup`).
+pub const MEMBER_REMOTE_GROUP: u16 = 0x0120;
+/// Root → member: the remote group's endpoint table (`MemberMsg::RemoteEndpoints`).
+pub const MEMBER_REMOTE_ENDPOINTS: u16 = 0x0121;
+/// Root → member: the handshake failed or was revoked (`MemberMsg::Failed`).
+pub const MEMBER_FAILED: u16 = 0x0122;
 /// Datagram bootstrap: one checksummed segment of a handshake message.
 pub const DGRAM_SEGMENT: u16 = 0x0110;
 /// Datagram bootstrap: acknowledges one segment.

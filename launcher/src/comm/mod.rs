@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dynres_core::pset::PsetName;
+use dynres_core::spawn::ContextIds;
 use dynres_transports::shm::{ShmConfig, ShmDevice};
 use dynres_transports::tcp::{TcpConfig, TcpDevice};
 use dynres_transports::{DeviceKind, MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
@@ -41,10 +42,19 @@ const TAG_REDUCE: u64 = u64::MAX - 3;
 const TAG_LEAVE: u64 = u64::MAX - 4;
 const TAG_BCAST_ROOT: u64 = u64::MAX - 5;
 
+/// The bit set in every context id of the dynamic-process calls (inter-communicators,
+/// [`crate::dpm`]) and clear in every hashed intra-communicator context, so the two
+/// kinds never collide.
+pub const DPM_CONTEXT_BIT: u32 = 0x8000_0000;
+
 /// This process' transport endpoint, shared by all its communicators.
 #[derive(Clone)]
 pub struct Transport {
     router: Rc<RefCell<Router>>,
+    /// The context ids of this endpoint's live inter-communicators (SPAWN-5). One per
+    /// transport rather than one per process: matching is per endpoint, and tests run
+    /// several endpoints ("processes") in one process.
+    ctx_ids: Rc<RefCell<ContextIds>>,
 }
 
 /// The devices of a [`Transport`], opened but not yet routed.
@@ -69,12 +79,26 @@ impl Transport {
                 Box::new(shm),
                 Box::new(tcp),
             ]))),
+            ctx_ids: Rc::new(RefCell::new(ContextIds::new(DPM_CONTEXT_BIT, u32::MAX))),
         }
     }
 
     /// This process' addresses, as published for its peers.
     pub fn address(&self) -> String {
         encode_addrs(self.router.borrow().local_addrs())
+    }
+
+    /// This process' addresses, as its peers' routers know it.
+    pub fn local_addrs(&self) -> PeerAddrs {
+        self.router.borrow().local_addrs().clone()
+    }
+
+    pub(crate) fn router(&self) -> &Rc<RefCell<Router>> {
+        &self.router
+    }
+
+    pub(crate) fn context_ids(&self) -> &Rc<RefCell<ContextIds>> {
+        &self.ctx_ids
     }
 
     /// Finalizes the devices (also done on drop).
@@ -168,12 +192,16 @@ fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
     Ok(addrs)
 }
 
-/// A communicator over the members of one version of a pset.
+/// A communicator over a table of members: the members of one version of a pset
+/// ([`Communicator::create`]), a merged inter-communicator, or any explicit table.
 pub struct Communicator {
     transport: Transport,
-    pset: PsetName,
-    version: u64,
+    label: String,
+    origin: Option<(PsetName, u64)>,
     ranks: Vec<u32>,
+    /// Every member's addresses, this member's included: the dynamic-process calls send
+    /// them to a remote group as the endpoint table.
+    addrs: Vec<PeerAddrs>,
     me: usize,
     peers: Vec<Option<PeerRef>>,
     context: u32,
@@ -201,6 +229,31 @@ impl Communicator {
             .iter()
             .position(|(r, _)| *r == session.rank())
             .ok_or_else(|| CommError::NotMember(pset.to_string()))?;
+        let members = members
+            .into_iter()
+            .map(|(r, a)| Ok((r, decode_addrs(&a)?)))
+            .collect::<Result<Vec<_>, CommError>>()?;
+        let context = fnv32(format!("dynres/comm/{pset}/v{version}").as_bytes());
+        let mut comm =
+            Communicator::from_table(transport, &pset.to_string(), members, me, context)?;
+        comm.origin = Some((pset.clone(), version));
+        Ok(comm)
+    }
+
+    /// A communicator over an explicit table: `members[i]` = (job rank, addresses) of
+    /// member `i`, this process is member `me`, messages carry `context`. Every member
+    /// must build it from the same table and context. `label` names it in logs and
+    /// errors.
+    pub fn from_table(
+        transport: &Transport,
+        label: &str,
+        members: Vec<(u32, PeerAddrs)>,
+        me: usize,
+        context: u32,
+    ) -> Result<Communicator, CommError> {
+        if me >= members.len() {
+            return Err(CommError::NotMember(label.to_string()));
+        }
         let size = members.len();
         let mut peers = Vec::with_capacity(size);
         // A member's host: its shared-memory host id (members that share memory share a
@@ -208,8 +261,7 @@ impl Communicator {
         let mut hosts = Vec::with_capacity(size);
         {
             let mut router = transport.router.borrow_mut();
-            for (i, (_, addr)) in members.iter().enumerate() {
-                let addrs = decode_addrs(addr)?;
+            for (i, (_, addrs)) in members.iter().enumerate() {
                 hosts.push(
                     addrs
                         .shm
@@ -219,23 +271,32 @@ impl Communicator {
                 peers.push(if i == me {
                     None
                 } else {
-                    Some(router.add_peer(addrs))
+                    Some(router.add_peer(addrs.clone()))
                 });
             }
         }
         let tree = tree::place(&hosts, me);
-        let context = fnv32(format!("dynres/comm/{pset}/v{version}").as_bytes());
-        let comm = Communicator {
+        let (ranks, addrs) = members.into_iter().unzip();
+        Ok(Communicator {
             transport: transport.clone(),
-            pset: pset.clone(),
-            version,
-            ranks: members.into_iter().map(|(r, _)| r).collect(),
+            label: label.to_string(),
+            origin: None,
+            ranks,
+            addrs,
             me,
             peers,
             context,
             tree,
-        };
-        Ok(comm)
+        })
+    }
+
+    /// A group of one: this process alone (`MPI_COMM_SELF`), e.g. each end of a join.
+    pub fn solo(transport: &Transport) -> Communicator {
+        let me = (0, transport.local_addrs());
+        // Nobody else matches on this context: the group has no peers.
+        let context = fnv32(b"dynres/comm/solo");
+        Communicator::from_table(transport, "solo", vec![me], 0, context)
+            .expect("member 0 of a table of one")
     }
 
     /// This process' position.
@@ -253,9 +314,29 @@ impl Communicator {
         &self.ranks
     }
 
-    /// The pset and version this communicator was made from.
-    pub fn pset(&self) -> (&PsetName, u64) {
-        (&self.pset, self.version)
+    /// The pset and version this communicator was made from (`None`: made from a table).
+    pub fn pset(&self) -> Option<(&PsetName, u64)> {
+        self.origin.as_ref().map(|(p, v)| (p, *v))
+    }
+
+    /// The communicator's name in logs and errors.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Every member's addresses, in communicator order (this member's included).
+    pub fn peer_addrs(&self) -> &[PeerAddrs] {
+        &self.addrs
+    }
+
+    /// The context id the members' messages carry.
+    pub fn context(&self) -> u32 {
+        self.context
+    }
+
+    /// The transport the communicator runs on.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// The device that carries messages between this process and member `i`: shared
@@ -291,13 +372,24 @@ impl Communicator {
 
     /// Receives a message of at most `max` bytes from member `src` with `tag`.
     pub fn recv(&self, src: usize, tag: u64, max: usize) -> Result<Vec<u8>, CommError> {
+        self.recv_timeout(src, tag, max, OP_TIMEOUT)
+    }
+
+    /// [`Communicator::recv`] waiting at most `timeout`.
+    pub fn recv_timeout(
+        &self,
+        src: usize,
+        tag: u64,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CommError> {
         let peer = self.peer(src)?.clone();
         let r = self.transport.router.borrow_mut().recv(
             Some(&peer),
             Some(tag),
             self.context,
             vec![0; max],
-            OP_TIMEOUT,
+            timeout,
         )?;
         Ok(r.data)
     }
@@ -388,11 +480,11 @@ impl Communicator {
     }
 }
 
-fn encode_f64s(v: &[f64]) -> Vec<u8> {
+pub(crate) fn encode_f64s(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn decode_f64s(b: &[u8]) -> Result<Vec<f64>, CommError> {
+pub(crate) fn decode_f64s(b: &[u8]) -> Result<Vec<f64>, CommError> {
     if b.len() % 8 != 0 {
         return Err(CommError::Malformed("f64 array"));
     }
@@ -401,12 +493,13 @@ fn decode_f64s(b: &[u8]) -> Result<Vec<f64>, CommError> {
         .collect())
 }
 
-fn fnv32(bytes: &[u8]) -> u32 {
+/// A hashed intra-communicator context: never 0 (left to raw transport users) and never
+/// with [`DPM_CONTEXT_BIT`] set (those belong to inter-communicators).
+pub(crate) fn fnv32(bytes: &[u8]) -> u32 {
     let h = bytes.iter().fold(0x811c_9dc5u32, |h, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     });
-    // Context 0 is left to raw transport users.
-    h.max(1)
+    (h & !DPM_CONTEXT_BIT).max(1)
 }
 
 #[cfg(test)]
@@ -445,6 +538,15 @@ mod tests {
             "shm:1:2:s;udp:1.2.3.4:5",
         ] {
             assert!(decode_addrs(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn hashed_contexts_stay_out_of_the_dpm_range() {
+        for i in 0..2000 {
+            let c = fnv32(format!("dynres/comm/app{i}/v{i}").as_bytes());
+            assert_eq!(c & DPM_CONTEXT_BIT, 0);
+            assert_ne!(c, 0);
         }
     }
 
