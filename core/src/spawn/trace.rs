@@ -534,6 +534,11 @@ pub fn put_spawn_error(out: &mut Vec<u8>, e: &SpawnError) {
             put_str(out, what);
         }
         SpawnError::JoinSamePort => put_u8(out, 17),
+        SpawnError::Reported { code, text } => {
+            put_u8(out, 18);
+            put_u8(out, *code);
+            put_str(out, text);
+        }
     }
 }
 
@@ -589,6 +594,10 @@ pub fn spawn_error(i: &[u8]) -> PResult<'_, SpawnError> {
         15 => prim::u32(i).map(|(i, id)| (i, SpawnError::ContextIdNotLive(id)))?,
         16 => static_text(i).map(|(i, what)| (i, SpawnError::Config(what)))?,
         17 => (i, SpawnError::JoinSamePort),
+        18 => {
+            let (i, (code, text)) = (prim::u8, text()).parse(i)?;
+            (i, SpawnError::Reported { code, text })
+        }
         t => return fail("spawn error tag", u64::from(t)),
     };
     Ok((i, e))
@@ -974,6 +983,7 @@ mod tests {
             any::<u32>().prop_map(SpawnError::ContextIdNotLive),
             arb_static().prop_map(SpawnError::Config),
             Just(SpawnError::JoinSamePort),
+            (any::<u8>(), ".{0,10}").prop_map(|(code, text)| SpawnError::Reported { code, text }),
         ]
     }
 

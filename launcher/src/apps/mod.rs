@@ -4,13 +4,14 @@
 pub mod check;
 pub mod pingpong;
 pub mod plan;
+pub mod spawn;
 pub mod synthetic;
 pub mod work;
 
 use std::process::ExitCode;
 
 /// The built-in examples.
-pub const EXAMPLES: &[&str] = &["synthetic", "check", "pingpong"];
+pub const EXAMPLES: &[&str] = &["synthetic", "check", "pingpong", "spawn"];
 
 /// Checks example `name`'s arguments without running it, so that `dynres run
 /// --example NAME -- ARGS` refuses bad ones before the job starts instead of in every
@@ -20,6 +21,7 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
         "synthetic" => synthetic::validate(args),
         "check" => check::validate(args),
         "pingpong" => pingpong::validate(args),
+        "spawn" => spawn::validate(args),
         _ => Err(format!(
             "no example {name:?} (have: {})",
             EXAMPLES.join(", ")
@@ -40,6 +42,7 @@ pub fn run_example(name: &str, args: &[String]) -> ExitCode {
         "synthetic" => synthetic::main(args),
         "check" => check::main(args),
         "pingpong" => pingpong::main(args),
+        "spawn" => spawn::main(args),
         _ => {
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),

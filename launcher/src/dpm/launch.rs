@@ -1,18 +1,11 @@
 //! What a spawn needs from the runtime: a launcher of child processes. The runtime's
-//! implementation (a `Spawn` request to the master, children started by the daemons)
-//! comes separately; tests use an in-process fake.
+//! implementation (a `Spawn` request to the master, children started by the daemons) is
+//! [`super::RuntimeLauncher`]; tests use an in-process fake.
 
-/// One command of a spawn: `count` processes of `program args…`. A spawn of several
-/// commands (`MPI_Comm_spawn_multiple`) gives the children ranks in command order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpawnCommand {
-    /// The program to run.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// How many processes of it.
-    pub count: u32,
-}
+/// One command of a spawn: `count` processes of `program args…` (the kernel's type: the
+/// runtime request carries it as is). A spawn of several commands
+/// (`MPI_Comm_spawn_multiple`) gives the children ranks in command order.
+pub use dynres_core::rc::SpawnCommand;
 
 /// What a [`ChildLauncher`] started: its own handle, opaque to the spawn.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -16,6 +16,7 @@ pub mod endpoint;
 mod intercomm;
 mod launch;
 pub mod port;
+mod runtime;
 
 #[cfg(test)]
 mod tests;
@@ -25,3 +26,4 @@ pub use calls::{MEMBER_GRACE, accept, connect, get_parent, get_parent_with, join
 pub use intercomm::{InterComm, RESERVED_TAGS, Side};
 pub use launch::{ChildLauncher, LaunchedGroup, NoLauncher, SpawnCommand};
 pub use port::{Port, close_port, open_port};
+pub use runtime::{RuntimeLauncher, SLOT_WAIT, self_comm};

@@ -1,0 +1,431 @@
+//! `spawn`: MPI-2 dynamic processes end to end (`spec/spawn.md`), for the tests and
+//! `dynres-bench spawn`. Run under `dynres run --example spawn -- MODE …`:
+//!
+//! - `parent` (default): the job's processes spawn `--children N` copies of this example
+//!   collectively (root 0; `--multiple` splits them over two commands), then check
+//!   the inter-communicator both ways: point to point, `allreduce_sum` (each group gets
+//!   the other's sum), `bcast` from the parents' root, a merge (parents low, children
+//!   high) and an allreduce over it, then disconnect. `--rounds R` repeats it. Member 0
+//!   prints `spawn: ok rounds=… children=…` and, per round, `spawn: round=…
+//!   ready_us=…` (call → inter-communicator ready).
+//!   `--fault all-die` / `root-dies`: the first spawn's children all exit at once, or
+//!   their root exits after they wired up their group; that spawn must fail (member
+//!   0 prints `spawn: failed as expected: …`) and the clean ones after it must still
+//!   find their slots.
+//! - `child` is what the spawned processes run (the parent passes it).
+//! - `serve FILE` / `connect FILE`: accept / connect between two independent jobs; the
+//!   server writes its port name to FILE (atomically) and accepts once. `connect` with
+//!   `--timeout-ms` bounds the attempt (a closed port must fail within it).
+//!   `serve-closed FILE` writes the name of a port it has already closed.
+//! - `join-serve FILE` / `join FILE`: `MPI_Comm_join` over a TCP connection the two
+//!   jobs make themselves (the server writes its address to FILE).
+//!
+//! Every check that fails is an error: the process exits non-zero with one line.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+
+use crate::client::Session;
+use crate::comm::{Communicator, Transport, node_addr};
+use crate::dpm::{self, InterComm, Side, SpawnCommand};
+use crate::error::CommError;
+
+/// What this process does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Spawn children and check the inter-communicator.
+    Parent,
+    /// Be a spawned child (the parent passes this).
+    Child,
+    /// Accept one connection on a new port, whose name goes to FILE.
+    Serve,
+    /// Open a port, write its name to FILE, close it at once (a connect must fail).
+    ServeClosed,
+    /// Connect to the port named in FILE.
+    Connect,
+    /// Listen on TCP, write the address to FILE, join over the accepted socket.
+    JoinServe,
+    /// Connect over TCP to the address in FILE and join.
+    Join,
+}
+
+/// Faults the parent can ask of its children.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// None.
+    None,
+    /// Every child exits at once, before the handshake.
+    AllDie,
+    /// The children wire up their group, then their root exits before it connects
+    /// back (the others are left waiting in the handshake).
+    RootDies,
+}
+
+/// The example's parameters.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "spawn", about = "MPI-2 dynamic processes end to end")]
+pub struct Args {
+    /// What to do.
+    #[arg(value_enum, default_value_t = Mode::Parent)]
+    pub mode: Mode,
+    /// The rendezvous file (serve/connect/join modes).
+    pub file: Option<String>,
+    /// Children per spawn.
+    #[arg(long, default_value_t = 2)]
+    pub children: u32,
+    /// Spawns, one after the other (each checked, then disconnected).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// Split the children over two commands (`MPI_Comm_spawn_multiple`).
+    #[arg(long)]
+    pub multiple: bool,
+    /// A fault to inject.
+    #[arg(long, value_enum, default_value_t = Fault::None)]
+    pub fault: Fault,
+    /// Bound on each spawn / accept / connect / join.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Only spawn and disconnect (no checks): the spawn-rate loop of the bench.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+const TAG: u64 = 0x5350;
+
+/// Checks the arguments without running (see [`super::validate`]).
+pub fn validate(args: &[String]) -> Result<(), String> {
+    match parse(args) {
+        Ok(a) if a.children == 0 || a.rounds == 0 => {
+            Err("--children and --rounds must be at least 1".into())
+        }
+        Ok(a) if a.file.is_none() && !matches!(a.mode, Mode::Parent | Mode::Child) => {
+            Err(format!("mode {:?} needs a FILE", a.mode))
+        }
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(super::clap_line(&e)),
+    }
+}
+
+fn parse(args: &[String]) -> Result<Args, clap::Error> {
+    Args::try_parse_from(std::iter::once("spawn".to_string()).chain(args.iter().cloned()))
+}
+
+/// Entry point.
+pub fn main(args: &[String]) -> ExitCode {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "spawn: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn out(line: &str) {
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+fn check(ok: bool, what: &'static str) -> Result<(), CommError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CommError::Malformed(what))
+    }
+}
+
+fn run(a: &Args) -> Result<(), CommError> {
+    let mut s = Session::init()?;
+    let transport = Transport::new()?;
+    let timeout = Duration::from_millis(a.timeout_ms);
+    let r = match a.mode {
+        Mode::Parent => parent(&mut s, &transport, a, timeout),
+        Mode::Child => child(&mut s, &transport, a, timeout),
+        Mode::Serve | Mode::ServeClosed | Mode::Connect | Mode::JoinServe | Mode::Join => {
+            let file = a.file.as_deref().ok_or(CommError::Malformed("no FILE"))?;
+            peer(&transport, a.mode, file, timeout)
+        }
+    };
+    transport.finalize()?;
+    r
+}
+
+/// The command the children run: this very example, in child mode, with the fault.
+fn child_command(a: &Args, count: u32) -> Result<SpawnCommand, CommError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CommError::Malformed(leak(format!("no executable path: {e}"))))?;
+    let mut args = vec![
+        "example".to_string(),
+        "spawn".to_string(),
+        "child".to_string(),
+    ];
+    args.push(format!("--fault={}", fault_name(a.fault)));
+    args.push(format!("--timeout-ms={}", a.timeout_ms));
+    if a.quick {
+        args.push("--quick".into());
+    }
+    Ok(SpawnCommand {
+        program: exe.to_string_lossy().into_owned(),
+        args,
+        count,
+    })
+}
+
+fn fault_name(f: Fault) -> &'static str {
+    match f {
+        Fault::None => "none",
+        Fault::AllDie => "all-die",
+        Fault::RootDies => "root-dies",
+    }
+}
+
+/// Error texts are `&'static str` in [`CommError::Malformed`]; the few made at run time
+/// here live for the (short) life of the process.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn commands(a: &Args, fault: Fault) -> Result<Vec<SpawnCommand>, CommError> {
+    let a = Args { fault, ..a.clone() };
+    if a.multiple && a.children >= 2 {
+        let first = a.children / 2;
+        Ok(vec![
+            child_command(&a, first)?,
+            child_command(&a, a.children - first)?,
+        ])
+    } else {
+        Ok(vec![child_command(&a, a.children)?])
+    }
+}
+
+fn parent(
+    s: &mut Session,
+    transport: &Transport,
+    a: &Args,
+    timeout: Duration,
+) -> Result<(), CommError> {
+    let app = s.app_pset();
+    let comm = Communicator::create(s, transport, &app)?;
+    if a.fault != Fault::None {
+        let cmds = commands(a, a.fault)?;
+        match s.spawn_over(&comm, 0, &cmds, timeout) {
+            Ok(_) => return Err(CommError::Malformed("a spawn whose root died succeeded")),
+            Err(e) if comm.rank() == 0 => out(&format!("spawn: failed as expected: {e}")),
+            Err(_) => {}
+        }
+    }
+    let cmds = commands(a, Fault::None)?;
+    for round in 0..a.rounds {
+        let t = Instant::now();
+        let inter = s.spawn_over(&comm, 0, &cmds, timeout)?;
+        let ready = t.elapsed();
+        check(inter.remote_size() == a.children as usize, "remote size")?;
+        if !a.quick {
+            exercise(&inter, Side::Local, comm.size(), a.children as usize)?;
+        }
+        inter.disconnect()?;
+        if comm.rank() == 0 {
+            out(&format!(
+                "spawn: round={round} ready_us={}",
+                ready.as_micros()
+            ));
+        }
+    }
+    if comm.rank() == 0 {
+        out(&format!(
+            "spawn: ok rounds={} children={} parents={}",
+            a.rounds,
+            a.children,
+            comm.size()
+        ));
+    }
+    comm.leave()
+}
+
+fn child(
+    s: &mut Session,
+    transport: &Transport,
+    a: &Args,
+    timeout: Duration,
+) -> Result<(), CommError> {
+    let (world, inter) = match a.fault {
+        Fault::None => s
+            .get_parent(transport, timeout)?
+            .ok_or(CommError::Malformed("child mode without a parent"))?,
+        Fault::AllDie => std::process::exit(3),
+        Fault::RootDies => {
+            // The children wire up their own group, then their root dies before it
+            // connects back: the others wait for it in vain and give up.
+            let app = s.app_pset();
+            let world = Communicator::create(s, transport, &app)?;
+            if world.rank() == 0 {
+                std::process::exit(3);
+            }
+            let inter = dpm::get_parent(&world, timeout)?
+                .ok_or(CommError::Malformed("child mode without a parent"))?;
+            (world, inter)
+        }
+    };
+    if !a.quick {
+        let parents = inter.remote_size();
+        exercise(&inter, Side::Remote, world.size(), parents)?;
+    }
+    inter.disconnect()?;
+    if world.size() > 1 {
+        world.leave()?;
+    }
+    Ok(())
+}
+
+/// The checks both sides run on a fresh inter-communicator: `mine` processes here,
+/// `theirs` there; `side` says whether the parents (root of the bcast) are local.
+fn exercise(inter: &InterComm, side: Side, mine: usize, theirs: usize) -> Result<(), CommError> {
+    check(inter.local_size() == mine, "local size")?;
+    check(inter.remote_size() == theirs, "remote size")?;
+    let me = inter.rank();
+    let parents = side == Side::Local;
+    // Point to point: every parent p sends its rank to child p % children, which
+    // answers rank + 1000; every child receives from each parent mapped to it.
+    if parents {
+        let peer = me % theirs;
+        inter.send(peer, TAG, &(me as u32).to_le_bytes())?;
+        let back = inter.recv(peer, TAG, 4)?;
+        check(
+            back == (me as u32 + 1000).to_le_bytes(),
+            "point-to-point answer",
+        )?;
+    } else {
+        for p in (0..theirs).filter(|p| p % mine == me) {
+            let got = inter.recv(p, TAG, 4)?;
+            check(got == (p as u32).to_le_bytes(), "point-to-point message")?;
+            inter.send(p, TAG, &(p as u32 + 1000).to_le_bytes())?;
+        }
+    }
+    // Inter-communicator allreduce: each group gets the sum over the other's
+    // contributions (parents give rank + 1, children 100 × (rank + 1)).
+    let mine_value = if parents { me + 1 } else { 100 * (me + 1) } as f64;
+    let sum = inter.allreduce_sum(&[mine_value])?;
+    let n = theirs as f64;
+    let expect = if parents {
+        100.0 * n * (n + 1.0) / 2.0
+    } else {
+        n * (n + 1.0) / 2.0
+    };
+    check(sum == [expect], "inter-communicator allreduce")?;
+    // Broadcast from the parents' root to the children.
+    let payload = b"from the parents";
+    let root_side = if parents { Side::Local } else { Side::Remote };
+    let got = inter.bcast(root_side, 0, if parents && me == 0 { payload } else { b"" })?;
+    check(parents || got == payload, "broadcast from the parents")?;
+    // Merge: parents low, children high, so the parents come first.
+    let merged = inter.merge(!parents)?;
+    check(merged.size() == mine + theirs, "merged size")?;
+    let my_pos = if parents { me } else { theirs + me };
+    check(merged.rank() == my_pos, "merged order: parents first")?;
+    let total = merged.allreduce_sum(&[1.0])?;
+    check(
+        total == [(mine + theirs) as f64],
+        "allreduce over the merged group",
+    )?;
+    merged.barrier()?;
+    inter.barrier()
+}
+
+/// Accept/connect and join between two independent jobs (groups of one each).
+fn peer(transport: &Transport, mode: Mode, file: &str, timeout: Duration) -> Result<(), CommError> {
+    let io = |what: &'static str| {
+        move |e: std::io::Error| CommError::Malformed(leak(format!("{what}: {e}")))
+    };
+    let inter = match mode {
+        Mode::Serve => {
+            let port = dpm::open_port(dynres_core::spawn::Bootstrap::DEFAULT_HYBRID)?;
+            publish(file, port.name()).map_err(io("writing the port name"))?;
+            let comm = Communicator::solo(transport);
+            let inter = dpm::accept(&comm, 0, Some(&port), timeout)?;
+            dpm::close_port(port)?;
+            inter
+        }
+        Mode::ServeClosed => {
+            let port = dpm::open_port(dynres_core::spawn::Bootstrap::DEFAULT_HYBRID)?;
+            let name = port.name().to_string();
+            dpm::close_port(port)?;
+            publish(file, &name).map_err(io("writing the port name"))?;
+            out("spawn: ServeClosed ok");
+            return Ok(());
+        }
+        Mode::Connect => {
+            let name = wait_for(file, timeout).map_err(io("reading the port name"))?;
+            let comm = Communicator::solo(transport);
+            dpm::connect(&comm, 0, name.trim(), timeout)?
+        }
+        Mode::JoinServe => {
+            let l = TcpListener::bind(SocketAddr::new(node_addr()?, 0))
+                .map_err(io("listening for the join"))?;
+            let addr = l.local_addr().map_err(io("listening for the join"))?;
+            publish(file, &addr.to_string()).map_err(io("writing the address"))?;
+            let (c, _) = l.accept().map_err(io("accepting the join socket"))?;
+            dpm::join(transport, OwnedFd::from(c), timeout)?
+        }
+        Mode::Join => {
+            let addr = wait_for(file, timeout).map_err(io("reading the address"))?;
+            let addr: SocketAddr = addr
+                .trim()
+                .parse()
+                .map_err(|_| CommError::BadAddress(addr.clone()))?;
+            let c = TcpStream::connect_timeout(&addr, timeout).map_err(io("connecting"))?;
+            dpm::join(transport, OwnedFd::from(c), timeout)?
+        }
+        Mode::Parent | Mode::Child => unreachable!("handled by run"),
+    };
+    // One message each way and an allreduce: the two sides really talk.
+    let acceptor = matches!(mode, Mode::Serve | Mode::JoinServe);
+    let mine = if acceptor { 1.0 } else { 2.0 };
+    inter.send(0, TAG, &[u8::from(acceptor)])?;
+    let got = inter.recv(0, TAG, 1)?;
+    check(got == [u8::from(!acceptor)], "message from the other job")?;
+    let sum = inter.allreduce_sum(&[mine])?;
+    check(sum == [3.0 - mine], "allreduce with the other job")?;
+    inter.barrier()?;
+    out(&format!("spawn: {mode:?} ok"));
+    inter.disconnect()
+}
+
+/// Writes `text` to `file` atomically (a reader never sees half of it).
+fn publish(file: &str, text: &str) -> std::io::Result<()> {
+    let tmp = format!("{file}.tmp.{}", std::process::id());
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Waits up to `timeout` for `file` to exist and returns its content.
+fn wait_for(file: &str, timeout: Duration) -> std::io::Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::fs::read_to_string(file) {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
