@@ -90,11 +90,23 @@ pub enum Bug {
     /// An ADD is finalized once *a* new process confirmed, not every one (`RC-9`): only
     /// a change adding two or more processes tells them apart.
     FinalizeOnFirstConfirm,
+    /// An abort restores the whole job data of its snapshot instead of undoing its own
+    /// edits, dropping the children a spawn started meanwhile (`RC-12`, `SPAWN-19`) —
+    /// the defect the spawn model found in the master.
+    AbortRestoresWholeJobData,
+    /// The master has the children of a spawn launched before their pset and job data
+    /// reach the daemons (`SPAWN-18`).
+    SpawnLaunchBeforeReplica,
+    /// A spawn whose children are all gone is never forgotten (`SPAWN-19`).
+    SpawnNeverForgotten,
+    /// Any process may kill a spawn's children, the children themselves included
+    /// (`SPAWN-20`).
+    KillSpawnByAnyone,
 }
 
 /// A set of planted bugs (empty in every shipped build).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Bugs(u32);
+pub struct Bugs(u64);
 
 impl Bugs {
     /// No bug.
@@ -103,12 +115,12 @@ impl Bugs {
     /// This set plus `bug`.
     #[cfg(feature = "planted-bugs")]
     pub fn with(self, bug: Bug) -> Bugs {
-        Bugs(self.0 | 1 << bug as u32)
+        Bugs(self.0 | 1 << bug as u64)
     }
 
     /// Whether `bug` is planted. Always `false` without the `planted-bugs` feature.
     #[inline]
     pub fn has(self, bug: Bug) -> bool {
-        cfg!(feature = "planted-bugs") && self.0 & (1 << bug as u32) != 0
+        cfg!(feature = "planted-bugs") && self.0 & (1 << bug as u64) != 0
     }
 }

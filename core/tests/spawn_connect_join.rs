@@ -4,7 +4,7 @@
 mod spawn_sim;
 
 use dynres_core::spawn::{
-    Bootstrap, ContextIds, GroupHeader, Handshake, Join, PortName, Ports, Role, SpawnError, merge,
+    Bootstrap, GroupHeader, Handshake, Join, PortName, Ports, Role, SpawnError, merge,
 };
 use dynres_core::{Instant, Namespace};
 use spawn_sim::{Faults, Machine, Sim, endpoints, hs_config};
@@ -17,66 +17,13 @@ fn boot_for(seed: u64) -> Bootstrap {
     }
 }
 
-/// A server job of `s` ranks accepts, a client job of `c` ranks connects; returns
-/// (server root, client root).
-fn accept_connect(sim: &mut Sim, boot: Bootstrap, s: u32, c: u32) -> (usize, usize) {
-    let mut server_ports = Ports::new();
-    let mut server_ctx = ContextIds::new(1, 1 << 16);
-    let mut client_ctx = ContextIds::new(1, 1 << 16);
-    let port = sim.next_port(&mut server_ports, boot);
-    let sh = GroupHeader {
-        group_id: 1,
-        size: s,
-        context_id: server_ctx.allocate().unwrap(),
-    };
-    let seps = endpoints(1, s, 20);
-    let server = Handshake::accept(
-        sim.now,
-        port.clone(),
-        hs_config(sh, seps.clone(), &sim.child_cfg),
-    )
-    .unwrap();
-    let si = sim.add_root(
-        "server",
-        Machine::Hs(server),
-        sh,
-        seps,
-        Role::Acceptor,
-        Namespace::new("server"),
-    );
-    // The client learns the port as a string (name service, command line, ...).
-    let name = port.to_string();
-    let parsed = PortName::parse(&name).unwrap();
-    let ch = GroupHeader {
-        group_id: 2,
-        size: c,
-        context_id: client_ctx.allocate().unwrap(),
-    };
-    let ceps = endpoints(2, c, 20);
-    let mut ccfg = hs_config(ch, ceps.clone(), &sim.child_cfg);
-    if s % 2 == 0 {
-        // The client numbers its attempts itself.
-        ccfg.session = Some(0xA77E_0000 + u64::from(c));
-    }
-    let client = Handshake::connect(sim.now, parsed, ccfg).unwrap();
-    let ci = sim.add_root(
-        "client",
-        Machine::Hs(client),
-        ch,
-        ceps,
-        Role::Initiator,
-        Namespace::new("client"),
-    );
-    (si, ci)
-}
-
 #[test]
 fn accept_connect_between_independent_jobs() {
     for seed in 0..150 {
         let mut sim = Sim::new(seed, Faults::LOSSY);
         let s = 1 + (seed % 8) as u32;
         let c = 1 + (seed / 8 % 8) as u32;
-        let (si, ci) = accept_connect(&mut sim, boot_for(seed), s, c);
+        let (si, ci) = sim.accept_connect(boot_for(seed), s, c, s % 2 == 0);
         sim.run();
         let sig = sim.assert_group_connected(si, ci);
         let cig = sim.assert_group_connected(ci, si);
@@ -153,60 +100,12 @@ fn connect_to_a_port_nobody_listens_on_fails_typed() {
     }
 }
 
-fn join_pair(sim: &mut Sim, boot: Bootstrap, same_port: bool) -> (usize, usize) {
-    let mut ports = Ports::new();
-    let pa = sim.next_port(&mut ports, boot);
-    let ha = GroupHeader {
-        group_id: 31,
-        size: 1,
-        context_id: 1,
-    };
-    let ea = endpoints(31, 1, 16);
-    let ja = Join::new(
-        sim.now,
-        pa.clone(),
-        hs_config(ha, ea.clone(), &sim.child_cfg),
-    )
-    .unwrap();
-    let a = sim.add_root(
-        "join-a",
-        Machine::Join(ja),
-        ha,
-        ea,
-        Role::Acceptor,
-        Namespace::new("a"),
-    );
-    let pb = if same_port {
-        pa
-    } else {
-        sim.next_port(&mut ports, boot)
-    };
-    let hb = GroupHeader {
-        group_id: 32,
-        size: 1,
-        context_id: 1,
-    };
-    let eb = endpoints(32, 1, 16);
-    let jb = Join::new(sim.now, pb, hs_config(hb, eb.clone(), &sim.child_cfg)).unwrap();
-    let b = sim.add_root(
-        "join-b",
-        Machine::Join(jb),
-        hb,
-        eb,
-        Role::Initiator,
-        Namespace::new("b"),
-    );
-    sim.roots[a].join_peer = Some(b);
-    sim.roots[b].join_peer = Some(a);
-    (a, b)
-}
-
 #[test]
 fn join_over_a_byte_stream() {
     // SPAWN-14: the ends pick opposite roles and agree like any accept/connect.
     for seed in 0..90 {
         let mut sim = Sim::new(seed, Faults::LOSSY);
-        let (a, b) = join_pair(&mut sim, boot_for(seed), false);
+        let (a, b) = sim.join_pair(boot_for(seed), false);
         sim.run();
         let ia = sim.assert_group_connected(a, b);
         let ib = sim.assert_group_connected(b, a);
@@ -219,7 +118,7 @@ fn join_over_a_byte_stream() {
 #[test]
 fn join_with_the_same_port_on_both_ends_fails() {
     let mut sim = Sim::new(5, Faults::NONE);
-    let (a, b) = join_pair(&mut sim, Bootstrap::Datagram, true);
+    let (a, b) = sim.join_pair(Bootstrap::Datagram, true);
     sim.run();
     for r in [a, b] {
         assert_eq!(sim.roots[r].failed, vec![SpawnError::JoinSamePort]);

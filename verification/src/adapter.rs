@@ -36,6 +36,9 @@ pub enum RcMsg {
     Reply(ReqId, ClientReply),
     /// Daemon → a dormant process: you are started.
     Launch,
+    /// Daemon → a dormant process: you are started as a child of the spawn that made
+    /// this application (`SPAWN-18`).
+    LaunchSpawned(String),
     /// Daemon → process: SIGKILL.
     Kill,
     /// Root → removed process: the application's broadcast of `terminate`.
@@ -86,6 +89,8 @@ pub enum Role {
     },
     /// Issues its actor's `script` of pset requests, one batch at a time.
     Scripted,
+    /// Spawns one child (`SPAWN-17`) and, at any later point, kills it (`SPAWN-20`).
+    Spawner,
     /// Runs a modex over the application's pset with the value `v{rank}` (its client
     /// asks again when told `Stale`, `MODEX-2`); may crash at any time when
     /// `may_crash`.
@@ -147,6 +152,10 @@ pub struct MasterState {
     pub refused_inputs: u32,
     /// Requests refused because the slots were not granted (`RC-21`).
     pub not_granted: u32,
+    /// Processes the master told their `KillSpawn` succeeded (`SPAWN-20`: only the
+    /// spawner). Observed on the master's replies: a child that asks may already be
+    /// dead by the time its answer comes.
+    pub spawn_kills_granted: Vec<ProcessId>,
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
@@ -192,6 +201,9 @@ pub struct DaemonState {
     pub timed_out: bool,
     /// Inputs the daemon refused (every `Err` is checked, none discarded).
     pub refused_inputs: u32,
+    /// For each spawned child it launched: did the replica already hold the child in its
+    /// application's pset and in the job data (`SPAWN-18`)?
+    pub spawn_launches: Vec<(ProcessId, bool)>,
     /// Modex replies `Stale` it handed its clients (whose machines then ask again,
     /// `MODEX-2`).
     pub stale_replies: u32,
@@ -252,6 +264,12 @@ pub struct ProcState {
     pub seen: Vec<(PsetName, bool)>,
     /// `Scripted`: batches issued so far.
     pub script_pos: u8,
+    /// A spawn's child: its application. The spawner: the application it spawned.
+    pub spawn_app: Option<String>,
+    /// Launched as a spawn's child (`SPAWN-18`).
+    pub child: bool,
+    /// Outcomes of its `KillSpawn` calls: `true` for `Ok` (`SPAWN-20`).
+    pub kills: Vec<bool>,
     next_call: u64,
 }
 
@@ -313,7 +331,17 @@ pub struct RcNode {
 fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
     while let Some(out) = st.master.poll_output() {
         match out {
-            MasterOutput::Send(env) => o.send(layout.daemon(env.to), RcMsg::ToDaemon(env.msg)),
+            MasterOutput::Send(env) => {
+                if let ToDaemon::Reply {
+                    to,
+                    reply: ClientReply::SpawnKilled(Ok(())),
+                    ..
+                } = &env.msg
+                {
+                    st.spawn_kills_granted.push(to.clone());
+                }
+                o.send(layout.daemon(env.to), RcMsg::ToDaemon(env.msg))
+            }
             MasterOutput::Status { delta, status } => st.log.push((delta, status)),
             MasterOutput::ProcessLost(pid) => {
                 let at = st.log.len();
@@ -348,9 +376,16 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                 }
                 o.send(layout.proc(&to), RcMsg::Reply(req, reply))
             }
-            // No configuration spawns yet (`ClientCall::Spawn` is not among the model's
-            // calls): a spawn's launch is a launch like any other here.
-            DaemonOutput::Launch { procs } | DaemonOutput::Spawn { procs, .. } => {
+            DaemonOutput::Spawn { app, procs, .. } => {
+                let root = PsetName::app_root(&app).expect("the master names spawns validly");
+                for p in procs {
+                    let in_pset = st.daemon.pset(&root).is_some_and(|(m, _)| m.contains(&p));
+                    let known = in_pset && st.daemon.job().contains(&p);
+                    st.spawn_launches.push((p.clone(), known));
+                    o.send(layout.proc(&p), RcMsg::LaunchSpawned(app.clone()));
+                }
+            }
+            DaemonOutput::Launch { procs } => {
                 for p in procs {
                     if p.rank >= initial {
                         let saw = st.daemon.changes().any(|c| c.includes(&p));
@@ -442,7 +477,24 @@ impl RcNode {
             Self::poll_later(st, o);
             return;
         }
+        if st.child {
+            // A child tries to kill its own spawn: only the spawner may (SPAWN-20).
+            if let CallResult::SpawnKilled(r) = result {
+                st.kills.push(r.is_ok());
+            }
+            return;
+        }
         match (role, result) {
+            (Role::Spawner, CallResult::Spawned(Ok(s))) => {
+                st.spawn_app = Some(s.app);
+                st.step = Step::Idle;
+                // It kills its children at any later point (or after they are gone).
+                o.set_timer(RcTimer::Poll, model_timeout());
+            }
+            (Role::Spawner, CallResult::SpawnKilled(r)) => {
+                st.kills.push(r.is_ok());
+                st.step = Step::Done;
+            }
             (Role::Root, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
                 (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
                     let op = |op, with: &PsetName| PsetOp::Set {
@@ -577,6 +629,7 @@ impl Actor for RcNode {
                     refused_inputs: 0,
                     not_granted: 0,
                     version_violations: 0,
+                    spawn_kills_granted: Vec::new(),
                 };
                 drain_master(&self.layout, &mut st, o);
                 RcState::Master(Box::new(st))
@@ -605,6 +658,7 @@ impl Actor for RcNode {
                     app_versions: std::collections::BTreeMap::new(),
                     timed_out: false,
                     refused_inputs: 0,
+                    spawn_launches: Vec::new(),
                     stale_replies: 0,
                 }))
             }
@@ -620,6 +674,9 @@ impl Actor for RcNode {
                 relaunched: false,
                 seen: Vec::new(),
                 script_pos: 0,
+                spawn_app: None,
+                child: false,
+                kills: Vec::new(),
                 next_call: 0,
             })),
         }
@@ -730,6 +787,15 @@ impl Actor for RcNode {
                             }
                         }
                         Role::Scripted => self.next_scripted(st, o),
+                        Role::Spawner => {
+                            let commands = vec![dynres_core::rc::SpawnCommand {
+                                program: "child".into(),
+                                args: Vec::new(),
+                                count: 1,
+                            }];
+                            let env = Vec::new();
+                            self.call(st, Step::Querying, ClientCall::Spawn { commands, env }, o);
+                        }
                         Role::Modex { may_crash } => {
                             if *may_crash {
                                 o.set_timer(RcTimer::Crash, model_timeout());
@@ -747,7 +813,20 @@ impl Actor for RcNode {
                         }
                     }
                 }
-                (Phase::Running | Phase::Dead, RcMsg::Launch) => st.relaunched = true,
+                (Phase::Dormant, RcMsg::LaunchSpawned(app)) => {
+                    st.phase = Phase::Running;
+                    st.client = Some(Client::new(pid.clone()));
+                    st.daemon = Some(src);
+                    st.child = true;
+                    st.spawn_app = Some(app.clone());
+                    // It tries to kill its own spawn (SPAWN-20), then runs until the
+                    // spawner kills it (its own exit would add nothing the kill does
+                    // not: both are an `Exited` at any point).
+                    self.call(st, Step::Done, ClientCall::KillSpawn { app }, o);
+                }
+                (Phase::Running | Phase::Dead, RcMsg::Launch | RcMsg::LaunchSpawned(_)) => {
+                    st.relaunched = true
+                }
                 (Phase::Running, RcMsg::Reply(req, reply)) => {
                     let Some(client) = st.client.as_mut() else {
                         return;
@@ -819,6 +898,17 @@ impl Actor for RcNode {
                 drain_daemon(&self.layout, self.initial, st, o);
             }
             (RcState::Proc(st), RcTimer::Poll) if st.phase == Phase::Running => {
+                if let (
+                    RcActor::Proc {
+                        role: Role::Spawner,
+                        ..
+                    },
+                    Some(app),
+                ) = (&self.actor, st.spawn_app.clone())
+                {
+                    self.call(st, Step::Querying, ClientCall::KillSpawn { app }, o);
+                    return;
+                }
                 st.polls_left = st.polls_left.saturating_sub(1);
                 self.root_next(st, o);
             }

@@ -55,6 +55,9 @@ pub struct RcConfig {
     /// The slots of the node the scheduler may add when asked (`RC-21`); its daemon
     /// actor is the last one.
     pub added_node_slots: u32,
+    /// This existing rank spawns one child and later kills it (`SPAWN-17..20`); the
+    /// child is whichever spare rank the master hands out next.
+    pub spawner: Option<u32>,
 }
 
 /// The model type of every resource-change configuration.
@@ -112,6 +115,7 @@ impl RcConfig {
             let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
             let role = match rank {
                 r if self.modex && self.leaver == Some(r) => Role::Scripted,
+                r if self.spawner == Some(r) => Role::Spawner,
                 r if self.modex && r < self.existing => Role::Modex {
                     may_crash: self.member_may_crash,
                 },
@@ -139,6 +143,9 @@ impl RcConfig {
         let mut model = add_properties(model, self.reachable);
         if self.modex {
             model = modex_properties(model, self.leaver.is_some(), self.member_may_crash);
+        }
+        if self.spawner.is_some() {
+            model = spawn_properties(model);
         }
         if self.grow_wait.is_some() {
             model = model
@@ -315,6 +322,116 @@ fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
         );
     }
     model
+}
+
+/// Spawned children with their process ids (`SPAWN-17..20`).
+fn children<'a>(
+    model: &'a RcModel,
+    state: &'a RcModelState,
+) -> impl Iterator<Item = (&'a ProcessId, &'a crate::adapter::ProcState)> + 'a {
+    model
+        .actors
+        .iter()
+        .zip(state.actor_states.iter())
+        .filter_map(|(a, s)| match (&a.actor, &**s) {
+            (RcActor::Proc { pid, .. }, RcState::Proc(p)) if p.child => Some((pid, &**p)),
+            _ => None,
+        })
+}
+
+/// The spawner's state.
+fn spawners(state: &RcModelState) -> impl Iterator<Item = &crate::adapter::ProcState> {
+    procs(state).filter(|p| !p.child && p.spawn_app.is_some())
+}
+
+/// The runtime part of a spawn (`spec/spawn.md` §9).
+fn spawn_properties(model: RcModel) -> RcModel {
+    model
+        .property(
+            Expectation::Always,
+            "SPAWN-17 SPAWN-19 a running child is in the job data and its spawn's pset",
+            |m, s| {
+                let master = &master(s).master;
+                children(m, s).all(|(pid, c)| {
+                    let Some(app) = c.spawn_app.as_deref() else {
+                        return false;
+                    };
+                    let root = PsetName::app_root(app).expect("valid name");
+                    c.phase != Phase::Running
+                        || (master.processes().contains_key(pid)
+                            && master
+                                .registry()
+                                .members(&Origin::Runtime, &root)
+                                .is_ok_and(|ms| ms.contains(pid)))
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "SPAWN-18 a child is launched only where the replica holds its pset and job data",
+            |_, s| daemons(s).all(|d| d.spawn_launches.iter().all(|(_, known)| *known)),
+        )
+        .property(
+            Expectation::Always,
+            "SPAWN-19 a spawn whose children are gone leaves nothing behind",
+            |m, s| {
+                if !terminal(s) {
+                    return true;
+                }
+                let master = &master(s).master;
+                children(m, s).all(|(pid, c)| {
+                    let Some(app) = c.spawn_app.as_deref() else {
+                        return false;
+                    };
+                    let root = PsetName::app_root(app).expect("valid name");
+                    c.phase == Phase::Dead
+                        && master.registry().get(&root).is_err()
+                        && !master.processes().contains_key(pid)
+                        && daemons(s).all(|d| d.daemon.pset(&root).is_none())
+                        && daemons(s).all(|d| !d.daemon.job().contains(pid))
+                }) && master.spawns().next().is_none()
+            },
+        )
+        .property(
+            Expectation::Always,
+            "SPAWN-20 only the spawning application kills its children",
+            |m, s| {
+                let spawner: Vec<&ProcessId> = m
+                    .actors
+                    .iter()
+                    .filter_map(|a| match &a.actor {
+                        RcActor::Proc {
+                            pid,
+                            role: Role::Spawner,
+                            ..
+                        } => Some(pid),
+                        _ => None,
+                    })
+                    .collect();
+                master(s)
+                    .spawn_kills_granted
+                    .iter()
+                    .all(|p| spawner.contains(&p))
+                    && children(m, s).all(|(_, c)| c.kills.iter().all(|ok| !ok))
+            },
+        )
+        // Without these the configuration could pass without the interleavings.
+        .property(Expectation::Sometimes, "SPAWN-17 a child runs", |m, s| {
+            children(m, s).any(|(_, c)| c.phase == Phase::Running)
+        })
+        .property(
+            Expectation::Sometimes,
+            "SPAWN-20 the spawner kills its children",
+            |_, s| spawners(s).any(|p| !p.kills.is_empty()),
+        )
+        .property(
+            Expectation::Sometimes,
+            "SPAWN-19 a change aborts while a child runs",
+            |m, s| {
+                master(s).log.iter().any(|(_, st)| *st == RcStatus::Aborted)
+                    && children(m, s).any(|(_, c)| c.phase == Phase::Running)
+            },
+        )
 }
 
 /// Nothing in flight and no timer left. Liveness checked as a safety property on terminal
@@ -703,6 +820,7 @@ fn config(
         leaver: None,
         grow_wait: None,
         added_node_slots: 0,
+        spawner: None,
     }
 }
 
@@ -739,12 +857,14 @@ pub fn pr_configs() -> Vec<RcConfig> {
         // Two new processes in one change: "every new process confirmed" differs from
         // "some" only here (RC-9).
         config("rc-add2-1n-2e-2new", (1, 4, 2, 2), vec![add(2)], false, 2),
+        // The root polls twice: enough to take both ADDs in turn (RC-15); three polls
+        // (14.8 M states, about 5 min) are the nightly tier's.
         config(
             "rc-add-add-1n-2e-2new",
             (1, 4, 2, 2),
             vec![add(1), add(1)],
             false,
-            3,
+            2,
         ),
         config(
             "rc-add-crash-1n-2e-1new",
@@ -798,6 +918,19 @@ pub fn pr_configs() -> Vec<RcConfig> {
             member_may_crash: true,
             ..modex_config("rc-modex-loss-2n-3e", 2, 3)
         },
+        // Rank 1 spawns a child while the scheduler's ADD is under way (and may be aborted
+        // at its deadline), and kills the child at any point; the child tries to kill
+        // its own spawn (SPAWN-17..20).
+        RcConfig {
+            spawner: Some(1),
+            ..config(
+                "rc-spawn-add-1n-2e-2new",
+                (1, 4, 2, 2),
+                vec![add(1)],
+                false,
+                2,
+            )
+        },
         // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1
         // back at any point, and an ADD then wants a slot (node 1's, unless returned).
         RcConfig {
@@ -814,9 +947,16 @@ pub fn pr_configs() -> Vec<RcConfig> {
 }
 
 /// Larger configurations for the nightly tier (seeded simulation sizes are future work;
-/// these are still exhaustive, with a 50 M state budget).
+/// these are still exhaustive, with a budget of 600 M generated states).
 pub fn nightly_configs() -> Vec<RcConfig> {
     vec![
+        config(
+            "rc-add-add-1n-2e-2new-3polls",
+            (1, 4, 2, 2),
+            vec![ChangeRequest::add(APP, 1), ChangeRequest::add(APP, 1)],
+            false,
+            3,
+        ),
         config(
             "rc-sub-2n-4e",
             (2, 2, 4, 0),

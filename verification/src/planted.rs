@@ -34,6 +34,26 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            AbortRestoresWholeJobData,
+            "rc-spawn-add-1n-2e-2new",
+            "SPAWN-17 SPAWN-19 a running child is in the job data and its spawn's pset",
+        ),
+        p(
+            SpawnLaunchBeforeReplica,
+            "rc-spawn-add-1n-2e-2new",
+            "SPAWN-18 a child is launched only where the replica holds its pset and job data",
+        ),
+        p(
+            SpawnNeverForgotten,
+            "rc-spawn-add-1n-2e-2new",
+            "SPAWN-19 a spawn whose children are gone leaves nothing behind",
+        ),
+        p(
+            KillSpawnByAnyone,
+            "rc-spawn-add-1n-2e-2new",
+            "SPAWN-20 only the spawning application kills its children",
+        ),
+        p(
             FinalizeOnFirstConfirm,
             "rc-add2-1n-2e-2new",
             "RC-9 ADD finalized => every new process confirmed",

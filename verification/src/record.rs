@@ -10,15 +10,13 @@ mod world;
 #[allow(clippy::all, missing_docs)]
 mod spawn_sim;
 
+use dynres_core::Duration;
 use dynres_core::rc::ChangeRequest;
-use dynres_core::spawn::{
-    Bootstrap, ContextIds, GroupHeader, Handshake, Join, PortName, Ports, Role,
-};
-use dynres_core::{Duration, Namespace};
+use dynres_core::spawn::{Bootstrap, ContextIds, Ports};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::trace::Recorder;
-use spawn_sim::{Faults, Launcher, Machine, Sim, endpoints, hs_config};
+use spawn_sim::{Faults, Launcher, Sim};
 use world::{APP, World, config, pid};
 
 /// Runs the resource-change flows ([`record_rc`]) and the spawn flows
@@ -49,13 +47,13 @@ pub fn record_spawn() -> Vec<String> {
 
         // accept / connect over a stream
         let mut sim = Sim::new(8, Faults::NONE);
-        let (s, c) = accept_connect(&mut sim, Bootstrap::Stream, 3, 2);
+        let (s, c) = sim.accept_connect(Bootstrap::Stream, 3, 2, false);
         sim.run();
         sim.assert_group_connected(s, c);
 
         // join
         let mut sim = Sim::new(9, Faults::LOSSY);
-        let (a, b) = join_pair(&mut sim);
+        let (a, b) = sim.join_pair(Bootstrap::Datagram, false);
         sim.run();
         sim.assert_group_connected(a, b);
 
@@ -69,71 +67,6 @@ pub fn record_spawn() -> Vec<String> {
         sim.assert_group_failed(p);
     });
     recorder.lines()
-}
-
-/// A server group of `s` accepts, a client group of `c` connects; (server, client) roots.
-fn accept_connect(sim: &mut Sim, boot: Bootstrap, s: u32, c: u32) -> (usize, usize) {
-    let mut ports = Ports::new();
-    let port = sim.next_port(&mut ports, boot);
-    let sh = GroupHeader {
-        group_id: 1,
-        size: s,
-        context_id: 1,
-    };
-    let seps = endpoints(1, s, 20);
-    let server = Handshake::accept(
-        sim.now,
-        port.clone(),
-        hs_config(sh, seps.clone(), &sim.child_cfg),
-    )
-    .expect("server handshake");
-    let si = sim.add_root(
-        "server",
-        Machine::Hs(server),
-        sh,
-        seps,
-        Role::Acceptor,
-        Namespace::new("server"),
-    );
-    let parsed = PortName::parse(&port.to_string()).expect("own port parses");
-    let ch = GroupHeader {
-        group_id: 2,
-        size: c,
-        context_id: 1,
-    };
-    let ceps = endpoints(2, c, 20);
-    let client = Handshake::connect(sim.now, parsed, hs_config(ch, ceps.clone(), &sim.child_cfg))
-        .expect("client handshake");
-    let ci = sim.add_root(
-        "client",
-        Machine::Hs(client),
-        ch,
-        ceps,
-        Role::Initiator,
-        Namespace::new("client"),
-    );
-    (si, ci)
-}
-
-/// Two singleton groups joined over a byte stream; their roots.
-fn join_pair(sim: &mut Sim) -> (usize, usize) {
-    let mut ports = Ports::new();
-    let mut add = |sim: &mut Sim, group_id: u64, role: Role| {
-        let port = sim.next_port(&mut ports, Bootstrap::Datagram);
-        let h = GroupHeader {
-            group_id,
-            size: 1,
-            context_id: 1,
-        };
-        let eps = endpoints(group_id, 1, 16);
-        let j = Join::new(sim.now, port, hs_config(h, eps.clone(), &sim.child_cfg)).expect("join");
-        sim.add_root("join", Machine::Join(j), h, eps, role, Namespace::new("j"))
-    };
-    let a = add(sim, 31, Role::Acceptor);
-    let b = add(sim, 32, Role::Initiator);
-    sim.roots[a].join_peer = Some(b);
-    sim.roots[b].join_peer = Some(a);
-    (a, b)
 }
 
 /// Runs ADD 4, SUB 2, REPLACE 1→1 and an aborted ADD on the in-memory world and returns

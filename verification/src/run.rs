@@ -133,7 +133,10 @@ where
         depth: checker.max_depth(),
         seconds,
         failures,
-        truncated: states >= max_states,
+        // stateright stops at `target_state_count` *generated* states (revisits
+        // included), not unique ones: comparing the unique count would let a cut
+        // exploration pass as complete.
+        truncated: checker.state_count() >= max_states,
         timed_out,
         notes: Vec::new(),
     }

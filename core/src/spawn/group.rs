@@ -227,10 +227,7 @@ impl Member {
 
     /// A fingerprint of the state without the outputs not yet drained.
     pub fn fingerprint(&mut self) -> u64 {
-        let out = core::mem::take(&mut self.out);
-        let fp = rc_trace::fingerprint(self);
-        self.out = out;
-        fp
+        trace::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     /// Handles one message from the root. After a failure everything is ignored; after

@@ -172,10 +172,7 @@ impl Handshake {
     /// A fingerprint of the state without the outputs not yet drained (so it does not
     /// depend on when the driver drains them).
     pub fn fingerprint(&mut self) -> u64 {
-        let out = core::mem::take(&mut self.out);
-        let fp = rc_trace::fingerprint(self);
-        self.out = out;
-        fp
+        trace::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     /// Emits the transition event of one `handle` or `cancel` (`recorded` is the

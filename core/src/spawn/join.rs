@@ -60,10 +60,7 @@ impl Join {
 
     /// A fingerprint of the state without the outputs not yet drained.
     pub fn fingerprint(&mut self) -> u64 {
-        let out = core::mem::take(&mut self.out);
-        let fp = rc_trace::fingerprint(self);
-        self.out = out;
-        fp
+        trace::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     fn start(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {

@@ -14,6 +14,7 @@
 //! Every encoding is built from [`crate::wire::prim`]; every decoder is a nom parser
 //! returning a typed [`WireError`], never panicking on recorded bytes.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use nom::Parser;
@@ -81,6 +82,18 @@ pub(crate) fn emit(
         outputs,
         state,
     );
+}
+
+/// The fingerprint of a machine's state without its output queue (taken out, hashed
+/// without, put back), so it does not depend on when the driver drains the outputs.
+pub(crate) fn fingerprint_without_queue<T: core::hash::Hash, O>(
+    machine: &mut T,
+    queue: fn(&mut T) -> &mut VecDeque<O>,
+) -> u64 {
+    let out = core::mem::take(queue(machine));
+    let fp = crate::rc::trace::fingerprint(machine);
+    *queue(machine) = out;
+    fp
 }
 
 /// The short form of a role in machine ids: `a` acceptor, `i` initiator.

@@ -289,6 +289,91 @@ impl Sim {
         Addr(vec![kind, (idx >> 8) as u8, idx as u8])
     }
 
+    /// A server group of `s` ranks accepts, a client group of `c` ranks connects (the
+    /// port reaches it as a string: name service, command line, …); with `own_session`
+    /// the client numbers its attempt itself. Returns (server root, client root).
+    pub fn accept_connect(
+        &mut self,
+        boot: Bootstrap,
+        s: u32,
+        c: u32,
+        own_session: bool,
+    ) -> (usize, usize) {
+        let mut server_ports = Ports::new();
+        let mut server_ctx = ContextIds::new(1, 1 << 16);
+        let mut client_ctx = ContextIds::new(1, 1 << 16);
+        let port = self.next_port(&mut server_ports, boot);
+        let sh = GroupHeader {
+            group_id: 1,
+            size: s,
+            context_id: server_ctx.allocate().expect("a context id"),
+        };
+        let seps = endpoints(1, s, 20);
+        let server = Handshake::accept(
+            self.now,
+            port.clone(),
+            hs_config(sh, seps.clone(), &self.child_cfg),
+        )
+        .expect("server handshake");
+        let si = self.add_root(
+            "server",
+            Machine::Hs(server),
+            sh,
+            seps,
+            Role::Acceptor,
+            Namespace::new("server"),
+        );
+        let parsed = PortName::parse(&port.to_string()).expect("own port parses");
+        let ch = GroupHeader {
+            group_id: 2,
+            size: c,
+            context_id: client_ctx.allocate().expect("a context id"),
+        };
+        let ceps = endpoints(2, c, 20);
+        let mut ccfg = hs_config(ch, ceps.clone(), &self.child_cfg);
+        if own_session {
+            ccfg.session = Some(0xA77E_0000 + u64::from(c));
+        }
+        let client = Handshake::connect(self.now, parsed, ccfg).expect("client handshake");
+        let ci = self.add_root(
+            "client",
+            Machine::Hs(client),
+            ch,
+            ceps,
+            Role::Initiator,
+            Namespace::new("client"),
+        );
+        (si, ci)
+    }
+
+    /// Two singleton groups that join over a byte stream (ports of bootstrap `boot`;
+    /// `same_port`: both advertise one port, SPAWN-14). Returns their roots.
+    pub fn join_pair(&mut self, boot: Bootstrap, same_port: bool) -> (usize, usize) {
+        let mut ports = Ports::new();
+        let pa = self.next_port(&mut ports, boot);
+        let pb = if same_port {
+            pa.clone()
+        } else {
+            self.next_port(&mut ports, boot)
+        };
+        let add = |sim: &mut Sim, port: PortName, group_id: u64, role: Role, name| {
+            let h = GroupHeader {
+                group_id,
+                size: 1,
+                context_id: 1,
+            };
+            let eps = endpoints(group_id, 1, 16);
+            let j =
+                Join::new(sim.now, port, hs_config(h, eps.clone(), &sim.child_cfg)).expect("join");
+            sim.add_root(name, Machine::Join(j), h, eps, role, Namespace::new(name))
+        };
+        let a = add(self, pa, 31, Role::Acceptor, "join-a");
+        let b = add(self, pb, 32, Role::Initiator, "join-b");
+        self.roots[a].join_peer = Some(b);
+        self.roots[b].join_peer = Some(a);
+        (a, b)
+    }
+
     /// A port on the next root's addresses.
     pub fn next_port(&self, ports: &mut Ports, boot: Bootstrap) -> PortName {
         let i = self.roots.len();

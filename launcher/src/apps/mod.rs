@@ -29,6 +29,59 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// Parses an example's arguments for [`validate`]: `Ok(None)` for `--help` /
+/// `--version` (not a mistake: every process prints it and exits), `Err` one line.
+fn parse_for_check<A: clap::Parser>(name: &str, args: &[String]) -> Result<Option<A>, String> {
+    match A::try_parse_from(std::iter::once(name.to_string()).chain(args.iter().cloned())) {
+        Ok(a) => Ok(Some(a)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(clap_line(&e)),
+    }
+}
+
+/// An example's entry point: parses `args` (exit 2 with clap's message if they are
+/// wrong), runs, and prints one `NAME: error` line and exits 1 if that fails.
+fn entry<A: clap::Parser, E: std::fmt::Display>(
+    name: &str,
+    args: &[String],
+    run: impl FnOnce(&A) -> Result<(), E>,
+) -> ExitCode {
+    let a = match A::try_parse_from(std::iter::once(name.to_string()).chain(args.iter().cloned())) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("{name}: {e}\n").as_bytes(),
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The median of `v` (sorted in place); NaN when empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// The first line of a clap error, without clap's `error: ` prefix.
 fn clap_line(e: &clap::Error) -> String {
     let msg = e.to_string();

@@ -40,42 +40,17 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// Checks the arguments without running (see [`super::validate`]).
 pub fn validate(args: &[String]) -> Result<(), String> {
-    match Args::try_parse_from(std::iter::once("pingpong".to_string()).chain(args.iter().cloned()))
-    {
-        Ok(a) if a.iterations == 0 || a.rounds == 0 => {
+    match super::parse_for_check::<Args>("pingpong", args)? {
+        Some(a) if a.iterations == 0 || a.rounds == 0 => {
             Err("--iterations and --rounds must be at least 1".into())
         }
-        Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(super::clap_line(&e)),
+        _ => Ok(()),
     }
 }
 
 /// Entry point.
 pub fn main(args: &[String]) -> ExitCode {
-    let parsed =
-        Args::try_parse_from(std::iter::once("pingpong".to_string()).chain(args.iter().cloned()));
-    let a = match parsed {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
-    };
-    match run(&a) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "pingpong: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::entry("pingpong", args, run)
 }
 
 fn io(e: std::io::Error) -> CommError {
@@ -165,7 +140,7 @@ fn run(a: &Args) -> Result<(), CommError> {
         }
     }
     if me == 0 {
-        let (c, r) = (median(&mut via_comm), median(&mut via_raw));
+        let (c, r) = (super::median(&mut via_comm), super::median(&mut via_raw));
         let _ = writeln!(
             std::io::stdout(),
             "pingpong: device={device} comm_us={c:.2} raw_us={r:.2} ratio={:.3} samples={}",
@@ -176,13 +151,4 @@ fn run(a: &Args) -> Result<(), CommError> {
     drop(raw);
     comm.leave()?;
     transport.finalize()
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }

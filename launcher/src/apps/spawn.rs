@@ -93,52 +93,32 @@ pub struct Args {
     /// Only spawn and disconnect (no checks): the spawn-rate loop of the bench.
     #[arg(long)]
     pub quick: bool,
+    /// After the last spawn, this many 1 B round trips between parent 0 and child 0
+    /// over the inter-communicator, then between parents 0 and 1 over theirs (when
+    /// there are two); member 0 prints `spawn: pingpong inter_us=… intra_us=…`
+    /// (medians of half a round trip).
+    #[arg(long, default_value_t = 0)]
+    pub pingpong: u32,
 }
 
 const TAG: u64 = 0x5350;
 
 /// Checks the arguments without running (see [`super::validate`]).
 pub fn validate(args: &[String]) -> Result<(), String> {
-    match parse(args) {
-        Ok(a) if a.children == 0 || a.rounds == 0 => {
+    match super::parse_for_check::<Args>("spawn", args)? {
+        Some(a) if a.children == 0 || a.rounds == 0 => {
             Err("--children and --rounds must be at least 1".into())
         }
-        Ok(a) if a.file.is_none() && !matches!(a.mode, Mode::Parent | Mode::Child) => {
+        Some(a) if a.file.is_none() && !matches!(a.mode, Mode::Parent | Mode::Child) => {
             Err(format!("mode {:?} needs a FILE", a.mode))
         }
-        Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(super::clap_line(&e)),
+        _ => Ok(()),
     }
-}
-
-fn parse(args: &[String]) -> Result<Args, clap::Error> {
-    Args::try_parse_from(std::iter::once("spawn".to_string()).chain(args.iter().cloned()))
 }
 
 /// Entry point.
 pub fn main(args: &[String]) -> ExitCode {
-    let a = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
-    };
-    match run(&a) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "spawn: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::entry("spawn", args, run)
 }
 
 fn out(line: &str) {
@@ -182,6 +162,9 @@ fn child_command(a: &Args, count: u32) -> Result<SpawnCommand, CommError> {
     args.push(format!("--timeout-ms={}", a.timeout_ms));
     if a.quick {
         args.push("--quick".into());
+    }
+    if a.pingpong > 0 {
+        args.push(format!("--pingpong={}", a.pingpong));
     }
     Ok(SpawnCommand {
         program: exe.to_string_lossy().into_owned(),
@@ -234,6 +217,7 @@ fn parent(
         }
     }
     let cmds = commands(a, Fault::None)?;
+    let started = Instant::now();
     for round in 0..a.rounds {
         let t = Instant::now();
         let inter = s.spawn_over(&comm, 0, &cmds, timeout)?;
@@ -241,6 +225,9 @@ fn parent(
         check(inter.remote_size() == a.children as usize, "remote size")?;
         if !a.quick {
             exercise(&inter, Side::Local, comm.size(), a.children as usize)?;
+        }
+        if a.pingpong > 0 && round + 1 == a.rounds {
+            pingpong(&inter, Some(&comm), a.pingpong)?;
         }
         inter.disconnect()?;
         if comm.rank() == 0 {
@@ -252,10 +239,11 @@ fn parent(
     }
     if comm.rank() == 0 {
         out(&format!(
-            "spawn: ok rounds={} children={} parents={}",
+            "spawn: ok rounds={} children={} parents={} elapsed_us={}",
             a.rounds,
             a.children,
-            comm.size()
+            comm.size(),
+            started.elapsed().as_micros()
         ));
     }
     comm.leave()
@@ -288,6 +276,9 @@ fn child(
     if !a.quick {
         let parents = inter.remote_size();
         exercise(&inter, Side::Remote, world.size(), parents)?;
+    }
+    if a.pingpong > 0 {
+        pingpong(&inter, None, a.pingpong)?;
     }
     inter.disconnect()?;
     if world.size() > 1 {
@@ -348,6 +339,53 @@ fn exercise(inter: &InterComm, side: Side, mine: usize, theirs: usize) -> Result
     )?;
     merged.barrier()?;
     inter.barrier()
+}
+
+/// 1 B round trips: parent 0 ↔ child 0 over `inter`, then (parents only, `intra`)
+/// parents 0 ↔ 1 over their own communicator, in the same run.
+fn pingpong(inter: &InterComm, intra: Option<&Communicator>, n: u32) -> Result<(), CommError> {
+    let parents = intra.is_some();
+    let me = inter.rank();
+    let mut via_inter = Vec::new();
+    if me == 0 {
+        for _ in 0..n {
+            let t = Instant::now();
+            if parents {
+                inter.send(0, TAG + 1, &[1])?;
+                inter.recv(0, TAG + 1, 1)?;
+            } else {
+                let b = inter.recv(0, TAG + 1, 1)?;
+                inter.send(0, TAG + 1, &b)?;
+            }
+            via_inter.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    let Some(comm) = intra else {
+        return Ok(());
+    };
+    let mut via_intra = Vec::new();
+    if comm.size() >= 2 && comm.rank() < 2 {
+        let other = 1 - comm.rank();
+        for _ in 0..n {
+            let t = Instant::now();
+            if comm.rank() == 0 {
+                comm.send(other, TAG + 2, &[1])?;
+                comm.recv(other, TAG + 2, 1)?;
+            } else {
+                let b = comm.recv(other, TAG + 2, 1)?;
+                comm.send(other, TAG + 2, &b)?;
+            }
+            via_intra.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if comm.rank() == 0 {
+        let (i, l) = (super::median(&mut via_inter), super::median(&mut via_intra));
+        out(&format!(
+            "spawn: pingpong inter_us={i:.3} intra_us={l:.3} ratio={:.3} samples={n}",
+            i / l
+        ));
+    }
+    Ok(())
 }
 
 /// Accept/connect and join between two independent jobs (groups of one each).

@@ -280,20 +280,8 @@ impl Root {
 /// Checks the arguments (`args` without the program name) as [`main`] would parse
 /// them, plus the `--plan` items, without running anything. `Err` is one line.
 pub fn validate(args: &[String]) -> Result<(), String> {
-    let a = match Args::try_parse_from(
-        std::iter::once("synthetic".to_string()).chain(args.iter().cloned()),
-    ) {
-        Ok(a) => a,
-        // `--help` is not a mistake: every process prints the help and exits.
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            return Ok(());
-        }
-        Err(e) => return Err(super::clap_line(&e)),
+    let Some(a) = super::parse_for_check::<Args>("synthetic", args)? else {
+        return Ok(());
     };
     if let Some(p) = &a.plan {
         for item in p.split(',').filter(|x| !x.trim().is_empty()) {

@@ -167,15 +167,18 @@ fn member_wait(
 
 /// The shape of every call: the root runs `at_root`, the others wait as members; then
 /// everybody builds the inter-communicator, or gives its context id back.
+/// `group_id`: the local group's id when it is given (a spawn's children), else one of
+/// its own.
 fn collective(
     comm: &Communicator,
     root: usize,
     role: Role,
-    local: GroupHeader,
-    endpoints: Vec<Addr>,
+    group_id: Option<u64>,
     timeout: Duration,
     at_root: impl FnOnce(HandshakeConfig, &Communicator) -> Result<InterGroup, Failure>,
 ) -> Result<InterComm, CommError> {
+    check_root(comm, root)?;
+    let (local, endpoints) = local_group(comm, root, group_id)?;
     let result = if comm.rank() == root {
         let mut cfg = HandshakeConfig::new(local, endpoints);
         cfg.root = root as u32;
@@ -262,37 +265,26 @@ pub fn accept(
     port: Option<&Port>,
     timeout: Duration,
 ) -> Result<InterComm, CommError> {
-    check_root(comm, root)?;
-    let (local, endpoints) = local_group(comm, root, None)?;
-    collective(
-        comm,
-        root,
-        Role::Acceptor,
-        local,
-        endpoints,
-        timeout,
-        |cfg, comm| {
-            let port = port.ok_or_else(|| {
-                before(CommError::InvalidArgument(
-                    "accept's root needs the port".into(),
-                ))
-            })?;
-            let clock = Clock::new();
-            let hs =
-                Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
-            let io = Sockets {
-                udp: &port.udp,
-                listener: Some(&port.listener),
-                join: None,
-            };
-            drive(
-                Root::Handshake(Box::new(hs)),
-                io,
-                &mut MemberHooks { comm },
-                clock,
-            )
-        },
-    )
+    collective(comm, root, Role::Acceptor, None, timeout, |cfg, comm| {
+        let port = port.ok_or_else(|| {
+            before(CommError::InvalidArgument(
+                "accept's root needs the port".into(),
+            ))
+        })?;
+        let clock = Clock::new();
+        let hs = Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
+        let io = Sockets {
+            udp: &port.udp,
+            listener: Some(&port.listener),
+            join: None,
+        };
+        drive(
+            Root::Handshake(Box::new(hs)),
+            io,
+            &mut MemberHooks { comm },
+            clock,
+        )
+    })
 }
 
 /// `MPI_Comm_connect`: collective over `comm`; the root connects to `port_name` (only
@@ -304,20 +296,10 @@ pub fn connect(
     port_name: &str,
     timeout: Duration,
 ) -> Result<InterComm, CommError> {
-    check_root(comm, root)?;
-    let (local, endpoints) = local_group(comm, root, None)?;
-    collective(
-        comm,
-        root,
-        Role::Initiator,
-        local,
-        endpoints,
-        timeout,
-        |cfg, comm| {
-            let port = PortName::parse(port_name).map_err(before)?;
-            run_initiator(port, cfg, comm)
-        },
-    )
+    collective(comm, root, Role::Initiator, None, timeout, |cfg, comm| {
+        let port = PortName::parse(port_name).map_err(before)?;
+        run_initiator(port, cfg, comm)
+    })
 }
 
 /// `MPI_Comm_join`: `fd` is a connected stream socket to another process calling
@@ -325,30 +307,21 @@ pub fn connect(
 /// The socket is consumed and closed when the call returns.
 pub fn join(transport: &Transport, fd: OwnedFd, timeout: Duration) -> Result<InterComm, CommError> {
     let comm = Communicator::solo(transport);
-    let (local, endpoints) = local_group(&comm, 0, None)?;
-    collective(
-        &comm,
-        0,
-        Role::Acceptor,
-        local,
-        endpoints,
-        timeout,
-        |cfg, _| {
-            let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
-            let clock = Clock::new();
-            let j = Join::new(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
-            let io = Sockets {
-                udp: &port.udp,
-                listener: Some(&port.listener),
-                join: Some(std::fs::File::from(fd)),
-            };
-            let r = drive(Root::Join(Box::new(j)), io, &mut NoMembers, clock);
-            if let Err(e) = close_port(port) {
-                debug!(error = %e, "join: closing its port");
-            }
-            r
-        },
-    )
+    collective(&comm, 0, Role::Acceptor, None, timeout, |cfg, _| {
+        let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
+        let clock = Clock::new();
+        let j = Join::new(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
+        let io = Sockets {
+            udp: &port.udp,
+            listener: Some(&port.listener),
+            join: Some(std::fs::File::from(fd)),
+        };
+        let r = drive(Root::Join(Box::new(j)), io, &mut NoMembers, clock);
+        if let Err(e) = close_port(port) {
+            debug!(error = %e, "join: closing its port");
+        }
+        r
+    })
     .inspect(|ic| debug!(role = ?ic.intergroup().role, "join: connected"))
 }
 
@@ -412,57 +385,47 @@ pub fn spawn(
     cmds: &[SpawnCommand],
     timeout: Duration,
 ) -> Result<InterComm, CommError> {
-    check_root(comm, root)?;
-    let (local, endpoints) = local_group(comm, root, None)?;
-    collective(
-        comm,
-        root,
-        Role::Acceptor,
-        local,
-        endpoints,
-        timeout,
-        |cfg, comm| {
-            let total = cmds.iter().try_fold(0u32, |n, c| n.checked_add(c.count));
-            let maxprocs = match total {
-                Some(n) if n > 0 => n,
-                _ => {
-                    return Err(before(CommError::InvalidArgument(
-                        "a spawn needs 1..=u32::MAX processes".into(),
-                    )));
-                }
-            };
-            let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
-            let child_group_id = new_group_id(comm.members()[root]);
-            let clock = Clock::new();
-            let parent = SpawnParent::new(
-                clock.now(),
-                SpawnConfig {
-                    handshake: cfg,
-                    port: port.port_name().clone(),
-                    maxprocs,
-                    child_namespace: Namespace::new(format!("spawn-{child_group_id:x}")),
-                    child_group_id,
-                },
-            )
-            .map_err(before)?;
-            let io = Sockets {
-                udp: &port.udp,
-                listener: Some(&port.listener),
-                join: None,
-            };
-            let mut hooks = SpawnHooks {
-                members: MemberHooks { comm },
-                launcher,
-                cmds,
-                launched: None,
-            };
-            let r = drive(Root::Parent(Box::new(parent)), io, &mut hooks, clock);
-            if let Err(e) = close_port(port) {
-                debug!(error = %e, "spawn: closing its port");
+    collective(comm, root, Role::Acceptor, None, timeout, |cfg, comm| {
+        let total = cmds.iter().try_fold(0u32, |n, c| n.checked_add(c.count));
+        let maxprocs = match total {
+            Some(n) if n > 0 => n,
+            _ => {
+                return Err(before(CommError::InvalidArgument(
+                    "a spawn needs 1..=u32::MAX processes".into(),
+                )));
             }
-            r
-        },
-    )
+        };
+        let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
+        let child_group_id = new_group_id(comm.members()[root]);
+        let clock = Clock::new();
+        let parent = SpawnParent::new(
+            clock.now(),
+            SpawnConfig {
+                handshake: cfg,
+                port: port.port_name().clone(),
+                maxprocs,
+                child_namespace: Namespace::new(format!("spawn-{child_group_id:x}")),
+                child_group_id,
+            },
+        )
+        .map_err(before)?;
+        let io = Sockets {
+            udp: &port.udp,
+            listener: Some(&port.listener),
+            join: None,
+        };
+        let mut hooks = SpawnHooks {
+            members: MemberHooks { comm },
+            launcher,
+            cmds,
+            launched: None,
+        };
+        let r = drive(Root::Parent(Box::new(parent)), io, &mut hooks, clock);
+        if let Err(e) = close_port(port) {
+            debug!(error = %e, "spawn: closing its port");
+        }
+        r
+    })
 }
 
 /// `MPI_Comm_get_parent` with the spawn environment given: collective over `comm`, the
@@ -482,14 +445,12 @@ pub fn get_parent_with(
             comm.size()
         )));
     }
-    let (local, endpoints) = local_group(comm, 0, Some(env.group_id))?;
     let port = env.parent_port;
     collective(
         comm,
         0,
         Role::Initiator,
-        local,
-        endpoints,
+        Some(env.group_id),
         timeout,
         |cfg, comm| run_initiator(port, cfg, comm),
     )

@@ -221,6 +221,8 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         namespace: setup.namespace.clone(),
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
+        // Measured here: this host's, not the master's.
+        calibration: super::procs::Calibration::measure(),
         host_id: Some(setup.node_addr),
         // The address this host reaches the master from: routable from the other
         // hosts, whatever name the host list gave it (a Slurm node name may not resolve).

@@ -299,6 +299,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins,
+        calibration: procs::Calibration::measure(),
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };

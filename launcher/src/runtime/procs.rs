@@ -32,6 +32,9 @@ pub struct LaunchSpec {
     /// `DYNRES_SHM_SPINS`: the shared-memory spin budget, calibrated once by the
     /// runtime instead of once in every process (a ~ms futex ping-pong each).
     pub shm_spins: u32,
+    /// Per-process calibrations measured once by the runtime of the node instead of in
+    /// every process (each costs a process 1–2 ms at start).
+    pub calibration: Calibration,
     /// `DYNRES_NODE_ADDR`: the IP address of the node that the other nodes reach
     /// (processes bind their TCP endpoints there); none on a one-host job.
     pub node_addr: Option<String>,
@@ -39,6 +42,46 @@ pub struct LaunchSpec {
     /// different entries use TCP, not shared memory, even under one kernel (unless the
     /// runtime's own environment sets it); none on a one-host job.
     pub host_id: Option<String>,
+}
+
+/// What the runtime measured once for the processes of its node: each would otherwise
+/// spend 1–2 ms of its start-up measuring it again.
+#[derive(Clone, Copy, Debug)]
+pub struct Calibration {
+    /// `DYNRES_TCP_SPIN_US`: the TCP spin budget.
+    pub tcp_spin: Duration,
+    /// `DYNRES_SHM_CMA`: whether single-copy transfers pay on this host.
+    pub cma_pays: bool,
+}
+
+impl Calibration {
+    /// Measures (once per runtime process).
+    pub fn measure() -> Calibration {
+        Calibration {
+            tcp_spin: dynres_transports::tcp::calibrated_spin(),
+            cma_pays: dynres_transports::shm::cma::single_copy_pays(),
+        }
+    }
+
+    /// The variables, except those the runtime's own environment sets (a user's
+    /// override wins).
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let cma = if self.cma_pays {
+            dynres_transports::shm::DEFAULT_CMA_THRESHOLD.to_string()
+        } else {
+            "0".to_string()
+        };
+        [
+            (
+                dynres_transports::tcp::SPIN_ENV,
+                self.tcp_spin.as_micros().to_string(),
+            ),
+            (dynres_transports::shm::cma::CMA_ENV, cma),
+        ]
+        .into_iter()
+        .filter(|(k, _)| std::env::var_os(k).is_none())
+        .collect()
+    }
 }
 
 /// What a spawned process runs instead of the job's program (`SPAWN-18`).
@@ -197,6 +240,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         .env(env::RANK, rank.to_string())
         .env(env::APP, app)
         .env("DYNRES_SHM_SPINS", spec.shm_spins.to_string())
+        .envs(spec.calibration.env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

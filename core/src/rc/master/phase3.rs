@@ -312,7 +312,9 @@ impl Master {
         );
         let snapshot = change.snapshot.clone();
         let procs_before = change.procs_before.clone();
-        if !self.bug(Bug::SkipJobDataRollback) {
+        if self.bug(Bug::AbortRestoresWholeJobData) {
+            self.procs = procs_before.clone();
+        } else if !self.bug(Bug::SkipJobDataRollback) {
             // Undo this change's own edits only: restoring the whole snapshot would also
             // drop what another application (a spawn, SPAWN-17) added since.
             for p in &added {

@@ -11,6 +11,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::{Master, MasterOutput, Route};
+use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::rc::error::RcError;
 use crate::rc::msg::ToDaemon;
@@ -109,11 +110,10 @@ impl Master {
         );
         // SPAWN-18, in order on every ordered link: the children's pset, the job data,
         // then the launches.
-        self.broadcast_pset(&root);
-        self.broadcast(ToDaemon::JobData {
-            added: pids.clone(),
-            removed: Vec::new(),
-        });
+        let early = self.bug(Bug::SpawnLaunchBeforeReplica);
+        if !early {
+            self.replicate_spawn(&root, &pids);
+        }
         for n in new_nodes {
             self.out.push_back(MasterOutput::NodeAllocated(NodeId(n)));
         }
@@ -132,8 +132,20 @@ impl Master {
                 procs,
             });
         }
+        if early {
+            self.replicate_spawn(&root, &pids);
+        }
         tracing::debug!(%app, children = total, "spawn granted");
         Ok(Spawned { app, procs: pids })
+    }
+
+    /// The children's pset and job data, to every daemon (`SPAWN-18`).
+    fn replicate_spawn(&mut self, root: &crate::pset::PsetName, pids: &[ProcessId]) {
+        self.broadcast_pset(root);
+        self.broadcast(ToDaemon::JobData {
+            added: pids.to_vec(),
+            removed: Vec::new(),
+        });
     }
 
     /// `SPAWN-20`: the spawning application kills the children of a spawn that failed.
@@ -150,7 +162,8 @@ impl Master {
                 Err(RcError::BadRequest("no such spawn"))
             };
         };
-        if self.app_of.get(&route.pid) != Some(&group.spawner) {
+        if self.app_of.get(&route.pid) != Some(&group.spawner) && !self.bug(Bug::KillSpawnByAnyone)
+        {
             return Err(RcError::NotPermitted(route.pid.clone()));
         }
         let running: Vec<ProcessId> = group
@@ -173,7 +186,9 @@ impl Master {
         let Some(group) = self.spawns.get(&app) else {
             return;
         };
-        if group.procs.iter().any(|p| self.procs.contains_key(p)) {
+        if group.procs.iter().any(|p| self.procs.contains_key(p))
+            || self.bug(Bug::SpawnNeverForgotten)
+        {
             return;
         }
         let group = self.spawns.remove(&app).expect("present");

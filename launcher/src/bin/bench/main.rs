@@ -12,6 +12,9 @@
 //! that starts each daemon here (`DYNRES_BENCH_AGENT` overrides it, e.g. an agent that
 //! enters a network namespace per host).
 //!
+//! `dynres-bench spawn [REPS]` measures MPI-2 spawn through the runtime: latency of 1→1,
+//! 1→8 and 2→8 spawns, the spawn rate and the inter-group ping-pong (`spawn.rs`).
+//!
 //! `DYNRES_BENCH_ONLY=changes|pingpong` runs one part. The ping-pong's two processes get
 //! different `DYNRES_HOST_ID`s and node addresses `127.0.0.1` / `127.0.0.2`; with
 //! `DYNRES_BENCH_NETNS=PREFIX` they run inside the test hosts `PREFIXh1` / `PREFIXh2`
@@ -23,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 
 mod hosts;
+mod spawn;
 
 const SIZES: [u32; 4] = [1, 2, 4, 8];
 
@@ -67,7 +71,8 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let hosts_mode = args.first().is_some_and(|a| a == "hosts");
-    if hosts_mode {
+    let spawn_mode = args.first().is_some_and(|a| a == "spawn");
+    if hosts_mode || spawn_mode {
         args.remove(0);
     }
     let reps: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -87,6 +92,9 @@ fn main() -> ExitCode {
     }
     if hosts_mode {
         return hosts::run_all(&dynres, reps);
+    }
+    if spawn_mode {
+        return spawn::run_all(&dynres, reps);
     }
     let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
     if only != "pingpong" {
