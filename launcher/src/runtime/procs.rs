@@ -126,50 +126,80 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// Longest piece of output forwarded as one line.
 const MAX_LINE: usize = 64 << 10;
 
-/// Starts the thread that launches processes (one long-lived thread, so that the
-/// parent-death signal clients arm, tied to the launching thread, fires only when the
-/// runtime is gone). Each launch is reported as [`Event::Launched`], and later its exit
-/// as [`Event::Exited`].
+/// Launcher threads: a launch blocks its thread until the child has exec'd (posix_spawn
+/// is a vfork), so a second thread starts the next child meanwhile — a spawn of 8
+/// children starts them in about half the time on two cores.
+const LAUNCHERS: usize = 2;
+
+/// Starts the threads that launch processes (long-lived, so that the parent-death
+/// signal clients arm, tied to the launching thread, fires only when the runtime is
+/// gone). Each launch is reported as [`Event::Launched`], and later its exit as
+/// [`Event::Exited`]. The handle ends once every launcher thread has.
 pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<LaunchJob>, JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
+    let rx = Arc::new(Mutex::new(rx));
+    let spec = Arc::new(spec);
+    let workers: Vec<JoinHandle<()>> = (0..LAUNCHERS)
+        .map(|_| {
+            let (rx, spec, events) = (rx.clone(), spec.clone(), events.clone());
+            std::thread::spawn(move || launcher(&rx, &spec, &events))
+        })
+        .collect();
     let t = std::thread::spawn(move || {
-        for job in rx {
-            let rank = job.rank;
-            let program = job
-                .spawn
-                .as_ref()
-                .map_or(spec.program.as_str(), |s| s.command.program.as_str())
-                .to_string();
-            match launch(&spec, &job) {
-                Ok((child, proc, exited)) => {
-                    if events
-                        .send(Event::Launched {
-                            rank,
-                            child: Ok(child),
-                        })
-                        .is_err()
-                    {
-                        return;
-                    }
-                    // Started after `Launched` is queued, so the exit comes after it.
-                    reap(rank, proc, exited, &events);
-                }
-                Err(e) => {
-                    // Name the program: "No such file or directory" alone does not
-                    // say what was missing.
-                    let e = std::io::Error::new(
-                        e.kind(),
-                        format!("cannot launch rank {rank} (`{program}`): {e}"),
-                    );
-                    let _ = events.send(Event::Launched {
-                        rank,
-                        child: Err(e),
-                    });
-                }
-            }
+        for w in workers {
+            let _ = w.join();
         }
     });
     (tx, t)
+}
+
+/// One launcher thread: takes jobs until the engine drops its sender.
+fn launcher(
+    rx: &Mutex<std::sync::mpsc::Receiver<LaunchJob>>,
+    spec: &LaunchSpec,
+    events: &Sender<Event>,
+) {
+    loop {
+        // The lock is held only to take a job, never while launching.
+        let next = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = next else { return };
+        let rank = job.rank;
+        let program = job
+            .spawn
+            .as_ref()
+            .map_or(spec.program.as_str(), |s| s.command.program.as_str())
+            .to_string();
+        match launch(spec, &job) {
+            Ok((child, proc, exited)) => {
+                if events
+                    .send(Event::Launched {
+                        rank,
+                        child: Ok(child),
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                // Started after `Launched` is queued, so the exit comes after it.
+                reap(rank, proc, exited, events);
+            }
+            Err(e) => {
+                // Name the program: "No such file or directory" alone does not say
+                // what was missing.
+                let e = std::io::Error::new(
+                    e.kind(),
+                    format!("cannot launch rank {rank} (`{program}`): {e}"),
+                );
+                let _ = events.send(Event::Launched {
+                    rank,
+                    child: Err(e),
+                });
+            }
+        }
+    }
 }
 
 /// Waits for `proc` on a thread of its own, tells its forwarders (`exited`) and
