@@ -462,3 +462,47 @@ fn collectives_over_three_hosts_agree() {
     assert!(f.stdout.contains("check: 5 processes ok"), "{}", f.dump());
     f.assert_nothing_left();
 }
+
+/// SPAWN-17, SPAWN-18 across hosts: host 1 is full with the two parents, so the master
+/// places the three children on host 2, whose daemon (started for them) launches them
+/// with the spawn's command; parents and children then talk across the hosts (the
+/// `spawn` example checks point to point, the inter-communicator collectives and a
+/// merge), twice.
+#[test]
+fn a_spawn_places_its_children_on_another_host() {
+    let rt = Runtime::new("mh-spawn");
+    let (agent, log) = agent(&rt);
+    let cmd = run_cmd(
+        &rt,
+        "mhspawn",
+        2,
+        "127.0.0.1:2,127.0.0.2:3",
+        &agent,
+        &strs(&[
+            "--example",
+            "spawn",
+            "--",
+            "--children",
+            "3",
+            "--rounds",
+            "2",
+        ]),
+    );
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout.contains("spawn: ok rounds=2 children=3 parents=2"),
+        "{}",
+        f.dump()
+    );
+    let nodes: Vec<u32> = daemons(&log).iter().map(|d| d.1).collect();
+    assert_eq!(
+        nodes,
+        vec![1],
+        "host 2's daemon ran the children\n{}",
+        f.dump()
+    );
+    f.assert_nothing_left();
+}
