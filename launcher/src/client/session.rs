@@ -51,6 +51,9 @@ impl Session {
     /// `DYNRES_APP`). With `DYNRES_TRACE_FILE` set, also starts recording this process's
     /// kernel transitions ([`crate::tracefile::install_for_client`]).
     pub fn init() -> Result<Session, ClientError> {
+        // While the process most likely has one thread (see `register_early`): a later
+        // registration, from a process with threads, costs an RCU grace period.
+        dynres_transports::shm::register_early();
         // Before any kernel machine of this process exists, so its trace is complete.
         crate::tracefile::install_for_client();
         let socket = var(env::SOCKET)?;

@@ -70,6 +70,9 @@ impl Transport {
     /// Opens the devices on a helper thread, so that a new process can overlap it with
     /// its confirm; [`OpeningTransport::finish`] waits for them.
     pub fn open_in_background() -> OpeningTransport {
+        // Before the helper thread exists: registering a multi-threaded process for
+        // membarrier waits for an RCU grace period (10–20 ms here).
+        dynres_transports::shm::register_early();
         OpeningTransport(std::thread::spawn(open_devices))
     }
 

@@ -34,3 +34,12 @@ mod device;
 
 #[cfg(not(loom))]
 pub use device::{CmaMode, DEFAULT_CMA_THRESHOLD, ShmConfig, ShmDevice};
+
+/// Registers this process for the peers' asymmetric barriers, which [`ShmDevice::new`]
+/// otherwise does itself. Call it while the process has one thread: the kernel
+/// registers a multi-threaded process only after an RCU grace period (10–20 ms on these
+/// VMs, measured as a new process' first transport open in a helper thread), a
+/// single-threaded one at once. Idempotent; returns whether the barriers are in use.
+pub fn register_early() -> bool {
+    crate::sync::asymmetric_barriers()
+}
