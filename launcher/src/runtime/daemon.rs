@@ -148,6 +148,16 @@ fn handshake(
         Ok(Err(e)) => return Err(link_err(format!("malformed frame: {e}"))),
         Err(e) => return Err(link_err(e)),
     };
+    // LINK-2: anything but a link frame first (a core frame, say) is refused as such,
+    // not as a malformed Setup.
+    if let Ok((h, _)) = dynres_core::wire::decode_frame(&frame) {
+        if !dynres_core::rc::wire::link::is_link_type(h.msg_type) {
+            return Err(link_err(format!(
+                "expected Setup first, got a frame of type {:#06x}",
+                h.msg_type
+            )));
+        }
+    }
     let setup = match decode_link(&frame) {
         Ok(LinkMsg::Setup(s)) if s.node == node => s,
         Ok(LinkMsg::Setup(s)) => {
