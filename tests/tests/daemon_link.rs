@@ -20,6 +20,15 @@ use dynres_tests::job::{Finished, Runtime, wait_bounded};
 const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 const NODE: u32 = 1;
 
+/// A frame from the daemon other than a heartbeat.
+#[derive(Debug, PartialEq)]
+enum Got {
+    /// A link control message.
+    Link(LinkMsg),
+    /// A message of core's daemon machine.
+    Core(ToMaster),
+}
+
 /// A daemon for node 1 connected to this test as its master, authenticated.
 struct FakeMaster {
     daemon: Child,
@@ -56,7 +65,7 @@ impl FakeMaster {
     }
 
     /// The next frame other than a heartbeat: a link message or a core message.
-    fn next(&mut self) -> Result<LinkMsg, ToMaster> {
+    fn next(&mut self) -> Got {
         loop {
             let frame = match self
                 .frames
@@ -71,10 +80,10 @@ impl FakeMaster {
             if is_link_type(h.msg_type) {
                 match decode_link(&frame).expect("a link message") {
                     LinkMsg::Heartbeat => continue,
-                    m => return Ok(m),
+                    m => return Got::Link(m),
                 }
             }
-            return Err(decode_to_master(&frame).expect("a core frame, unchanged (LINK-3)"));
+            return Got::Core(decode_to_master(&frame).expect("a core frame, unchanged (LINK-3)"));
         }
     }
 
@@ -146,14 +155,14 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     }));
     let started = m.next();
     assert!(
-        matches!(started, Ok(LinkMsg::Started { rank: 5, .. })),
+        matches!(started, Got::Link(LinkMsg::Started { rank: 5, .. })),
         "{started:?}"
     );
     let ended = m.next();
     assert!(
         matches!(
             ended,
-            Ok(LinkMsg::Ended {
+            Got::Link(LinkMsg::Ended {
                 rank: 5,
                 code: 3,
                 killed: false,
@@ -164,7 +173,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     );
     assert_eq!(
         m.next(),
-        Err(ToMaster::Exited { pid: pid(5) }),
+        Got::Core(ToMaster::Exited { pid: pid(5) }),
         "then core's Exited, as the daemon machine wrote it (LINK-3)"
     );
 
@@ -180,7 +189,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     }));
     let started = m.next();
     let os_pid = match started {
-        Ok(LinkMsg::Started { rank: 6, os_pid }) => os_pid,
+        Got::Link(LinkMsg::Started { rank: 6, os_pid }) => os_pid,
         other => panic!("{other:?}"),
     };
     m.send(&encode_link(&LinkMsg::Shutdown));
@@ -188,7 +197,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     assert!(
         matches!(
             ended,
-            Ok(LinkMsg::Ended {
+            Got::Link(LinkMsg::Ended {
                 rank: 6,
                 killed: true,
                 ..
@@ -196,7 +205,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
         ),
         "LINK-5: the running process is killed and reported: {ended:?}"
     );
-    assert_eq!(m.next(), Err(ToMaster::Exited { pid: pid(6) }));
+    assert_eq!(m.next(), Got::Core(ToMaster::Exited { pid: pid(6) }));
     let f = m.finish(&rt);
     assert_eq!(f.code, Some(0), "LINK-5: the daemon exits 0\n{}", f.dump());
     let alive = std::fs::read_to_string(format!("/proc/{os_pid}/stat")).unwrap_or_default();
