@@ -151,8 +151,7 @@ fn run(a: &Args) -> Result<(), CommError> {
 
 /// The command the children run: this very example, in child mode, with the fault.
 fn child_command(a: &Args, count: u32) -> Result<SpawnCommand, CommError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CommError::Malformed(leak(format!("no executable path: {e}"))))?;
+    let exe = std::env::current_exe().map_err(|e| CommError::io("find this executable", e))?;
     let mut args = vec![
         "example".to_string(),
         "spawn".to_string(),
@@ -179,12 +178,6 @@ fn fault_name(f: Fault) -> &'static str {
         Fault::AllDie => "all-die",
         Fault::RootDies => "root-dies",
     }
-}
-
-/// Error texts are `&'static str` in [`CommError::Malformed`]; the few made at run time
-/// here live for the (short) life of the process.
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 fn commands(a: &Args, fault: Fault) -> Result<Vec<SpawnCommand>, CommError> {
@@ -390,9 +383,7 @@ fn pingpong(inter: &InterComm, intra: Option<&Communicator>, n: u32) -> Result<(
 
 /// Accept/connect and join between two independent jobs (groups of one each).
 fn peer(transport: &Transport, mode: Mode, file: &str, timeout: Duration) -> Result<(), CommError> {
-    let io = |what: &'static str| {
-        move |e: std::io::Error| CommError::Malformed(leak(format!("{what}: {e}")))
-    };
+    let io = |what: &'static str| move |e: std::io::Error| CommError::io(what, e);
     let inter = match mode {
         Mode::Serve => {
             let port = dpm::open_port(dynres_core::spawn::Bootstrap::DEFAULT_HYBRID)?;
