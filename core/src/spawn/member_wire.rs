@@ -290,45 +290,8 @@ impl MemberMsg {
 mod tests {
     use super::*;
     use crate::spawn::Addr;
-    use crate::spawn::msg::tests::arb_header;
-    use alloc::vec;
+    use crate::spawn::msg::tests::{arb_exact_error, arb_header};
     use proptest::prelude::*;
-
-    fn arb_phase() -> impl Strategy<Value = Phase> {
-        (0u64..6).prop_map(|v| phase_from(v).unwrap_or(Phase::Failed))
-    }
-
-    /// Every variant that round-trips exactly, plus `Reported`.
-    fn arb_exact_error() -> impl Strategy<Value = SpawnError> {
-        let text = "[a-zA-Z0-9 äé→]{0,60}";
-        prop_oneof![
-            text.prop_map(SpawnError::PortNotOpen),
-            arb_phase().prop_map(|phase| SpawnError::Timeout { phase }),
-            any::<u32>().prop_map(|retries| SpawnError::PeerUnreachable { retries }),
-            (any::<u32>(), any::<u64>())
-                .prop_map(|(expected, got)| SpawnError::EndpointCount { expected, got }),
-            (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(a, b, c, d)| {
-                SpawnError::WrongRemoteGroup {
-                    expected_group: a,
-                    expected_size: b,
-                    got_group: c,
-                    got_size: d,
-                }
-            }),
-            (any::<u64>(), any::<u64>())
-                .prop_map(|(expected, got)| SpawnError::WrongSession { expected, got }),
-            Just(SpawnError::UnknownPeer),
-            (1u8..=3).prop_map(|r| SpawnError::Aborted {
-                reason: AbortReason::from_u8(r).unwrap_or(AbortReason::Timeout)
-            }),
-            text.prop_map(|reason| SpawnError::LaunchFailed { reason }),
-            Just(SpawnError::StreamClosed),
-            Just(SpawnError::ContextIdsExhausted),
-            any::<u32>().prop_map(SpawnError::ContextIdNotLive),
-            Just(SpawnError::JoinSamePort),
-            (any::<u8>(), text).prop_map(|(code, text)| SpawnError::Reported { code, text }),
-        ]
-    }
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
         let addr = proptest::collection::vec(any::<u8>(), 0..=64).prop_map(Addr);

@@ -283,8 +283,53 @@ impl JoinPort {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::spawn::{Phase, SpawnError};
     use alloc::vec;
     use proptest::prelude::*;
+
+    /// Any handshake phase.
+    pub(crate) fn arb_phase() -> impl Strategy<Value = Phase> {
+        proptest::sample::select(alloc::vec![
+            Phase::JoinExchange,
+            Phase::Listening,
+            Phase::AwaitHelloAck,
+            Phase::Endpoints,
+            Phase::Done,
+            Phase::Failed,
+        ])
+    }
+
+    /// Every variant that round-trips exactly, plus `Reported`.
+    pub(crate) fn arb_exact_error() -> impl Strategy<Value = SpawnError> {
+        let text = "[a-zA-Z0-9 äé→]{0,60}";
+        prop_oneof![
+            text.prop_map(SpawnError::PortNotOpen),
+            arb_phase().prop_map(|phase| SpawnError::Timeout { phase }),
+            any::<u32>().prop_map(|retries| SpawnError::PeerUnreachable { retries }),
+            (any::<u32>(), any::<u64>())
+                .prop_map(|(expected, got)| SpawnError::EndpointCount { expected, got }),
+            (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(a, b, c, d)| {
+                SpawnError::WrongRemoteGroup {
+                    expected_group: a,
+                    expected_size: b,
+                    got_group: c,
+                    got_size: d,
+                }
+            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(expected, got)| SpawnError::WrongSession { expected, got }),
+            Just(SpawnError::UnknownPeer),
+            (1u8..=3).prop_map(|r| SpawnError::Aborted {
+                reason: AbortReason::from_u8(r).unwrap_or(AbortReason::Timeout)
+            }),
+            text.prop_map(|reason| SpawnError::LaunchFailed { reason }),
+            Just(SpawnError::StreamClosed),
+            Just(SpawnError::ContextIdsExhausted),
+            any::<u32>().prop_map(SpawnError::ContextIdNotLive),
+            Just(SpawnError::JoinSamePort),
+            (any::<u8>(), text).prop_map(|(code, text)| SpawnError::Reported { code, text }),
+        ]
+    }
 
     pub(crate) fn arb_header() -> impl Strategy<Value = GroupHeader> {
         (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(group_id, size, context_id)| {

@@ -951,52 +951,16 @@ mod tests {
         ]
     }
 
-    fn arb_phase() -> impl Strategy<Value = Phase> {
-        proptest::sample::select(vec![
-            Phase::JoinExchange,
-            Phase::Listening,
-            Phase::AwaitHelloAck,
-            Phase::Endpoints,
-            Phase::Done,
-            Phase::Failed,
-        ])
-    }
-
+    /// Every error: the exact variants of the wire codec's tests, plus those holding
+    /// static texts or a wire error, which only this codec carries exactly.
     fn arb_error() -> impl Strategy<Value = SpawnError> {
         prop_oneof![
+            crate::spawn::msg::tests::arb_exact_error(),
             arb_wire_error().prop_map(SpawnError::Wire),
             (".{0,10}", arb_static())
                 .prop_map(|(name, reason)| SpawnError::BadPort { name, reason }),
-            ".{0,10}".prop_map(SpawnError::PortNotOpen),
-            arb_phase().prop_map(|phase| SpawnError::Timeout { phase }),
-            any::<u32>().prop_map(|retries| SpawnError::PeerUnreachable { retries }),
-            (any::<u32>(), any::<u64>())
-                .prop_map(|(expected, got)| SpawnError::EndpointCount { expected, got }),
-            (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(a, b, c, d)| {
-                SpawnError::WrongRemoteGroup {
-                    expected_group: a,
-                    expected_size: b,
-                    got_group: c,
-                    got_size: d,
-                }
-            }),
-            (any::<u64>(), any::<u64>())
-                .prop_map(|(expected, got)| SpawnError::WrongSession { expected, got }),
-            Just(SpawnError::UnknownPeer),
             arb_static().prop_map(|what| SpawnError::Unexpected { what }),
-            proptest::sample::select(vec![
-                AbortReason::Timeout,
-                AbortReason::ProtocolViolation,
-                AbortReason::Cancelled
-            ])
-            .prop_map(|reason| SpawnError::Aborted { reason }),
-            ".{0,10}".prop_map(|reason| SpawnError::LaunchFailed { reason }),
-            Just(SpawnError::StreamClosed),
-            Just(SpawnError::ContextIdsExhausted),
-            any::<u32>().prop_map(SpawnError::ContextIdNotLive),
             arb_static().prop_map(SpawnError::Config),
-            Just(SpawnError::JoinSamePort),
-            (any::<u8>(), ".{0,10}").prop_map(|(code, text)| SpawnError::Reported { code, text }),
         ]
     }
 
