@@ -118,6 +118,17 @@ pub(crate) struct Sockets<'a> {
     pub join: Option<File>,
 }
 
+impl<'a> Sockets<'a> {
+    /// An acceptor's or a join's sockets: its port's datagram socket and listener.
+    pub(crate) fn of_port(port: &'a super::port::Port, join: Option<File>) -> Self {
+        Sockets {
+            udp: &port.udp,
+            listener: Some(&port.listener),
+            join,
+        }
+    }
+}
+
 /// The bootstrap stream with the peer root.
 struct Stream {
     sock: TcpStream,

@@ -273,11 +273,7 @@ pub fn accept(
         })?;
         let clock = Clock::new();
         let hs = Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
-        let io = Sockets {
-            udp: &port.udp,
-            listener: Some(&port.listener),
-            join: None,
-        };
+        let io = Sockets::of_port(port, None);
         drive(
             Root::Handshake(Box::new(hs)),
             io,
@@ -311,11 +307,7 @@ pub fn join(transport: &Transport, fd: OwnedFd, timeout: Duration) -> Result<Int
         let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
         let clock = Clock::new();
         let j = Join::new(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
-        let io = Sockets {
-            udp: &port.udp,
-            listener: Some(&port.listener),
-            join: Some(std::fs::File::from(fd)),
-        };
+        let io = Sockets::of_port(&port, Some(std::fs::File::from(fd)));
         let r = drive(Root::Join(Box::new(j)), io, &mut NoMembers, clock);
         if let Err(e) = close_port(port) {
             debug!(error = %e, "join: closing its port");
@@ -409,11 +401,7 @@ pub fn spawn(
             },
         )
         .map_err(before)?;
-        let io = Sockets {
-            udp: &port.udp,
-            listener: Some(&port.listener),
-            join: None,
-        };
+        let io = Sockets::of_port(&port, None);
         let mut hooks = SpawnHooks {
             members: MemberHooks { comm },
             launcher,
