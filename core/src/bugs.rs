@@ -102,6 +102,16 @@ pub enum Bug {
     /// Any process may kill a spawn's children, the children themselves included
     /// (`SPAWN-20`).
     KillSpawnByAnyone,
+    /// A FINALIZED change does not start its application's next queued request, which
+    /// then waits forever (`RC-15`): no safety property sees a request that never
+    /// starts, only the liveness check of every request.
+    NoDequeueOnFinalize,
+    /// The queue hands out its newest request first (`RC-15`).
+    DequeueNewest,
+    /// Only the accept decides an ADD: a confirm arriving after the accept does not
+    /// finalize it, so the change waits for its deadline and is ABORTED (`RC-9`) —
+    /// every safe state allows that, only the fairness check sees it.
+    ConfirmDoesNotDecide,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -10,6 +10,7 @@
 //! any point, which advances the master's clock to its next deadline.
 
 use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
 
 use dynres_core::bugs::Bugs;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
@@ -24,8 +25,10 @@ use stateright::actor::{Actor, Id, Out, model_timeout};
 /// Messages between the model's actors.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RcMsg {
-    /// Scheduler → master: a change request (`RES_CHANGE_DEFINE`).
-    Request(ChangeRequest),
+    /// Scheduler → master: a change request (`RES_CHANGE_DEFINE`) and its ticket, the
+    /// request's place in the scheduler's list (from 1), which tells requests apart
+    /// (`RC-15`).
+    Request(u64, ChangeRequest),
     /// Daemon → master.
     ToMaster(ToMaster),
     /// Master → daemon.
@@ -69,6 +72,9 @@ pub enum RcTimer {
     /// The resource manager grants the node it was asked for (`RC-21`); it may also
     /// never fire before the master's deadline.
     Grant,
+    /// Fair models only: a new process, launched, starts its query (scheduling delay,
+    /// so that its confirm may come after the root's accept as well as before).
+    Begin,
 }
 
 /// What a process does (the application, not the protocol).
@@ -159,6 +165,16 @@ pub struct MasterState {
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
+    /// Every request the master received, by ticket, and what became of it (`RC-15`).
+    pub tickets: Vec<(u64, Ticket)>,
+    /// Fair models only: master deadlines that fired while a change was undecided (under
+    /// fairness that means the protocol waited for a timer, not for a process).
+    pub stalled: u32,
+    /// Tickets in the order the master started or refused them, refusals for a full
+    /// queue left out (those never queued): FIFO means increasing (`RC-15`).
+    pub left_queue: Vec<u64>,
+    /// The fingerprint of everything above (see [`RcState::seal`]).
+    pub fp: u64,
 }
 
 type VersionView = std::collections::BTreeMap<PsetName, (dynres_core::pset::MemberSet, u64)>;
@@ -178,6 +194,17 @@ fn version_step_ok(before: &VersionView, m: &Master) -> bool {
         Some((_, v)) => p.attrs.version > *v,
         None => true,
     })
+}
+
+/// What became of an external change request (`RC-15`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Ticket {
+    /// Neither started nor refused yet: in the queue (or waiting for slots).
+    Waiting,
+    /// Started as the change of this delta pset.
+    Started(PsetName),
+    /// Refused.
+    Refused,
 }
 
 /// A daemon actor's state.
@@ -207,6 +234,8 @@ pub struct DaemonState {
     /// Modex replies `Stale` it handed its clients (whose machines then ask again,
     /// `MODEX-2`).
     pub stale_replies: u32,
+    /// The fingerprint of everything above (see [`RcState::seal`]).
+    pub fp: u64,
 }
 
 /// Where a process is.
@@ -271,10 +300,14 @@ pub struct ProcState {
     /// Outcomes of its `KillSpawn` calls: `true` for `Ok` (`SPAWN-20`).
     pub kills: Vec<bool>,
     next_call: u64,
+    /// The fingerprint of everything above (see [`RcState::seal`]).
+    pub fp: u64,
 }
 
-/// Every actor's state.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Every actor's state. Its `Hash` is the fingerprint [`RcState::seal`] stored after the
+/// actor's last step: the checker hashes every actor of every state it generates, and
+/// hashing the master's registry and change tables each time was a third of its work.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RcState {
     /// Master.
     Master(Box<MasterState>),
@@ -284,6 +317,60 @@ pub enum RcState {
     Daemon(Box<DaemonState>),
     /// Process.
     Proc(Box<ProcState>),
+}
+
+impl RcState {
+    /// Recomputes the stored fingerprint; the actor glue calls it after every step that
+    /// changed the state (and only there), so it is never stale.
+    fn seal(&mut self) {
+        fn fp<T: Hash>(v: &T) -> u64 {
+            // Fixed seeds (stateright's own fingerprints are aHash too): the same state
+            // has the same fingerprint in every run, so golden counts stay repeatable.
+            ahash::RandomState::with_seeds(0x5eed_0001, 0x5eed_0002, 0x5eed_0003, 0x5eed_0004)
+                .hash_one(v)
+        }
+        match self {
+            RcState::Master(m) => {
+                m.fp = 0;
+                m.fp = fp(&**m);
+            }
+            RcState::Daemon(d) => {
+                d.fp = 0;
+                d.fp = fp(&**d);
+            }
+            RcState::Proc(p) => {
+                p.fp = 0;
+                p.fp = fp(&**p);
+            }
+            RcState::Scheduler => {}
+        }
+    }
+}
+
+impl Hash for RcState {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        core::mem::discriminant(self).hash(h);
+        match self {
+            RcState::Master(m) => h.write_u64(m.fp),
+            RcState::Daemon(d) => h.write_u64(d.fp),
+            RcState::Proc(p) => h.write_u64(p.fp),
+            RcState::Scheduler => {}
+        }
+    }
+}
+
+/// Seals a state an actor step may have changed (a borrowed one is unchanged).
+fn seal(state: &mut Cow<RcState>) {
+    if let Cow::Owned(s) = state {
+        s.seal();
+    }
+}
+
+/// The application's root pset, `mpi://app/app`, parsed once.
+pub fn app_root() -> PsetName {
+    static ROOT: std::sync::OnceLock<PsetName> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| PsetName::app_root(APP).expect("valid name"))
+        .clone()
 }
 
 /// Actor ids: master 0, scheduler 1, daemons from 2, then one per rank.
@@ -322,6 +409,8 @@ impl Layout {
 pub struct RcNode {
     /// What this actor is.
     pub actor: RcActor,
+    /// A fair model's actor (see `fair.rs`): new processes wait for [`RcTimer::Begin`].
+    pub fair: bool,
     /// Id layout shared by all actors.
     pub layout: Layout,
     /// Ranks below this started with the job.
@@ -348,16 +437,30 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
                 st.lost.push((pid, at));
             }
             MasterOutput::NeedSlots { .. } => o.send(Id::from(1usize), RcMsg::NeedSlots),
-            MasterOutput::Refused {
-                error: RcError::NotGranted { .. },
-                ..
-            } => st.not_granted += 1,
+            MasterOutput::Started { ticket, delta } => {
+                st.left_queue.push(ticket);
+                set_ticket(st, ticket, Ticket::Started(delta));
+            }
+            MasterOutput::Refused { ticket, error, .. } => {
+                match error {
+                    RcError::NotGranted { .. } => st.not_granted += 1,
+                    RcError::QueueFull(_) => {}
+                    _ => st.left_queue.push(ticket),
+                }
+                set_ticket(st, ticket, Ticket::Refused);
+            }
             _ => {}
         }
     }
     match st.master.poll_timeout() {
         Some(_) => o.set_timer(RcTimer::Master, model_timeout()),
         None => o.cancel_timer(RcTimer::Master),
+    }
+}
+
+fn set_ticket(st: &mut MasterState, ticket: u64, outcome: Ticket) {
+    if let Some((_, t)) = st.tickets.iter_mut().find(|(id, _)| *id == ticket) {
+        *t = outcome;
     }
 }
 
@@ -445,14 +548,18 @@ impl RcNode {
     }
 
     fn root_next(&self, st: &mut ProcState, o: &mut Out<Self>) {
-        let root = PsetName::app_root(APP).expect("valid name");
+        let root = app_root();
         match (st.step, st.current.clone()) {
             (Step::Accepting, Some(delta)) => {
+                // A fair model's root blocks in its accept until the decision (or the
+                // wait's deadline): polling again while PENDING would spend the poll
+                // budget, a bound of the model, before the new processes confirm.
+                let wait = self.fair.then(|| Duration::from_millis(400));
                 let call = ClientCall::Accept {
                     delta,
                     new_pset: root,
                     bound: None,
-                    wait: None,
+                    wait,
                 };
                 self.call(st, Step::Accepting, call, o);
             }
@@ -471,7 +578,7 @@ impl RcNode {
         let RcActor::Proc { role, .. } = &self.actor else {
             return;
         };
-        let root = PsetName::app_root(APP).expect("valid name");
+        let root = app_root();
         if st.step == Step::Setup {
             st.step = Step::Idle;
             Self::poll_later(st, o);
@@ -577,12 +684,20 @@ impl RcNode {
         }
     }
 
+    /// A new process asks what the change that made it is (Lst. 6.6).
+    fn query_self(&self, st: &mut ProcState, o: &mut Out<Self>) {
+        let call = ClientCall::GetResChange {
+            bound: Some(PsetName::self_set()),
+        };
+        self.call(st, Step::Querying, call, o);
+    }
+
     fn start_modex(&self, st: &mut ProcState, o: &mut Out<Self>) {
         let RcActor::Proc { pid, .. } = &self.actor else {
             return;
         };
         let call = ClientCall::Modex {
-            pset: PsetName::app_root(APP).expect("valid name"),
+            pset: app_root(),
             data: modex_value(pid.rank),
             timeout: Duration::from_millis(100),
         };
@@ -615,6 +730,25 @@ impl Actor for RcNode {
     type Random = ();
 
     fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> RcState {
+        let mut state = self.start(o);
+        state.seal();
+        state
+    }
+
+    fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
+        self.deliver(state, src, msg, o);
+        seal(state);
+    }
+
+    fn on_timeout(&self, _id: Id, state: &mut Cow<RcState>, timer: &RcTimer, o: &mut Out<Self>) {
+        self.fire(state, timer, o);
+        seal(state);
+    }
+}
+
+/// The actor's steps, before [`seal`].
+impl RcNode {
+    fn start(&self, o: &mut Out<Self>) -> RcState {
         match &self.actor {
             RcActor::Master(cfg, bugs) => {
                 let mut master = Master::new(cfg.clone()).expect("model configs are valid");
@@ -630,13 +764,17 @@ impl Actor for RcNode {
                     not_granted: 0,
                     version_violations: 0,
                     spawn_kills_granted: Vec::new(),
+                    tickets: Vec::new(),
+                    left_queue: Vec::new(),
+                    stalled: 0,
+                    fp: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
                 RcState::Master(Box::new(st))
             }
             RcActor::Scheduler(reqs, give_back, _) => {
-                for r in reqs {
-                    o.send(Layout::master(), RcMsg::Request(r.clone()));
+                for (ticket, r) in (1..).zip(reqs) {
+                    o.send(Layout::master(), RcMsg::Request(ticket, r.clone()));
                 }
                 if let Some(node) = give_back {
                     o.send(Layout::master(), RcMsg::ReturnNode(*node));
@@ -660,6 +798,7 @@ impl Actor for RcNode {
                     refused_inputs: 0,
                     spawn_launches: Vec::new(),
                     stale_replies: 0,
+                    fp: 0,
                 }))
             }
             RcActor::Proc { polls, .. } => RcState::Proc(Box::new(ProcState {
@@ -678,17 +817,19 @@ impl Actor for RcNode {
                 child: false,
                 kills: Vec::new(),
                 next_call: 0,
+                fp: 0,
             })),
         }
     }
 
-    fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
+    fn deliver(&self, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
         match (&self.actor, state.to_mut(), msg) {
             (RcActor::Master(..), RcState::Master(st), msg) => {
                 let input = match msg {
-                    // The ticket is only the driver's bookkeeping: one for all keeps the
-                    // state space what it was.
-                    RcMsg::Request(req) => MasterInput::RequestChange { ticket: 0, req },
+                    RcMsg::Request(ticket, req) => {
+                        st.tickets.push((ticket, Ticket::Waiting));
+                        MasterInput::RequestChange { ticket, req }
+                    }
                     RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
                     RcMsg::ReturnNode(node) => MasterInput::NodeReturned { node },
                     RcMsg::AddNode(node) => MasterInput::NodeAdded { node },
@@ -764,7 +905,7 @@ impl Actor for RcNode {
                         Role::Root => {
                             // What applications do at start: a scheduling hint (NULL) and
                             // an inactive pset the runtime keeps consistent (PSET-34).
-                            let root = PsetName::app_root(APP).expect("valid name");
+                            let root = app_root();
                             let all = PsetName::parse("mpi://app/app/all").expect("valid name");
                             let ops = vec![
                                 PsetOp::Null {
@@ -806,10 +947,11 @@ impl Actor for RcNode {
                             if *may_crash {
                                 o.set_timer(RcTimer::Crash, model_timeout());
                             }
-                            let call = ClientCall::GetResChange {
-                                bound: Some(PsetName::self_set()),
-                            };
-                            self.call(st, Step::Querying, call, o);
+                            if self.fair {
+                                o.set_timer(RcTimer::Begin, model_timeout());
+                            } else {
+                                self.query_self(st, o);
+                            }
                         }
                     }
                 }
@@ -864,9 +1006,12 @@ impl Actor for RcNode {
         }
     }
 
-    fn on_timeout(&self, _id: Id, state: &mut Cow<RcState>, timer: &RcTimer, o: &mut Out<Self>) {
+    fn fire(&self, state: &mut Cow<RcState>, timer: &RcTimer, o: &mut Out<Self>) {
         match (state.to_mut(), timer) {
             (RcState::Master(st), RcTimer::Master) => {
+                if self.fair && st.master.all_changes().any(|c| !c.status.is_final()) {
+                    st.stalled += 1;
+                }
                 if let Some(t) = st.master.poll_timeout() {
                     st.now = st.now.max(t);
                     let before = versions(&st.master);
@@ -896,6 +1041,9 @@ impl Actor for RcNode {
                     }
                 }
                 drain_daemon(&self.layout, self.initial, st, o);
+            }
+            (RcState::Proc(st), RcTimer::Begin) if st.phase == Phase::Running => {
+                self.query_self(st, o);
             }
             (RcState::Proc(st), RcTimer::Poll) if st.phase == Phase::Running => {
                 if let (

@@ -3,10 +3,12 @@
 //! The merge gate a protocol engineer runs before merging: stateright models built from
 //! `dynres-core`'s own state machines (see [`adapter`]), the model configurations and
 //! their properties named by spec IDs (see [`models`]), the spawn / accept-connect
-//! handshakes run the same way (see [`spawn_model`], [`spawn_configs`]), golden state counts, and the
-//! `check` command that runs them all.
+//! handshakes run the same way (see [`spawn_model`], [`spawn_configs`]), liveness under
+//! fairness (see [`fair`]), golden state counts, and the `check` command that runs them
+//! all.
 
 pub mod adapter;
+pub mod fair;
 pub mod golden;
 pub mod models;
 pub mod planted;

@@ -12,7 +12,7 @@ use dynres_core::{Duration, Namespace, ProcessId};
 use stateright::actor::{ActorModel, ActorModelState, Network};
 use stateright::{Expectation, Model};
 
-use crate::adapter::{APP, Layout, NAMESPACE, Phase, RcActor, RcNode, RcState, Role};
+use crate::adapter::{APP, Layout, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket};
 
 /// One resource-change model configuration.
 #[derive(Clone, Debug)]
@@ -72,8 +72,20 @@ impl RcConfig {
         }
     }
 
+    /// Whether the configuration has a fair model (`fair.rs`): no fault, and a root that
+    /// runs the adaptation loop.
+    pub fn fair_eligible(&self) -> bool {
+        !self.modex && !self.may_crash && !self.member_may_crash && self.lose_node.is_none()
+    }
+
     /// Builds the stateright model.
     pub fn model(&self) -> RcModel {
+        self.build(false)
+    }
+
+    /// Builds the model; `fair` makes new processes wait for a `Begin` timer (the fair
+    /// model of `fair.rs` runs it).
+    pub(crate) fn build(&self, fair: bool) -> RcModel {
         let layout = self.layout();
         let cfg = MasterConfig {
             namespace: Namespace::new(NAMESPACE),
@@ -91,6 +103,7 @@ impl RcConfig {
         };
         let node = |actor| RcNode {
             actor,
+            fair,
             layout,
             initial: self.existing,
         };
@@ -436,7 +449,7 @@ fn spawn_properties(model: RcModel) -> RcModel {
 
 /// Nothing in flight and no timer left. Liveness checked as a safety property on terminal
 /// states keeps state counts independent of search order.
-fn terminal(s: &RcModelState) -> bool {
+pub(crate) fn terminal(s: &RcModelState) -> bool {
     s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none())
 }
 
@@ -461,7 +474,7 @@ fn modex_members<'a>(
         })
 }
 
-fn master(state: &RcModelState) -> &crate::adapter::MasterState {
+pub(crate) fn master(state: &RcModelState) -> &crate::adapter::MasterState {
     match &*state.actor_states[0] {
         RcState::Master(m) => m,
         _ => unreachable!("actor 0 is the master"),
@@ -479,6 +492,17 @@ fn daemons(state: &RcModelState) -> impl Iterator<Item = &crate::adapter::Daemon
     state.actor_states.iter().filter_map(|s| match &**s {
         RcState::Daemon(d) => Some(&**d),
         _ => None,
+    })
+}
+
+/// Every request the master received was refused or started a change that is decided
+/// (`RC-15`): a request left in the queue is not.
+pub(crate) fn every_request_decided(s: &RcModelState) -> bool {
+    let m = master(s);
+    m.tickets.iter().all(|(_, t)| match t {
+        Ticket::Waiting => false,
+        Ticket::Started(delta) => m.master.status(delta).is_final(),
+        Ticket::Refused => true,
     })
 }
 
@@ -764,13 +788,17 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         .property(
             Expectation::Always,
             "RC-1 every terminal state has every change decided",
-            |_, s| {
-                // Terminal: nothing in flight and no timer left. Liveness checked as a safety
-                // property on terminal states keeps state counts independent of search order.
-                let terminal =
-                    s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none());
-                !terminal || master(s).master.all_changes().all(|c| c.status.is_final())
-            },
+            |_, s| !terminal(s) || master(s).master.all_changes().all(|c| c.status.is_final()),
+        )
+        .property(
+            Expectation::Always,
+            "RC-15 every request is decided, queued ones included",
+            |_, s| !terminal(s) || every_request_decided(s),
+        )
+        .property(
+            Expectation::Always,
+            "RC-15 queued requests leave the queue in order",
+            |_, s| master(s).left_queue.is_sorted_by(|a, b| a < b),
         );
     // The "when quiet" properties above are vacuous unless quiet states exist.
     model = model.property(Expectation::Sometimes, "the network drains", |_, s| {
@@ -863,6 +891,16 @@ pub fn pr_configs() -> Vec<RcConfig> {
             "rc-add-add-1n-2e-2new",
             (1, 4, 2, 2),
             vec![add(1), add(1)],
+            false,
+            2,
+        ),
+        // Three requests at once: the ADD starts, the other two wait in the queue and are
+        // refused when they leave it (a SUB of every process, an ADD beyond the slots),
+        // so the order in which they leave it shows (RC-15).
+        config(
+            "rc-queue-1n-2e-1new",
+            (1, 3, 2, 1),
+            vec![add(1), ChangeRequest::sub(APP, 3), add(2)],
             false,
             2,
         ),

@@ -54,6 +54,26 @@ pub fn corpus() -> Vec<Planted> {
             "SPAWN-20 only the spawning application kills its children",
         ),
         p(
+            NoDequeueOnFinalize,
+            "rc-add-add-1n-2e-2new",
+            "RC-15 every request is decided, queued ones included",
+        ),
+        p(
+            DequeueNewest,
+            "rc-queue-1n-2e-1new",
+            "RC-15 queued requests leave the queue in order",
+        ),
+        p(
+            NoDequeueOnFinalize,
+            "fair-rc-add-add-1n-2e-2new",
+            "RC-15 under fairness every request is decided, queued ones included",
+        ),
+        p(
+            ConfirmDoesNotDecide,
+            "fair-rc-add-1n-2e-1new",
+            "RC-9 RC-8 under fairness every change ends FINALIZED, no deadline passing first",
+        ),
+        p(
             FinalizeOnFirstConfirm,
             "rc-add2-1n-2e-2new",
             "RC-9 ADD finalized => every new process confirmed",
@@ -241,11 +261,21 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         let cfg = SpawnModelConfig { bugs, ..base };
         return hunt_in(planted, cfg.model(), &cfg.labels(), threads);
     }
+    // A fair model is named after its configuration (`fair.rs`).
+    let (fair, name) = match planted.config.strip_prefix("fair-") {
+        Some(name) => (true, name),
+        None => (false, planted.config),
+    };
     let base = pr_configs()
         .into_iter()
-        .find(|c| c.name == planted.config)
+        .find(|c| c.name == name)
         .expect("corpus names existing configurations");
     let cfg = RcConfig { bugs, ..base };
+    if fair {
+        let model = crate::fair::FairRc::new(&cfg);
+        let labels = crate::run::rc_labels(&model.inner);
+        return hunt_in(planted, model, &labels, threads);
+    }
     let model = cfg.model();
     let labels = crate::run::rc_labels(&model);
     hunt_in(planted, model, &labels, threads)

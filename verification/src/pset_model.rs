@@ -133,6 +133,7 @@ impl PsetConfig {
             .expect("the same job the master starts");
         let node = |actor| RcNode {
             actor,
+            fair: false,
             layout,
             initial: clients,
         };

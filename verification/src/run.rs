@@ -47,6 +47,16 @@ pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
     })
 }
 
+/// [`check`] for the fair model of a configuration (`fair.rs`).
+pub fn check_fair(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
+    let model = crate::fair::FairRc::new(cfg);
+    let labels = rc_labels(&model.inner);
+    let name = crate::fair::fair_name(cfg);
+    explore_all(&name, &model, max_states, threads, |path| {
+        render_path(&model, path, &labels)
+    })
+}
+
 /// [`check`] for a spawn configuration; reports how often its in-flight cap cut a path.
 pub fn check_spawn(cfg: &SpawnModelConfig, max_states: usize, threads: usize) -> Outcome {
     let model = cfg.model();

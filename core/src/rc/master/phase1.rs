@@ -35,7 +35,12 @@ impl Master {
     /// Starts the next queued request of `app`, if any (after its change was decided).
     pub(crate) fn dequeue(&mut self, now: Instant, app: &str) {
         while !self.in_flight.contains_key(app) && !self.growing(app) {
-            let Some(pos) = self.queue.iter().position(|(_, r)| r.app == app) else {
+            let next = if self.bug(Bug::DequeueNewest) {
+                self.queue.iter().rposition(|(_, r)| r.app == app)
+            } else {
+                self.queue.iter().position(|(_, r)| r.app == app)
+            };
+            let Some(pos) = next else {
                 return;
             };
             let Some((from, req)) = self.queue.remove(pos) else {

@@ -202,7 +202,9 @@ impl Master {
             return;
         }
         change.confirmed.insert(route.pid);
-        self.maybe_finalize(now, &delta);
+        if !self.bug(Bug::ConfirmDoesNotDecide) {
+            self.maybe_finalize(now, &delta);
+        }
     }
 
     /// ADD/REPLACE: FINALIZED once the accept is in and every new process confirmed
@@ -265,7 +267,9 @@ impl Master {
         });
         self.in_flight.remove(&app);
         self.forget_if_done(delta);
-        self.dequeue(now, &app);
+        if !self.bug(Bug::NoDequeueOnFinalize) {
+            self.dequeue(now, &app);
+        }
     }
 
     fn update_world(&mut self, delta: &PsetName, added: &[ProcessId], removed: &[ProcessId]) {
@@ -371,7 +375,9 @@ impl Master {
         self.answer_waiters(delta);
         self.in_flight.remove(&app);
         self.forget_if_done(delta);
-        self.dequeue(now, &app);
+        if !self.bug(Bug::NoDequeueOnFinalize) {
+            self.dequeue(now, &app);
+        }
     }
 
     /// Replies to every blocking accept and confirm of a decided change.
