@@ -112,6 +112,27 @@ pub enum Bug {
     /// finalize it, so the change waits for its deadline and is ABORTED (`RC-9`) —
     /// every safe state allows that, only the fairness check sees it.
     ConfirmDoesNotDecide,
+    /// An ABORTED change whose processes are gone is forgotten at the master only:
+    /// daemons keep answering queries with it (`RC-14`, `RC-19`).
+    ForgetAbortAtMasterOnly,
+    /// A confirm is answered `Ok` at once instead of at the decision, so a new process
+    /// believes in a change that may still abort (`RC-1`, `RC-9`).
+    ConfirmAnsweredAtOnce,
+    /// Only ADD and REPLACE get a decision deadline: a SUB nobody accepts stays
+    /// undecided forever (`RC-10`).
+    NoDeadlineForSub,
+    /// A SUB with every accept in still waits (for its victims to exit) instead of
+    /// being FINALIZED (`RC-8`).
+    SubWaitsForExits,
+    /// A handshake arms only its datagram retransmissions, not its overall deadline: a
+    /// peer that stops answering leaves it undecided forever (`SPAWN-8`).
+    NoHandshakeDeadline,
+    /// A failing root does not tell its members, which keep the inter-group they may
+    /// already hold (`SPAWN-8`).
+    FailWithoutTellingMembers,
+    /// A root hands its members the remote table in reverse order, so member `r`
+    /// would talk to the wrong remote rank (`SPAWN-4`, `SPAWN-7`).
+    MembersGetReversedTable,
 }
 
 /// A set of planted bugs (empty in every shipped build).

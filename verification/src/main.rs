@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dynres_verification::models::{nightly_configs, pr_configs};
-use dynres_verification::planted::{corpus, hunt};
+use dynres_verification::planted::{corpus, hunt, unplanted};
 use dynres_verification::run::{Outcome, check, check_fair, check_spawn};
 use dynres_verification::{golden, pset_model, spawn_configs};
 
@@ -259,6 +259,25 @@ fn run_check(
     }
     let caught = hunts.iter().filter(|h| h.caught).count();
     println!("planted bugs caught: {caught}/{}", hunts.len());
+    // Every always-property must have been seen to fail (spec/verification.md §5).
+    let unplanted = if only.is_none() {
+        unplanted()
+    } else {
+        Vec::new()
+    };
+    if unplanted.is_empty() {
+        if only.is_none() {
+            println!("every always-property is broken by some planted bug");
+        }
+    } else {
+        println!(
+            "always-properties no planted bug breaks ({}):",
+            unplanted.len()
+        );
+        for name in &unplanted {
+            println!("  {name}");
+        }
+    }
     if let Some(path) = json {
         let rows: Vec<String> = outcomes
             .iter()

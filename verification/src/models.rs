@@ -55,9 +55,21 @@ pub struct RcConfig {
     /// The slots of the node the scheduler may add when asked (`RC-21`); its daemon
     /// actor is the last one.
     pub added_node_slots: u32,
+    /// Scenario outcomes that must be reachable, so a scenario cannot pass without
+    /// happening.
+    pub scenario: &'static [Scenario],
     /// This existing rank spawns one child and later kills it (`SPAWN-17..20`); the
     /// child is whichever spare rank the master hands out next.
     pub spawner: Option<u32>,
+}
+
+/// A scenario a configuration exists for; each is a `sometimes` property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// A FINALIZED SUB removed a process an earlier FINALIZED change added.
+    SubOfAdded,
+    /// A FINALIZED SUB removed exactly the victims its request named (`RC-5`).
+    NamedVictim,
 }
 
 /// The model type of every resource-change configuration.
@@ -190,6 +202,35 @@ impl RcConfig {
                     "RC-21 a request whose slots never come is refused",
                     |_, s| master(s).not_granted > 0,
                 );
+        }
+        for scenario in self.scenario {
+            model = match scenario {
+                Scenario::SubOfAdded => model.property(
+                    Expectation::Sometimes,
+                    "a SUB removes the process an earlier change added",
+                    |_, s| {
+                        let m = &master(s).master;
+                        let done =
+                            |c: &&dynres_core::rc::ChangeInfo| c.status == RcStatus::Finalized;
+                        m.all_changes().filter(done).any(|sub| {
+                            m.all_changes()
+                                .filter(done)
+                                .any(|add| sub.removed.iter().any(|p| add.added.contains(p)))
+                        })
+                    },
+                ),
+                Scenario::NamedVictim => model.property(
+                    Expectation::Sometimes,
+                    "RC-5 a SUB removes the victim it names",
+                    |_, s| {
+                        master(s).master.all_changes().any(|c| {
+                            c.status == RcStatus::Finalized
+                                && c.removed.len() == 1
+                                && c.removed[0].rank == 1
+                        })
+                    },
+                ),
+            };
         }
         if self.member_may_crash {
             // Without this the loss configuration could pass without losing anyone.
@@ -584,9 +625,11 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     .registry()
                     .members(&Origin::Runtime, &root)
                     .unwrap_or_default();
+                // A later SUB's phase-2 operation takes its victims out of the pset
+                // before it is decided; its abort puts them back (RC-12).
                 let removed_later: Vec<&ProcessId> = m
                     .all_changes()
-                    .filter(|c| c.status == RcStatus::Finalized)
+                    .filter(|c| c.status != RcStatus::Aborted)
                     .flat_map(|c| c.removed.iter())
                     .collect();
                 m.all_changes()
@@ -715,6 +758,9 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                             })
                         })
                         && (!no_loss || d.daemon.job().iter().collect::<std::collections::BTreeSet<_>>() == job)
+                        // The same change table: every change still queryable (undecided,
+                        // or ABORTED with processes to go), with the master's record.
+                        && d.daemon.changes().eq(m.changes().filter(|c| c.status != RcStatus::Finalized))
                 })
             },
         )
@@ -792,6 +838,35 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "RC-19 a decided change is done once its processes are gone",
+            |model, s| {
+                // Terminal states: a decided change still waiting must wait for a process
+                // that runs; one waiting for the dead is never forgotten (an exit filed
+                // against the wrong change leaves its owner waiting forever).
+                if !terminal(s) {
+                    return true;
+                }
+                let running: Vec<&ProcessId> = model
+                    .actors
+                    .iter()
+                    .zip(procs(s))
+                    .filter_map(|(a, p)| match &a.actor {
+                        RcActor::Proc { pid, .. } if p.phase == Phase::Running => Some(pid),
+                        _ => None,
+                    })
+                    .collect();
+                master(s).master.changes().all(|c| {
+                    let gone = match c.status {
+                        RcStatus::Finalized => &c.removed,
+                        RcStatus::Aborted => &c.added,
+                        _ => return true,
+                    };
+                    gone.iter().any(|p| running.contains(&p))
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
             "RC-15 every request is decided, queued ones included",
             |_, s| !terminal(s) || every_request_decided(s),
         )
@@ -849,6 +924,7 @@ fn config(
         grow_wait: None,
         added_node_slots: 0,
         spawner: None,
+        scenario: &[],
     }
 }
 
@@ -904,6 +980,56 @@ pub fn pr_configs() -> Vec<RcConfig> {
             false,
             2,
         ),
+        // Issue 13's unexplored scenarios. The SUB after the ADD removes the process the
+        // ADD added, if it was finalized (stack order, SLOT-2): on_exit must file its
+        // exit against the SUB, not the ADD that named it first.
+        RcConfig {
+            scenario: &[Scenario::SubOfAdded],
+            ..config(
+                "rc-add-sub-1n-2e-1new",
+                (1, 4, 2, 1),
+                vec![add(1), ChangeRequest::sub(APP, 1)],
+                false,
+                // Two polls for the ADD (accept, then the decision), one for the SUB.
+                3,
+            )
+        },
+        // A SUB naming its victim: rank 1, not the stack order's rank 2 (RC-5).
+        RcConfig {
+            scenario: &[Scenario::NamedVictim],
+            ..config(
+                "rc-sub-victim-1n-3e",
+                (1, 4, 3, 0),
+                vec![ChangeRequest {
+                    victims: vec![ProcessId::new(Namespace::new(NAMESPACE), 1)],
+                    ..ChangeRequest::sub(APP, 1)
+                }],
+                false,
+                2,
+            )
+        },
+        // A REPLACE whose new process may crash at any point.
+        config(
+            "rc-replace-crash-1n-2e-1new",
+            (1, 4, 2, 1),
+            vec![ChangeRequest::replace(APP, 1, 1)],
+            true,
+            2,
+        ),
+        // Three nodes of one slot: the new process goes to the third.
+        config("rc-add-3n-2e-1new", (3, 1, 2, 1), vec![add(1)], false, 2),
+        // Node 0 is lost: its daemon, the root and rank 1 with it, while the ADD is
+        // under way on node 1.
+        RcConfig {
+            lose_node: Some(0),
+            ..config(
+                "rc-add-nodeloss0-2n-2e-1new",
+                (2, 2, 2, 1),
+                vec![add(1)],
+                false,
+                1,
+            )
+        },
         config(
             "rc-add-crash-1n-2e-1new",
             (1, 4, 2, 1),

@@ -254,9 +254,16 @@ impl SpawnModelConfig {
                 Expectation::Always,
                 "SPAWN-8 every terminal state is decided",
                 |_, s| {
+                    // Every root, and every member of a live group: a member its root
+                    // never told waits forever.
                     !terminal(s)
-                        || all_roots(s)
-                            .all(|r| matches!(phase(r), None | Some(Phase::Done | Phase::Failed)))
+                        || all_roots(s).all(|r| {
+                            matches!(phase(r), None | Some(Phase::Done | Phase::Failed))
+                                && (r.machine.is_none()
+                                    || r.members
+                                        .iter()
+                                        .all(|m| m.intergroup().is_some() || m.error().is_some()))
+                        })
                 },
             );
         if spawns {

@@ -23,17 +23,18 @@
 //! - time: each machine's deadline is a nondeterministic timer that, when it fires,
 //!   advances the process clock to that deadline and feeds `Input::Timeout`.
 //!
-//! For the datagram properties the receiver also keeps a *shadow* copy of core's own
-//! [`Reliable`] fed with exactly the datagrams its handshake accepted: the handshake's
-//! reliability layer is private, and the shadow (same code, same planted bugs) shows what
-//! it delivered. The sender's segments are recorded as sent, so a property can compare.
+//! For the datagram properties each root copies the log of messages its handshake's own
+//! datagram layer delivered (`Handshake::delivered_datagrams`, kept in verification
+//! builds only), and the sender's segments are recorded as sent, so a property can
+//! compare. Until issue 13 a shadow `Reliable` fed with the same datagrams stood in for
+//! the handshake's layer: a bug in how the handshake drives its layer was invisible.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
 use dynres_core::bugs::Bugs;
-use dynres_core::spawn::datagram::{DgramFrame, Reliable};
+use dynres_core::spawn::datagram::DgramFrame;
 use dynres_core::spawn::{
     Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
     Input, InterGroup, Member, Output, PortName, Role, SpawnConfig, SpawnEnv, SpawnParent,
@@ -288,9 +289,7 @@ pub struct RootState {
     pub stream_peer: Option<(Id, Slot)>,
     /// This side closed the bootstrap stream.
     pub stream_closed: bool,
-    /// Shadow of the handshake's datagram layer (see the module doc).
-    pub shadow: Option<Reliable>,
-    /// Messages the datagram layer delivered, in order.
+    /// Messages the handshake's datagram layer delivered, in order (see the module doc).
     pub delivered: Vec<Vec<u8>>,
     /// Segments this root put on the wire: (message, index, count, payload).
     pub sent: BTreeSet<(u32, u16, u16, Vec<u8>)>,
@@ -310,7 +309,6 @@ impl RootState {
             killed: false,
             stream_peer: None,
             stream_closed: false,
-            shadow: None,
             delivered: Vec::new(),
             sent: BTreeSet::new(),
             heard_endpoints: false,
@@ -545,27 +543,16 @@ impl SpawnNode {
             bytes: bytes.clone(),
         };
         if !machine.handle(now, input) {
-            // Rejected: the machine is unchanged (SPAWN-10), so the shadow is too.
+            // Rejected: the machine is unchanged (SPAWN-10).
             return;
         }
-        if root.shadow.is_none() {
-            if let Some(session) = machine.hs().session() {
-                let mut r = Reliable::new(session, self.params.datagram);
-                r.plant(self.bugs);
-                root.shadow = Some(r);
+        let log = machine.hs().delivered_datagrams();
+        for m in log.get(root.delivered.len()..).unwrap_or_default() {
+            if matches!(HsMsg::decode(m), Ok(HsMsg::Endpoints { .. })) {
+                root.heard_endpoints = true;
             }
         }
-        if let Some(r) = root.shadow.as_mut() {
-            if r.on_datagram(&bytes).is_ok() {
-                while r.poll_send().is_some() {}
-                while let Some(m) = r.poll_recv() {
-                    if matches!(HsMsg::decode(&m), Ok(HsMsg::Endpoints { .. })) {
-                        root.heard_endpoints = true;
-                    }
-                    root.delivered.push(m);
-                }
-            }
-        }
+        root.delivered = log.to_vec();
     }
 }
 

@@ -118,6 +118,32 @@ pub struct Handshake {
     out: VecDeque<Output>,
     bugs: crate::bugs::Bugs,
     tag: InstanceTag,
+    /// Verification builds only: every message the datagram layer delivered, in order,
+    /// so the models check exactly-once delivery on this layer itself (`SPAWN-11`).
+    #[cfg(feature = "planted-bugs")]
+    delivered: DeliveredLog,
+}
+
+/// What a handshake's datagram layer delivered (verification builds only). Not state:
+/// all logs compare equal and hash to nothing, so a verification build's fingerprints
+/// are a shipped build's and its `replay` accepts launcher traces.
+#[cfg(feature = "planted-bugs")]
+#[derive(Clone, Debug, Default)]
+struct DeliveredLog(Vec<Vec<u8>>);
+
+#[cfg(feature = "planted-bugs")]
+impl PartialEq for DeliveredLog {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+impl Eq for DeliveredLog {}
+
+#[cfg(feature = "planted-bugs")]
+impl core::hash::Hash for DeliveredLog {
+    fn hash<H: core::hash::Hasher>(&self, _: &mut H) {}
 }
 
 impl Handshake {
@@ -233,6 +259,8 @@ impl Handshake {
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
             tag: InstanceTag::default(),
+            #[cfg(feature = "planted-bugs")]
+            delivered: DeliveredLog::default(),
         };
         if role == Role::Initiator {
             // SPAWN-11: the session is the initiator's group id (unique in its job) unless
@@ -309,6 +337,7 @@ impl Handshake {
         match self.phase {
             Phase::Failed => None,
             Phase::Done => rtx,
+            _ if self.bugs.has(crate::bugs::Bug::NoHandshakeDeadline) => rtx,
             _ => Some(rtx.map_or(self.deadline, |r| r.min(self.deadline))),
         }
     }
@@ -328,6 +357,13 @@ impl Handshake {
     pub(super) fn abandon(&mut self, error: SpawnError) {
         self.fail(error, Some(AbortReason::Cancelled));
         self.flush_dgram();
+    }
+
+    /// Verification builds only: every message this handshake's datagram layer
+    /// delivered, in order (`SPAWN-11`, `SPAWN-12`).
+    #[cfg(feature = "planted-bugs")]
+    pub fn delivered_datagrams(&self) -> &[Vec<u8>] {
+        &self.delivered.0
     }
 
     /// Its configuration.
@@ -471,9 +507,16 @@ impl Handshake {
             }
         };
         let mut msgs = Vec::new();
+        #[cfg(feature = "planted-bugs")]
+        let mut payloads = Vec::new();
         while let Some(payload) = next.poll_recv() {
             msgs.push(HsMsg::decode(&payload)?);
+            #[cfg(feature = "planted-bugs")]
+            payloads.push(payload);
         }
+        // Committed with the layer: only once the whole input decoded (SPAWN-10).
+        #[cfg(feature = "planted-bugs")]
+        self.delivered.0.extend(payloads);
         self.dgram = Some(next);
         self.peer_dgram = Some(from);
         for m in msgs {
@@ -761,7 +804,11 @@ impl Handshake {
                 member,
                 msg: MemberMsg::RemoteEndpoints {
                     session,
-                    endpoints: ig.remote_endpoints.clone(),
+                    endpoints: if self.bugs.has(crate::bugs::Bug::MembersGetReversedTable) {
+                        ig.remote_endpoints.iter().rev().cloned().collect()
+                    } else {
+                        ig.remote_endpoints.clone()
+                    },
                 },
             });
         }
@@ -795,7 +842,8 @@ impl Handshake {
         if let Some(r) = self.dgram.as_mut() {
             r.stop();
         }
-        for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
+        let tell = !self.bugs.has(crate::bugs::Bug::FailWithoutTellingMembers);
+        for member in (0..self.cfg.local.size).filter(|r| tell && *r != self.cfg.root) {
             self.out.push_back(Output::ToMember {
                 member,
                 msg: MemberMsg::Failed {

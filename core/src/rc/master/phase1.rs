@@ -282,7 +282,8 @@ impl Master {
                 procs_before,
                 accepted: BTreeMap::new(),
                 confirmed: BTreeSet::new(),
-                deadline: Some(now + self.cfg.change_timeout),
+                deadline: (req.kind != RcType::Sub || !self.bug(Bug::NoDeadlineForSub))
+                    .then(|| now + self.cfg.change_timeout),
                 grace_deadline: None,
                 exited: BTreeSet::new(),
                 waiters: Vec::new(),

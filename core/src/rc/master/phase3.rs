@@ -61,7 +61,8 @@ impl Master {
                 }
                 // SUB is decided by its accepts alone: one per X_c(U) member (RC-8).
                 let planted = kind != RcType::Sub && self.bug(Bug::FinalizeOnAccept);
-                if (kind == RcType::Sub && all_in) || planted {
+                let waits = self.bug(Bug::SubWaitsForExits);
+                if (kind == RcType::Sub && all_in && !waits) || planted {
                     self.finalize(now, &delta);
                 } else if kind != RcType::Sub {
                     self.maybe_finalize(now, &delta);
@@ -169,6 +170,7 @@ impl Master {
     /// the change. The reply waits for the decision (`RC-9`).
     pub(crate) fn confirm(&mut self, now: Instant, route: Route, delta: PsetName, ok: bool) {
         let late_confirm_bug = self.bug(Bug::ConfirmAfterAbort);
+        let answer_now = ok && self.bug(Bug::ConfirmAnsweredAtOnce);
         let Some(change) = self.changes.get_mut(&delta) else {
             self.reply(
                 &route,
@@ -196,12 +198,17 @@ impl Master {
             }
             _ => {}
         }
-        change.waiters.push((route.clone(), Waiter::Confirm));
+        if !answer_now {
+            change.waiters.push((route.clone(), Waiter::Confirm));
+        }
         if !ok {
             self.abort(now, &delta, "a new process failed to confirm");
             return;
         }
-        change.confirmed.insert(route.pid);
+        change.confirmed.insert(route.pid.clone());
+        if answer_now {
+            self.reply(&route, ClientReply::Confirmed(Ok(())));
+        }
         if !self.bug(Bug::ConfirmDoesNotDecide) {
             self.maybe_finalize(now, &delta);
         }
@@ -563,7 +570,7 @@ impl Master {
         c.done = true;
         c.snapshot = crate::pset::PsetRegistry::new();
         c.procs_before.clear();
-        if c.info.status == RcStatus::Aborted {
+        if c.info.status == RcStatus::Aborted && !self.bug(Bug::ForgetAbortAtMasterOnly) {
             self.broadcast(ToDaemon::Change {
                 delta: delta.clone(),
                 info: None,
