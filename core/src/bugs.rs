@@ -133,6 +133,12 @@ pub enum Bug {
     /// A root hands its members the remote table in reverse order, so member `r`
     /// would talk to the wrong remote rank (`SPAWN-4`, `SPAWN-7`).
     MembersGetReversedTable,
+    /// A change is forgotten as soon as it is done instead of after [`DONE_KEPT`] more
+    /// (`RC-19`): a root polling its accept gets `NoSuchChange` instead of the decision
+    /// (`RC-1`).
+    ///
+    /// [`DONE_KEPT`]: crate::rc::master::DONE_KEPT
+    EvictOnDone,
 }
 
 /// A set of planted bugs (empty in every shipped build).

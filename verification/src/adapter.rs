@@ -299,6 +299,9 @@ pub struct ProcState {
     pub child: bool,
     /// Outcomes of its `KillSpawn` calls: `true` for `Ok` (`SPAWN-20`).
     pub kills: Vec<bool>,
+    /// Error replies its calls got that the call does not allow (see
+    /// `RcNode::error_allowed`).
+    pub unexpected_errors: u32,
     next_call: u64,
     /// The fingerprint of everything above (see [`RcState::seal`]).
     pub fp: u64,
@@ -579,6 +582,9 @@ impl RcNode {
             return;
         };
         let root = app_root();
+        if !Self::error_allowed(*role, st.child, &result) {
+            st.unexpected_errors += 1;
+        }
         if st.step == Step::Setup {
             st.step = Step::Idle;
             Self::poll_later(st, o);
@@ -690,6 +696,38 @@ impl RcNode {
             bound: Some(PsetName::self_set()),
         };
         self.call(st, Step::Querying, call, o);
+    }
+
+    /// Whether an error reply is one the call allows here (every `Err` is checked, none
+    /// discarded): a root's phase-2 operation on the delta of a change aborted meanwhile
+    /// (`Pruned`), its accept of an aborted change, a new process' confirm of an aborted
+    /// change or after its lookup of the accept timed out. Modex, spawn and kill errors
+    /// have properties of their own.
+    fn error_allowed(role: Role, child: bool, result: &CallResult) -> bool {
+        use dynres_core::pset::PsetError;
+        let pruned = |e: &RcError| match e {
+            RcError::Pset(b) => match &*b.0 {
+                PsetError::InBatch { source, .. } => matches!(**source, PsetError::Pruned(_)),
+                PsetError::Pruned(_) => true,
+                _ => false,
+            },
+            _ => false,
+        };
+        match (role, result) {
+            _ if child => true,
+            (_, CallResult::Modex(_) | CallResult::Spawned(_) | CallResult::SpawnKilled(_)) => true,
+            (Role::Root, CallResult::PsetOp(Err(e))) => pruned(e),
+            (Role::Root, CallResult::Accept(Err(e))) => matches!(e, RcError::Aborted(_)),
+            (Role::New { .. }, CallResult::Confirm(Err(e))) => {
+                matches!(e, RcError::Aborted(_) | RcError::Timeout)
+            }
+            (_, CallResult::PsetOp(Err(_)) | CallResult::Accept(Err(_))) => false,
+            (_, CallResult::Confirm(Err(_)) | CallResult::Lookup(Err(_))) => false,
+            (_, CallResult::Fence(Err(_)) | CallResult::PsetInfo(Err(_))) => false,
+            (_, CallResult::ChangeRequested(Err(_)) | CallResult::Published(Err(_))) => false,
+            (_, CallResult::Unpublished(Err(_))) => false,
+            _ => true,
+        }
     }
 
     fn start_modex(&self, st: &mut ProcState, o: &mut Out<Self>) {
@@ -816,6 +854,7 @@ impl RcNode {
                 spawn_app: None,
                 child: false,
                 kills: Vec::new(),
+                unexpected_errors: 0,
                 next_call: 0,
                 fp: 0,
             })),

@@ -668,6 +668,11 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "every error an application is answered with is one its call allows",
+            |_, s| procs(s).all(|p| p.unexpected_errors == 0),
+        )
+        .property(
+            Expectation::Always,
             "RC-12 ABORTED => rolled back",
             |_, s| {
                 let m = &master(s).master;

@@ -99,6 +99,11 @@ pub fn corpus() -> Vec<Planted> {
             "SPAWN-4 SPAWN-7 members hold their root's inter-group",
         ),
         p(
+            EvictOnDone,
+            "rc-add-1n-2e-1new",
+            "every error an application is answered with is one its call allows",
+        ),
+        p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
             "RC-15 queued requests leave the queue in order",

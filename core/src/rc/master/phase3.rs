@@ -577,7 +577,12 @@ impl Master {
             });
         }
         self.done_order.push_back(delta.clone());
-        while self.done_order.len() > super::DONE_KEPT {
+        let kept = if self.bug(Bug::EvictOnDone) {
+            0
+        } else {
+            super::DONE_KEPT
+        };
+        while self.done_order.len() > kept {
             if let Some(old) = self.done_order.pop_front() {
                 self.evict(&old);
             }
