@@ -139,6 +139,9 @@ pub enum Bug {
     ///
     /// [`DONE_KEPT`]: crate::rc::master::DONE_KEPT
     EvictOnDone,
+    /// A spawn whose children have not said Hello by its deadline launches them again
+    /// instead of failing (`SPAWN-3`).
+    RelaunchOnTimeout,
 }
 
 /// A set of planted bugs (empty in every shipped build).

@@ -104,6 +104,11 @@ pub fn corpus() -> Vec<Planted> {
             "every error an application is answered with is one its call allows",
         ),
         p(
+            RelaunchOnTimeout,
+            "spawn-parent-dgram-dup",
+            "SPAWN-3 a spawn launches exactly once",
+        ),
+        p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
             "RC-15 queued requests leave the queue in order",

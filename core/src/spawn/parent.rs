@@ -181,6 +181,16 @@ impl SpawnParent {
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         let recorded = trace::enabled().then(|| trace::encode_input(&input));
         let first_output = self.out.len();
+        let relaunch = matches!(input, Input::Timeout)
+            && self.hs.phase() == super::Phase::Listening
+            && self.bugs.has(crate::bugs::Bug::RelaunchOnTimeout);
+        if relaunch {
+            self.out.push_back(Output::Launch {
+                namespace: self.namespace.clone(),
+                count: self.count,
+                env: Vec::new(),
+            });
+        }
         let r = match input {
             Input::LaunchFailed { reason } => {
                 self.hs.abandon(SpawnError::LaunchFailed { reason });
