@@ -142,6 +142,9 @@ pub enum Bug {
     /// A spawn whose children have not said Hello by its deadline launches them again
     /// instead of failing (`SPAWN-3`).
     RelaunchOnTimeout,
+    /// The master applies a client's pset batch one operation at a time, so a batch
+    /// that fails keeps its earlier operations (`PSET-42`: a batch is atomic).
+    NonAtomicBatch,
 }
 
 /// A set of planted bugs (empty in every shipped build).

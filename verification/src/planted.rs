@@ -109,6 +109,11 @@ pub fn corpus() -> Vec<Planted> {
             "SPAWN-3 a spawn launches exactly once",
         ),
         p(
+            NonAtomicBatch,
+            "pset-ops-1n-2clients",
+            "PSET-42 pset operations are linearizable",
+        ),
+        p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
             "RC-15 queued requests leave the queue in order",
@@ -338,6 +343,15 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
     {
         let cfg = SpawnModelConfig { bugs, ..base };
         return hunt_in(planted, cfg.model(), &cfg.labels(), threads);
+    }
+    if let Some(base) = crate::pset_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::pset_model::PsetConfig { bugs, ..base };
+        let model = cfg.model();
+        let labels = crate::run::rc_labels_of(&model.actors);
+        return hunt_in(planted, model, &labels, threads);
     }
     // A fair model is named after its configuration (`fair.rs`).
     let (fair, name) = match planted.config.strip_prefix("fair-") {

@@ -50,6 +50,8 @@ pub struct PsetConfig {
     pub nodes: u32,
     /// One script per client process (ranks 0, 1, …).
     pub scripts: Vec<Vec<Vec<PsetOp>>>,
+    /// Planted bugs of the master and daemons (none for the clean gate).
+    pub bugs: Bugs,
 }
 
 fn name(s: &str) -> PsetName {
@@ -81,6 +83,13 @@ pub fn pr_configs() -> Vec<PsetConfig> {
             vec![
                 vec![set(SetOp::Union, root, "mpi://SELF", "mpi://app/app/a")],
                 vec![set(SetOp::Difference, root, "mpi://SELF", root)],
+                // A batch whose second operation fails (an empty result, PSET-30): the
+                // first must not take effect either, which client 1's definition of the
+                // same name shows.
+                vec![
+                    set(SetOp::Union, root, "mpi://SELF", "mpi://app/app/b"),
+                    set(SetOp::Difference, root, root, "mpi://app/app/c"),
+                ],
             ],
             vec![
                 vec![set(
@@ -96,8 +105,10 @@ pub fn pr_configs() -> Vec<PsetConfig> {
                     },
                     set(SetOp::Union, root, "mpi://SELF", root),
                 ],
+                vec![set(SetOp::Union, root, "mpi://SELF", "mpi://app/app/b")],
             ],
         ],
+        bugs: Bugs::NONE,
     };
     vec![racing(1), racing(2)]
 }
@@ -141,10 +152,10 @@ impl PsetConfig {
             self.nodes as usize,
             LinearizabilityTester::new(PsetStore(store)),
         )
-        .actor(node(RcActor::Master(cfg, Bugs::NONE)))
+        .actor(node(RcActor::Master(cfg, self.bugs)))
         .actor(node(RcActor::Scheduler(Vec::new(), None, None)));
         for n in 0..self.nodes {
-            model = model.actor(node(RcActor::Daemon(NodeId(n), Bugs::NONE, false, false)));
+            model = model.actor(node(RcActor::Daemon(NodeId(n), self.bugs, false, false)));
         }
         for (pid, script) in procs.into_iter().zip(&self.scripts) {
             model = model.actor(node(RcActor::Proc {

@@ -179,8 +179,12 @@ where
 
 /// Actor labels of a resource-change model.
 pub fn rc_labels(model: &RcModel) -> Vec<String> {
-    model
-        .actors
+    rc_labels_of(&model.actors)
+}
+
+/// Actor labels of any model of resource-change actors.
+pub fn rc_labels_of(actors: &[crate::adapter::RcNode]) -> Vec<String> {
+    actors
         .iter()
         .map(|a| match &a.actor {
             crate::adapter::RcActor::Master(..) => "master".to_string(),

@@ -595,7 +595,21 @@ impl Master {
         if matches!(origin, Origin::Runtime) {
             return Err(RcError::NotPermitted(pid.clone()));
         }
-        let outs = self.registry.apply_batch(&origin, ops)?;
+        let outs = if self.bug(crate::bugs::Bug::NonAtomicBatch) {
+            let mut outs = Vec::new();
+            for (index, op) in ops.iter().enumerate() {
+                match self.registry.apply_batch(&origin, core::slice::from_ref(op)) {
+                    Ok(mut o) => outs.append(&mut o),
+                    Err(crate::pset::PsetError::InBatch { source, .. }) => {
+                        return Err(crate::pset::PsetError::InBatch { index, source }.into());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            outs
+        } else {
+            self.registry.apply_batch(&origin, ops)?
+        };
         for out in &outs {
             for name in out.results.iter().chain(&out.recursive) {
                 self.broadcast_pset(name);
