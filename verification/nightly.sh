@@ -223,8 +223,14 @@ stage_mutants() {
     need_tool mutants cargo-mutants
     local t0=$SECONDS args=(mutants -p dynres-core -j "$MUTANTS_JOBS" --output "$LOG/mutants")
     [ -z "$MUTANTS_SHARD" ] || args+=(--shard "$MUTANTS_SHARD")
-    # shellcheck disable=SC2206 # word-splitting the user's extra arguments is the point
-    [ -z "${DYNRES_MUTANTS_ARGS:-}" ] || args+=(${DYNRES_MUTANTS_ARGS})
+    if [ -n "${DYNRES_MUTANTS_ARGS:-}" ]; then
+        # Split the extra arguments on blanks but leave their globs to cargo-mutants.
+        local extra
+        set -f
+        read -r -a extra <<<"$DYNRES_MUTANTS_ARGS"
+        set +f
+        args+=("${extra[@]}")
+    fi
     mkdir -p "$LOG/mutants"
     echo "nightly.sh: mutants: cargo ${args[*]} (log: $LOG/mutants.log)"
     local rc=0
@@ -266,20 +272,25 @@ stage_mutants() {
     fi
 }
 
-T0=$SECONDS
-if want gate; then stage_gate; fi
-if want fuzz; then stage_fuzz; fi
-if want mutants; then stage_mutants; fi
-
-# ---------------------------------------------------------------- summary
-{
-    echo
-    printf '%-8s %-34s %-24s %8s  %s\n' stage what result seconds numbers
-    for r in "${ROWS[@]}"; do
-        IFS='|' read -r s w res n sec <<<"$r"
-        printf '%-8s %-34s %-24s %8s  %s\n' "$s" "$w" "$res" "$sec" "$n"
-    done
+main() {
+    local t0=$SECONDS verdict
+    if want gate; then stage_gate; fi
+    if want fuzz; then stage_fuzz; fi
+    if want mutants; then stage_mutants; fi
+    # ------------------------------------------------------------ summary
     if [ "$FAILED" = 0 ]; then verdict=PASS; else verdict=FAIL; fi
-    echo "nightly: $verdict in $((SECONDS - T0)) s (stages: $STAGES$([ "$QUICK" = 1 ] && echo ', quick')); logs: $LOG"
-} | tee "$LOG/summary.txt"
-exit "$FAILED"
+    {
+        echo
+        printf '%-8s %-34s %-24s %8s  %s\n' stage what result seconds numbers
+        local r s w res n sec
+        for r in "${ROWS[@]}"; do
+            IFS='|' read -r s w res n sec <<<"$r"
+            printf '%-8s %-34s %-24s %8s  %s\n' "$s" "$w" "$res" "$sec" "$n"
+        done
+        echo "nightly: $verdict in $((SECONDS - t0)) s (stages: $STAGES$([ "$QUICK" = 1 ] && echo ', quick')); logs: $LOG"
+    } | tee "$LOG/summary.txt"
+    return "$FAILED"
+}
+
+# One line, read whole before it runs: editing this file during a run is harmless.
+main; exit $?
