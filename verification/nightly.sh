@@ -21,7 +21,7 @@
 # Environment (all optional):
 #   DYNRES_FUZZ_RUNS       inputs per fuzz target (default 10000000; --quick: 100000)
 #   DYNRES_FUZZ_TARGETS    only these fuzz targets (space-separated names)
-#   DYNRES_MUTANTS_SHARD   k/n: run one shard of the mutants (default: all; --quick: 0/16)
+#   DYNRES_MUTANTS_SHARD   k/n: run one shard, every n-th mutant (default: all; --quick: 0/16)
 #   DYNRES_MUTANTS_ARGS    extra cargo-mutants arguments, e.g. "-f core/src/pset/*.rs"
 #   DYNRES_MUTANTS_JOBS    mutants built and tested at once (default 1)
 #   DYNRES_KILL_RATE_MIN   minimal kill rate in percent (default 90)
@@ -222,7 +222,9 @@ stage_fuzz() {
 stage_mutants() {
     need_tool mutants cargo-mutants
     local t0=$SECONDS args=(mutants -p dynres-core -j "$MUTANTS_JOBS" --output "$LOG/mutants")
-    [ -z "$MUTANTS_SHARD" ] || args+=(--shard "$MUTANTS_SHARD")
+    # round-robin: shard k/n is every n-th mutant from the k-th, a sample across all files
+    # (cargo-mutants' default `slice` would give the first n-th of the list, a few files).
+    [ -z "$MUTANTS_SHARD" ] || args+=(--shard "$MUTANTS_SHARD" --sharding round-robin)
     if [ -n "${DYNRES_MUTANTS_ARGS:-}" ]; then
         # Split the extra arguments on blanks but leave their globs to cargo-mutants.
         local extra
