@@ -93,3 +93,13 @@ fn only_pruned_psets_read_as_pruned() {
     assert!(reg.is_pruned(&name("mpi://app/app1/x")));
     assert!(!reg.is_pruned(&name("mpi://app/app1")));
 }
+
+/// `query.rs` `delta_epoch` → `1`: the epoch is read from the delta's name (`PSET-4`).
+#[test]
+fn delta_epoch_reads_the_name() {
+    use dynres_core::rc::query::delta_epoch;
+    assert_eq!(delta_epoch(&name("mpi://rte/app/rc/7")), 7);
+    assert_eq!(delta_epoch(&name("mpi://rte/app/rc/1")), 1);
+    assert_eq!(delta_epoch(&name("mpi://rte/other/rc/12345")), 12345);
+    assert_eq!(delta_epoch(&name("mpi://app/app/x")), 0, "not a delta");
+}
