@@ -241,7 +241,8 @@ stage_mutants() {
     (unset CARGO_TARGET_DIR && PROPTEST_CASES=32 cargo "${args[@]}") >"$LOG/mutants.log" 2>&1 || rc=$?
     local dt=$((SECONDS - t0))
     local out="$LOG/mutants/mutants.out"
-    local scope="dynres-core${MUTANTS_SHARD:+ shard $MUTANTS_SHARD}${DYNRES_MUTANTS_ARGS:+ $DYNRES_MUTANTS_ARGS}"
+    # The extra arguments (often a list of -f globs) are in the log, not the table.
+    local scope="dynres-core${MUTANTS_SHARD:+ shard $MUTANTS_SHARD}${DYNRES_MUTANTS_ARGS:+ (+ DYNRES_MUTANTS_ARGS)}"
     # 0 all caught, 2 some missed, 3 some timed out: the run itself completed.
     if [ ! -s "$out/outcomes.json" ] || { [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 3 ]; }; then
         local why="exit $rc"
