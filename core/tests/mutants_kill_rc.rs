@@ -8,8 +8,41 @@ use std::collections::BTreeMap;
 
 use common::*;
 use dynres_core::Duration;
+use dynres_core::pset::PsetName;
 use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
 use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, RcError, RcStatus};
+
+/// Announces an ADD of `n` (new processes do not confirm) and returns its delta pset.
+fn announce_add(w: &mut World, n: u32) -> PsetName {
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, n));
+    w.run_for(Duration::from_millis(1));
+    w.statuses.last().expect("announced").0.clone()
+}
+
+/// Phase 2 as rank 0 does it: `mpi://app/app ∪ delta` as the root's new version.
+fn grow_root(w: &mut World, delta: &PsetName) {
+    let r = root();
+    let ops = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: r.clone(),
+        pset2: delta.clone(),
+        target: Some(r),
+        attrs: AttrUpdate::none(),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+}
+
+fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
+    let accept = ClientCall::Accept {
+        delta: delta.clone(),
+        new_pset: root(),
+        bound: None,
+        wait: None,
+    };
+    w.call_wait(&pid(rank), accept)
+}
 
 /// `master/mod.rs` `Master::accepts` → `None`: the master reports the accept it recorded,
 /// bound pset → new pset (`RC-8`), while the change waits for its confirms.
@@ -144,4 +177,109 @@ fn a_gather_not_yet_forwarded_is_stale_at_a_new_version() {
         let ranks: Vec<u32> = entries.iter().map(|(p, _)| p.rank).collect();
         assert_eq!(ranks, [0, 1, 2, 3], "rank {rank}");
     }
+}
+
+/// `master/phase1.rs` `Master::start_change`: the guard `malleable.contains(b)` → `false`
+/// refused an ADD bound to a malleable pset it names (`RC-6`).
+#[test]
+fn an_add_may_name_its_malleable_bound_pset() {
+    let mut w = World::new(config(2, 4, 3));
+    let mut req = ChangeRequest::add(APP, 1);
+    req.bound = Some(root());
+    w.request(req);
+    w.run_for(Duration::from_millis(1));
+    let (delta, status) = w.statuses.last().expect("announced, not refused").clone();
+    assert_eq!(status, RcStatus::Announced, "{:?}", w.notices);
+    let CallResult::ResChange(q) = w.call_wait(
+        &pid(0),
+        ClientCall::GetResChange {
+            bound: Some(root()),
+        },
+    ) else {
+        panic!("query")
+    };
+    assert_eq!(q.delta, Some(delta));
+}
+
+/// `master/phase3.rs` `accept_key` → `"xyzzy"`: the first accept of an ADD publishes the
+/// new pset under `{delta}:accept` (`RC-12`), where new processes look it up.
+#[test]
+fn the_first_accept_publishes_the_new_pset_under_the_accept_key() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    let res = w.call_wait(
+        &pid(1),
+        ClientCall::Lookup {
+            key: format!("{delta}:accept"),
+            wait: None,
+        },
+    );
+    assert_eq!(res, CallResult::Lookup(Ok(root().as_str().to_string())));
+}
+
+/// `master/phase3.rs` `Master::check_accept`: `!in_bound_now && !in_bound_at_announce`
+/// → `||`. A process in the bound pset's current version (here a new process, after
+/// phase 2) may accept though it was not in it when the change was announced.
+#[test]
+fn a_process_in_the_current_bound_pset_may_accept() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert_eq!(w.members(&root()), [0, 1, 2, 3]);
+    let res = accept_by(&mut w, 3, &delta);
+    let CallResult::Accept(Ok(a)) = res else {
+        panic!("the new process may accept: {res:?}")
+    };
+    assert_eq!(a.status, RcStatus::Pending);
+}
+
+/// `master/phase3.rs` `Master::set_status`: `!status.is_final()` → `status.is_final()`.
+/// A change that became PENDING is re-announced to the daemons, so any process's query
+/// answered from its daemon's replica sees PENDING (`RC-4`, `RC-14`).
+#[test]
+fn daemons_learn_that_a_change_is_pending() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    w.run_for(Duration::from_millis(1));
+    // Rank 2 lives on node 0 or 1; either daemon must have the news.
+    for rank in [1, 2] {
+        let CallResult::ResChange(q) =
+            w.call_wait(&pid(rank), ClientCall::GetResChange { bound: None })
+        else {
+            panic!("query")
+        };
+        assert_eq!(
+            (q.delta.as_ref(), q.status),
+            (Some(&delta), RcStatus::Pending)
+        );
+    }
+}
+
+/// `master/phase3.rs` `Master::on_exit`: `!status.is_final()` → `status.is_final()`. A
+/// new process that exits before its change is decided aborts the change at once
+/// (`RC-10`), long before the change's own timeout.
+#[test]
+fn a_new_process_exiting_undecided_aborts_at_once() {
+    let mut w = World::new(config(2, 4, 2));
+    w.crash_on_launch.insert(pid(3));
+    let delta = announce_add(&mut w, 2);
+    // It dies two start-up delays (10 ms) after its launch; the change would time out
+    // at 500 ms, its confirms at 200 ms.
+    w.run_for(Duration::from_millis(20));
+    assert!(w.exited.contains(&pid(3)));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    assert_eq!(
+        w.status_log(&delta),
+        [RcStatus::Announced, RcStatus::Aborted]
+    );
 }
