@@ -13,15 +13,15 @@
 #
 # Usage: verification/nightly.sh [--quick] [--stages gate,fuzz,mutants] [--help]
 #
-#   --quick        smoke test in minutes: 100,000 fuzz inputs per target, mutants shard
-#                  0/16, the gate's nightly tier only for DYNRES_GATE_ONLY (default
-#                  rc-sub-2n-4e). Every stage still runs.
+#   --quick        smoke test in minutes: 100,000 fuzz inputs per target, mutants
+#                  shard 0/100 (20 of 2,000), the gate's nightly tier only for
+#                  DYNRES_GATE_ONLY (default rc-sub-2n-4e). Every stage still runs.
 #   --stages LIST  run only these stages (comma-separated), e.g. --stages fuzz
 #
 # Environment (all optional):
 #   DYNRES_FUZZ_RUNS       inputs per fuzz target (default 10000000; --quick: 100000)
 #   DYNRES_FUZZ_TARGETS    only these fuzz targets (space-separated names)
-#   DYNRES_MUTANTS_SHARD   k/n: run one shard, every n-th mutant (default: all; --quick: 0/16)
+#   DYNRES_MUTANTS_SHARD   k/n: run one shard, every n-th mutant (default: all; --quick: 0/100)
 #   DYNRES_MUTANTS_ARGS    extra cargo-mutants arguments, e.g. "-f core/src/pset/*.rs"
 #   DYNRES_MUTANTS_JOBS    mutants built and tested at once (default 1)
 #   DYNRES_KILL_RATE_MIN   minimal kill rate in percent (default 90)
@@ -76,7 +76,7 @@ want() { [[ ",$STAGES," == *",$1,"* ]]; }
 
 if [ "$QUICK" = 1 ]; then
     FUZZ_RUNS=${DYNRES_FUZZ_RUNS:-100000}
-    MUTANTS_SHARD=${DYNRES_MUTANTS_SHARD:-0/16}
+    MUTANTS_SHARD=${DYNRES_MUTANTS_SHARD:-0/100}
     GATE_ONLY=${DYNRES_GATE_ONLY:-rc-sub-2n-4e}
 else
     FUZZ_RUNS=${DYNRES_FUZZ_RUNS:-10000000}
