@@ -103,3 +103,86 @@ fn delta_epoch_reads_the_name() {
     assert_eq!(delta_epoch(&name("mpi://rte/other/rc/12345")), 12345);
     assert_eq!(delta_epoch(&name("mpi://app/app/x")), 0, "not a delta");
 }
+
+/// `table.rs` `ProcessTable::is_empty` → `true`: a table with an entered process is not
+/// empty.
+#[test]
+fn a_process_table_with_an_entry_is_not_empty() {
+    use dynres_core::pset::ProcessTable;
+    let mut t = ProcessTable::new();
+    assert!(t.is_empty());
+    let p = ProcessId::new(Namespace::new("job"), 4);
+    assert_eq!(t.intern(&p), Some(0));
+    assert!(!t.is_empty());
+    assert_eq!(t.len(), 1);
+}
+
+/// `spawn/port.rs` `Ports::open_port`: `len > MAX_ADDR` → `len == MAX_ADDR` refused the
+/// longest valid address (64 bytes) and accepted longer ones.
+#[test]
+fn a_port_takes_addresses_of_up_to_64_bytes() {
+    use dynres_core::spawn::{Addr, Bootstrap, Ports};
+    let mut ports = Ports::new();
+    let longest = Addr(vec![7; 64]);
+    assert!(
+        ports
+            .open_port(longest.clone(), longest.clone(), Bootstrap::Stream)
+            .is_ok()
+    );
+    let too_long = Addr(vec![7; 65]);
+    assert!(
+        ports
+            .open_port(too_long.clone(), longest.clone(), Bootstrap::Stream)
+            .is_err()
+    );
+    assert!(
+        ports
+            .open_port(longest, too_long, Bootstrap::Datagram)
+            .is_err()
+    );
+}
+
+/// `rc/wire/errors.rs`: deleting the `CODE_NOT_GRANTED` arm made `NotGranted { slots }`
+/// undecodable. Every reply may carry it.
+#[test]
+fn not_granted_crosses_the_wire() {
+    use dynres_core::rc::wire::{decode_reply, encode_reply};
+    use dynres_core::rc::{ClientReply, RcError};
+    let reply = ClientReply::Lookup(Err(RcError::NotGranted { slots: 12 }));
+    let frame = encode_reply(5, &reply);
+    assert_eq!(decode_reply(&frame), Ok((5, reply)));
+}
+
+/// `spawn/handshake.rs` `Handshake::error`: deleting the `Some(Err(e))` arm hid why a
+/// failed handshake failed. A connect nobody answers gives up after its retries, and
+/// says so.
+#[test]
+fn a_failed_handshake_reports_its_error() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{
+        Addr, GroupHeader, Handshake, HandshakeConfig, Input, Phase, PortName, SpawnError,
+    };
+    let port = PortName::parse("dynres:1:hybrid-4:d0:50:0").expect("valid port");
+    let h = GroupHeader {
+        group_id: 7,
+        size: 2,
+        context_id: 1,
+    };
+    let cfg = HandshakeConfig::new(h, vec![Addr(vec![1]), Addr(vec![2])]);
+    let mut hs = Handshake::connect(Instant(0), port, cfg).expect("valid config");
+    assert_eq!(hs.error(), None);
+    // Nobody answers: feed every timeout the machine asks for until it gives up.
+    for _ in 0..10_000 {
+        let Some(at) = hs.poll_timeout() else { break };
+        let _ = hs.handle(at, Input::Timeout);
+        if hs.phase() == Phase::Failed {
+            break;
+        }
+    }
+    assert_eq!(hs.phase(), Phase::Failed);
+    assert!(
+        matches!(hs.error(), Some(SpawnError::PeerUnreachable { .. })),
+        "{:?}",
+        hs.error()
+    );
+}
