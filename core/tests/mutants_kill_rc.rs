@@ -283,3 +283,41 @@ fn a_new_process_exiting_undecided_aborts_at_once() {
         [RcStatus::Announced, RcStatus::Aborted]
     );
 }
+
+/// `client.rs` `Client::advance`: `now < deadline` → `now <= deadline`. A modex told
+/// `Stale` exactly at its deadline has no time left: the call ends with `Stale` rather
+/// than asking again with a zero timeout (`MODEX-2`).
+#[test]
+fn stale_at_the_deadline_ends_the_modex() {
+    use dynres_core::Instant;
+    use dynres_core::rc::{Client, ClientInput, ClientOutput, ClientReply};
+    let r = root();
+    let mut c = Client::new(pid(0));
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    let call = ClientCall::Modex {
+        pset: r.clone(),
+        data: "addr".into(),
+        timeout: Duration::from_millis(10),
+    };
+    c.handle(at(0), ClientInput::Call { id: 1, call }).unwrap();
+    let Some(ClientOutput::Request { req, .. }) = c.poll_output() else {
+        panic!("first request")
+    };
+    let stale = ClientReply::Modex(Err(RcError::Stale {
+        pset: r,
+        version: 3,
+    }));
+    c.handle(at(10), ClientInput::Reply { req, reply: stale })
+        .unwrap();
+    let out = c.poll_output();
+    assert!(
+        matches!(
+            out,
+            Some(ClientOutput::Done {
+                id: 1,
+                result: CallResult::Modex(Err(RcError::Stale { .. }))
+            })
+        ),
+        "{out:?}"
+    );
+}
