@@ -265,9 +265,10 @@ fn daemons_learn_that_a_change_is_pending() {
     }
 }
 
-/// `master/phase3.rs` `Master::on_exit`: `!status.is_final()` → `status.is_final()`. A
-/// new process that exits before its change is decided aborts the change at once
-/// (`RC-10`), long before the change's own timeout.
+/// Written for `master/phase3.rs` `Master::on_exit` (`!self.procs.contains_key(pid)` →
+/// `self.procs.contains_key(pid)`), which it does not catch (spec/verification.md §7.2):
+/// it pins the behaviour around it instead. A new process that exits before its change
+/// is decided aborts the change at once (`RC-10`), long before the change's own timeout.
 #[test]
 fn a_new_process_exiting_undecided_aborts_at_once() {
     let mut w = World::new(config(2, 4, 2));
