@@ -1,0 +1,324 @@
+//! Resource-change behaviour that `verification/nightly.sh`'s cargo-mutants run found
+//! untested (spec/verification.md §7), on the in-memory world of `common`: each test
+//! names the mutant it catches.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use dynres_core::Duration;
+use dynres_core::pset::PsetName;
+use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
+use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, RcError, RcStatus};
+
+/// Announces an ADD of `n` (new processes do not confirm) and returns its delta pset.
+fn announce_add(w: &mut World, n: u32) -> PsetName {
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, n));
+    w.run_for(Duration::from_millis(1));
+    w.statuses.last().expect("announced").0.clone()
+}
+
+/// Phase 2 as rank 0 does it: `mpi://app/app ∪ delta` as the root's new version.
+fn grow_root(w: &mut World, delta: &PsetName) {
+    let r = root();
+    let ops = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: r.clone(),
+        pset2: delta.clone(),
+        target: Some(r),
+        attrs: AttrUpdate::none(),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+}
+
+fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
+    let accept = ClientCall::Accept {
+        delta: delta.clone(),
+        new_pset: root(),
+        bound: None,
+        wait: None,
+    };
+    w.call_wait(&pid(rank), accept)
+}
+
+/// `master/mod.rs` `Master::accepts` → `None`: the master reports the accept it recorded,
+/// bound pset → new pset (`RC-8`), while the change waits for its confirms.
+#[test]
+fn accepts_reports_the_recorded_accept() {
+    let mut w = World::new(config(2, 4, 3));
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, 2));
+    w.run_for(Duration::from_millis(1));
+    let delta = w.statuses.last().expect("announced").0.clone();
+    assert_eq!(w.master.accepts(&delta), Some(&BTreeMap::new()), "none yet");
+    let r = root();
+    let ops = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: r.clone(),
+        pset2: delta.clone(),
+        target: Some(r.clone()),
+        attrs: AttrUpdate::none(),
+    }];
+    w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    let accept = ClientCall::Accept {
+        delta: delta.clone(),
+        new_pset: r.clone(),
+        bound: None,
+        wait: None,
+    };
+    let CallResult::Accept(Ok(a)) = w.call_wait(&pid(0), accept) else {
+        panic!("accept failed")
+    };
+    assert_eq!(a.status, RcStatus::Pending);
+    assert_eq!(
+        w.master.accepts(&delta),
+        Some(&BTreeMap::from([(r.clone(), r)]))
+    );
+    assert_eq!(w.master.accepts(&name("mpi://rte/app/rc/99")), None);
+}
+
+/// `master/data.rs` `Master::fail_waiting_on`: `*k == key` → `*k != key`. When a change
+/// aborts, the lookups parked on its accept key fail with `Aborted` (`RC-12`) and the
+/// other parked lookups keep waiting.
+#[test]
+fn abort_fails_only_the_lookups_of_its_accept_key() {
+    let mut w = World::new(config(2, 4, 3));
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, 2));
+    w.run_for(Duration::from_millis(1));
+    let delta = w.statuses.last().expect("announced").0.clone();
+    let wait = Some(Duration::from_secs(5));
+    let on_accept = w.call(
+        &pid(1),
+        ClientCall::Lookup {
+            key: format!("{delta}:accept"),
+            wait,
+        },
+    );
+    let other = w.call(
+        &pid(2),
+        ClientCall::Lookup {
+            key: "other".into(),
+            wait,
+        },
+    );
+    // Nobody accepts: the change times out and aborts.
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    assert_eq!(
+        w.results.get(&(pid(1), on_accept)),
+        Some(&CallResult::Lookup(Err(RcError::Aborted(delta.clone())))),
+        "failed at the abort, not at its own deadline"
+    );
+    assert_eq!(w.results.get(&(pid(2), other)), None, "still waiting");
+    w.call_wait(
+        &pid(0),
+        ClientCall::Publish {
+            key: "other".into(),
+            value: "v".into(),
+        },
+    );
+    assert_eq!(w.wait(&pid(2), other), CallResult::Lookup(Ok("v".into())));
+}
+
+/// `master/growth.rs` `Master::on_node_added`: `total + slots > MAX_SLOTS` →
+/// `total * slots`: a job may grow to 2^24 slots in all (`RC-21`), so a node of 4097
+/// slots joins 4096 (8193 in all, though 4096 · 4097 > 2^24) and one that would pass
+/// 2^24 is refused.
+#[test]
+fn added_node_is_refused_only_past_the_slot_limit() {
+    let mut w = World::new(config(1, 4096, 2));
+    assert_eq!(w.add_node("big", 4097), Ok(()));
+    assert_eq!(w.master.slots().free_count(), 4096 + 4097 - 2);
+    assert!(matches!(
+        w.add_node("huge", (1 << 24) - 8192),
+        Err(RcError::BadRequest(_))
+    ));
+}
+
+/// `daemon/modex.rs` `Daemon::modex_pset_changed`: `!g.forwarded` → `g.forwarded`. A
+/// gather still waiting on its node's members when the pset gets a new version can never
+/// complete: the daemon tells its members `Stale` at once (`MODEX-2`), and their retry
+/// agrees with everyone on the new table.
+#[test]
+fn a_gather_not_yet_forwarded_is_stale_at_a_new_version() {
+    use dynres_core::rc::ModexData;
+    // Ranks 0 and 1 on node 0, rank 2 on node 1.
+    let mut w = World::new(config(2, 2, 3));
+    let r = root();
+    let before = w.version(&r);
+    let modex = |rank: u32| ClientCall::Modex {
+        pset: r.clone(),
+        data: format!("addr-of-{rank}"),
+        timeout: Duration::from_millis(1000),
+    };
+    // Rank 1 joins alone: node 0 still waits for rank 0, nothing goes to the master.
+    let early = w.call(&pid(1), modex(1));
+    w.run_for(Duration::from_millis(1));
+    assert!(w.modex_batches.is_empty(), "node 0 is still gathering");
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    w.adapt(&pid(0), None);
+    w.run_for(Duration::from_millis(20));
+    let now = w.version(&r);
+    assert!(now > before);
+    assert_eq!(w.modex_stale.len(), 1, "{:?}", w.modex_stale);
+    let (p, pset, version) = &w.modex_stale[0];
+    assert_eq!((p, pset, *version), (&pid(1), &r, now));
+    let calls: Vec<(u32, u64)> = [0, 2, 3].map(|k| (k, w.call(&pid(k), modex(k)))).into();
+    for (rank, id) in calls.into_iter().chain([(1, early)]) {
+        let CallResult::Modex(Ok(ModexData { version, entries })) = w.wait(&pid(rank), id) else {
+            panic!("rank {rank}: modex failed")
+        };
+        assert_eq!(version, now);
+        let ranks: Vec<u32> = entries.iter().map(|(p, _)| p.rank).collect();
+        assert_eq!(ranks, [0, 1, 2, 3], "rank {rank}");
+    }
+}
+
+/// `master/phase1.rs` `Master::start_change`: the guard `malleable.contains(b)` → `false`
+/// refused an ADD bound to a malleable pset it names (`RC-6`).
+#[test]
+fn an_add_may_name_its_malleable_bound_pset() {
+    let mut w = World::new(config(2, 4, 3));
+    let mut req = ChangeRequest::add(APP, 1);
+    req.bound = Some(root());
+    w.request(req);
+    w.run_for(Duration::from_millis(1));
+    let (delta, status) = w.statuses.last().expect("announced, not refused").clone();
+    assert_eq!(status, RcStatus::Announced, "{:?}", w.notices);
+    let CallResult::ResChange(q) = w.call_wait(
+        &pid(0),
+        ClientCall::GetResChange {
+            bound: Some(root()),
+        },
+    ) else {
+        panic!("query")
+    };
+    assert_eq!(q.delta, Some(delta));
+}
+
+/// `master/phase3.rs` `accept_key` → `"xyzzy"`: the first accept of an ADD publishes the
+/// new pset under `{delta}:accept` (`RC-12`), where new processes look it up.
+#[test]
+fn the_first_accept_publishes_the_new_pset_under_the_accept_key() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    let res = w.call_wait(
+        &pid(1),
+        ClientCall::Lookup {
+            key: format!("{delta}:accept"),
+            wait: None,
+        },
+    );
+    assert_eq!(res, CallResult::Lookup(Ok(root().as_str().to_string())));
+}
+
+/// `master/phase3.rs` `Master::check_accept`: `!in_bound_now && !in_bound_at_announce`
+/// → `||`. A process in the bound pset's current version (here a new process, after
+/// phase 2) may accept though it was not in it when the change was announced.
+#[test]
+fn a_process_in_the_current_bound_pset_may_accept() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert_eq!(w.members(&root()), [0, 1, 2, 3]);
+    let res = accept_by(&mut w, 3, &delta);
+    let CallResult::Accept(Ok(a)) = res else {
+        panic!("the new process may accept: {res:?}")
+    };
+    assert_eq!(a.status, RcStatus::Pending);
+}
+
+/// `master/phase3.rs` `Master::set_status`: `!status.is_final()` → `status.is_final()`.
+/// A change that became PENDING is re-announced to the daemons, so any process's query
+/// answered from its daemon's replica sees PENDING (`RC-4`, `RC-14`).
+#[test]
+fn daemons_learn_that_a_change_is_pending() {
+    let mut w = World::new(config(2, 4, 3));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    w.run_for(Duration::from_millis(1));
+    // Rank 2 lives on node 0 or 1; either daemon must have the news.
+    for rank in [1, 2] {
+        let CallResult::ResChange(q) =
+            w.call_wait(&pid(rank), ClientCall::GetResChange { bound: None })
+        else {
+            panic!("query")
+        };
+        assert_eq!(
+            (q.delta.as_ref(), q.status),
+            (Some(&delta), RcStatus::Pending)
+        );
+    }
+}
+
+/// Written for `master/phase3.rs` `Master::on_exit` (`!self.procs.contains_key(pid)` →
+/// `self.procs.contains_key(pid)`), which it does not catch (spec/verification.md §7.2):
+/// it pins the behaviour around it instead. A new process that exits before its change
+/// is decided aborts the change at once (`RC-10`), long before the change's own timeout.
+#[test]
+fn a_new_process_exiting_undecided_aborts_at_once() {
+    let mut w = World::new(config(2, 4, 2));
+    w.crash_on_launch.insert(pid(3));
+    let delta = announce_add(&mut w, 2);
+    // It dies two start-up delays (10 ms) after its launch; the change would time out
+    // at 500 ms, its confirms at 200 ms.
+    w.run_for(Duration::from_millis(20));
+    assert!(w.exited.contains(&pid(3)));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    assert_eq!(
+        w.status_log(&delta),
+        [RcStatus::Announced, RcStatus::Aborted]
+    );
+}
+
+/// `client.rs` `Client::advance`: `now < deadline` → `now <= deadline`. A modex told
+/// `Stale` exactly at its deadline has no time left: the call ends with `Stale` rather
+/// than asking again with a zero timeout (`MODEX-2`).
+#[test]
+fn stale_at_the_deadline_ends_the_modex() {
+    use dynres_core::Instant;
+    use dynres_core::rc::{Client, ClientInput, ClientOutput, ClientReply};
+    let r = root();
+    let mut c = Client::new(pid(0));
+    let at = |ms| Instant::ZERO + Duration::from_millis(ms);
+    let call = ClientCall::Modex {
+        pset: r.clone(),
+        data: "addr".into(),
+        timeout: Duration::from_millis(10),
+    };
+    c.handle(at(0), ClientInput::Call { id: 1, call }).unwrap();
+    let Some(ClientOutput::Request { req, .. }) = c.poll_output() else {
+        panic!("first request")
+    };
+    let stale = ClientReply::Modex(Err(RcError::Stale {
+        pset: r,
+        version: 3,
+    }));
+    c.handle(at(10), ClientInput::Reply { req, reply: stale })
+        .unwrap();
+    let out = c.poll_output();
+    assert!(
+        matches!(
+            out,
+            Some(ClientOutput::Done {
+                id: 1,
+                result: CallResult::Modex(Err(RcError::Stale { .. }))
+            })
+        ),
+        "{out:?}"
+    );
+}
