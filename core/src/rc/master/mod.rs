@@ -598,7 +598,10 @@ impl Master {
         let outs = if self.bug(crate::bugs::Bug::NonAtomicBatch) {
             let mut outs = Vec::new();
             for (index, op) in ops.iter().enumerate() {
-                match self.registry.apply_batch(&origin, core::slice::from_ref(op)) {
+                match self
+                    .registry
+                    .apply_batch(&origin, core::slice::from_ref(op))
+                {
                     Ok(mut o) => outs.append(&mut o),
                     Err(crate::pset::PsetError::InBatch { source, .. }) => {
                         return Err(crate::pset::PsetError::InBatch { index, source }.into());
