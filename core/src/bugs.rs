@@ -145,6 +145,9 @@ pub enum Bug {
     /// The master applies a client's pset batch one operation at a time, so a batch
     /// that fails keeps its earlier operations (`PSET-42`: a batch is atomic).
     NonAtomicBatch,
+    /// A SUB is finalized on its first accept, not once every pset of X_c accepted
+    /// (`RC-8`): only a victim in two malleable psets tells them apart.
+    FinalizeSubOnFirstAccept,
 }
 
 /// A set of planted bugs (empty in every shipped build).

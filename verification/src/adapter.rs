@@ -44,6 +44,8 @@ pub enum RcMsg {
     LaunchSpawned(String),
     /// Daemon → process: SIGKILL.
     Kill,
+    /// Two-leader configuration, rank 0 → rank 1: my pset is defined, define yours.
+    Go,
     /// Root → removed process: the application's broadcast of `terminate`.
     Terminate,
     /// Process → its daemon: I exited (what `waitpid` tells a real daemon).
@@ -80,8 +82,12 @@ pub enum RcTimer {
 /// What a process does (the application, not the protocol).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
-    /// Runs the Lst. 6.7 adaptation loop for the application.
-    Root,
+    /// Runs the Lst. 6.7 adaptation loop for the pset it leads: the application's, or
+    /// one of the two psets of the two-leader configuration (`RC-8` with |X_c| = 2).
+    Root {
+        /// The pset it leads.
+        lead: Lead,
+    },
     /// An existing process: exits when told to terminate; may crash at any time when
     /// `may_crash` (`RC-18`).
     Member {
@@ -104,6 +110,38 @@ pub enum Role {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
     },
+}
+
+/// The pset a `Role::Root` leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lead {
+    /// `mpi://app/app`.
+    App,
+    /// `mpi://app/app/ex{r}`: the application less rank `r`, which rank `r` defines
+    /// (active) at start. Rank 0 leads `ex1`, rank 1 leads `ex0`: two incomparable active
+    /// psets, so with the application's pset made inactive both are malleable and a
+    /// victim in both binds a SUB to two psets.
+    Excluding(u32),
+}
+
+impl Lead {
+    /// The pset's name.
+    pub fn pset(self) -> PsetName {
+        match self {
+            Lead::App => app_root(),
+            Lead::Excluding(r) => {
+                PsetName::parse(&format!("mpi://app/app/ex{r}")).expect("valid name")
+            }
+        }
+    }
+
+    /// What a query or an accept names as its bound pset (the application's needs none).
+    fn bound(self) -> Option<PsetName> {
+        match self {
+            Lead::App => None,
+            Lead::Excluding(_) => Some(self.pset()),
+        }
+    }
 }
 
 /// The value a `Role::Modex` process contributes.
@@ -551,7 +589,13 @@ impl RcNode {
     }
 
     fn root_next(&self, st: &mut ProcState, o: &mut Out<Self>) {
-        let root = app_root();
+        let lead = match &self.actor {
+            RcActor::Proc {
+                role: Role::Root { lead },
+                ..
+            } => *lead,
+            _ => Lead::App,
+        };
         match (st.step, st.current.clone()) {
             (Step::Accepting, Some(delta)) => {
                 // A fair model's root blocks in its accept until the decision (or the
@@ -560,8 +604,8 @@ impl RcNode {
                 let wait = self.fair.then(|| Duration::from_millis(400));
                 let call = ClientCall::Accept {
                     delta,
-                    new_pset: root,
-                    bound: None,
+                    new_pset: lead.pset(),
+                    bound: lead.bound(),
                     wait,
                 };
                 self.call(st, Step::Accepting, call, o);
@@ -569,7 +613,9 @@ impl RcNode {
             _ => self.call(
                 st,
                 Step::Querying,
-                ClientCall::GetResChange { bound: None },
+                ClientCall::GetResChange {
+                    bound: lead.bound(),
+                },
                 o,
             ),
         }
@@ -581,12 +627,38 @@ impl RcNode {
         let RcActor::Proc { role, .. } = &self.actor else {
             return;
         };
-        let root = app_root();
         if !Self::error_allowed(*role, st.child, &result) {
             st.unexpected_errors += 1;
         }
         if st.step == Step::Setup {
             st.step = Step::Idle;
+            match (role, pid_rank(&self.actor)) {
+                // Two leaders: rank 0 has defined ex0, so rank 1 may define ex1.
+                (
+                    Role::Root {
+                        lead: Lead::Excluding(_),
+                    },
+                    Some(0),
+                ) => {
+                    o.send(self.layout.proc(&self.pid_of(1)), RcMsg::Go);
+                }
+                // Rank 1 has defined ex1: both psets are there, it asks for the SUB of
+                // rank 2 (an application-initiated request, RC-15).
+                (
+                    Role::Root {
+                        lead: Lead::Excluding(_),
+                    },
+                    Some(1),
+                ) => {
+                    let req = dynres_core::rc::ChangeRequest {
+                        victims: vec![self.pid_of(2)],
+                        ..dynres_core::rc::ChangeRequest::sub(APP, 1)
+                    };
+                    self.call(st, Step::Querying, ClientCall::RequestChange(req), o);
+                    return;
+                }
+                _ => {}
+            }
             Self::poll_later(st, o);
             return;
         }
@@ -608,13 +680,18 @@ impl RcNode {
                 st.kills.push(r.is_ok());
                 st.step = Step::Done;
             }
-            (Role::Root, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
+            (Role::Root { .. }, CallResult::ChangeRequested(_)) => {
+                st.step = Step::Idle;
+                Self::poll_later(st, o);
+            }
+            (Role::Root { lead }, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
                 (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
+                    let led = lead.pset();
                     let op = |op, with: &PsetName| PsetOp::Set {
                         op,
-                        pset1: root.clone(),
+                        pset1: led.clone(),
                         pset2: with.clone(),
-                        target: Some(root.clone()),
+                        target: Some(led.clone()),
                         attrs: AttrUpdate::none(),
                     };
                     let ops = match (kind, &q.sub_delta) {
@@ -632,14 +709,14 @@ impl RcNode {
                     Self::poll_later(st, o);
                 }
             },
-            (Role::Root, CallResult::PsetOp(Ok(_))) => {
+            (Role::Root { .. }, CallResult::PsetOp(Ok(_))) => {
                 st.step = Step::Accepting;
                 self.root_next(st, o);
             }
-            (Role::Root, CallResult::Accept(Ok(a))) if a.status == RcStatus::Pending => {
+            (Role::Root { .. }, CallResult::Accept(Ok(a))) if a.status == RcStatus::Pending => {
                 Self::poll_later(st, o);
             }
-            (Role::Root, result) => {
+            (Role::Root { .. }, result) => {
                 let decided = match &result {
                     CallResult::Accept(Ok(a)) => {
                         for p in &a.removed {
@@ -716,8 +793,8 @@ impl RcNode {
         match (role, result) {
             _ if child => true,
             (_, CallResult::Modex(_) | CallResult::Spawned(_) | CallResult::SpawnKilled(_)) => true,
-            (Role::Root, CallResult::PsetOp(Err(e))) => pruned(e),
-            (Role::Root, CallResult::Accept(Err(e))) => matches!(e, RcError::Aborted(_)),
+            (Role::Root { .. }, CallResult::PsetOp(Err(e))) => pruned(e),
+            (Role::Root { .. }, CallResult::Accept(Err(e))) => matches!(e, RcError::Aborted(_)),
             (Role::New { .. }, CallResult::Confirm(Err(e))) => {
                 matches!(e, RcError::Aborted(_) | RcError::Timeout)
             }
@@ -941,7 +1018,34 @@ impl RcNode {
                     st.client = Some(Client::new(pid.clone()));
                     st.daemon = Some(src);
                     match role {
-                        Role::Root => {
+                        Role::Root {
+                            lead: Lead::Excluding(_),
+                        } if pid.rank == 1 => {
+                            // It waits for rank 0's Go.
+                        }
+                        Role::Root {
+                            lead: Lead::Excluding(_),
+                        } => {
+                            // The application's pset becomes inactive (so the two psets
+                            // of the leaders are the malleable ones) and rank 0 defines
+                            // ex0.
+                            let root = app_root();
+                            let ops = vec![
+                                PsetOp::Null {
+                                    target: root.clone(),
+                                    attrs: AttrUpdate::active(false),
+                                },
+                                PsetOp::Set {
+                                    op: SetOp::Difference,
+                                    pset1: root,
+                                    pset2: PsetName::self_set(),
+                                    target: Some(Lead::Excluding(0).pset()),
+                                    attrs: AttrUpdate::active(true),
+                                },
+                            ];
+                            self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
+                        }
+                        Role::Root { lead: Lead::App } => {
                             // What applications do at start: a scheduling hint (NULL) and
                             // an inactive pset the runtime keeps consistent (PSET-34).
                             let root = app_root();
@@ -1033,6 +1137,16 @@ impl RcNode {
                         self.on_result(st, r, o);
                     }
                 }
+                (Phase::Running, RcMsg::Go) => {
+                    let ops = vec![PsetOp::Set {
+                        op: SetOp::Difference,
+                        pset1: app_root(),
+                        pset2: PsetName::self_set(),
+                        target: Some(Lead::Excluding(1).pset()),
+                        attrs: AttrUpdate::active(true),
+                    }];
+                    self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
+                }
                 (Phase::Running, RcMsg::Kill | RcMsg::Terminate) => {
                     if let Some(d) = st.daemon {
                         o.send(d, RcMsg::Exited(pid.clone()));
@@ -1121,7 +1235,20 @@ impl RcNode {
     }
 }
 
+/// The rank of a process actor.
+fn pid_rank(actor: &RcActor) -> Option<u32> {
+    match actor {
+        RcActor::Proc { pid, .. } => Some(pid.rank),
+        _ => None,
+    }
+}
+
 impl RcNode {
+    /// The id of rank `rank` of the job.
+    fn pid_of(&self, rank: u32) -> ProcessId {
+        ProcessId::new(self.namespace(), rank)
+    }
+
     fn namespace(&self) -> dynres_core::Namespace {
         dynres_core::Namespace::new(NAMESPACE)
     }

@@ -12,7 +12,7 @@ use dynres_core::{Duration, Namespace, ProcessId};
 use stateright::actor::{ActorModel, ActorModelState, Network};
 use stateright::{Expectation, Model};
 
-use crate::adapter::{APP, Layout, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket};
+use crate::adapter::{APP, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket};
 
 /// One resource-change model configuration.
 #[derive(Clone, Debug)]
@@ -55,6 +55,10 @@ pub struct RcConfig {
     /// The slots of the node the scheduler may add when asked (`RC-21`); its daemon
     /// actor is the last one.
     pub added_node_slots: u32,
+    /// Ranks 0 and 1 each lead an active pset that holds rank 2 and not the other
+    /// leader, the application's pset is made inactive, and rank 1 asks for the SUB of
+    /// rank 2: X_c has two psets, each accepted by its own leader (`RC-8`).
+    pub two_leaders: bool,
     /// Scenario outcomes that must be reachable, so a scenario cannot pass without
     /// happening.
     pub scenario: &'static [Scenario],
@@ -144,7 +148,13 @@ impl RcConfig {
                 r if self.modex && r < self.existing => Role::Modex {
                     may_crash: self.member_may_crash,
                 },
-                0 => Role::Root,
+                0 if self.two_leaders => Role::Root {
+                    lead: Lead::Excluding(1),
+                },
+                1 if self.two_leaders => Role::Root {
+                    lead: Lead::Excluding(0),
+                },
+                0 => Role::Root { lead: Lead::App },
                 r if r < self.existing => Role::Member {
                     may_crash: self.member_may_crash,
                 },
@@ -152,7 +162,8 @@ impl RcConfig {
                     may_crash: self.may_crash,
                 },
             };
-            let polls = if rank == 0 { self.polls } else { 0 };
+            let leads = rank == 0 || (self.two_leaders && rank == 1);
+            let polls = if leads { self.polls } else { 0 };
             let script = match role {
                 Role::Scripted => vec![vec![leave_app_pset()]],
                 _ => Vec::new(),
@@ -231,6 +242,19 @@ impl RcConfig {
                     },
                 ),
             };
+        }
+        if self.two_leaders {
+            // Without this the configuration could pass with one bound pset.
+            model = model.property(
+                Expectation::Sometimes,
+                "RC-8 a SUB binding two psets is FINALIZED",
+                |_, s| {
+                    master(s)
+                        .master
+                        .all_changes()
+                        .any(|c| c.bound.len() == 2 && c.status == RcStatus::Finalized)
+                },
+            );
         }
         if self.member_may_crash {
             // Without this the loss configuration could pass without losing anyone.
@@ -929,6 +953,7 @@ fn config(
         grow_wait: None,
         added_node_slots: 0,
         spawner: None,
+        two_leaders: false,
         scenario: &[],
     }
 }
@@ -1034,6 +1059,12 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 false,
                 1,
             )
+        },
+        // |X_c| = 2: the SUB's victim is in both leaders' psets, and each leader accepts
+        // its own (RC-8 "one accept per X_c pset"); the SUB is the application's request.
+        RcConfig {
+            two_leaders: true,
+            ..config("rc-sub-2leaders-1n-3e", (1, 4, 3, 0), Vec::new(), false, 2)
         },
         config(
             "rc-add-crash-1n-2e-1new",

@@ -114,6 +114,11 @@ pub fn corpus() -> Vec<Planted> {
             "PSET-42 pset operations are linearizable",
         ),
         p(
+            FinalizeSubOnFirstAccept,
+            "rc-sub-2leaders-1n-3e",
+            "RC-8 SUB finalized <=> one accept per X_c pset",
+        ),
+        p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
             "RC-15 queued requests leave the queue in order",

@@ -50,7 +50,8 @@ impl Master {
                     .accepted
                     .entry(bound)
                     .or_insert_with(|| new_pset.clone());
-                let all_in = change.accepted.len() == change.info.bound.len();
+                let all_in = change.accepted.len() == change.info.bound.len()
+                    || self.bugs.has(Bug::FinalizeSubOnFirstAccept);
                 let kind = change.info.kind;
                 if first {
                     self.set_status(&delta, RcStatus::Pending);
