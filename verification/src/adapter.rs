@@ -388,6 +388,17 @@ impl RcState {
     }
 }
 
+impl RcState {
+    /// Whether the stored fingerprint is that of the state as it is now. A step that
+    /// changed a state without resealing it would make the checker take two different
+    /// states for one and skip the second (tests check this on every state they reach).
+    pub fn fingerprint_is_current(&self) -> bool {
+        let mut fresh = self.clone();
+        fresh.seal();
+        fresh == *self
+    }
+}
+
 impl Hash for RcState {
     fn hash<H: Hasher>(&self, h: &mut H) {
         core::mem::discriminant(self).hash(h);
