@@ -34,6 +34,14 @@ fn grow_root(w: &mut World, delta: &PsetName) {
     assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
 }
 
+/// An ADD of one process, phase 2 done and the root's accept in (accepted, `Ok`).
+fn root_accepted_add(w: &mut World) -> PsetName {
+    let delta = announce_add(w, 1);
+    grow_root(w, &delta);
+    assert!(matches!(accept_by(w, 0, &delta), CallResult::Accept(Ok(_))));
+    delta
+}
+
 fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
     let accept = ClientCall::Accept {
         delta: delta.clone(),
@@ -206,12 +214,7 @@ fn an_add_may_name_its_malleable_bound_pset() {
 #[test]
 fn the_first_accept_publishes_the_new_pset_under_the_accept_key() {
     let mut w = World::new(config(2, 4, 3));
-    let delta = announce_add(&mut w, 1);
-    grow_root(&mut w, &delta);
-    assert!(matches!(
-        accept_by(&mut w, 0, &delta),
-        CallResult::Accept(Ok(_))
-    ));
+    let delta = root_accepted_add(&mut w);
     let res = w.call_wait(
         &pid(1),
         ClientCall::Lookup {
@@ -244,12 +247,7 @@ fn a_process_in_the_current_bound_pset_may_accept() {
 #[test]
 fn daemons_learn_that_a_change_is_pending() {
     let mut w = World::new(config(2, 4, 3));
-    let delta = announce_add(&mut w, 1);
-    grow_root(&mut w, &delta);
-    assert!(matches!(
-        accept_by(&mut w, 0, &delta),
-        CallResult::Accept(Ok(_))
-    ));
+    let delta = root_accepted_add(&mut w);
     w.run_for(Duration::from_millis(1));
     // Rank 2 lives on node 0 or 1; either daemon must have the news.
     for rank in [1, 2] {

@@ -72,7 +72,8 @@ pub struct RcConfig {
 pub enum Scenario {
     /// A FINALIZED SUB removed a process an earlier FINALIZED change added.
     SubOfAdded,
-    /// A FINALIZED SUB removed exactly the victims its request named (`RC-5`).
+    /// A FINALIZED SUB removed exactly rank 1, the victim `rc-sub-victim-…` names instead
+    /// of the stack order's rank 2 (`RC-5`).
     NamedVictim,
 }
 
@@ -297,7 +298,7 @@ impl RcConfig {
 /// `DIFFERENCE(mpi://app/app, mpi://SELF)` as a new version of the application's pset:
 /// the leaver's way out, which the modex must meet as a version change (`MODEX-2`).
 fn leave_app_pset() -> dynres_core::pset::PsetOp {
-    let root = PsetName::app_root(APP).expect("valid name");
+    let root = crate::adapter::app_root();
     dynres_core::pset::PsetOp::Set {
         op: dynres_core::pset::SetOp::Difference,
         pset1: root.clone(),
@@ -644,7 +645,7 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
             "RC-9 ADD finalized => new pset is UNION(main, delta)",
             |_, s| {
                 let m = &master(s).master;
-                let root = PsetName::app_root(APP).expect("valid");
+                let root = crate::adapter::app_root();
                 let members = m
                     .registry()
                     .members(&Origin::Runtime, &root)
