@@ -150,9 +150,10 @@ pub enum Bug {
     FinalizeSubOnFirstAccept,
 }
 
-/// A set of planted bugs (empty in every shipped build).
+/// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the
+/// enum must stay below 128 variants ([`Bugs::with`] panics past that).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Bugs(u64);
+pub struct Bugs(u128);
 
 impl Bugs {
     /// No bug.
@@ -161,12 +162,16 @@ impl Bugs {
     /// This set plus `bug`.
     #[cfg(feature = "planted-bugs")]
     pub fn with(self, bug: Bug) -> Bugs {
-        Bugs(self.0 | 1 << bug as u64)
+        // More than 128 variants would not fit: fail loudly rather than alias two bugs.
+        let bit = 1u128
+            .checked_shl(bug as u32)
+            .expect("at most 128 planted bugs fit in Bugs");
+        Bugs(self.0 | bit)
     }
 
     /// Whether `bug` is planted. Always `false` without the `planted-bugs` feature.
     #[inline]
     pub fn has(self, bug: Bug) -> bool {
-        cfg!(feature = "planted-bugs") && self.0 & (1 << bug as u64) != 0
+        cfg!(feature = "planted-bugs") && self.0 & 1u128.checked_shl(bug as u32).unwrap_or(0) != 0
     }
 }
