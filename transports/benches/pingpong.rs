@@ -9,6 +9,13 @@
 //! `DYNRES_BENCH_COMPARE=1` prints one table of device/raw ratios per size). TCP has
 //! two raw baselines: a busy-polling one (non-blocking socket, spinning on `read`, as
 //! the MPI libraries do) and a blocking one.
+//!
+//! Where Open MPI is installed (`mpicc` and an Open MPI `mpirun` on `PATH`), each device
+//! also gets an **Open MPI** column from the same run: `benches/mpi_pingpong.c` is built
+//! with `mpicc` and run under `mpirun -np 2 --bind-to core --mca pml ob1` with the btl
+//! forced (`vader` for shm, `tcp` for TCP), with the same sizes, sample counts and
+//! summary. Without it the column is left out and a `skipped:` line says why;
+//! `DYNRES_BENCH_MPI=0` leaves it out on purpose.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -477,7 +484,7 @@ fn run_shm() -> Results {
         format!("{},{},{},{raw_name}", a.host_id, a.pid, a.segment),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
-    let r = drive(&mut dev, c, &mut [("spin-flag copy", &mut raw)]);
+    let r = drive(&mut dev, c, &mut [("raw spin-flag copy", &mut raw)]);
     assert!(child.wait().expect("child").success());
     r
 }
@@ -502,7 +509,7 @@ fn run_tcp() -> Results {
     let r = drive(
         &mut dev,
         c,
-        &mut [("busy-poll", &mut busy), ("blocking", &mut raw)],
+        &mut [("raw busy-poll", &mut busy), ("raw blocking", &mut raw)],
     );
     assert!(child.wait().expect("child").success());
     r
@@ -523,6 +530,102 @@ fn fmt_size(s: usize) -> String {
         s if s >= 1 << 20 => format!("{} MiB", s >> 20),
         s if s >= 1 << 10 => format!("{} KiB", s >> 10),
         s => format!("{s} B"),
+    }
+}
+
+// ------------------------------------------------------------ Open MPI reference
+
+/// The Open MPI reference for one btl: per size the one-way median (µs, in `SIZES`
+/// order) and the streaming bandwidth (GB/s). `Err` says why it was not measured.
+fn open_mpi(btl: &str) -> Result<(Vec<f64>, f64), String> {
+    if std::env::var("DYNRES_BENCH_MPI").is_ok_and(|v| v == "0") {
+        return Err("DYNRES_BENCH_MPI=0".into());
+    }
+    let version = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .map_err(|_| "no mpirun on PATH (apt install openmpi-bin libopenmpi-dev)".to_string())?;
+    if !String::from_utf8_lossy(&version.stdout).contains("Open MPI") {
+        return Err("mpirun is not Open MPI's".into());
+    }
+    let bin = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi_pingpong");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/mpi_pingpong.c");
+    let built = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status()
+        .map_err(|e| format!("mpicc: {e}"))?;
+    if !built.success() {
+        return Err(format!("mpicc failed ({built})"));
+    }
+    let out = Command::new("mpirun")
+        // Root may run it only when it says so (CI machines run as root).
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .args([
+            "-np",
+            "2",
+            "--bind-to",
+            "core",
+            "--mca",
+            "pml",
+            "ob1",
+            "--mca",
+            "btl",
+        ])
+        .arg(format!("{btl},self"))
+        .arg(&bin)
+        .arg(rounds().to_string())
+        .arg(bw_chunks().to_string())
+        .output()
+        .map_err(|e| format!("mpirun: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mpirun failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lat = Vec::new();
+    let mut bw = None;
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        let (Some(k), Some(v)) = (w.next(), w.next().and_then(|v| v.parse::<f64>().ok())) else {
+            continue;
+        };
+        if k == "stream" {
+            bw = Some(v);
+        } else if k.parse::<usize>().ok() == SIZES.get(lat.len()).copied() {
+            lat.push(v);
+        }
+    }
+    match bw {
+        Some(bw) if lat.len() == SIZES.len() => Ok((lat, bw)),
+        _ => Err(format!("unexpected output from mpi_pingpong: {text:?}")),
+    }
+}
+
+/// Adds the Open MPI figures for `btl` to a device's summary as one more baseline, or
+/// says on stderr why there are none.
+fn add_open_mpi(s: &mut Summary, device: &str, btl: &str) {
+    match open_mpi(btl) {
+        Ok((lat, bw)) => {
+            s.raw_names.push(if btl == "tcp" {
+                "Open MPI (btl tcp)"
+            } else {
+                "Open MPI (btl vader)"
+            });
+            for ((_, _, raws), v) in s.lat.iter_mut().zip(lat) {
+                raws.push(v);
+            }
+            s.bw.1.push(bw);
+        }
+        Err(why) => eprintln!("{device}: Open MPI column skipped: {why}"),
     }
 }
 
@@ -584,7 +687,7 @@ fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
         head += &format!(" {n} device |");
         rule += "---|";
         for raw in &s.raw_names {
-            head += &format!(" {n} raw {raw} | {n} dev/{raw} |");
+            head += &format!(" {n} {raw} | {n} dev/{raw} |");
             rule += "---|---|";
         }
     }
@@ -631,7 +734,7 @@ fn main() {
     let mut shm = None;
     if only.is_empty() || only == "shm" {
         let sleeps = dynres_transports::shm::waiter::sleep_count();
-        let s = summarize(run_shm());
+        let mut s = summarize(run_shm());
         eprintln!(
             "shm: spin budget {} iterations, futex sleeps in the driver: {}, \
              single copy pays here: {}, messages the driver received by single copy: {}",
@@ -640,6 +743,7 @@ fn main() {
             dynres_transports::shm::cma::single_copy_pays(),
             dynres_transports::shm::cma::transfers(),
         );
+        add_open_mpi(&mut s, "shm", "vader");
         if !compare {
             report("shm", &s);
         }
@@ -647,11 +751,12 @@ fn main() {
     }
     let mut tcp = None;
     if only.is_empty() || only == "tcp" {
-        let s = summarize(run_tcp());
+        let mut s = summarize(run_tcp());
         eprintln!(
             "tcp: spin budget {:?}",
             dynres_transports::tcp::calibrated_spin()
         );
+        add_open_mpi(&mut s, "tcp", "tcp");
         if !compare {
             report("tcp", &s);
         }

@@ -147,7 +147,10 @@ fn io_err(what: &str) -> impl FnOnce(io::Error) -> TransportError + '_ {
 
 impl TcpDevice {
     /// Binds the listening socket.
-    pub fn new(cfg: TcpConfig) -> Result<Self> {
+    pub fn new(mut cfg: TcpConfig) -> Result<Self> {
+        if let Some(n) = sockbuf_override() {
+            cfg.socket_buffer = (n > 0).then_some(n);
+        }
         let listener = TcpListener::bind(cfg.bind)
             .map_err(|e| TransportError::io(format!("tcp bind {}", cfg.bind), e))?;
         listener
@@ -528,6 +531,16 @@ fn set_buffers(fd: libc::c_int, bytes: usize) -> Result<()> {
 
 /// Environment override of the spin budget, in microseconds.
 pub const SPIN_ENV: &str = "DYNRES_TCP_SPIN_US";
+
+/// Environment override of [`TcpConfig::socket_buffer`], in bytes (0: the kernel's
+/// autotuning), for measuring the trade-off.
+pub const SOCKBUF_ENV: &str = "DYNRES_TCP_SOCKBUF";
+
+fn sockbuf_override() -> Option<usize> {
+    std::env::var(SOCKBUF_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+}
 
 fn spin_override() -> Option<Duration> {
     std::env::var(SPIN_ENV)

@@ -14,4 +14,4 @@ pub mod framing;
 
 mod device;
 
-pub use device::{SPIN_ENV, TcpConfig, TcpDevice, calibrated_spin};
+pub use device::{SOCKBUF_ENV, SPIN_ENV, TcpConfig, TcpDevice, calibrated_spin};
