@@ -190,6 +190,44 @@ fn recursion_prunes_what_it_would_empty() {
     );
 }
 
+/// PSET-3, PSET-35, PSET-30 over PSET-34: recursion never prunes an application's root.
+/// Here app1's root, made inactive, shrinks to rank 0 and a delta holds rank 0; an op
+/// with that delta would empty the root, which cannot be pruned, so the request is
+/// refused and changes nothing. (Found by the independent oracle of issue 13,
+/// `verification/tests/pset_oracle_vs_registry.rs`: the registry pruned the root.)
+#[test]
+fn recursion_never_prunes_an_app_root() {
+    let mut reg = job();
+    let root = "mpi://app/app1";
+    reg.apply_batch(
+        &app1(),
+        &[
+            PsetOp::Split {
+                pset: name(root),
+                by: SplitBy::Sizes(vec![1, 8]),
+                targets: names(&["mpi://app/app1/head", "mpi://app/app1/rest"]),
+                attrs: AttrUpdate::none(),
+            },
+            set(SetOp::Intersection, root, "mpi://app/app1/head", Some(root)),
+            PsetOp::Null {
+                target: name(root),
+                attrs: AttrUpdate::active(false),
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(members(&reg, root), [0]);
+    let d = reg.define_delta("app1", &pids([0])).unwrap();
+    let before = reg.clone();
+    let op = set(SetOp::Difference, "mpi://WORLD", d.as_str(), None);
+    assert_eq!(
+        reg.apply(&app1(), &op),
+        Err(PsetError::EmptyResult(name(root)))
+    );
+    assert_eq!(reg, before, "PSET-40: a refused request changes nothing");
+    assert_eq!(members(&reg, root), [0]);
+}
+
 /// PSET-3: WORLD and the app roots exist from the start, at version 0 and epoch 0.
 #[test]
 fn job_start_defines_mandatory_psets() {

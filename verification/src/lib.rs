@@ -4,8 +4,9 @@
 //! `dynres-core`'s own state machines (see [`adapter`]), the model configurations and
 //! their properties named by spec IDs (see [`models`]), the spawn / accept-connect
 //! handshakes run the same way (see [`spawn_model`], [`spawn_configs`]), liveness under
-//! fairness (see [`fair`]), golden state counts, and the `check` command that runs them
-//! all.
+//! fairness (see [`fair`]), pset operations from several clients checked for
+//! linearizability against an independent sequential store (see [`pset_model`],
+//! [`pset_oracle`]), golden state counts, and the `check` command that runs them all.
 
 pub mod adapter;
 pub mod fair;
@@ -13,6 +14,7 @@ pub mod golden;
 pub mod models;
 pub mod planted;
 pub mod pset_model;
+pub mod pset_oracle;
 pub mod record;
 pub mod run;
 pub mod spawn_configs;

@@ -208,6 +208,12 @@ impl PsetRegistry {
                     continue;
                 }
                 if members.is_empty() {
+                    // An application's root is mandatory and cannot be pruned (`PSET-3`,
+                    // `PSET-35`), so the request would leave it empty: refused
+                    // (`PSET-30`); the caller's rollback undoes the result.
+                    if t.is_app_root() {
+                        return Err(PsetError::EmptyResult(t));
+                    }
                     self.put(t.clone(), Slot::Pruned);
                     out.pruned.push(t);
                     continue;
