@@ -453,3 +453,86 @@ fn fast_path_peer_close_mid_frame() {
         "the connection is closed"
     );
 }
+
+/// Frames as a raw peer writes them: header then payload, back to back.
+fn frames(msgs: &[(u64, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (tag, payload) in msgs {
+        out.extend_from_slice(&framing::encode(&FrameHeader {
+            kind: FrameKind::Data,
+            msg: MsgHeader {
+                len: payload.len() as u64,
+                ..hdr(*tag)
+            },
+        }));
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+/// The receive fast path with large buffers: whatever one read brings past the
+/// message — here whole later frames arriving in the same segment — stays staged in
+/// order, a frame the receive does not match reaches the general path intact with the
+/// bytes after it, and a message longer than one read is read on into the buffer.
+#[test]
+fn fast_path_keeps_the_byte_stream_in_order() {
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
+    let on = |tag| RecvSpec {
+        conn: Some(conn),
+        tag,
+        ..any()
+    };
+    // The first receive takes the general path (it flushes the device's own HELLO);
+    // the rest take the fast path this test is about.
+    raw.write_all(&frames(&[(0, b"warm-up")])).unwrap();
+    assert_eq!(b.recv(on(None), vec![0; 16], T).unwrap().data, b"warm-up");
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    // One write: a short message, a 20 kB one, a short one — all in one read of a
+    // large buffer.
+    raw.write_all(&frames(&[(1, b"short"), (2, &big), (3, b"tail")]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = b.recv(on(Some(1)), vec![0; 64 * 1024], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (1, &b"short"[..]));
+    let r = b.recv(on(Some(2)), vec![0; 64 * 1024], T).unwrap();
+    assert_eq!(r.header.tag, 2);
+    assert!(r.data == big, "the large message arrives intact");
+    let r = b.recv(on(Some(3)), vec![0; 8 * 1024], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (3, &b"tail"[..]));
+
+    // A frame the receive does not match is left to the general path: the matching
+    // one behind it is found, then the other one is.
+    raw.write_all(&frames(&[(7, &big), (8, b"wanted")]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = b.recv(on(Some(8)), vec![0; 64 * 1024], T).unwrap();
+    assert_eq!((r.header.tag, &r.data[..]), (8, &b"wanted"[..]));
+    let r = b.recv(on(Some(7)), vec![0; 64 * 1024], T).unwrap();
+    assert!(
+        r.header.tag == 7 && r.data == big,
+        "the unmatched frame is intact"
+    );
+
+    // A message longer than the first read can bring (the buffer is larger than the
+    // stage, the payload too): the rest is read on into the buffer.
+    let long: Vec<u8> = (0..100_000u32).map(|i| (i % 247) as u8).collect();
+    raw.write_all(&frames(&[(10, &long)])).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = b.recv(on(Some(10)), vec![0; 128 * 1024], T).unwrap();
+    assert!(
+        r.header.tag == 10 && r.data == long,
+        "a long message arrives intact"
+    );
+
+    // A header split across two reads, then a 1 MiB payload into a buffer larger than
+    // the stage.
+    let huge: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let bytes = frames(&[(9, &huge)]);
+    raw.write_all(&bytes[..10]).unwrap();
+    let spec = on(Some(9));
+    let rx = std::thread::spawn(move || b.recv(spec, vec![0; 2 << 20], T).map(|r| r.data));
+    std::thread::sleep(Duration::from_millis(20));
+    raw.write_all(&bytes[10..]).unwrap();
+    let got = rx.join().unwrap().unwrap();
+    assert!(got == huge, "1 MiB after a split header arrives intact");
+}
