@@ -17,16 +17,20 @@ pub enum Bug {
     SkipRollback,
     /// Restore the snapshot's *versions* on abort, so replicas go backwards (`RC-14`).
     RollbackOldVersions,
-    /// Let a confirm arriving after the abort finalize the change (`RC-1`, `RC-13`).
-    ConfirmAfterAbort,
+    /// `check_accept` validates an accept before it looks at the change's status, so an
+    /// accept that raced an abort is checked against the rolled-back psets and refused
+    /// (`NewPsetMismatch`) instead of being answered with the decision (`RC-13`).
+    ValidateAcceptBeforeDecision,
     /// Daemons ignore updates of psets they already hold (`RC-14`).
     StaleReplica,
     /// Free removed processes' slots at finalization instead of at exit (`SLOT-3`).
     FreeSlotBeforeExit,
     /// Do not kill added processes on abort (`RC-12`).
     NoKillOnAbort,
-    /// Abort a change whose deadline passes even though it was finalized (`RC-1`).
-    AbortAfterFinalize,
+    /// `finalize` leaves the change's deadline armed: when it passes, the abort it
+    /// triggers is refused (the change is final) and the deadline stays, so the master
+    /// asks to be woken for it again at once, forever (`RC-10`).
+    DeadlineKeptOnFinalize,
     /// Bump the version on an attribute-only (NULL) update (`PSET-10`).
     VersionBumpOnAttrUpdate,
     /// Skip the recursive application to X_a when pset2 is a delta (`PSET-34`).
@@ -148,6 +152,25 @@ pub enum Bug {
     /// A SUB is finalized on its first accept, not once every pset of X_c accepted
     /// (`RC-8`): only a victim in two malleable psets tells them apart.
     FinalizeSubOnFirstAccept,
+    // issue 13, session 20: properties no bug broke
+    /// `check_accept` checks an accept's new pset only for removed processes (what a
+    /// SUB needs), not for the processes an ADD added, so an accept naming a pset the
+    /// application has not yet UNIONed with the delta is taken (`RC-8`, `RC-9`).
+    AcceptChecksRemovedOnly,
+    /// `SlotMap::add_node` appends the node's slots but not the node itself: processes
+    /// placed there run on a node the job's node list lacks, whose index the next added
+    /// node would get again (`SLOT-6`).
+    AddNodeSlotsOnly,
+    /// `Handshake::fail` records the error only if no result is held yet
+    /// (`get_or_insert`), so a handshake revoked after `Done` (the peer's `Abort`) fails
+    /// but keeps its inter-group: the application is told `Failed` while the machine
+    /// still hands out a handle (`SPAWN-8`).
+    FailKeepsIntergroup,
+    /// An abort restores the membership of the application's active psets only, taking
+    /// the inactive ones to follow them as they follow a delta (`PSET-34`); nothing makes
+    /// them follow a rollback, so an inactive pset keeps the aborted change's phase-2
+    /// result (`RC-12`).
+    RollbackActiveOnly,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

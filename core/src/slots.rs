@@ -79,6 +79,8 @@ pub struct SlotMap {
     /// First slot index of each node, plus the total at the end.
     starts: Vec<u32>,
     slots: Vec<SlotState>,
+    /// Planted bugs (always empty in shipped builds).
+    pub(crate) bugs: crate::bugs::Bugs,
 }
 
 impl SlotMap {
@@ -95,6 +97,7 @@ impl SlotMap {
             nodes,
             starts,
             slots: alloc::vec![SlotState::Free; total as usize],
+            bugs: crate::bugs::Bugs::NONE,
         }
     }
 
@@ -165,7 +168,9 @@ impl SlotMap {
         self.slots
             .extend(core::iter::repeat_n(SlotState::Free, node.slots as usize));
         self.starts.push(end);
-        self.nodes.push(node);
+        if !self.bugs.has(crate::bugs::Bug::AddNodeSlotsOnly) {
+            self.nodes.push(node);
+        }
         index
     }
 

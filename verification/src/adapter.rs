@@ -15,9 +15,9 @@ use std::hash::{Hash, Hasher};
 use dynres_core::bugs::Bugs;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::{
-    CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
-    ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
-    MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    CallResult, ChangeInfo, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput,
+    ClientReply, ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig,
+    MasterInput, MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
 };
 use dynres_core::{Duration, Instant, ProcessId};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -87,6 +87,10 @@ pub enum Role {
     Root {
         /// The pset it leads.
         lead: Lead,
+        /// Its first accept of a change comes before its phase-2 operation, naming the
+        /// led pset as it still is (an application's mistake): RC-8 must refuse it, and
+        /// the root then applies the operation and accepts again.
+        hasty: bool,
     },
     /// An existing process: exits when told to terminate; may crash at any time when
     /// `may_crash` (`RC-18`).
@@ -211,8 +215,100 @@ pub struct MasterState {
     /// Tickets in the order the master started or refused them, refusals for a full
     /// queue left out (those never queued): FIFO means increasing (`RC-15`).
     pub left_queue: Vec<u64>,
+    /// Every undecided change's view of before it, recorded when it is announced and
+    /// dropped at its decision (`RC-12`). While the change is undecided the view is what
+    /// the master's own snapshot holds, so it splits no state.
+    pub before: std::collections::BTreeMap<PsetName, RollbackView>,
+    /// Aborts after which a pset membership of the application or the job data was not
+    /// what it was when the change was announced (`RC-12`).
+    pub rollback_mismatches: u32,
+    /// A deadline step after which the master still asked to be woken at or before the
+    /// time it had just handled: it would spin (`RC-10`). A flag, not a count, so that
+    /// the spinning state repeats instead of growing a counterexample without end.
+    pub spun: bool,
     /// The fingerprint of everything above (see [`RcState::seal`]).
     pub fp: u64,
+}
+
+/// What an abort must restore (`RC-12`): the application's psets and the job data as
+/// they were when the change was announced.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RollbackView {
+    /// Members of every live pset of the application's domains and of `mpi://WORLD`
+    /// (the psets an abort restores), the change's own delta psets left out.
+    pub psets: std::collections::BTreeMap<PsetName, Vec<ProcessId>>,
+    /// The job data.
+    pub job: std::collections::BTreeMap<ProcessId, NodeId>,
+}
+
+/// The psets an abort of a change of `app` restores, with their members, less `skip`.
+fn restorable_psets(
+    m: &Master,
+    app: &str,
+    skip: &[&PsetName],
+) -> std::collections::BTreeMap<PsetName, Vec<ProcessId>> {
+    use dynres_core::pset::{Domain, Origin};
+    m.registry()
+        .live_psets()
+        .filter(|(n, _)| n.domain() == Domain::World || n.app() == Some(app))
+        .filter(|(n, _)| !skip.contains(n))
+        .map(|(n, _)| {
+            let members = m
+                .registry()
+                .members(&Origin::Runtime, n)
+                .unwrap_or_default();
+            (n.clone(), members)
+        })
+        .collect()
+}
+
+/// The change's delta pset(s).
+fn deltas(c: &ChangeInfo) -> impl Iterator<Item = &PsetName> {
+    std::iter::once(&c.delta).chain(&c.sub_delta)
+}
+
+/// The view of before `c`, taken at the end of the step that announced it: that step
+/// changed the psets only by defining `c`'s deltas and the job data only by `c`'s own
+/// edits, which are left out or undone here.
+fn view_before(m: &Master, c: &ChangeInfo) -> RollbackView {
+    let own: Vec<&PsetName> = deltas(c).collect();
+    let mut job = m.processes().clone();
+    for p in &c.added {
+        job.remove(p);
+    }
+    for p in &c.removed {
+        // A victim still holds its slot while its change is undecided (SLOT-3).
+        if let Some(node) = m.slots().slot_of(p).and_then(|s| m.slots().node_of(s)) {
+            job.insert(p.clone(), NodeId(node));
+        }
+    }
+    RollbackView {
+        psets: restorable_psets(m, &c.app, &own),
+        job,
+    }
+}
+
+/// Whether the abort of `c` restored `before` (`RC-12`): every pset of its application
+/// and `mpi://WORLD` has the members it had (versions rise, RC-14: only members are
+/// compared), `c`'s deltas are gone, `c`'s added processes are out of the job data and
+/// every other process of the view is back on its node — unless it was lost meanwhile
+/// (it no longer holds a slot; RC-17). `later` are the changes the same step announced
+/// after the abort (the next queued request starts at once): their own edits are left
+/// out.
+fn rolled_back(m: &Master, c: &ChangeInfo, before: &RollbackView, later: &[&ChangeInfo]) -> bool {
+    let skip: Vec<&PsetName> = later.iter().flat_map(|l| deltas(l)).collect();
+    let psets_ok = restorable_psets(m, &c.app, &skip) == before.psets;
+    let taken_later = |p: &ProcessId| later.iter().any(|l| l.removed.contains(p));
+    let added_out = c.added.iter().all(|p| !m.processes().contains_key(p));
+    let job_ok = before
+        .job
+        .iter()
+        .filter(|(p, _)| !taken_later(p))
+        .all(|(p, node)| match m.slots().slot_of(p) {
+            Some(_) => m.processes().get(p) == Some(node),
+            None => !m.processes().contains_key(p),
+        });
+    psets_ok && added_out && job_ok
 }
 
 type VersionView = std::collections::BTreeMap<PsetName, (dynres_core::pset::MemberSet, u64)>;
@@ -340,6 +436,9 @@ pub struct ProcState {
     /// Error replies its calls got that the call does not allow (see
     /// `RcNode::error_allowed`).
     pub unexpected_errors: u32,
+    /// A hasty root's accept before its phase-2 operation: `Some(false)` once sent,
+    /// `Some(true)` once refused (`RC-8`).
+    pub hasty: Option<bool>,
     next_call: u64,
     /// The fingerprint of everything above (see [`RcState::seal`]).
     pub fp: u64,
@@ -470,6 +569,7 @@ pub struct RcNode {
 }
 
 fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
+    let first = st.log.len();
     while let Some(out) = st.master.poll_output() {
         match out {
             MasterOutput::Send(env) => {
@@ -504,9 +604,45 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
             _ => {}
         }
     }
+    track_rollbacks(st, first);
     match st.master.poll_timeout() {
         Some(_) => o.set_timer(RcTimer::Master, model_timeout()),
         None => o.cancel_timer(RcTimer::Master),
+    }
+}
+
+/// `RC-12` across one master step whose statuses start at `log[first]`: a change
+/// announced records its view of before, a change decided drops it, and a change
+/// aborted is checked against it first.
+fn track_rollbacks(st: &mut MasterState, first: usize) {
+    let step: Vec<(PsetName, RcStatus)> = st.log[first..].to_vec();
+    let info = |m: &Master, d: &PsetName| m.all_changes().find(|c| c.delta == *d).cloned();
+    for (i, (delta, status)) in step.iter().enumerate() {
+        match status {
+            RcStatus::Announced => {
+                if let Some(c) = info(&st.master, delta) {
+                    let view = view_before(&st.master, &c);
+                    st.before.insert(delta.clone(), view);
+                }
+            }
+            RcStatus::Finalized => {
+                st.before.remove(delta);
+            }
+            RcStatus::Aborted => {
+                let later: Vec<ChangeInfo> = step[i + 1..]
+                    .iter()
+                    .filter(|(_, s)| *s == RcStatus::Announced)
+                    .filter_map(|(d, _)| info(&st.master, d))
+                    .collect();
+                let later: Vec<&ChangeInfo> = later.iter().collect();
+                if let (Some(view), Some(c)) = (st.before.remove(delta), info(&st.master, delta)) {
+                    if !rolled_back(&st.master, &c, &view, &later) {
+                        st.rollback_mismatches += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -602,7 +738,7 @@ impl RcNode {
     fn root_next(&self, st: &mut ProcState, o: &mut Out<Self>) {
         let lead = match &self.actor {
             RcActor::Proc {
-                role: Role::Root { lead },
+                role: Role::Root { lead, .. },
                 ..
             } => *lead,
             _ => Lead::App,
@@ -648,6 +784,7 @@ impl RcNode {
                 (
                     Role::Root {
                         lead: Lead::Excluding(_),
+                        ..
                     },
                     Some(0),
                 ) => {
@@ -658,6 +795,7 @@ impl RcNode {
                 (
                     Role::Root {
                         lead: Lead::Excluding(_),
+                        ..
                     },
                     Some(1),
                 ) => {
@@ -695,37 +833,58 @@ impl RcNode {
                 st.step = Step::Idle;
                 Self::poll_later(st, o);
             }
-            (Role::Root { lead }, CallResult::ResChange(q)) => match (q.kind, q.delta, q.status) {
-                (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
-                    let led = lead.pset();
-                    let op = |op, with: &PsetName| PsetOp::Set {
-                        op,
-                        pset1: led.clone(),
-                        pset2: with.clone(),
-                        target: Some(led.clone()),
-                        attrs: AttrUpdate::none(),
-                    };
-                    let ops = match (kind, &q.sub_delta) {
-                        (RcType::Replace, Some(sub)) => {
-                            vec![op(SetOp::Difference, sub), op(SetOp::Union, &delta)]
-                        }
-                        (RcType::Sub, _) => vec![op(SetOp::Difference, &delta)],
-                        _ => vec![op(SetOp::Union, &delta)],
-                    };
-                    st.current = Some(delta);
-                    self.call(st, Step::Applying, ClientCall::PsetOp { ops }, o);
+            (Role::Root { lead, hasty }, CallResult::ResChange(q)) => {
+                match (q.kind, q.delta, q.status) {
+                    (Some(_), Some(delta), RcStatus::Announced | RcStatus::Pending)
+                        if *hasty && st.hasty.is_none() =>
+                    {
+                        // The application's mistake: it accepts before its operation.
+                        st.hasty = Some(false);
+                        st.current = Some(delta);
+                        st.step = Step::Accepting;
+                        self.root_next(st, o);
+                    }
+                    (Some(kind), Some(delta), RcStatus::Announced | RcStatus::Pending) => {
+                        let led = lead.pset();
+                        let op = |op, with: &PsetName| PsetOp::Set {
+                            op,
+                            pset1: led.clone(),
+                            pset2: with.clone(),
+                            target: Some(led.clone()),
+                            attrs: AttrUpdate::none(),
+                        };
+                        let ops = match (kind, &q.sub_delta) {
+                            (RcType::Replace, Some(sub)) => {
+                                vec![op(SetOp::Difference, sub), op(SetOp::Union, &delta)]
+                            }
+                            (RcType::Sub, _) => vec![op(SetOp::Difference, &delta)],
+                            _ => vec![op(SetOp::Union, &delta)],
+                        };
+                        st.current = Some(delta);
+                        self.call(st, Step::Applying, ClientCall::PsetOp { ops }, o);
+                    }
+                    _ => {
+                        st.step = Step::Idle;
+                        Self::poll_later(st, o);
+                    }
                 }
-                _ => {
-                    st.step = Step::Idle;
-                    Self::poll_later(st, o);
-                }
-            },
+            }
             (Role::Root { .. }, CallResult::PsetOp(Ok(_))) => {
                 st.step = Step::Accepting;
                 self.root_next(st, o);
             }
             (Role::Root { .. }, CallResult::Accept(Ok(a))) if a.status == RcStatus::Pending => {
                 Self::poll_later(st, o);
+            }
+            (
+                Role::Root { hasty: true, .. },
+                CallResult::Accept(Err(RcError::NewPsetMismatch { .. })),
+            ) if st.hasty == Some(false) => {
+                // Refused (RC-8): it asks again and, this time, applies its operation first.
+                st.hasty = Some(true);
+                st.current = None;
+                st.step = Step::Idle;
+                self.root_next(st, o);
             }
             (Role::Root { .. }, result) => {
                 let decided = match &result {
@@ -805,7 +964,11 @@ impl RcNode {
             _ if child => true,
             (_, CallResult::Modex(_) | CallResult::Spawned(_) | CallResult::SpawnKilled(_)) => true,
             (Role::Root { .. }, CallResult::PsetOp(Err(e))) => pruned(e),
-            (Role::Root { .. }, CallResult::Accept(Err(e))) => matches!(e, RcError::Aborted(_)),
+            // A hasty root's accept before its operation is refused, once (RC-8).
+            (Role::Root { hasty, .. }, CallResult::Accept(Err(e))) => {
+                matches!(e, RcError::Aborted(_))
+                    || (hasty && matches!(e, RcError::NewPsetMismatch { .. }))
+            }
             (Role::New { .. }, CallResult::Confirm(Err(e))) => {
                 matches!(e, RcError::Aborted(_) | RcError::Timeout)
             }
@@ -893,6 +1056,9 @@ impl RcNode {
                     tickets: Vec::new(),
                     left_queue: Vec::new(),
                     stalled: 0,
+                    before: std::collections::BTreeMap::new(),
+                    rollback_mismatches: 0,
+                    spun: false,
                     fp: 0,
                 };
                 drain_master(&self.layout, &mut st, o);
@@ -943,6 +1109,7 @@ impl RcNode {
                 child: false,
                 kills: Vec::new(),
                 unexpected_errors: 0,
+                hasty: None,
                 next_call: 0,
                 fp: 0,
             })),
@@ -1031,11 +1198,13 @@ impl RcNode {
                     match role {
                         Role::Root {
                             lead: Lead::Excluding(_),
+                            ..
                         } if pid.rank == 1 => {
                             // It waits for rank 0's Go.
                         }
                         Role::Root {
                             lead: Lead::Excluding(_),
+                            ..
                         } => {
                             // The application's pset becomes inactive (so the two psets
                             // of the leaders are the malleable ones) and rank 0 defines
@@ -1056,7 +1225,9 @@ impl RcNode {
                             ];
                             self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
                         }
-                        Role::Root { lead: Lead::App } => {
+                        Role::Root {
+                            lead: Lead::App, ..
+                        } => {
                             // What applications do at start: a scheduling hint (NULL) and
                             // an inactive pset the runtime keeps consistent (PSET-34).
                             let root = app_root();
@@ -1184,6 +1355,11 @@ impl RcNode {
                     }
                     if !version_step_ok(&before, &st.master) {
                         st.version_violations += 1;
+                    }
+                    // Every deadline due at `now` was just handled: one still due would
+                    // wake the master again at once, and again (RC-10).
+                    if st.master.poll_timeout().is_some_and(|next| next <= st.now) {
+                        st.spun = true;
                     }
                 }
                 drain_master(&self.layout, st, o);

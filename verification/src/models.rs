@@ -65,6 +65,9 @@ pub struct RcConfig {
     /// This existing rank spawns one child and later kills it (`SPAWN-17..20`); the
     /// child is whichever spare rank the master hands out next.
     pub spawner: Option<u32>,
+    /// The root's first accept comes before its phase-2 operation (`Role::Root`'s
+    /// `hasty`): RC-8 must refuse it.
+    pub hasty: bool,
 }
 
 /// A scenario a configuration exists for; each is a `sometimes` property.
@@ -75,6 +78,9 @@ pub enum Scenario {
     /// A FINALIZED SUB removed exactly rank 1, the victim `rc-sub-victim-…` names instead
     /// of the stack order's rank 2 (`RC-5`).
     NamedVictim,
+    /// A hasty root's accept, naming its pset before the UNION with the delta, was
+    /// refused (`RC-8`).
+    HastyAcceptRefused,
 }
 
 /// The model type of every resource-change configuration.
@@ -151,11 +157,16 @@ impl RcConfig {
                 },
                 0 if self.two_leaders => Role::Root {
                     lead: Lead::Excluding(1),
+                    hasty: self.hasty,
                 },
                 1 if self.two_leaders => Role::Root {
                     lead: Lead::Excluding(0),
+                    hasty: self.hasty,
                 },
-                0 => Role::Root { lead: Lead::App },
+                0 => Role::Root {
+                    lead: Lead::App,
+                    hasty: self.hasty,
+                },
                 r if r < self.existing => Role::Member {
                     may_crash: self.member_may_crash,
                 },
@@ -241,6 +252,11 @@ impl RcConfig {
                                 && c.removed[0].rank == 1
                         })
                     },
+                ),
+                Scenario::HastyAcceptRefused => model.property(
+                    Expectation::Sometimes,
+                    "RC-8 an accept of a pset lacking the added process is refused",
+                    |_, s| procs(s).any(|p| p.hasty == Some(true)),
                 ),
             };
         }
@@ -624,6 +640,11 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "RC-10 a deadline once handled is not armed again",
+            |_, s| !master(s).spun,
+        )
+        .property(
+            Expectation::Always,
             "RC-3 announced before launched",
             |_, s| daemons(s).all(|d| d.launched.iter().all(|(_, saw)| *saw)),
         )
@@ -700,28 +721,26 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
             Expectation::Always,
             "RC-12 ABORTED => rolled back",
             |_, s| {
+                // At the abort (the adapter's step check): every pset of the
+                // application and WORLD has the members, and the job data the entries,
+                // it had when the change was announced. Ever after: an aborted change's
+                // added processes are in no pset and not in the job data.
                 let m = &master(s).master;
-                m.all_changes()
-                    .filter(|c| c.status == RcStatus::Aborted)
-                    .all(|c| {
-                        let in_job = c.added.iter().any(|p| m.processes().contains_key(p));
-                        let in_pset = m.registry().live_psets().any(|(n, _)| {
-                            c.added.iter().any(|p| {
-                                m.registry()
-                                    .members(&Origin::Runtime, n)
-                                    .unwrap_or_default()
-                                    .contains(p)
-                            })
-                        });
-                        // A SUB's or REPLACE's victims that still run are back: in the
-                        // job data and in the application's pset.
-                        let app = PsetName::app_root(&c.app).expect("valid name");
-                        let members = m.registry().members(&Origin::Runtime, &app).unwrap_or_default();
-                        let back = c.removed.iter().filter(|p| m.slots().is_running(p)).all(|p| {
-                            m.processes().contains_key(p) && members.contains(p)
-                        });
-                        !in_job && !in_pset && back
-                    })
+                master(s).rollback_mismatches == 0
+                    && m.all_changes()
+                        .filter(|c| c.status == RcStatus::Aborted)
+                        .all(|c| {
+                            let in_job = c.added.iter().any(|p| m.processes().contains_key(p));
+                            let in_pset = m.registry().live_psets().any(|(n, _)| {
+                                c.added.iter().any(|p| {
+                                    m.registry()
+                                        .members(&Origin::Runtime, n)
+                                        .unwrap_or_default()
+                                        .contains(p)
+                                })
+                            });
+                            !in_job && !in_pset
+                        })
             },
         )
         .property(
@@ -956,6 +975,7 @@ fn config(
         spawner: None,
         two_leaders: false,
         scenario: &[],
+        hasty: false,
     }
 }
 
@@ -974,6 +994,21 @@ pub fn pr_configs() -> Vec<RcConfig> {
     let add = |n| ChangeRequest::add(APP, n);
     vec![
         config("rc-add-1n-2e-1new", (1, 4, 2, 1), vec![add(1)], false, 2),
+        // The root's first accept names its pset before the UNION with the delta (an
+        // application's mistake): RC-8 refuses it, the root applies the operation and
+        // accepts again. The only configuration in which RC-8's check of the new pset
+        // has something to refuse.
+        RcConfig {
+            hasty: true,
+            scenario: &[Scenario::HastyAcceptRefused],
+            ..config(
+                "rc-add-hasty-1n-2e-1new",
+                (1, 4, 2, 1),
+                vec![add(1)],
+                false,
+                2,
+            )
+        },
         config(
             "rc-sub-1n-3e",
             (1, 4, 3, 0),

@@ -118,6 +118,39 @@ pub fn corpus() -> Vec<Planted> {
             "rc-sub-2leaders-1n-3e",
             "RC-8 SUB finalized <=> one accept per X_c pset",
         ),
+        // Issue 13, session 20: the properties no bug broke, the two RC-1 bugs that wrote
+        // the status past `set_status` redone through the shipped paths, and the fuller
+        // rollback check.
+        p(
+            AcceptChecksRemovedOnly,
+            "rc-add-hasty-1n-2e-1new",
+            "RC-9 ADD finalized => new pset is UNION(main, delta)",
+        ),
+        p(
+            AddNodeSlotsOnly,
+            "rc-grow-1n-2e-1new",
+            "SLOT-6 processes run only on nodes of the job",
+        ),
+        p(
+            FailKeepsIntergroup,
+            "spawn-connect-dgram-lossy",
+            "SPAWN-8 a failed side holds no handle",
+        ),
+        p(
+            ValidateAcceptBeforeDecision,
+            "rc-add-1n-2e-1new",
+            "every error an application is answered with is one its call allows",
+        ),
+        p(
+            DeadlineKeptOnFinalize,
+            "rc-add-1n-2e-1new",
+            "RC-10 a deadline once handled is not armed again",
+        ),
+        p(
+            RollbackActiveOnly,
+            "rc-sub-1n-3e",
+            "RC-12 ABORTED => rolled back",
+        ),
         p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
@@ -219,11 +252,6 @@ pub fn corpus() -> Vec<Planted> {
             "RC-14 replicas never go backwards",
         ),
         p(
-            ConfirmAfterAbort,
-            "rc-add-1n-2e-1new",
-            "RC-1 status only moves forward",
-        ),
-        p(
             StaleReplica,
             "rc-add-1n-2e-1new",
             "RC-14 replicas match the master when quiet",
@@ -252,11 +280,6 @@ pub fn corpus() -> Vec<Planted> {
             NoKillOnAbort,
             "rc-add-1n-2e-1new",
             "RC-12 ABORTED => added processes killed",
-        ),
-        p(
-            AbortAfterFinalize,
-            "rc-add-1n-2e-1new",
-            "RC-1 status only moves forward",
         ),
         p(
             VersionBumpOnAttrUpdate,

@@ -31,8 +31,11 @@ impl PsetRegistry {
             .collect();
         for name in touched {
             let Ok(now) = self.live(&name) else { continue };
+            // Planted: inactive psets taken to follow the active ones, as they follow a
+            // delta (PSET-34); a rollback is no op with a delta, so they do not.
+            let skip = !now.attrs.active && self.bugs.has(crate::bugs::Bug::RollbackActiveOnly);
             match snapshot.live(&name) {
-                Ok(then) if then.members == now.members => {}
+                Ok(then) if then.members == now.members || skip => {}
                 Ok(then) => {
                     let mut attrs = now.attrs.clone();
                     attrs.version += 1;

@@ -855,6 +855,11 @@ impl Handshake {
         self.close_stream();
         self.phase = Phase::Failed;
         self.out.push_back(Output::Failed(error.clone()));
-        self.result = Some(Err(error));
+        if self.bugs.has(crate::bugs::Bug::FailKeepsIntergroup) {
+            // Planted: "keep the first result"; a revocation after Done keeps its handle.
+            self.result.get_or_insert(Err(error));
+        } else {
+            self.result = Some(Err(error));
+        }
     }
 }

@@ -459,6 +459,7 @@ impl Master {
     pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
         self.bugs = bugs;
         self.registry.bugs = bugs;
+        self.slots.bugs = bugs;
     }
 
     pub(crate) fn bug(&self, bug: crate::bugs::Bug) -> bool {

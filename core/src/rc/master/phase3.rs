@@ -101,7 +101,10 @@ impl Master {
         if self.app_of.get(pid) != Some(&change.info.app) {
             return Err(RcError::NotPermitted(pid.clone()));
         }
-        if change.info.status.is_final() {
+        // RC-13: a decided change answers with its decision before anything is checked:
+        // an accept that raced an abort would fail against the rolled-back psets.
+        let decided = change.info.status.is_final();
+        if decided && !self.bug(Bug::ValidateAcceptBeforeDecision) {
             return Ok(None);
         }
         let bound = match bound {
@@ -132,11 +135,16 @@ impl Master {
             new_pset: new_pset.clone(),
             why,
         };
-        if change.info.added.iter().any(|p| !new_members.contains(p)) {
+        let lacks_added = change.info.added.iter().any(|p| !new_members.contains(p));
+        if lacks_added && !self.bug(Bug::AcceptChecksRemovedOnly) {
             return Err(mismatch("it lacks an added process"));
         }
         if change.info.removed.iter().any(|p| new_members.contains(p)) {
             return Err(mismatch("it still holds a removed process"));
+        }
+        if decided {
+            // Planted `ValidateAcceptBeforeDecision` only: checked, then answered.
+            return Ok(None);
         }
         Ok(Some(bound))
     }
@@ -170,7 +178,6 @@ impl Master {
     /// A new process confirms (Lst. 6.6) after its lookup and fence; `ok = false` aborts
     /// the change. The reply waits for the decision (`RC-9`).
     pub(crate) fn confirm(&mut self, now: Instant, route: Route, delta: PsetName, ok: bool) {
-        let late_confirm_bug = self.bug(Bug::ConfirmAfterAbort);
         let answer_now = ok && self.bug(Bug::ConfirmAnsweredAtOnce);
         let Some(change) = self.changes.get_mut(&delta) else {
             self.reply(
@@ -186,14 +193,6 @@ impl Master {
         }
         match change.info.status {
             RcStatus::Finalized => return self.reply(&route, ClientReply::Confirmed(Ok(()))),
-            RcStatus::Aborted if ok && late_confirm_bug => {
-                change.info.status = RcStatus::Finalized;
-                self.out.push_back(MasterOutput::Status {
-                    delta,
-                    status: RcStatus::Finalized,
-                });
-                return self.reply(&route, ClientReply::Confirmed(Ok(())));
-            }
             RcStatus::Aborted => {
                 return self.reply(&route, ClientReply::Confirmed(Err(RcError::Aborted(delta))));
             }
@@ -241,7 +240,7 @@ impl Master {
     pub(crate) fn finalize(&mut self, now: Instant, delta: &PsetName) {
         self.set_status(delta, RcStatus::Finalized);
         let _ = self.publish(now, &confirm_key(delta), String::from("success"), false);
-        let keep_deadline = self.bug(Bug::AbortAfterFinalize);
+        let keep_deadline = self.bug(Bug::DeadlineKeptOnFinalize);
         let Some(change) = self.changes.get_mut(delta) else {
             return;
         };
@@ -617,17 +616,6 @@ impl Master {
             .map(|(d, _)| d.clone())
             .collect();
         for delta in due {
-            let finalized = self.status(&delta) == RcStatus::Finalized;
-            if finalized && self.bug(Bug::AbortAfterFinalize) {
-                let c = self.changes.get_mut(&delta).expect("present");
-                c.deadline = None;
-                c.info.status = RcStatus::Aborted;
-                self.out.push_back(MasterOutput::Status {
-                    delta,
-                    status: RcStatus::Aborted,
-                });
-                continue;
-            }
             self.abort(now, &delta, "the change was not decided in time");
         }
         let graced: Vec<PsetName> = self
