@@ -3,7 +3,10 @@
  * The bench compiles this with `mpicc` when one is installed and runs it under
  * `mpirun -np 2` with one transport forced (`--mca btl tcp,self` or `vader,self`), so
  * the MPI library's figures come from the same run as the device's. It uses the same
- * sizes, sample counts and batching as the Rust bench (see `iters`, `batch` there) and
+ * sizes, sample counts, batching and buffers as the Rust bench (see `iters`, `batch`,
+ * `dev_ping` and `dev_pong` there: rank 0 sends from one buffer and receives into
+ * another, rank 1 echoes from the buffer it received into — at 1 MiB the number of
+ * buffers decides what stays in a 1 MiB L2 cache, so it must match) and
  * prints one line per size, `<bytes> <one-way median in microseconds>` (the median over
  * rounds of each round's median, as the bench's summary), then `stream <GB/s>` for
  * streaming `mb` 1 MiB messages rank 0 -> rank 1 followed by a 1-byte ack.
@@ -40,8 +43,9 @@ int main(int argc, char **argv) {
     if (mb < 1) mb = 1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char *buf = malloc(1024 * 1024);
-    memset(buf, 1, 1024 * 1024);
+    char *buf = malloc(1024 * 1024), *back = malloc(1024 * 1024);
+    memset(buf, 7, 1024 * 1024);
+    memset(back, 0, 1024 * 1024);
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
         long size = SIZES[i], b = batch(size);
         long n = iters(size) / b;
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
                 for (long j = 0; j < b; j++) {
                     if (rank == 0) {
                         MPI_Send(buf, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-                        MPI_Recv(buf, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Recv(back, size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                     } else {
                         MPI_Recv(buf, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                         MPI_Send(buf, size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
@@ -92,6 +96,7 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("stream %.4f\n", median(bw, rounds));
     free(bw);
     free(buf);
+    free(back);
     MPI_Finalize();
     return 0;
 }
