@@ -171,6 +171,11 @@ pub enum Bug {
     /// them follow a rollback, so an inactive pset keeps the aborted change's phase-2
     /// result (`RC-12`).
     RollbackActiveOnly,
+    /// A new node's daemon is handed every change not yet done, finalized ones still
+    /// waiting for their removed processes included, which the other daemons dropped
+    /// at finalization and nothing withdraws again (`RC-14`): the defect issue 13's
+    /// review found in `send_replica`.
+    ReplicaHandsOutFinalized,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{APP, World, config, pid, root};
+use dynres_core::pset::PsetName;
 use dynres_core::rc::{ChangeRequest, MasterOutput, NodeId, RcError, RcStatus};
 use dynres_core::{Duration, ProcessId};
 
@@ -112,4 +113,66 @@ fn a_denied_or_impossible_growth_is_refused_at_once() {
     w.run_for(Duration::from_millis(1));
     assert!(need_slots(&w).is_empty());
     assert!(matches!(refusals(&w)[..], [RcError::Slots(_)]));
+}
+
+/// RC-14, RC-21: a node added while a FINALIZED SUB still waits for its victim to exit
+/// gets the change table the other daemons hold. They forgot the SUB when it was
+/// finalized; the new daemon must not be handed it as a change still in progress (it
+/// would never be told to forget it: nothing is broadcast when a finalized change is
+/// done).
+#[test]
+fn a_node_added_after_a_finalized_sub_does_not_get_it_as_in_progress() {
+    let mut cfg = config(1, 3, 3);
+    cfg.grow_wait = Some(Duration::from_millis(1000));
+    let mut w = World::new(cfg);
+    w.behaviour.exit_when_removed = false;
+    w.request(ChangeRequest::sub(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let r = w.adapt(&pid(0), None);
+    assert!(
+        matches!(r, dynres_core::rc::CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
+        "{r:?}"
+    );
+    let sub = w.statuses.last().unwrap().0.clone();
+    assert!(
+        w.daemons[0].changes().all(|c| c.delta != sub),
+        "daemons forget a change when it is finalized"
+    );
+    // The victim has not exited: its slot is still taken, so an ADD needs a node.
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(5));
+    assert_eq!(need_slots(&w), vec![1]);
+    assert!(
+        w.master.changes().any(|c| c.delta == sub),
+        "the SUB still waits for its victim"
+    );
+    w.add_node("n1", 2).expect("node added");
+    w.run_for(Duration::from_millis(5));
+    let table = |d: &dynres_core::rc::Daemon| -> Vec<PsetName> {
+        d.changes().map(|c| c.delta.clone()).collect()
+    };
+    assert_eq!(
+        table(&w.daemons[1]),
+        table(&w.daemons[0]),
+        "the new daemon's change table is the others'"
+    );
+    assert!(!table(&w.daemons[1]).contains(&sub));
+    // The victim exits: the SUB is done; still nobody holds it.
+    let victim = w
+        .master
+        .all_changes()
+        .find(|c| c.delta == sub)
+        .map(|c| c.removed[0].clone())
+        .expect("the SUB is known");
+    w.exit(&victim);
+    w.run_for(Duration::from_millis(5));
+    assert!(
+        w.master.changes().all(|c| c.delta != sub),
+        "the SUB is done"
+    );
+    assert!(
+        w.daemons
+            .iter()
+            .all(|d| d.changes().all(|c| c.delta != sub))
+    );
 }

@@ -81,6 +81,9 @@ pub enum Scenario {
     /// A hasty root's accept, naming its pset before the UNION with the delta, was
     /// refused (`RC-8`).
     HastyAcceptRefused,
+    /// A node was added while a FINALIZED SUB still waited for its victim to exit
+    /// (`RC-14`, `RC-21`: the new daemon must get the table the others hold).
+    GrowWhileSubLeaves,
 }
 
 /// The model type of every resource-change configuration.
@@ -212,8 +215,10 @@ impl RcConfig {
                     Expectation::Always,
                     "RC-21 a request refused for want of slots never starts",
                     |_, s| {
+                        // Only changes that add processes wait for slots (a SUB before
+                        // them may have run).
                         master(s).not_granted == 0
-                            || master(s).master.all_changes().next().is_none()
+                            || master(s).master.all_changes().all(|c| c.added.is_empty())
                     },
                 )
                 // Without these the growth configuration could pass without either.
@@ -257,6 +262,16 @@ impl RcConfig {
                     Expectation::Sometimes,
                     "RC-8 an accept of a pset lacking the added process is refused",
                     |_, s| procs(s).any(|p| p.hasty == Some(true)),
+                ),
+                Scenario::GrowWhileSubLeaves => model.property(
+                    Expectation::Sometimes,
+                    "RC-21 a node is added while a finalized SUB waits for its victim",
+                    |_, s| {
+                        let m = &master(s).master;
+                        master(s).added_nodes > 0
+                            && m.changes()
+                                .any(|c| c.kind == RcType::Sub && c.status == RcStatus::Finalized)
+                    },
                 ),
             };
         }
@@ -1135,6 +1150,22 @@ pub fn pr_configs() -> Vec<RcConfig> {
             grow_wait: Some(Duration::from_millis(200)),
             added_node_slots: 1,
             ..config("rc-grow-1n-2e-1new", (1, 2, 2, 1), vec![add(1)], false, 2)
+        },
+        // A SUB of one of two on a full node, then an ADD of one: while the SUB's victim
+        // has not exited its slot is taken, so the ADD needs a node, whose daemon joins
+        // while the finalized SUB is still in the master's table.
+        RcConfig {
+            grow_wait: Some(Duration::from_millis(200)),
+            added_node_slots: 1,
+            scenario: &[Scenario::GrowWhileSubLeaves],
+            ..config(
+                "rc-sub-grow-1n-2e-1new",
+                (1, 2, 2, 1),
+                vec![ChangeRequest::sub(APP, 1), add(1)],
+                false,
+                // One poll for the SUB, two for the ADD (accept, then the decision).
+                3,
+            )
         },
         // Ranks 0 and 1 on node 0, rank 2 on node 1: two batches, one of two members.
         modex_config("rc-modex-2n-3e", 2, 3),

@@ -152,6 +152,11 @@ pub fn corpus() -> Vec<Planted> {
             "RC-12 ABORTED => rolled back",
         ),
         p(
+            ReplicaHandsOutFinalized,
+            "rc-sub-grow-1n-2e-1new",
+            "RC-14 replicas match the master when quiet",
+        ),
+        p(
             DequeueNewest,
             "rc-queue-1n-2e-1new",
             "RC-15 queued requests leave the queue in order",

@@ -37,6 +37,9 @@ pub struct Behaviour {
     pub confirm_timeout: Duration,
     /// Killed processes exit (after one latency).
     pub exit_on_kill: bool,
+    /// Processes a finalized change removes exit (after one latency) once `adapt`
+    /// returns; off, they stay until the test makes them exit.
+    pub exit_when_removed: bool,
 }
 
 pub struct World {
@@ -128,6 +131,7 @@ impl World {
                 startup: Duration::from_millis(5),
                 confirm_timeout: Duration::from_millis(200),
                 exit_on_kill: true,
+                exit_when_removed: true,
             },
             queue: BTreeMap::new(),
             seq: 0,
@@ -534,9 +538,11 @@ impl World {
                     self.run_for(Duration::from_millis(1));
                 }
                 CallResult::Accept(Ok(a)) => {
-                    for p in a.removed.clone() {
-                        let at = self.now + self.latency;
-                        self.push(at, Event::Exit(p));
+                    if self.behaviour.exit_when_removed {
+                        for p in a.removed.clone() {
+                            let at = self.now + self.latency;
+                            self.push(at, Event::Exit(p));
+                        }
                     }
                     return res;
                 }

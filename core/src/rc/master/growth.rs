@@ -117,10 +117,19 @@ impl Master {
                 removed: Vec::new(),
             },
         );
+        // The table the other daemons hold (RC-14): undecided changes, and aborted ones
+        // until their added processes are gone. A finalized change was withdrawn from
+        // them when it was finalized, and nothing withdraws it again when it is done,
+        // so it must not be handed to a new daemon even while its removed processes
+        // are still exiting.
         let changes: Vec<(PsetName, crate::rc::types::ChangeInfo)> = self
             .changes
             .iter()
-            .filter(|(_, c)| !c.done)
+            .filter(|(_, c)| {
+                !c.done
+                    && (c.info.status != crate::rc::RcStatus::Finalized
+                        || self.bug(Bug::ReplicaHandsOutFinalized))
+            })
             .map(|(d, c)| (d.clone(), c.info.clone()))
             .collect();
         for (delta, info) in changes {
