@@ -176,6 +176,17 @@ pub enum Bug {
     /// at finalization and nothing withdraws again (`RC-14`): the defect issue 13's
     /// review found in `send_replica`.
     ReplicaHandsOutFinalized,
+    // issue 13, session 20: two applications
+    /// An abort restores `mpi://WORLD` to its membership at the change's announcement,
+    /// undoing what another application's change FINALIZED meanwhile (`RC-12`, `RC-11`):
+    /// a removed process back in WORLD, or an added one gone from it. With one
+    /// application nothing else can change WORLD while a change is undecided, so the
+    /// restore changed nothing — the defect the two-application model found.
+    RollbackWorld,
+    /// A request waits in the queue while *any* application has an undecided change,
+    /// as if `RC-15` allowed one per job, while the queue is still released per
+    /// application: the other application's request is never started (`RC-15`).
+    OneChangePerJob,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -503,6 +503,79 @@ fn concurrent_requests_are_queued() {
     assert_eq!(finalized, 3);
 }
 
+/// The delta of `app`'s latest change.
+fn change_of(w: &World, app: &str) -> PsetName {
+    let c = w.master.all_changes().filter(|c| c.app == app).last();
+    c.expect("a change of the application").delta.clone()
+}
+
+/// RC-12, RC-11, RC-15: an abort leaves `mpi://WORLD` alone. WORLD changes only when a
+/// change is FINALIZED, so an aborted change never changed it; restoring its snapshot
+/// undid what another application's change finalized meanwhile — a removed process back
+/// in WORLD, an added one gone from it. Found by the two-application model
+/// (`rc-2apps-sub-add-1n-3e-1new`, issue 13; planted bug `RollbackWorld`).
+#[test]
+fn an_abort_keeps_what_another_application_finalized_in_world() {
+    let two_apps = || {
+        let mut cfg = config(1, 4, 2);
+        cfg.apps.push(("app2".into(), 1));
+        cfg
+    };
+    let world = PsetName::world();
+    // app2's ADD (its new process never confirms) aborts after app's SUB of rank 1 was
+    // finalized: rank 1 stays out of WORLD.
+    let mut w = World::new(two_apps());
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add("app2", 1));
+    w.request(ChangeRequest::sub(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let add = change_of(&w, "app2");
+    assert_eq!(accepted(w.adapt(&pid(0), None)).status, RcStatus::Finalized);
+    assert_eq!(w.members(&world), [0, 2]);
+    assert_eq!(w.master.status(&add), RcStatus::Announced, "both in flight");
+    w.run_for(Duration::from_millis(600));
+    assert_eq!(w.master.status(&add), RcStatus::Aborted);
+    assert_eq!(w.members(&world), [0, 2], "the SUB of app is not undone");
+
+    // app's SUB (nobody accepts it) aborts after app2's ADD of rank 3 was finalized:
+    // rank 3 stays in WORLD.
+    let mut w = World::new(two_apps());
+    w.request(ChangeRequest::sub(APP, 1));
+    w.request(ChangeRequest::add("app2", 1));
+    w.run_for(Duration::from_millis(1));
+    let sub = change_of(&w, APP);
+    let (add, app2) = (change_of(&w, "app2"), name("mpi://app/app2"));
+    let ops = vec![PsetOp::Set {
+        op: dynres_core::pset::SetOp::Union,
+        pset1: app2.clone(),
+        pset2: add.clone(),
+        target: Some(app2.clone()),
+        attrs: AttrUpdate::none(),
+    }];
+    let CallResult::PsetOp(Ok(_)) = w.call_wait(&pid(2), ClientCall::PsetOp { ops }) else {
+        panic!("app2's phase 2")
+    };
+    while !w.master.status(&add).is_final() {
+        let accept = ClientCall::Accept {
+            delta: add.clone(),
+            new_pset: app2.clone(),
+            bound: None,
+            wait: None,
+        };
+        accepted(w.call_wait(&pid(2), accept));
+        w.run_for(Duration::from_millis(1));
+    }
+    assert_eq!(w.master.status(&add), RcStatus::Finalized);
+    assert_eq!(w.members(&world), [0, 1, 2, 3]);
+    w.run_for(Duration::from_millis(600));
+    assert_eq!(w.master.status(&sub), RcStatus::Aborted);
+    assert_eq!(
+        w.members(&world),
+        [0, 1, 2, 3],
+        "the ADD of app2 is not undone"
+    );
+}
+
 /// RC-4: process-set level queries: a bound pset, `mpi://SELF`, and unknown bounds.
 #[test]
 fn queries_with_bound_psets_and_self() {

@@ -91,6 +91,10 @@ pub enum Role {
         /// led pset as it still is (an application's mistake): RC-8 must refuse it, and
         /// the root then applies the operation and accepts again.
         hasty: bool,
+        /// Whether it starts with the start-up requests of an application (a
+        /// scheduling hint and an inactive `mpi://app/{app}/all`, `PSET-34`) before
+        /// its first poll; a bare root polls at once.
+        setup: bool,
     },
     /// An existing process: exits when told to terminate; may crash at any time when
     /// `may_crash` (`RC-18`).
@@ -119,8 +123,9 @@ pub enum Role {
 /// The pset a `Role::Root` leads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lead {
-    /// `mpi://app/app`.
-    App,
+    /// `mpi://app/{app}` of the named application (`APP`, or another application of a
+    /// job that starts several).
+    App(&'static str),
     /// `mpi://app/app/ex{r}`: the application less rank `r`, which rank `r` defines
     /// (active) at start. Rank 0 leads `ex1`, rank 1 leads `ex0`: two incomparable active
     /// psets, so with the application's pset made inactive both are malleable and a
@@ -132,7 +137,7 @@ impl Lead {
     /// The pset's name.
     pub fn pset(self) -> PsetName {
         match self {
-            Lead::App => app_root(),
+            Lead::App(app) => root_of(app),
             Lead::Excluding(r) => {
                 PsetName::parse(&format!("mpi://app/app/ex{r}")).expect("valid name")
             }
@@ -142,7 +147,7 @@ impl Lead {
     /// What a query or an accept names as its bound pset (the application's needs none).
     fn bound(self) -> Option<PsetName> {
         match self {
-            Lead::App => None,
+            Lead::App(_) => None,
             Lead::Excluding(_) => Some(self.pset()),
         }
     }
@@ -207,6 +212,10 @@ pub struct MasterState {
     /// Steps after which some pset's version did not rise by exactly one per membership
     /// change (`PSET-10`), as seen by comparing the registry before and after each step.
     pub version_violations: u32,
+    /// Jobs of several applications only: master steps on behalf of one application (its
+    /// request, its process' message or exit, a deadline of its change) that changed
+    /// what another application owns at the master (see [`AppView`]).
+    pub foreign_edits: u32,
     /// Every request the master received, by ticket, and what became of it (`RC-15`).
     pub tickets: Vec<(u64, Ticket)>,
     /// Fair models only: master deadlines that fired while a change was undecided (under
@@ -328,6 +337,178 @@ fn version_step_ok(before: &VersionView, m: &Master) -> bool {
         Some((_, v)) => p.attrs.version > *v,
         None => true,
     })
+}
+
+/// What one application owns at the master: its psets (both of its domains, with
+/// members and attributes), which of its processes `mpi://WORLD` holds, its job data, its
+/// processes' slots, and its changes with their accepts and confirms. A step on behalf
+/// of another application must leave all of it as it was (`RC-15`: applications do not
+/// block each other; `PSET-6`: nor write in each other's domains).
+#[derive(Debug, PartialEq, Eq)]
+pub struct AppView {
+    psets: Vec<(PsetName, Vec<ProcessId>, dynres_core::pset::Attributes)>,
+    world: Vec<ProcessId>,
+    job: Vec<(ProcessId, NodeId)>,
+    slots: Vec<(ProcessId, Option<u32>, bool)>,
+    changes: Vec<ChangeView>,
+}
+
+/// One change as [`AppView`] compares it: its record, accepts and confirms.
+type ChangeView = (
+    dynres_core::rc::ChangeInfo,
+    Option<std::collections::BTreeMap<PsetName, PsetName>>,
+    Option<std::collections::BTreeSet<ProcessId>>,
+);
+
+impl AppView {
+    /// `app`'s view of `m`, in a job configured by `cfg`.
+    pub fn of(cfg: &MasterConfig, m: &Master, app: &str) -> AppView {
+        let procs = app_processes(cfg, m, app);
+        let reg = m.registry();
+        let members = |n: &PsetName| {
+            reg.members(&dynres_core::pset::Origin::Runtime, n)
+                .unwrap_or_default()
+        };
+        AppView {
+            psets: reg
+                .live_psets()
+                .filter(|(n, _)| n.app() == Some(app))
+                .map(|(n, p)| (n.clone(), members(n), p.attrs.clone()))
+                .collect(),
+            world: members(&PsetName::world())
+                .into_iter()
+                .filter(|p| procs.contains(p))
+                .collect(),
+            job: m
+                .processes()
+                .iter()
+                .filter(|(p, _)| procs.contains(*p))
+                .map(|(p, n)| (p.clone(), *n))
+                .collect(),
+            slots: procs
+                .iter()
+                .map(|p| (p.clone(), m.slots().slot_of(p), m.slots().is_running(p)))
+                .collect(),
+            changes: m
+                .all_changes()
+                .filter(|c| c.app == app)
+                .map(|c| {
+                    let accepts = m.accepts(&c.delta).cloned();
+                    (c.clone(), accepts, m.confirmed(&c.delta).cloned())
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The processes of `app`: the ranks it started with (the master hands out ranks to
+/// the configured applications in order) and those its changes added.
+pub fn app_processes(
+    cfg: &MasterConfig,
+    m: &Master,
+    app: &str,
+) -> std::collections::BTreeSet<ProcessId> {
+    let mut first = 0;
+    let mut out = std::collections::BTreeSet::new();
+    for (name, n) in &cfg.apps {
+        if name == app {
+            out.extend((first..first + n).map(|r| ProcessId::new(cfg.namespace.clone(), r)));
+        }
+        first += n;
+    }
+    let added = m.all_changes().filter(|c| c.app == app);
+    out.extend(added.flat_map(|c| c.added.iter().cloned()));
+    out
+}
+
+/// The application of `pid` (see [`app_processes`]).
+fn app_of(cfg: &MasterConfig, m: &Master, pid: &ProcessId) -> Option<String> {
+    let mut first = 0;
+    for (name, n) in &cfg.apps {
+        if pid.rank >= first && pid.rank < first + n {
+            return Some(name.clone());
+        }
+        first += n;
+    }
+    m.all_changes()
+        .find(|c| c.added.contains(pid))
+        .map(|c| c.app.clone())
+}
+
+/// The isolation check of one master step in a job of several applications: every
+/// application's [`AppView`] before the step, and on whose behalf the step is.
+struct Isolation {
+    /// The application the input comes from or is about: a request's, or that of the
+    /// process whose message or exit it is. `None` for a deadline (and for a process
+    /// of no known application), judged like one.
+    on_behalf: Option<String>,
+    /// Length of the master's status log before the step.
+    log_len: usize,
+    views: Vec<(String, AppView)>,
+}
+
+impl Isolation {
+    /// Takes the views before `input`; `None` in a job of one application and for the
+    /// job-wide inputs (a node lost, added or returned), which may touch every
+    /// application.
+    fn before(actor: &RcActor, st: &MasterState, input: &MasterInput) -> Option<Isolation> {
+        let RcActor::Master(cfg, _) = actor else {
+            return None;
+        };
+        if cfg.apps.len() < 2 {
+            return None;
+        }
+        let m = &st.master;
+        let on_behalf = match input {
+            MasterInput::RequestChange { req, .. } => Some(req.app.clone()),
+            MasterInput::FromDaemon {
+                msg: ToMaster::Forward { from, .. },
+                ..
+            } => app_of(cfg, m, from),
+            MasterInput::FromDaemon {
+                msg: ToMaster::Exited { pid },
+                ..
+            } => app_of(cfg, m, pid),
+            MasterInput::Timeout => None,
+            _ => return None,
+        };
+        let views = cfg
+            .apps
+            .iter()
+            .map(|(app, _)| (app.clone(), AppView::of(cfg, m, app)))
+            .collect();
+        Some(Isolation {
+            on_behalf,
+            log_len: st.log.len(),
+            views,
+        })
+    }
+
+    /// Counts a foreign edit if the step changed the view of an application it was not
+    /// on behalf of. A deadline is on behalf of the applications whose changes it
+    /// decided.
+    fn after(self, actor: &RcActor, st: &mut MasterState) {
+        let RcActor::Master(cfg, _) = actor else {
+            return;
+        };
+        let decided: Vec<&str> = st.log[self.log_len..]
+            .iter()
+            .filter_map(|(delta, _)| {
+                let c = st.master.all_changes().find(|c| c.delta == *delta);
+                c.map(|c| c.app.as_str())
+            })
+            .collect();
+        let foreign = self.views.iter().any(|(app, before)| {
+            let own = match &self.on_behalf {
+                Some(a) => a == app,
+                None => decided.contains(&app.as_str()),
+            };
+            !own && AppView::of(cfg, &st.master, app) != *before
+        });
+        if foreign {
+            st.foreign_edits += 1;
+        }
+    }
 }
 
 /// What became of an external change request (`RC-15`).
@@ -522,6 +703,14 @@ pub fn app_root() -> PsetName {
     static ROOT: std::sync::OnceLock<PsetName> = std::sync::OnceLock::new();
     ROOT.get_or_init(|| PsetName::app_root(APP).expect("valid name"))
         .clone()
+}
+
+/// `mpi://app/{app}`: [`app_root`] for `APP`, parsed for any other application.
+pub fn root_of(app: &str) -> PsetName {
+    match app {
+        APP => app_root(),
+        _ => PsetName::app_root(app).expect("valid name"),
+    }
 }
 
 /// Actor ids: master 0, scheduler 1, daemons from 2, then one per rank.
@@ -741,7 +930,7 @@ impl RcNode {
                 role: Role::Root { lead, .. },
                 ..
             } => *lead,
-            _ => Lead::App,
+            _ => Lead::App(APP),
         };
         match (st.step, st.current.clone()) {
             (Step::Accepting, Some(delta)) => {
@@ -833,7 +1022,7 @@ impl RcNode {
                 st.step = Step::Idle;
                 Self::poll_later(st, o);
             }
-            (Role::Root { lead, hasty }, CallResult::ResChange(q)) => {
+            (Role::Root { lead, hasty, .. }, CallResult::ResChange(q)) => {
                 match (q.kind, q.delta, q.status) {
                     (Some(_), Some(delta), RcStatus::Announced | RcStatus::Pending)
                         if *hasty && st.hasty.is_none() =>
@@ -1052,6 +1241,7 @@ impl RcNode {
                     refused_inputs: 0,
                     not_granted: 0,
                     version_violations: 0,
+                    foreign_edits: 0,
                     spawn_kills_granted: Vec::new(),
                     tickets: Vec::new(),
                     left_queue: Vec::new(),
@@ -1134,6 +1324,7 @@ impl RcNode {
                     _ => return,
                 };
                 let before = versions(&st.master);
+                let isolation = Isolation::before(&self.actor, st, &input);
                 let giving_back = match &input {
                     MasterInput::NodeReturned { node } => Some(*node),
                     _ => None,
@@ -1152,7 +1343,11 @@ impl RcNode {
                 if !version_step_ok(&before, &st.master) {
                     st.version_violations += 1;
                 }
+                // After the drain: the step's status changes are in the log then.
                 drain_master(&self.layout, st, o);
+                if let Some(check) = isolation {
+                    check.after(&self.actor, st);
+                }
             }
             (RcActor::Scheduler(_, _, Some(_)), RcState::Scheduler, RcMsg::NeedSlots) => {
                 o.set_timer(RcTimer::Grant, model_timeout());
@@ -1226,12 +1421,20 @@ impl RcNode {
                             self.call(st, Step::Setup, ClientCall::PsetOp { ops }, o);
                         }
                         Role::Root {
-                            lead: Lead::App, ..
+                            lead: Lead::App(_),
+                            setup: false,
+                            ..
+                        } => Self::poll_later(st, o),
+                        Role::Root {
+                            lead: lead @ Lead::App(app),
+                            setup: true,
+                            ..
                         } => {
                             // What applications do at start: a scheduling hint (NULL) and
                             // an inactive pset the runtime keeps consistent (PSET-34).
-                            let root = app_root();
-                            let all = PsetName::parse("mpi://app/app/all").expect("valid name");
+                            let root = lead.pset();
+                            let all = PsetName::parse(&format!("mpi://app/{app}/all"))
+                                .expect("valid name");
                             let ops = vec![
                                 PsetOp::Null {
                                     target: root.clone(),
@@ -1347,9 +1550,11 @@ impl RcNode {
                 if self.fair && st.master.all_changes().any(|c| !c.status.is_final()) {
                     st.stalled += 1;
                 }
+                let mut isolation = None;
                 if let Some(t) = st.master.poll_timeout() {
                     st.now = st.now.max(t);
                     let before = versions(&st.master);
+                    isolation = Isolation::before(&self.actor, st, &MasterInput::Timeout);
                     if st.master.handle(st.now, MasterInput::Timeout).is_err() {
                         st.refused_inputs += 1;
                     }
@@ -1363,6 +1568,9 @@ impl RcNode {
                     }
                 }
                 drain_master(&self.layout, st, o);
+                if let Some(check) = isolation {
+                    check.after(&self.actor, st);
+                }
             }
             (RcState::Scheduler, RcTimer::Grant) => {
                 if let RcActor::Scheduler(_, _, Some(slots)) = &self.actor {
@@ -1447,5 +1655,7 @@ impl RcNode {
 
 /// The application every model runs.
 pub const APP: &str = "app";
+/// The second application of the configurations whose job starts two (`RC-15`).
+pub const APP2: &str = "app2";
 /// The job's namespace in every model.
 pub const NAMESPACE: &str = "job";

@@ -12,7 +12,9 @@ use dynres_core::{Duration, Namespace, ProcessId};
 use stateright::actor::{ActorModel, ActorModelState, Network};
 use stateright::{Expectation, Model};
 
-use crate::adapter::{APP, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket};
+use crate::adapter::{
+    APP, APP2, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket,
+};
 
 /// One resource-change model configuration.
 #[derive(Clone, Debug)]
@@ -68,6 +70,16 @@ pub struct RcConfig {
     /// The root's first accept comes before its phase-2 operation (`Role::Root`'s
     /// `hasty`): RC-8 must refuse it.
     pub hasty: bool,
+    /// Further applications the job starts after `APP`, each with its number of
+    /// processes: their ranks follow `APP`'s `existing` ones in this order, the first of
+    /// each runs the Lst. 6.7 loop for its own `mpi://app/{name}` (with `polls`), the
+    /// others are members. Spare ranks come after all of them.
+    pub other_apps: &'static [(&'static str, u32)],
+    /// Roots poll at once, without an application's start-up requests (the scheduling
+    /// hint and the inactive pset of `PSET-34`, which the one-application
+    /// configurations check): where the point is another scenario, they would only
+    /// multiply its interleavings.
+    pub bare_roots: bool,
 }
 
 /// A scenario a configuration exists for; each is a `sometimes` property.
@@ -84,6 +96,9 @@ pub enum Scenario {
     /// A node was added while a FINALIZED SUB still waited for its victim to exit
     /// (`RC-14`, `RC-21`: the new daemon must get the table the others hold).
     GrowWhileSubLeaves,
+    /// Two applications each have an undecided change at the same time (`RC-15`: one
+    /// per application, not one per job).
+    ConcurrentApps,
 }
 
 /// The model type of every resource-change configuration.
@@ -96,6 +111,23 @@ impl RcConfig {
         Layout {
             daemons: (self.nodes + u32::from(self.grow_wait.is_some())) as usize,
         }
+    }
+
+    /// The ranks the job starts with: `APP`'s and every other application's.
+    pub fn initial(&self) -> u32 {
+        self.existing + self.other_apps.iter().map(|(_, n)| n).sum::<u32>()
+    }
+
+    /// The further application whose root `rank` is, if any.
+    fn other_root(&self, rank: u32) -> Option<&'static str> {
+        let mut first = self.existing;
+        for (app, n) in self.other_apps {
+            if rank == first {
+                return Some(app);
+            }
+            first += n;
+        }
+        None
     }
 
     /// Whether the configuration has a fair model (`fair.rs`): no fault, and a root that
@@ -121,7 +153,10 @@ impl RcConfig {
                     slots: self.slots,
                 })
                 .collect(),
-            apps: vec![(APP.to_string(), self.existing)],
+            apps: std::iter::once((APP, self.existing))
+                .chain(self.other_apps.iter().copied())
+                .map(|(app, n)| (app.to_string(), n))
+                .collect(),
             change_timeout: Duration::from_millis(500),
             grace: Duration::from_millis(100),
             max_queued: 2,
@@ -131,7 +166,7 @@ impl RcConfig {
             actor,
             fair,
             layout,
-            initial: self.existing,
+            initial: self.initial(),
         };
         let mut model = ActorModel::new((), ())
             .actor(node(RcActor::Master(cfg, self.bugs)))
@@ -150,34 +185,47 @@ impl RcConfig {
                 self.modex,
             )));
         }
-        for rank in 0..self.existing + self.spare {
+        for rank in 0..self.initial() + self.spare {
             let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
-            let role = match rank {
-                r if self.modex && self.leaver == Some(r) => Role::Scripted,
-                r if self.spawner == Some(r) => Role::Spawner,
-                r if self.modex && r < self.existing => Role::Modex {
-                    may_crash: self.member_may_crash,
-                },
-                0 if self.two_leaders => Role::Root {
-                    lead: Lead::Excluding(1),
+            let other_root = self.other_root(rank);
+            let setup = !self.bare_roots;
+            let role = if let Some(app) = other_root {
+                Role::Root {
+                    lead: Lead::App(app),
+                    setup,
                     hasty: self.hasty,
-                },
-                1 if self.two_leaders => Role::Root {
-                    lead: Lead::Excluding(0),
-                    hasty: self.hasty,
-                },
-                0 => Role::Root {
-                    lead: Lead::App,
-                    hasty: self.hasty,
-                },
-                r if r < self.existing => Role::Member {
-                    may_crash: self.member_may_crash,
-                },
-                _ => Role::New {
-                    may_crash: self.may_crash,
-                },
+                }
+            } else {
+                match rank {
+                    r if self.modex && self.leaver == Some(r) => Role::Scripted,
+                    r if self.spawner == Some(r) => Role::Spawner,
+                    r if self.modex && r < self.existing => Role::Modex {
+                        may_crash: self.member_may_crash,
+                    },
+                    0 if self.two_leaders => Role::Root {
+                        lead: Lead::Excluding(1),
+                        setup,
+                        hasty: self.hasty,
+                    },
+                    1 if self.two_leaders => Role::Root {
+                        lead: Lead::Excluding(0),
+                        setup,
+                        hasty: self.hasty,
+                    },
+                    0 => Role::Root {
+                        lead: Lead::App(APP),
+                        setup,
+                        hasty: self.hasty,
+                    },
+                    r if r < self.initial() => Role::Member {
+                        may_crash: self.member_may_crash,
+                    },
+                    _ => Role::New {
+                        may_crash: self.may_crash,
+                    },
+                }
             };
-            let leads = rank == 0 || (self.two_leaders && rank == 1);
+            let leads = rank == 0 || (self.two_leaders && rank == 1) || other_root.is_some();
             let polls = if leads { self.polls } else { 0 };
             let script = match role {
                 Role::Scripted => vec![vec![leave_app_pset()]],
@@ -247,6 +295,15 @@ impl RcConfig {
                         })
                     },
                 ),
+                Scenario::ConcurrentApps => model.property(
+                    Expectation::Sometimes,
+                    "RC-15 two applications' changes are undecided at once",
+                    |_, s| {
+                        let m = &master(s).master;
+                        let open = || m.all_changes().filter(|c| !c.status.is_final());
+                        open().any(|a| open().any(|b| a.app != b.app))
+                    },
+                ),
                 Scenario::NamedVictim => model.property(
                     Expectation::Sometimes,
                     "RC-5 a SUB removes the victim it names",
@@ -274,6 +331,13 @@ impl RcConfig {
                     },
                 ),
             };
+        }
+        if !self.other_apps.is_empty() {
+            model = model.property(
+                Expectation::Always,
+                "RC-15 PSET-6 a step of one application leaves every other one's state alone",
+                |_, s| master(s).foreign_edits == 0,
+            );
         }
         if self.two_leaders {
             // Without this the configuration could pass with one bound pset.
@@ -681,11 +745,13 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
             "RC-9 ADD finalized => new pset is UNION(main, delta)",
             |_, s| {
                 let m = &master(s).master;
-                let root = crate::adapter::app_root();
-                let members = m
-                    .registry()
-                    .members(&Origin::Runtime, &root)
-                    .unwrap_or_default();
+                // Each change against its own application's pset.
+                let members = |app: &str| {
+                    let root = crate::adapter::root_of(app);
+                    m.registry()
+                        .members(&Origin::Runtime, &root)
+                        .unwrap_or_default()
+                };
                 // A later SUB's phase-2 operation takes its victims out of the pset
                 // before it is decided; its abort puts them back (RC-12).
                 let removed_later: Vec<&ProcessId> = m
@@ -696,6 +762,7 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                 m.all_changes()
                     .filter(|c| c.status == RcStatus::Finalized && c.kind != RcType::Sub)
                     .all(|c| {
+                        let members = members(&c.app);
                         c.added
                             .iter()
                             .all(|p| members.contains(p) || removed_later.contains(&p))
@@ -864,7 +931,7 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     .filter(|c| c.status == RcStatus::Finalized && !c.removed.is_empty())
                     .all(|c| {
                         reg.live_psets()
-                            .filter(|(n, p)| n.in_app_domain(APP) && !p.attrs.active)
+                            .filter(|(n, p)| n.in_app_domain(&c.app) && !p.attrs.active)
                             .all(|(n, _)| {
                                 let members = reg.members(&Origin::Runtime, n).unwrap_or_default();
                                 c.removed.iter().all(|r| !members.contains(r))
@@ -937,7 +1004,20 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         .property(
             Expectation::Always,
             "RC-15 queued requests leave the queue in order",
-            |_, s| master(s).left_queue.is_sorted_by(|a, b| a < b),
+            |model, s| {
+                // The queue is FIFO per application: another application's request may
+                // start in between. A ticket is its request's place in the scheduler's
+                // list.
+                let RcActor::Scheduler(requests, ..) = &model.actors[1].actor else {
+                    unreachable!("actor 1 is the scheduler")
+                };
+                let app = |t: u64| requests.get(t as usize - 1).map(|r| r.app.as_str());
+                let left = &master(s).left_queue;
+                left.iter().all(|&t| {
+                    let same_app = left.iter().filter(|&&x| app(x) == app(t));
+                    same_app.is_sorted_by(|a, b| a < b)
+                })
+            },
         );
     // The "when quiet" properties above are vacuous unless quiet states exist.
     model = model.property(Expectation::Sometimes, "the network drains", |_, s| {
@@ -991,6 +1071,8 @@ fn config(
         two_leaders: false,
         scenario: &[],
         hasty: false,
+        other_apps: &[],
+        bare_roots: false,
     }
 }
 
@@ -1196,6 +1278,25 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 vec![add(1)],
                 false,
                 2,
+            )
+        },
+        // Two applications of one job, each with a change at once (RC-15: one undecided
+        // change per application, not per job): `app` (ranks 0, 1) gives up rank 1 while
+        // `app2` (rank 2, its root) grows by rank 3 into the free slot. The two changes
+        // interleave freely, so the roots are bare and poll once (query, phase 2,
+        // accept): the start-up requests or a second poll multiply the states several
+        // times over (the ADD alone: by 7 and by 3.8). The ADD's root then learns no
+        // decision (its accept answers PENDING); its new process does.
+        RcConfig {
+            other_apps: &[(APP2, 1)],
+            bare_roots: true,
+            scenario: &[Scenario::ConcurrentApps],
+            ..config(
+                "rc-2apps-sub-add-1n-3e-1new",
+                (1, 4, 2, 1),
+                vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP2, 1)],
+                false,
+                1,
             )
         },
         // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1

@@ -321,6 +321,22 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-connect-stream",
             "SPAWN-16 Done implies the peer has our triple and table",
         ),
+        // Issue 13, two applications: only a job of two can show these.
+        p(
+            RollbackWorld,
+            "rc-2apps-sub-add-1n-3e-1new",
+            "RC-15 PSET-6 a step of one application leaves every other one's state alone",
+        ),
+        p(
+            OneChangePerJob,
+            "rc-2apps-sub-add-1n-3e-1new",
+            "RC-15 every request is decided, queued ones included",
+        ),
+        p(
+            OneChangePerJob,
+            "fair-rc-2apps-sub-add-1n-3e-1new",
+            "RC-15 under fairness every request is decided, queued ones included",
+        ),
     ]
 }
 

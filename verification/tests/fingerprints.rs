@@ -34,7 +34,8 @@ fn walk<M: Model<State = RcModelState>>(model: &M, limit: usize) -> usize {
 #[test]
 fn every_reached_actor_state_holds_its_current_fingerprint() {
     // One of each kind of actor step: changes with a crash, a node loss, growth, the
-    // modex, a spawn, and the fair models' Begin timer.
+    // modex, a spawn, two applications' changes at once, and the fair models' Begin
+    // timer.
     for name in [
         "rc-add-crash-1n-2e-1new",
         "rc-add-nodeloss-2n-2e-1new",
@@ -42,6 +43,7 @@ fn every_reached_actor_state_holds_its_current_fingerprint() {
         "rc-modex-loss-2n-3e",
         "rc-spawn-add-1n-2e-2new",
         "rc-sub-2leaders-1n-3e",
+        "rc-2apps-sub-add-1n-3e-1new",
     ] {
         let cfg = pr_configs()
             .into_iter()

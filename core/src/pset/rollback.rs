@@ -17,17 +17,22 @@ pub struct RollbackReport {
 }
 
 impl PsetRegistry {
-    /// Restores the membership every pset of `app` (both of its domains) and
-    /// `mpi://WORLD` had in `snapshot`. Psets created since are pruned (their names stay
-    /// retired, `PSET-5`); attributes other than version are kept. This is the one place
-    /// the runtime changes active psets: the application's own phase-2 results for an
-    /// aborted change are undone with it (`RC-12`, an exception to `PSET-13`).
+    /// Restores the membership every pset of `app` (both of its domains) had in
+    /// `snapshot`. Psets created since are pruned (their names stay retired, `PSET-5`);
+    /// attributes other than version are kept. This is the one place the runtime
+    /// changes active psets: the application's own phase-2 results for an aborted
+    /// change are undone with it (`RC-12`, an exception to `PSET-13`).
+    ///
+    /// `mpi://WORLD` is left alone: it changes only when a change is FINALIZED
+    /// (`RC-11`), so an aborted change never changed it, and restoring the snapshot
+    /// would undo what other applications' changes finalized since.
     pub fn roll_back_app(&mut self, snapshot: &PsetRegistry, app: &str) -> RollbackReport {
         let mut report = RollbackReport::default();
+        let world = self.bugs.has(crate::bugs::Bug::RollbackWorld);
         let touched: Vec<PsetName> = self
             .live_psets()
             .map(|(n, _)| n.clone())
-            .filter(|n| n.domain() == Domain::World || n.app() == Some(app))
+            .filter(|n| (world && n.domain() == Domain::World) || n.app() == Some(app))
             .collect();
         for name in touched {
             let Ok(now) = self.live(&name) else { continue };

@@ -17,7 +17,12 @@ impl Master {
     /// A change request from a client (`route`) or from outside. One change per
     /// application is undecided at a time; later ones wait in a bounded FIFO (`RC-15`).
     pub(crate) fn request_change(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
-        if self.in_flight.contains_key(&req.app) || self.growing(&req.app) {
+        let busy = if self.bug(Bug::OneChangePerJob) {
+            !self.in_flight.is_empty()
+        } else {
+            self.in_flight.contains_key(&req.app)
+        };
+        if busy || self.growing(&req.app) {
             let queued = self.queue.iter().filter(|(_, r)| r.app == req.app).count();
             if queued >= self.cfg.max_queued {
                 self.refuse(from, req, RcError::QueueFull(queued));

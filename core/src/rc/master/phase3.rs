@@ -340,7 +340,9 @@ impl Master {
         // Processes lost since the snapshot (RC-17) stay lost.
         let slots = &self.slots;
         self.procs.retain(|p, _| slots.slot_of(p).is_some());
-        // Psets: membership as before, as new versions; psets made since, pruned.
+        // The application's psets: membership as before, as new versions; psets made
+        // since, pruned. Other applications' psets and WORLD stay as they are: they may
+        // have changed since the snapshot by changes of their own (RC-12).
         let report = if self.bug(Bug::SkipRollback) {
             crate::pset::RollbackReport::default()
         } else {
