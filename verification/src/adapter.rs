@@ -304,9 +304,30 @@ fn view_before(m: &Master, c: &ChangeInfo) -> RollbackView {
 /// (it no longer holds a slot; RC-17). `later` are the changes the same step announced
 /// after the abort (the next queued request starts at once): their own edits are left
 /// out.
+///
+/// `mpi://WORLD` is compared on the processes no other application's change names:
+/// the abort leaves WORLD alone, so what another application's change finalized
+/// meanwhile shows in it (RC-12; the isolation property checks that part).
 fn rolled_back(m: &Master, c: &ChangeInfo, before: &RollbackView, later: &[&ChangeInfo]) -> bool {
+    use dynres_core::pset::Domain;
     let skip: Vec<&PsetName> = later.iter().flat_map(|l| deltas(l)).collect();
-    let psets_ok = restorable_psets(m, &c.app, &skip) == before.psets;
+    let foreign: std::collections::BTreeSet<&ProcessId> = m
+        .all_changes()
+        .filter(|o| o.app != c.app)
+        .flat_map(|o| o.added.iter().chain(&o.removed))
+        .collect();
+    let own_view = |v: &std::collections::BTreeMap<PsetName, Vec<ProcessId>>| {
+        v.iter()
+            .map(|(n, ms)| {
+                let ms: Vec<&ProcessId> = ms
+                    .iter()
+                    .filter(|p| n.domain() != Domain::World || !foreign.contains(p))
+                    .collect();
+                (n.clone(), ms.into_iter().cloned().collect::<Vec<_>>())
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let psets_ok = own_view(&restorable_psets(m, &c.app, &skip)) == own_view(&before.psets);
     let taken_later = |p: &ProcessId| later.iter().any(|l| l.removed.contains(p));
     let added_out = c.added.iter().all(|p| !m.processes().contains_key(p));
     let job_ok = before
