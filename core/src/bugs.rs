@@ -148,6 +148,23 @@ pub enum Bug {
     /// A SUB is finalized on its first accept, not once every pset of X_c accepted
     /// (`RC-8`): only a victim in two malleable psets tells them apart.
     FinalizeSubOnFirstAccept,
+    // issue 13, session 20: spawn scenarios
+    /// An acceptor takes a Hello from another address, while it swaps endpoint tables,
+    /// for its initiator restarting and starts over with the sender, instead of refusing
+    /// it (`UnknownPeer`): the first initiator may already be `Ready` with it
+    /// (`SPAWN-4`, `SPAWN-10`).
+    NewestHelloWins,
+    /// On equal `high` flags the merge puts the group with the smaller *or equal* id
+    /// first, without the acceptor tie-break: with equal group ids each side puts itself
+    /// first (`SPAWN-15`).
+    MergeTieLocalFirst,
+    /// The datagram layer does not verify a frame's CRC-32, trusting the link's own
+    /// checksum (InfiniBand's ICRC), so a corrupted payload is parsed (`SPAWN-12`).
+    SkipDatagramChecksum,
+    /// A spawn parent told that the launch failed reports `Failed` and kills the
+    /// children but leaves its handshake listening, so a child that did start still
+    /// connects and the spawn turns `Ready` (`SPAWN-8`).
+    LaunchFailureKeepsListening,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

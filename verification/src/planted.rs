@@ -293,6 +293,22 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-connect-stream",
             "SPAWN-16 Done implies the peer has our triple and table",
         ),
+        // issue 13, session 20: spawn scenarios
+        p(
+            NewestHelloWins,
+            "spawn-two-initiators-dgram",
+            "SPAWN-4 each connection pairs one initiator with one accept",
+        ),
+        p(
+            NewestHelloWins,
+            "spawn-two-initiators-dgram",
+            "SPAWN-10 no root mixes two peers",
+        ),
+        p(
+            MergeTieLocalFirst,
+            "spawn-two-initiators-dgram",
+            "SPAWN-15 both sides merge in the spec's order",
+        ),
     ]
 }
 

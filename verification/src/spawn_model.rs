@@ -37,7 +37,8 @@ use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::DgramFrame;
 use dynres_core::spawn::{
     Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
-    Input, InterGroup, Member, Output, PortName, Role, SpawnConfig, SpawnEnv, SpawnParent,
+    Input, InterGroup, Member, Output, Phase, PortName, Role, SpawnConfig, SpawnEnv, SpawnError,
+    SpawnParent,
 };
 use dynres_core::{Duration, Instant, Namespace};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -66,15 +67,45 @@ pub fn port_of(actor: usize, slot: Slot, boot: Bootstrap) -> PortName {
 }
 
 /// Endpoint table of a group: `len`-byte addresses, long enough that tables of two ranks
-/// need two datagram segments at the model's MTU.
-pub fn endpoints(group_id: u64, size: u32, len: usize) -> Vec<Addr> {
+/// need two datagram segments at the model's MTU. `actor` is part of every address, so
+/// two jobs' groups with equal ids and sizes still have different tables and a table
+/// names the group it came from (the "no root mixes two peers" property reads it).
+pub fn endpoints(group_id: u64, size: u32, len: usize, actor: usize) -> Vec<Addr> {
     (0..size)
         .map(|r| {
-            let mut a = vec![group_id as u8, r as u8];
-            a.resize(len.max(2), 0xe0);
+            let mut a = vec![group_id as u8, r as u8, actor as u8];
+            a.resize(len.max(3), 0xe0);
             Addr(a)
         })
         .collect()
+}
+
+/// Faults of the environment a configuration turns on (none by default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Every datagram segment put on the wire has a corrupted twin on the network (an
+    /// even-numbered message's with its last payload byte flipped, an odd-numbered one's
+    /// cut short by a byte). On a lossy network the intact one may be lost and the twin
+    /// arrive: that is a corruption; both arriving is a corrupted duplicate.
+    pub corrupt: bool,
+    /// The launcher may report that a spawn's launch failed (`Input::LaunchFailed`), at
+    /// any point while the parent still waits for its children's Hello; the `Launch` may
+    /// still have started them (a partial launch), which the parent's `Kill` must end.
+    pub launch_may_fail: bool,
+}
+
+/// The corrupted twin of segment `bytes` of message `msg_seq` (see [`Faults::corrupt`]).
+pub fn corrupted(bytes: &[u8], msg_seq: u32) -> Vec<u8> {
+    let mut c = bytes.to_vec();
+    if msg_seq % 2 == 0 {
+        // The last payload byte sits just before the 4-byte CRC.
+        if let Some(b) = c.len().checked_sub(5).and_then(|i| c.get_mut(i)) {
+            *b ^= 0x01;
+        }
+    } else {
+        c.pop();
+    }
+    c
 }
 
 /// What one root machine of an actor is.
@@ -137,6 +168,8 @@ pub struct SpawnNode {
     pub params: HsParams,
     /// Planted bugs (none for the clean gate).
     pub bugs: Bugs,
+    /// Faults of the environment.
+    pub faults: Faults,
 }
 
 /// Messages between actors.
@@ -150,6 +183,9 @@ pub enum SpawnMsg {
         from: Addr,
         /// The datagram.
         bytes: Vec<u8>,
+        /// `Some((message, index))`: a corrupted copy of that segment (see
+        /// [`Faults::corrupt`]); the driver feeds it like any datagram.
+        corrupted: Option<(u32, u16)>,
     },
     /// Bytes on the bootstrap stream between two slots.
     Stream {
@@ -199,6 +235,18 @@ fn describe_msg(m: &HsMsg) -> String {
 impl fmt::Debug for SpawnMsg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            SpawnMsg::Datagram {
+                to,
+                bytes,
+                corrupted: Some((seq, index)),
+                ..
+            } => write!(
+                f,
+                "Datagram(to slot {}: corrupted copy of msg{seq} segment {}, {} bytes)",
+                to.0.get(1).unwrap_or(&0),
+                index + 1,
+                bytes.len()
+            ),
             SpawnMsg::Datagram { to, bytes, .. } => {
                 let what = match DgramFrame::decode(bytes) {
                     Ok(DgramFrame::Segment(s)) if s.count == 1 => {
@@ -224,9 +272,18 @@ impl fmt::Debug for SpawnMsg {
     }
 }
 
-/// The one timer of a root machine.
+/// A timer of a root machine: its deadline, or the launcher's failure report.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SlotTimer(pub Slot);
+pub struct SlotTimer(pub Slot, pub TimerKind);
+
+/// What a [`SlotTimer`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimerKind {
+    /// The machine's `poll_timeout` (its one timer, `spec/spawn.md` §4).
+    Deadline,
+    /// The launcher reports that the spawn's launch failed ([`Faults::launch_may_fail`]).
+    LaunchFails,
+}
 
 /// A root machine: a handshake or a spawn parent around one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -238,10 +295,10 @@ pub enum Machine {
 }
 
 impl Machine {
-    fn handle(&mut self, now: Instant, input: Input) -> bool {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         match self {
-            Machine::Hs(h) => h.handle(now, input).is_ok(),
-            Machine::Spawn(p) => p.handle(now, input).is_ok(),
+            Machine::Hs(h) => h.handle(now, input),
+            Machine::Spawn(p) => p.handle(now, input),
         }
     }
 
@@ -295,6 +352,21 @@ pub struct RootState {
     pub sent: BTreeSet<(u32, u16, u16, Vec<u8>)>,
     /// The machine accepted an input carrying the peer's `Endpoints` (SPAWN-16).
     pub heard_endpoints: bool,
+    /// The root this one talks to: an initiator's acceptor from the start, an acceptor's
+    /// initiator once a Hello opened its session (the driver knows the socket each input
+    /// came from).
+    pub peer: Option<(usize, Slot)>,
+    /// Segments (message, index) whose corrupted copy this root's machine rejected with
+    /// a typed error, unchanged (only with [`Faults::corrupt`]).
+    pub corrupt_rejected: BTreeSet<(u32, u16)>,
+    /// A corrupted copy was accepted, or rejected with the machine changed or with an
+    /// error that is not the parser's (SPAWN-10, SPAWN-12): what must never be.
+    pub corrupt_accepted: bool,
+    /// Segments (message, index) this root sent more than once (only with
+    /// [`Faults::corrupt`]).
+    pub retransmitted: BTreeSet<(u32, u16)>,
+    /// The launcher reported this spawn's launch as failed (and the machine took it).
+    pub launch_failed: bool,
 }
 
 impl RootState {
@@ -312,6 +384,11 @@ impl RootState {
             delivered: Vec::new(),
             sent: BTreeSet::new(),
             heard_endpoints: false,
+            peer: None,
+            corrupt_rejected: BTreeSet::new(),
+            corrupt_accepted: false,
+            retransmitted: BTreeSet::new(),
+            launch_failed: false,
         }
     }
 
@@ -349,18 +426,18 @@ pub const FIRST_CONTEXT_ID: u32 = 1;
 pub const CONTEXT_ID_LIMIT: u32 = 16;
 
 impl SpawnNode {
-    fn hs_config(&self, local: GroupHeader) -> HandshakeConfig {
+    fn hs_config(&self, me: usize, local: GroupHeader) -> HandshakeConfig {
         let mut cfg = HandshakeConfig::new(
             local,
-            endpoints(local.group_id, local.size, self.params.endpoint_len),
+            endpoints(local.group_id, local.size, self.params.endpoint_len, me),
         );
         cfg.timeout = self.params.timeout;
         cfg.datagram = self.params.datagram;
         cfg
     }
 
-    fn start_members(root: &mut RootState, role: Role, local: GroupHeader, len: usize) {
-        let eps = endpoints(local.group_id, local.size, len);
+    fn start_members(root: &mut RootState, role: Role, local: GroupHeader, len: usize, me: usize) {
+        let eps = endpoints(local.group_id, local.size, len, me);
         root.members = (1..local.size)
             .map(|r| Member::new(role, r, local, eps.clone()))
             .collect();
@@ -388,7 +465,7 @@ impl SpawnNode {
             size,
             context_id,
         };
-        let cfg = self.hs_config(local);
+        let cfg = self.hs_config(me, local);
         let machine = match spec {
             RootSpec::Accept { .. } => {
                 Handshake::accept(now, port_of(me, slot, boot), cfg).map(|h| Machine::Hs(h.into()))
@@ -424,12 +501,15 @@ impl SpawnNode {
         }
         let role = machine.hs().role();
         let root = &mut job.roots[usize::from(slot)];
-        Self::start_members(root, role, local, len);
+        Self::start_members(root, role, local, len, me);
+        if let RootSpec::Connect { to, .. } = spec {
+            root.peer = Some(*to);
+        }
         root.machine = Some(machine);
     }
 
     /// A launched child: read the environment, allocate a context id, connect.
-    fn start_child(&self, job: &mut JobState, slot: Slot, env: &[(String, String)]) {
+    fn start_child(&self, me: usize, job: &mut JobState, slot: Slot, env: &[(String, String)]) {
         let vars = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let Ok(Some(env)) = SpawnEnv::from_env(vars) else {
             tracing::warn!("model: child launched without a usable spawn environment");
@@ -443,13 +523,19 @@ impl SpawnNode {
             size: env.size,
             context_id,
         };
-        let cfg = self.hs_config(local);
+        let cfg = self.hs_config(me, local);
+        // The parent's port names its actor and slot (see `dgram_addr`).
+        let parent = match env.parent_port.dgram.0.as_slice() {
+            [actor, slot, ..] => Some((usize::from(*actor), *slot)),
+            _ => None,
+        };
         let Ok(mut h) = Handshake::connect(job.now, env.parent_port, cfg) else {
             return;
         };
         h.plant(self.bugs);
         let root = &mut job.roots[usize::from(slot)];
-        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len);
+        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len, me);
+        root.peer = parent;
         root.machine = Some(Machine::Hs(h.into()));
     }
 
@@ -458,18 +544,42 @@ impl SpawnNode {
         let now = job.now;
         let root = &mut job.roots[usize::from(slot)];
         let Some(machine) = root.machine.as_mut() else {
-            o.cancel_timer(SlotTimer(slot));
+            o.cancel_timer(SlotTimer(slot, TimerKind::Deadline));
+            o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
             return;
         };
         while let Some(out) = machine.poll_output() {
             match out {
                 Output::SendDatagram { to, bytes } => {
-                    if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
-                        root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
-                    }
                     let dst = Id::from(usize::from(to.0[0]));
                     let from = dgram_addr(me, slot);
-                    o.send(dst, SpawnMsg::Datagram { to, from, bytes });
+                    if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
+                        let id = (s.msg_seq, s.index);
+                        let fresh = root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
+                        if self.faults.corrupt {
+                            if !fresh {
+                                root.retransmitted.insert(id);
+                            }
+                            o.send(
+                                dst,
+                                SpawnMsg::Datagram {
+                                    to: to.clone(),
+                                    from: from.clone(),
+                                    bytes: corrupted(&bytes, id.0),
+                                    corrupted: Some(id),
+                                },
+                            );
+                        }
+                    }
+                    o.send(
+                        dst,
+                        SpawnMsg::Datagram {
+                            to,
+                            from,
+                            bytes,
+                            corrupted: None,
+                        },
+                    );
                 }
                 Output::OpenStream { to } => {
                     root.stream_peer = Some((Id::from(usize::from(to.0[0])), to.0[1]));
@@ -496,6 +606,9 @@ impl SpawnNode {
                     root.launches += 1;
                     if let RootSpec::Spawn { child, .. } = &self.roots[usize::from(slot)] {
                         o.send(Id::from(*child), SpawnMsg::Launch { env });
+                    }
+                    if self.faults.launch_may_fail {
+                        o.set_timer(SlotTimer(slot, TimerKind::LaunchFails), model_timeout());
                     }
                 }
                 Output::Kill { .. } => {
@@ -526,26 +639,65 @@ impl SpawnNode {
             }
         }
         match machine.poll_timeout() {
-            Some(_) => o.set_timer(SlotTimer(slot), model_timeout()),
-            None => o.cancel_timer(SlotTimer(slot)),
+            Some(_) => o.set_timer(SlotTimer(slot, TimerKind::Deadline), model_timeout()),
+            None => o.cancel_timer(SlotTimer(slot, TimerKind::Deadline)),
+        }
+        if self.faults.launch_may_fail && machine.hs().phase() != Phase::Listening {
+            // The children said Hello (or the spawn is over): the launch went through.
+            o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
         }
     }
 
     /// Feeds a datagram to `slot` and mirrors what its layer delivers.
-    fn on_datagram(&self, job: &mut JobState, slot: Slot, from: Addr, bytes: Vec<u8>) {
+    fn on_datagram(
+        &self,
+        job: &mut JobState,
+        slot: Slot,
+        from: Addr,
+        bytes: Vec<u8>,
+        corrupt: Option<(u32, u16)>,
+    ) {
         let now = job.now;
         let root = &mut job.roots[usize::from(slot)];
         let Some(machine) = root.machine.as_mut() else {
             return;
         };
-        let input = Input::Datagram {
-            from,
-            bytes: bytes.clone(),
+        let listening = machine.hs().phase() == Phase::Listening;
+        let source = match from.0.as_slice() {
+            [actor, slot, ..] => Some((usize::from(*actor), *slot)),
+            _ => None,
         };
-        if !machine.handle(now, input) {
+        let input = Input::Datagram { from, bytes };
+        if let Some(id) = corrupt {
+            // SPAWN-10, SPAWN-12: the parser rejects it with its own error and nothing
+            // changes.
+            let before = machine.clone();
+            match machine.handle(now, input) {
+                Err(SpawnError::Wire(_)) if *machine == before => {
+                    root.corrupt_rejected.insert(id);
+                }
+                _ => root.corrupt_accepted = true,
+            }
+            if root.corrupt_accepted {
+                self.mirror_delivered(root);
+            }
+            return;
+        }
+        if machine.handle(now, input).is_err() {
             // Rejected: the machine is unchanged (SPAWN-10).
             return;
         }
+        if listening && machine.hs().phase() != Phase::Listening {
+            root.peer = source;
+        }
+        self.mirror_delivered(root);
+    }
+
+    /// Copies the log of what the handshake's datagram layer delivered.
+    fn mirror_delivered(&self, root: &mut RootState) {
+        let Some(machine) = root.machine.as_ref() else {
+            return;
+        };
         let log = machine.hs().delivered_datagrams();
         for m in log.get(root.delivered.len()..).unwrap_or_default() {
             if matches!(HsMsg::decode(m), Ok(HsMsg::Endpoints { .. })) {
@@ -583,10 +735,15 @@ impl Actor for SpawnNode {
         let me = usize::from(id);
         let job = state.to_mut();
         match msg {
-            SpawnMsg::Datagram { to, from, bytes } => {
+            SpawnMsg::Datagram {
+                to,
+                from,
+                bytes,
+                corrupted,
+            } => {
                 let slot = to.0[1];
                 if usize::from(slot) < job.roots.len() {
-                    self.on_datagram(job, slot, from, bytes);
+                    self.on_datagram(job, slot, from, bytes, corrupted);
                     self.drain(me, job, slot, o);
                 }
             }
@@ -599,8 +756,12 @@ impl Actor for SpawnNode {
                 if let Some(m) = root.machine.as_mut() {
                     // Each stream message is one encoded frame (one `SendStream`).
                     let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
-                    if m.handle(job.now, Input::Stream { bytes }) && endpoints {
+                    let listening = m.hs().phase() == Phase::Listening;
+                    if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {
                         root.heard_endpoints = true;
+                    }
+                    if listening && m.hs().phase() != Phase::Listening {
+                        root.peer = Some((usize::from(src), from));
                     }
                 }
                 self.drain(me, job, to, o);
@@ -621,7 +782,7 @@ impl Actor for SpawnNode {
                     // A duplicate launch (duplicating network) or one after the kill
                     // starts nothing.
                     if child && root.machine.is_none() && !root.killed {
-                        self.start_child(job, slot, &env);
+                        self.start_child(me, job, slot, &env);
                         self.drain(me, job, slot, o);
                     }
                 }
@@ -634,7 +795,7 @@ impl Actor for SpawnNode {
                         root.machine = None;
                         root.members.clear();
                         root.handle = None;
-                        o.cancel_timer(SlotTimer(slot));
+                        o.cancel_timer(SlotTimer(slot, TimerKind::Deadline));
                     }
                 }
             }
@@ -648,11 +809,20 @@ impl Actor for SpawnNode {
         let Some(root) = job.roots.get_mut(usize::from(slot)) else {
             return;
         };
-        if let Some(m) = root.machine.as_mut() {
-            if let Some(t) = m.poll_timeout() {
-                job.now = job.now.max(t);
-                let _ = m.handle(job.now, Input::Timeout);
+        match (timer.1, root.machine.as_mut()) {
+            (TimerKind::Deadline, Some(m)) => {
+                if let Some(t) = m.poll_timeout() {
+                    job.now = job.now.max(t);
+                    let _ = m.handle(job.now, Input::Timeout);
+                }
             }
+            (TimerKind::LaunchFails, Some(m)) if m.hs().phase() == Phase::Listening => {
+                let failed = Input::LaunchFailed {
+                    reason: "model: the launcher could not start the children".into(),
+                };
+                root.launch_failed = m.handle(job.now, failed).is_ok();
+            }
+            _ => {}
         }
         self.drain(me, job, slot, o);
     }

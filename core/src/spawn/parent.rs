@@ -192,7 +192,23 @@ impl SpawnParent {
             });
         }
         let r = match input {
+            Input::LaunchFailed { reason }
+                if self.bugs.has(crate::bugs::Bug::LaunchFailureKeepsListening) =>
+            {
+                if self.hs.phase() != super::Phase::Failed && !self.killed {
+                    self.killed = true;
+                    self.out
+                        .push_back(Output::Failed(SpawnError::LaunchFailed { reason }));
+                    self.out.push_back(Output::Kill {
+                        namespace: self.namespace.clone(),
+                        count: self.count,
+                    });
+                }
+                Ok(())
+            }
             Input::LaunchFailed { reason } => {
+                // SPAWN-8: the handshake fails with it, so no child that did start can
+                // still connect; `drain` adds the kill.
                 self.hs.abandon(SpawnError::LaunchFailed { reason });
                 Ok(())
             }
