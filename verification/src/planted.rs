@@ -309,6 +309,11 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-two-initiators-dgram",
             "SPAWN-15 both sides merge in the spec's order",
         ),
+        p(
+            SkipDatagramChecksum,
+            "spawn-connect-dgram-corrupt",
+            "SPAWN-10 SPAWN-12 a corrupted datagram is rejected and changes nothing",
+        ),
     ]
 }
 

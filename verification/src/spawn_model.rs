@@ -83,11 +83,11 @@ pub fn endpoints(group_id: u64, size: u32, len: usize, actor: usize) -> Vec<Addr
 /// Faults of the environment a configuration turns on (none by default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Faults {
-    /// Every datagram segment put on the wire has a corrupted twin on the network (an
-    /// even-numbered message's with its last payload byte flipped, an odd-numbered one's
-    /// cut short by a byte). On a lossy network the intact one may be lost and the twin
-    /// arrive: that is a corruption; both arriving is a corrupted duplicate.
-    pub corrupt: bool,
+    /// The link of this actor's roots corrupts at most one datagram segment each root
+    /// sends, any one: a timer of the root, armed while its handshake runs, makes the
+    /// next segment arrive corrupted instead of intact (an even-numbered message's with
+    /// its last payload byte flipped, an odd-numbered one's cut short by a byte).
+    pub corrupt: Option<usize>,
     /// The launcher may report that a spawn's launch failed (`Input::LaunchFailed`), at
     /// any point while the parent still waits for its children's Hello; the `Launch` may
     /// still have started them (a partial launch), which the parent's `Kill` must end.
@@ -272,7 +272,7 @@ impl fmt::Debug for SpawnMsg {
     }
 }
 
-/// A timer of a root machine: its deadline, or the launcher's failure report.
+/// A timer of a root machine: its deadline, or a fault of its environment.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotTimer(pub Slot, pub TimerKind);
 
@@ -283,6 +283,8 @@ pub enum TimerKind {
     Deadline,
     /// The launcher reports that the spawn's launch failed ([`Faults::launch_may_fail`]).
     LaunchFails,
+    /// The root's link corrupts the next segment the root sends ([`Faults::corrupt`]).
+    Corrupt,
 }
 
 /// A root machine: a handshake or a spawn parent around one.
@@ -365,6 +367,8 @@ pub struct RootState {
     /// Segments (message, index) this root sent more than once (only with
     /// [`Faults::corrupt`]).
     pub retransmitted: BTreeSet<(u32, u16)>,
+    /// The link corrupts the next segment this root sends ([`Faults::corrupt`]).
+    pub corrupt_next: bool,
     /// The launcher reported this spawn's launch as failed (and the machine took it).
     pub launch_failed: bool,
 }
@@ -388,6 +392,7 @@ impl RootState {
             corrupt_rejected: BTreeSet::new(),
             corrupt_accepted: false,
             retransmitted: BTreeSet::new(),
+            corrupt_next: false,
             launch_failed: false,
         }
     }
@@ -546,6 +551,7 @@ impl SpawnNode {
         let Some(machine) = root.machine.as_mut() else {
             o.cancel_timer(SlotTimer(slot, TimerKind::Deadline));
             o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
+            o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
             return;
         };
         while let Some(out) = machine.poll_output() {
@@ -553,31 +559,28 @@ impl SpawnNode {
                 Output::SendDatagram { to, bytes } => {
                     let dst = Id::from(usize::from(to.0[0]));
                     let from = dgram_addr(me, slot);
+                    let mut corrupt = None;
                     if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
                         let id = (s.msg_seq, s.index);
                         let fresh = root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
-                        if self.faults.corrupt {
-                            if !fresh {
-                                root.retransmitted.insert(id);
-                            }
-                            o.send(
-                                dst,
-                                SpawnMsg::Datagram {
-                                    to: to.clone(),
-                                    from: from.clone(),
-                                    bytes: corrupted(&bytes, id.0),
-                                    corrupted: Some(id),
-                                },
-                            );
+                        if self.faults.corrupt.is_some() && !fresh {
+                            root.retransmitted.insert(id);
+                        }
+                        if std::mem::take(&mut root.corrupt_next) {
+                            corrupt = Some(id);
                         }
                     }
+                    let bytes = match corrupt {
+                        Some((seq, _)) => corrupted(&bytes, seq),
+                        None => bytes,
+                    };
                     o.send(
                         dst,
                         SpawnMsg::Datagram {
                             to,
                             from,
                             bytes,
-                            corrupted: None,
+                            corrupted: corrupt,
                         },
                     );
                 }
@@ -642,6 +645,10 @@ impl SpawnNode {
             Some(_) => o.set_timer(SlotTimer(slot, TimerKind::Deadline), model_timeout()),
             None => o.cancel_timer(SlotTimer(slot, TimerKind::Deadline)),
         }
+        if matches!(machine.hs().phase(), Phase::Done | Phase::Failed) {
+            // A decided handshake sends no more segments worth corrupting.
+            o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
+        }
         if self.faults.launch_may_fail && machine.hs().phase() != Phase::Listening {
             // The children said Hello (or the spawn is over): the launch went through.
             o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
@@ -669,11 +676,11 @@ impl SpawnNode {
         };
         let input = Input::Datagram { from, bytes };
         if let Some(id) = corrupt {
-            // SPAWN-10, SPAWN-12: the parser rejects it with its own error and nothing
-            // changes.
+            // SPAWN-10, SPAWN-12: rejected with a typed error (the parser's, or one
+            // before parsing: a failed listener takes no datagram) and nothing changes.
             let before = machine.clone();
             match machine.handle(now, input) {
-                Err(SpawnError::Wire(_)) if *machine == before => {
+                Err(_) if *machine == before => {
                     root.corrupt_rejected.insert(id);
                 }
                 _ => root.corrupt_accepted = true,
@@ -725,6 +732,9 @@ impl Actor for SpawnNode {
         };
         let me = usize::from(id);
         for slot in 0..self.roots.len() as Slot {
+            if self.faults.corrupt == Some(me) {
+                o.set_timer(SlotTimer(slot, TimerKind::Corrupt), model_timeout());
+            }
             self.start(me, &mut job, slot);
             self.drain(me, &mut job, slot, o);
         }
@@ -816,6 +826,7 @@ impl Actor for SpawnNode {
                     let _ = m.handle(job.now, Input::Timeout);
                 }
             }
+            (TimerKind::Corrupt, Some(_)) => root.corrupt_next = true,
             (TimerKind::LaunchFails, Some(m)) if m.hs().phase() == Phase::Listening => {
                 let failed = Input::LaunchFailed {
                     reason: "model: the launcher could not start the children".into(),
