@@ -314,6 +314,11 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-connect-dgram-corrupt",
             "SPAWN-10 SPAWN-12 a corrupted datagram is rejected and changes nothing",
         ),
+        p(
+            LaunchFailureKeepsListening,
+            "spawn-launch-fails-stream",
+            "SPAWN-8 a failed launch fails the spawn and leaves no handle",
+        ),
     ]
 }
 

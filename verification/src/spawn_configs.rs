@@ -508,10 +508,13 @@ impl SpawnModelConfig {
                         let ctx_free = parent
                             .local
                             .is_none_or(|l| !s.actor_states[p.0].ctx.is_live(l.context_id));
+                        // A child may be Ready for a moment (the parent's table and ack
+                        // were on their way when the launch failed) until the parent's
+                        // Abort or kill reaches it: judged once everything settled.
                         phase(parent) == Some(Phase::Failed)
                             && no_handle(parent)
-                            && no_handle(children)
                             && ctx_free
+                            && (!terminal(s) || no_handle(children))
                     })
                 },
             );
@@ -753,6 +756,24 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             reach: &[BothReady, Failed, OneServedOneRefused, EqualIdsReady],
             bugs: Bugs::NONE,
             faults: Faults::default(),
+        },
+        // Issue 13: the launcher reports a failed launch, at any point before the
+        // children's Hello; the launch may still have started them (a partial launch).
+        // Both groups have a member, so failures must reach members too.
+        SpawnModelConfig {
+            name: "spawn-launch-fails-stream",
+            actors: vec![
+                ("parent", vec![spawn(1, 2, 2, 1, 2)]),
+                ("children", vec![RootSpec::Child]),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, ChildrenKilled, LaunchFailedKilled],
+            bugs: Bugs::NONE,
+            faults: Faults {
+                launch_may_fail: true,
+                ..Faults::default()
+            },
         },
         // Issue 13: corrupted datagrams. The client's link corrupts one segment, any one
         // (a flipped payload byte or one byte cut off); one retransmission per segment.

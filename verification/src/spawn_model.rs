@@ -89,8 +89,9 @@ pub struct Faults {
     /// its last payload byte flipped, an odd-numbered one's cut short by a byte).
     pub corrupt: Option<usize>,
     /// The launcher may report that a spawn's launch failed (`Input::LaunchFailed`), at
-    /// any point while the parent still waits for its children's Hello; the `Launch` may
-    /// still have started them (a partial launch), which the parent's `Kill` must end.
+    /// any point before the spawn is decided: before the children's Hello, or after it
+    /// (one child of several failed to start). The `Launch` may still have started
+    /// children (a partial launch), which the parent's `Kill` must end.
     pub launch_may_fail: bool,
 }
 
@@ -646,11 +647,9 @@ impl SpawnNode {
             None => o.cancel_timer(SlotTimer(slot, TimerKind::Deadline)),
         }
         if matches!(machine.hs().phase(), Phase::Done | Phase::Failed) {
-            // A decided handshake sends no more segments worth corrupting.
+            // A decided handshake sends no more segments worth corrupting, and the
+            // launcher's verdict no longer matters to a decided spawn.
             o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
-        }
-        if self.faults.launch_may_fail && machine.hs().phase() != Phase::Listening {
-            // The children said Hello (or the spawn is over): the launch went through.
             o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
         }
     }
@@ -827,7 +826,9 @@ impl Actor for SpawnNode {
                 }
             }
             (TimerKind::Corrupt, Some(_)) => root.corrupt_next = true,
-            (TimerKind::LaunchFails, Some(m)) if m.hs().phase() == Phase::Listening => {
+            (TimerKind::LaunchFails, Some(m))
+                if !matches!(m.hs().phase(), Phase::Done | Phase::Failed) =>
+            {
                 let failed = Input::LaunchFailed {
                     reason: "model: the launcher could not start the children".into(),
                 };
