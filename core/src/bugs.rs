@@ -165,6 +165,12 @@ pub enum Bug {
     /// children but leaves its handshake listening, so a child that did start still
     /// connects and the spawn turns `Ready` (`SPAWN-8`).
     LaunchFailureKeepsListening,
+    /// The acceptor applies the hybrid rule to its own group's size only, not the
+    /// larger of both, so a large initiator's table is sent on datagrams (`SPAWN-9`).
+    HybridRuleLocalSizeOnly,
+    /// The ends of a join compare their ports' tags instead of the whole names: two
+    /// processes' first ports share tag 0, so both take the same role (`SPAWN-14`).
+    JoinCompareTags,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

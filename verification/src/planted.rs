@@ -319,6 +319,16 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-launch-fails-stream",
             "SPAWN-8 a failed launch fails the spawn and leaves no handle",
         ),
+        p(
+            HybridRuleLocalSizeOnly,
+            "spawn-connect-hybrid",
+            "SPAWN-9 every message travels on the transport the rule gives",
+        ),
+        p(
+            JoinCompareTags,
+            "spawn-join-stream",
+            "SPAWN-14 a join's ends take opposite roles, the lower port accepting",
+        ),
     ]
 }
 

@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dynres_core::Duration;
 use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::SEGMENT_OVERHEAD;
-use dynres_core::spawn::{Bootstrap, DatagramConfig, InterGroup, Phase, Role, merge_planted};
+use dynres_core::spawn::{
+    Bootstrap, DatagramConfig, HsMsg, InterGroup, Phase, Role, Transport, merge_planted,
+};
 use stateright::Expectation;
 use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
 
 use crate::spawn_model::{
-    Faults, HsParams, JobState, RootSpec, RootState, Slot, SpawnNode, endpoints,
+    Faults, HsParams, JobState, RootSpec, RootState, Slot, SpawnNode, endpoints, port_of,
 };
 
 /// A root: (actor index, slot).
@@ -62,6 +64,8 @@ pub enum Reach {
     FailedAfterCorruption,
     /// The launcher reported a failed launch and the children were killed.
     LaunchFailedKilled,
+    /// Both roots ready with the endpoint tables carried on the stream (hybrid).
+    TablesOnStream,
 }
 
 /// What the properties need to know about the model (stateright's model `cfg`).
@@ -75,8 +79,12 @@ pub struct SpawnBounds {
     pub pairs: Vec<(RootAt, RootAt)>,
     /// Spawns: (parent root, children's actor).
     pub spawns: Vec<(RootAt, usize)>,
+    /// Joins: (the end that must initiate, the end that must accept).
+    pub joins: Vec<(RootAt, RootAt)>,
     /// Datagram payload bytes per segment.
     pub per_segment: usize,
+    /// The bootstrap of every port.
+    pub boot: Bootstrap,
     /// Bytes per endpoint address (to recompute a group's table, `endpoints`).
     pub endpoint_len: usize,
     /// Planted bugs, for the properties that call core functions themselves (`merge`).
@@ -127,7 +135,7 @@ fn roots_at(s: &SpawnState) -> impl Iterator<Item = (RootAt, &RootState)> {
 }
 
 fn intergroup(r: &RootState) -> Option<&InterGroup> {
-    r.machine.as_ref().and_then(|m| m.hs().intergroup())
+    r.machine.as_ref().and_then(|m| m.intergroup())
 }
 
 /// Whether initiator `i` and acceptor `a` talk to each other: each is the other's peer.
@@ -182,19 +190,18 @@ fn terminal(s: &SpawnState) -> bool {
 }
 
 fn phase(r: &RootState) -> Option<Phase> {
-    r.machine.as_ref().map(|m| m.hs().phase())
+    r.machine.as_ref().map(|m| m.phase())
 }
 
 fn ready(r: &RootState) -> bool {
-    r.machine
-        .as_ref()
-        .is_some_and(|m| m.hs().intergroup().is_some())
+    r.machine.as_ref().is_some_and(|m| m.intergroup().is_some())
 }
 
 impl SpawnModelConfig {
     fn bounds(&self) -> SpawnBounds {
         let mut pairs = Vec::new();
         let mut spawns = Vec::new();
+        let mut joins = Vec::new();
         for (a, (_, roots)) in self.actors.iter().enumerate() {
             for (slot, spec) in roots.iter().enumerate() {
                 let here = (a, slot as Slot);
@@ -205,7 +212,19 @@ impl SpawnModelConfig {
                         pairs.push(((*child, 0), here));
                         spawns.push((here, *child));
                     }
-                    RootSpec::Accept { .. } | RootSpec::Child => {}
+                    RootSpec::Join { partner, .. } if here < *partner => {
+                        // SPAWN-14: the lower port accepts.
+                        let boot = self.params.boot;
+                        let mine = port_of(here.0, here.1, boot).to_string();
+                        let theirs = port_of(partner.0, partner.1, boot).to_string();
+                        pairs.push(if mine < theirs {
+                            (*partner, here)
+                        } else {
+                            (here, *partner)
+                        });
+                        joins.push(*pairs.last().expect("just pushed"));
+                    }
+                    RootSpec::Accept { .. } | RootSpec::Child | RootSpec::Join { .. } => {}
                 }
             }
         }
@@ -217,10 +236,19 @@ impl SpawnModelConfig {
             cuts: Arc::new(AtomicUsize::new(0)),
             pairs,
             spawns,
+            joins,
             per_segment: self.params.datagram.mtu - SEGMENT_OVERHEAD,
+            boot: self.params.boot,
             endpoint_len: self.params.endpoint_len,
             bugs: self.bugs,
         }
+    }
+
+    fn joins_are_empty(&self) -> bool {
+        !self
+            .actors
+            .iter()
+            .any(|(_, r)| r.iter().any(|s| matches!(s, RootSpec::Join { .. })))
     }
 
     /// Actor labels for traces.
@@ -282,7 +310,7 @@ impl SpawnModelConfig {
                             // pairing property below judges this one.
                             return true;
                         }
-                        match (mi.hs().intergroup(), ma.hs().intergroup()) {
+                        match (mi.intergroup(), ma.intergroup()) {
                             (Some(x), Some(y)) => {
                                 x.local == y.remote && x.remote == y.local && x.session == y.session
                             }
@@ -296,7 +324,7 @@ impl SpawnModelConfig {
                 "SPAWN-4 SPAWN-7 members hold their root's inter-group",
                 |_, s| {
                     all_roots(s).all(|r| {
-                        let root_ig = r.machine.as_ref().and_then(|m| m.hs().intergroup());
+                        let root_ig = r.machine.as_ref().and_then(|m| m.intergroup());
                         r.members.iter().all(|mem| match mem.intergroup() {
                             None => true,
                             Some(ig) => root_ig.is_some_and(|rig| {
@@ -330,7 +358,7 @@ impl SpawnModelConfig {
                 |_, s| {
                     roots_at(s).all(|(_, rx)| {
                         let Some(mx) = &rx.machine else { return true };
-                        if mx.hs().phase() != Phase::Done {
+                        if mx.phase() != Phase::Done {
                             return true;
                         }
                         // A Done acceptor learnt its peer from the Hello it took.
@@ -338,7 +366,7 @@ impl SpawnModelConfig {
                         let ry = root(s, y);
                         // A killed child has nothing to check.
                         let Some(my) = &ry.machine else { return true };
-                        my.hs().remote() == rx.local && ry.heard_endpoints
+                        my.remote() == rx.local && ry.heard_endpoints
                     })
                 },
             )
@@ -388,7 +416,7 @@ impl SpawnModelConfig {
                     // remote table (every group's table names its actor).
                     roots_at(s).all(|(_, rx)| {
                         let Some(mx) = &rx.machine else { return true };
-                        let Some(remote) = mx.hs().remote() else {
+                        let Some(remote) = mx.remote() else {
                             return true;
                         };
                         let Some(y) = rx.peer else { return false };
@@ -486,6 +514,60 @@ impl SpawnModelConfig {
                 Expectation::Always,
                 "SPAWN-10 SPAWN-12 a corrupted datagram is rejected and changes nothing",
                 |_, s| all_roots(s).all(|r| !r.corrupt_accepted),
+            );
+        }
+        if let Bootstrap::Hybrid { .. } = self.params.boot {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-9 every message travels on the transport the rule gives",
+                |m, s| {
+                    all_roots(s).all(|r| {
+                        let Some(mach) = &r.machine else { return true };
+                        // Hello and HelloAck never go on the stream.
+                        let hello_ok = !r.stream_kinds.contains("Hello")
+                            && !r.stream_kinds.contains("HelloAck");
+                        let (Some(local), Some(remote)) = (r.local, mach.remote()) else {
+                            return hello_ok;
+                        };
+                        let rule = m.cfg.boot.endpoint_transport(local.size, remote.size);
+                        let via_ok = mach
+                            .hs()
+                            .and_then(|h| h.endpoints_via())
+                            .is_none_or(|v| v == rule);
+                        let tables = ["Endpoints", "EndpointsAck"];
+                        let on_stream = tables.iter().any(|k| r.stream_kinds.contains(k));
+                        let on_dgram = r.sent_seqs().into_iter().any(|q| {
+                            r.sent_message(q)
+                                .and_then(|b| HsMsg::decode(&b).ok())
+                                .is_some_and(|msg| tables.contains(&msg.name()))
+                        });
+                        hello_ok
+                            && via_ok
+                            && match rule {
+                                Transport::Stream => !on_dgram,
+                                Transport::Datagram => !on_stream,
+                            }
+                    })
+                },
+            );
+        }
+        if !self.joins_are_empty() {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-14 a join's ends take opposite roles, the lower port accepting",
+                |m, s| {
+                    m.cfg.joins.iter().all(|&(i, a)| {
+                        let role = |x| {
+                            root(s, x)
+                                .machine
+                                .as_ref()
+                                .and_then(|m| m.hs())
+                                .map(|h| h.role())
+                        };
+                        role(i).is_none_or(|r| r == Role::Initiator)
+                            && role(a).is_none_or(|r| r == Role::Acceptor)
+                    })
+                },
             );
         }
         if self.faults.launch_may_fail {
@@ -628,6 +710,23 @@ impl SpawnModelConfig {
                             && all_roots(s).any(|r| phase(r) == Some(Phase::Failed))
                     },
                 ),
+                Reach::TablesOnStream => model.property(
+                    Expectation::Sometimes,
+                    "reach both roots ready with the tables on the stream",
+                    |m, s| {
+                        m.cfg.pairs.iter().any(|&(i, a)| {
+                            [i, a].into_iter().all(|x| {
+                                let r = root(s, x);
+                                ready(r)
+                                    && r.machine
+                                        .as_ref()
+                                        .and_then(|m| m.hs())
+                                        .and_then(|h| h.endpoints_via())
+                                        == Some(Transport::Stream)
+                            })
+                        })
+                    },
+                ),
                 Reach::LaunchFailedKilled => model.property(
                     Expectation::Sometimes,
                     "reach a failed launch with its children killed",
@@ -754,6 +853,48 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             },
             net: Net::Unordered,
             reach: &[BothReady, Failed, OneServedOneRefused, EqualIdsReady],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: the hybrid bootstrap (spec/spawn.md §6) with the threshold below the
+        // client's size: Hello / HelloAck on datagrams, the tables on the stream the
+        // client opens. FIFO links, as in the stream configurations.
+        SpawnModelConfig {
+            name: "spawn-connect-hybrid",
+            actors: vec![("server", accept(1, 1)), ("client", connect(2, 2, (0, 0)))],
+            params: HsParams {
+                boot: Bootstrap::Hybrid { threshold: 1 },
+                endpoint_len: 8,
+                ..dgram_params(0)
+            },
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, TablesOnStream],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: `MPI_Comm_join` (spec/spawn.md §3, SPAWN-14): two singleton groups
+        // swap ports on their join stream, the lower port accepts; stream bootstrap.
+        SpawnModelConfig {
+            name: "spawn-join-stream",
+            actors: vec![
+                (
+                    "left",
+                    vec![RootSpec::Join {
+                        group_id: 1,
+                        partner: (1, 0),
+                    }],
+                ),
+                (
+                    "right",
+                    vec![RootSpec::Join {
+                        group_id: 2,
+                        partner: (0, 0),
+                    }],
+                ),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed],
             bugs: Bugs::NONE,
             faults: Faults::default(),
         },

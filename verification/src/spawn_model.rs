@@ -37,8 +37,8 @@ use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::DgramFrame;
 use dynres_core::spawn::{
     Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
-    Input, InterGroup, Member, Output, Phase, PortName, Role, SpawnConfig, SpawnEnv, SpawnError,
-    SpawnParent,
+    Input, InterGroup, Join, JoinPort, Member, Output, Phase, PortName, Role, SpawnConfig,
+    SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::{Duration, Instant, Namespace};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -143,6 +143,14 @@ pub enum RootSpec {
     },
     /// A spawned child root: starts at `Launch`, reads its environment, connects.
     Child,
+    /// `Join` (a group of one) on this slot's port with the join at `partner`, over a
+    /// byte stream between the two.
+    Join {
+        /// Local group id.
+        group_id: u64,
+        /// The other end's actor and slot.
+        partner: (usize, Slot),
+    },
 }
 
 /// Parameters every root of a model shares.
@@ -209,6 +217,13 @@ pub enum SpawnMsg {
     },
     /// The OS kills the child job.
     Kill,
+    /// Bytes on a join's byte stream (`MPI_Comm_join(fd)`), to the join in slot `to`.
+    JoinBytes {
+        /// Receiving slot.
+        to: Slot,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 fn describe_hs(bytes: &[u8]) -> String {
@@ -269,6 +284,13 @@ impl fmt::Debug for SpawnMsg {
             SpawnMsg::StreamClosed { to } => write!(f, "StreamClosed(to slot {to})"),
             SpawnMsg::Launch { .. } => write!(f, "Launch"),
             SpawnMsg::Kill => write!(f, "Kill"),
+            SpawnMsg::JoinBytes { to, bytes } => {
+                let what = match JoinPort::decode(bytes) {
+                    Ok(p) => p.port,
+                    Err(e) => format!("undecodable ({e})"),
+                };
+                write!(f, "JoinBytes(to slot {to}: {what})")
+            }
         }
     }
 }
@@ -288,13 +310,16 @@ pub enum TimerKind {
     Corrupt,
 }
 
-/// A root machine: a handshake or a spawn parent around one.
+/// A root machine: a handshake, a spawn parent around one, or a join that starts one
+/// once the roles are decided.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Machine {
     /// `Handshake::accept` / `Handshake::connect`.
     Hs(Box<Handshake>),
     /// `SpawnParent`.
     Spawn(Box<SpawnParent>),
+    /// `Join`.
+    Join(Box<Join>),
 }
 
 impl Machine {
@@ -302,6 +327,7 @@ impl Machine {
         match self {
             Machine::Hs(h) => h.handle(now, input),
             Machine::Spawn(p) => p.handle(now, input),
+            Machine::Join(j) => j.handle(now, input),
         }
     }
 
@@ -309,6 +335,7 @@ impl Machine {
         match self {
             Machine::Hs(h) => h.poll_output(),
             Machine::Spawn(p) => p.poll_output(),
+            Machine::Join(j) => j.poll_output(),
         }
     }
 
@@ -316,15 +343,50 @@ impl Machine {
         match self {
             Machine::Hs(h) => h.poll_timeout(),
             Machine::Spawn(p) => p.poll_timeout(),
+            Machine::Join(j) => j.poll_timeout(),
         }
     }
 
-    /// The handshake inside.
-    pub fn hs(&self) -> &Handshake {
+    fn plant(&mut self, bugs: Bugs) {
         match self {
-            Machine::Hs(h) => h,
-            Machine::Spawn(p) => p.handshake(),
+            Machine::Hs(h) => h.plant(bugs),
+            Machine::Spawn(p) => p.plant(bugs),
+            Machine::Join(j) => j.plant(bugs),
         }
+    }
+
+    /// The handshake inside (a join's only once its roles are decided).
+    pub fn hs(&self) -> Option<&Handshake> {
+        match self {
+            Machine::Hs(h) => Some(h),
+            Machine::Spawn(p) => Some(p.handshake()),
+            Machine::Join(j) => j.handshake(),
+        }
+    }
+
+    /// Where the machine is: a join that has not decided its roles is in
+    /// `JoinExchange`, or `Failed` if it failed there.
+    pub fn phase(&self) -> Phase {
+        match (self.hs(), self) {
+            (Some(h), _) => h.phase(),
+            (None, Machine::Join(j)) if j.error().is_some() => Phase::Failed,
+            (None, _) => Phase::JoinExchange,
+        }
+    }
+
+    /// The inter-group, once `Done`.
+    pub fn intergroup(&self) -> Option<&InterGroup> {
+        self.hs().and_then(Handshake::intergroup)
+    }
+
+    /// The remote group's triple, once known.
+    pub fn remote(&self) -> Option<GroupHeader> {
+        self.hs().and_then(Handshake::remote)
+    }
+
+    /// What the handshake's datagram layer delivered (see the module doc).
+    pub fn delivered_datagrams(&self) -> &[Vec<u8>] {
+        self.hs().map_or(&[], Handshake::delivered_datagrams)
     }
 }
 
@@ -372,6 +434,9 @@ pub struct RootState {
     pub corrupt_next: bool,
     /// The launcher reported this spawn's launch as failed (and the machine took it).
     pub launch_failed: bool,
+    /// Kinds of the messages this root wrote on the bootstrap stream (hybrid bootstrap
+    /// only, SPAWN-9).
+    pub stream_kinds: BTreeSet<&'static str>,
 }
 
 impl RootState {
@@ -395,6 +460,7 @@ impl RootState {
             retransmitted: BTreeSet::new(),
             corrupt_next: false,
             launch_failed: false,
+            stream_kinds: BTreeSet::new(),
         }
     }
 
@@ -460,6 +526,7 @@ impl SpawnNode {
             RootSpec::Accept { group_id, size }
             | RootSpec::Spawn { group_id, size, .. }
             | RootSpec::Connect { group_id, size, .. } => (*group_id, *size),
+            RootSpec::Join { group_id, .. } => (*group_id, 1),
             RootSpec::Child => return,
         };
         let Ok(context_id) = job.ctx.allocate() else {
@@ -498,18 +565,21 @@ impl SpawnNode {
                 },
             )
             .map(|p| Machine::Spawn(p.into())),
+            RootSpec::Join { .. } => {
+                Join::new(now, port_of(me, slot, boot), cfg).map(|j| Machine::Join(j.into()))
+            }
             RootSpec::Child => return,
         };
         let mut machine = machine.expect("model configurations are valid");
-        match &mut machine {
-            Machine::Hs(h) => h.plant(self.bugs),
-            Machine::Spawn(p) => p.plant(self.bugs),
-        }
-        let role = machine.hs().role();
+        machine.plant(self.bugs);
+        // A join's group is its root alone: no member needs the role it decides later.
+        let role = machine.hs().map_or(Role::Initiator, Handshake::role);
         let root = &mut job.roots[usize::from(slot)];
         Self::start_members(root, role, local, len, me);
-        if let RootSpec::Connect { to, .. } = spec {
-            root.peer = Some(*to);
+        match spec {
+            RootSpec::Connect { to, .. } => root.peer = Some(*to),
+            RootSpec::Join { partner, .. } => root.peer = Some(*partner),
+            _ => {}
         }
         root.machine = Some(machine);
     }
@@ -588,24 +658,35 @@ impl SpawnNode {
                 Output::OpenStream { to } => {
                     root.stream_peer = Some((Id::from(usize::from(to.0[0])), to.0[1]));
                 }
-                Output::SendStream { bytes } => match root.stream_peer {
-                    Some((peer, to)) if !root.stream_closed => o.send(
-                        peer,
-                        SpawnMsg::Stream {
-                            to,
-                            from: slot,
-                            bytes,
-                        },
-                    ),
-                    _ => tracing::warn!("model: stream bytes without an open stream dropped"),
-                },
+                Output::SendStream { bytes } => {
+                    if matches!(self.params.boot, Bootstrap::Hybrid { .. }) {
+                        let kind = HsMsg::decode(&bytes).map_or("undecodable", |m| m.name());
+                        root.stream_kinds.insert(kind);
+                    }
+                    match root.stream_peer {
+                        Some((peer, to)) if !root.stream_closed => o.send(
+                            peer,
+                            SpawnMsg::Stream {
+                                to,
+                                from: slot,
+                                bytes,
+                            },
+                        ),
+                        _ => tracing::warn!("model: stream bytes without an open stream dropped"),
+                    }
+                }
                 Output::CloseStream => {
                     if let (Some((peer, to)), false) = (root.stream_peer, root.stream_closed) {
                         o.send(peer, SpawnMsg::StreamClosed { to });
                     }
                     root.stream_closed = true;
                 }
-                Output::SendJoin { .. } => {}
+                Output::SendJoin { bytes } => {
+                    if let RootSpec::Join { partner, .. } = &self.roots[usize::from(slot)] {
+                        let to = partner.1;
+                        o.send(Id::from(partner.0), SpawnMsg::JoinBytes { to, bytes });
+                    }
+                }
                 Output::Launch { env, .. } => {
                     root.launches += 1;
                     if let RootSpec::Spawn { child, .. } = &self.roots[usize::from(slot)] {
@@ -646,7 +727,7 @@ impl SpawnNode {
             Some(_) => o.set_timer(SlotTimer(slot, TimerKind::Deadline), model_timeout()),
             None => o.cancel_timer(SlotTimer(slot, TimerKind::Deadline)),
         }
-        if matches!(machine.hs().phase(), Phase::Done | Phase::Failed) {
+        if matches!(machine.phase(), Phase::Done | Phase::Failed) {
             // A decided handshake sends no more segments worth corrupting, and the
             // launcher's verdict no longer matters to a decided spawn.
             o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
@@ -668,7 +749,7 @@ impl SpawnNode {
         let Some(machine) = root.machine.as_mut() else {
             return;
         };
-        let listening = machine.hs().phase() == Phase::Listening;
+        let listening = machine.phase() == Phase::Listening;
         let source = match from.0.as_slice() {
             [actor, slot, ..] => Some((usize::from(*actor), *slot)),
             _ => None,
@@ -693,7 +774,7 @@ impl SpawnNode {
             // Rejected: the machine is unchanged (SPAWN-10).
             return;
         }
-        if listening && machine.hs().phase() != Phase::Listening {
+        if listening && machine.phase() != Phase::Listening {
             root.peer = source;
         }
         self.mirror_delivered(root);
@@ -704,7 +785,7 @@ impl SpawnNode {
         let Some(machine) = root.machine.as_ref() else {
             return;
         };
-        let log = machine.hs().delivered_datagrams();
+        let log = machine.delivered_datagrams();
         for m in log.get(root.delivered.len()..).unwrap_or_default() {
             if matches!(HsMsg::decode(m), Ok(HsMsg::Endpoints { .. })) {
                 root.heard_endpoints = true;
@@ -765,11 +846,11 @@ impl Actor for SpawnNode {
                 if let Some(m) = root.machine.as_mut() {
                     // Each stream message is one encoded frame (one `SendStream`).
                     let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
-                    let listening = m.hs().phase() == Phase::Listening;
+                    let listening = m.phase() == Phase::Listening;
                     if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {
                         root.heard_endpoints = true;
                     }
-                    if listening && m.hs().phase() != Phase::Listening {
+                    if listening && m.phase() != Phase::Listening {
                         root.peer = Some((usize::from(src), from));
                     }
                 }
@@ -795,6 +876,15 @@ impl Actor for SpawnNode {
                         self.drain(me, job, slot, o);
                     }
                 }
+            }
+            SpawnMsg::JoinBytes { to, bytes } => {
+                let Some(root) = job.roots.get_mut(usize::from(to)) else {
+                    return;
+                };
+                if let Some(m) = root.machine.as_mut() {
+                    let _ = m.handle(job.now, Input::JoinStream { bytes });
+                }
+                self.drain(me, job, to, o);
             }
             SpawnMsg::Kill => {
                 for slot in 0..self.roots.len() as Slot {
@@ -827,7 +917,7 @@ impl Actor for SpawnNode {
             }
             (TimerKind::Corrupt, Some(_)) => root.corrupt_next = true,
             (TimerKind::LaunchFails, Some(m))
-                if !matches!(m.hs().phase(), Phase::Done | Phase::Failed) =>
+                if !matches!(m.phase(), Phase::Done | Phase::Failed) =>
             {
                 let failed = Input::LaunchFailed {
                     reason: "model: the launcher could not start the children".into(),

@@ -698,10 +698,15 @@ impl Handshake {
             return;
         }
         // SPAWN-9: the acceptor applies the rule and tells the initiator the result.
+        let remote_size = if self.bugs.has(crate::bugs::Bug::HybridRuleLocalSizeOnly) {
+            self.cfg.local.size
+        } else {
+            header.size
+        };
         let via = self
             .port
             .boot
-            .endpoint_transport(self.cfg.local.size, header.size);
+            .endpoint_transport(self.cfg.local.size, remote_size);
         self.endpoints_via = Some(via);
         let ack = HsMsg::HelloAck {
             session,
