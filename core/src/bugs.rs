@@ -187,6 +187,29 @@ pub enum Bug {
     /// as if `RC-15` allowed one per job, while the queue is still released per
     /// application: the other application's request is never started (`RC-15`).
     OneChangePerJob,
+    // issue 13, session 20: spawn scenarios
+    /// An acceptor takes a Hello from another address, while it swaps endpoint tables,
+    /// for its initiator restarting and starts over with the sender, instead of refusing
+    /// it (`UnknownPeer`): the first initiator may already be `Ready` with it
+    /// (`SPAWN-4`, `SPAWN-10`).
+    NewestHelloWins,
+    /// On equal `high` flags the merge puts the group with the smaller *or equal* id
+    /// first, without the acceptor tie-break: with equal group ids each side puts itself
+    /// first (`SPAWN-15`).
+    MergeTieLocalFirst,
+    /// The datagram layer does not verify a frame's CRC-32, trusting the link's own
+    /// checksum (InfiniBand's ICRC), so a corrupted payload is parsed (`SPAWN-12`).
+    SkipDatagramChecksum,
+    /// A spawn parent told that the launch failed reports `Failed` and kills the
+    /// children but leaves its handshake listening, so a child that did start still
+    /// connects and the spawn turns `Ready` (`SPAWN-8`).
+    LaunchFailureKeepsListening,
+    /// The acceptor applies the hybrid rule to its own group's size only, not the
+    /// larger of both, so a large initiator's table is sent on datagrams (`SPAWN-9`).
+    HybridRuleLocalSizeOnly,
+    /// The ends of a join compare their ports' tags instead of the whole names: two
+    /// processes' first ports share tag 0, so both take the same role (`SPAWN-14`).
+    JoinCompareTags,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -165,3 +165,72 @@ fn join_rejects_garbage_on_the_join_stream_unchanged() {
         assert_eq!(j, before);
     }
 }
+
+/// Moves every datagram `from` queued to `to`, which sees it sent from `addr`; returns
+/// the results of `to`'s `handle`.
+fn pump(from: &mut Handshake, addr: &[u8], to: &mut Handshake) -> Vec<Result<(), SpawnError>> {
+    let mut results = Vec::new();
+    while let Some(o) = from.poll_output() {
+        if let dynres_core::spawn::Output::SendDatagram { bytes, .. } = o {
+            let input = dynres_core::spawn::Input::Datagram {
+                from: dynres_core::spawn::Addr(addr.to_vec()),
+                bytes,
+            };
+            results.push(to.handle(Instant(1), input));
+        }
+    }
+    results
+}
+
+#[test]
+fn a_second_initiator_with_the_same_session_is_refused_and_equal_ids_merge_alike() {
+    // SPAWN-10 and spec/spawn.md §10: one connection per accept. Two jobs' groups may
+    // share a group id, hence a session; only the address tells them apart. SPAWN-15:
+    // on equal group ids and equal `high` flags the acceptor's group comes first.
+    let port = PortName::parse("dynres:1:dgram:a0:a1:0").unwrap();
+    let cfg = spawn_sim::ChildCfg::default();
+    let header = |size| GroupHeader {
+        group_id: 2,
+        size,
+        context_id: 1,
+    };
+    let mut server = Handshake::accept(
+        Instant(0),
+        port.clone(),
+        hs_config(header(2), endpoints(2, 2, 20), &cfg),
+    )
+    .unwrap();
+    let mut a = Handshake::connect(
+        Instant(0),
+        port.clone(),
+        hs_config(header(1), endpoints(2, 1, 20), &cfg),
+    )
+    .unwrap();
+    let mut b_eps = endpoints(2, 1, 20);
+    b_eps[0].0[0] = 0xbb;
+    let mut b = Handshake::connect(Instant(0), port, hs_config(header(1), b_eps, &cfg)).unwrap();
+    assert!(pump(&mut a, b"A", &mut server).iter().all(Result::is_ok));
+    let before = server.clone();
+    let refused = pump(&mut b, b"B", &mut server);
+    assert_eq!(refused, vec![Err(SpawnError::UnknownPeer)]);
+    assert_eq!(server, before, "a refused datagram changes nothing");
+    for _ in 0..4 {
+        pump(&mut server, &[0xa0], &mut a);
+        pump(&mut a, b"A", &mut server);
+    }
+    let (sig, aig) = (server.intergroup().unwrap(), a.intergroup().unwrap());
+    assert_eq!(
+        (sig.remote, aig.remote),
+        (a.config().local, server.config().local)
+    );
+    assert_eq!(sig.remote_endpoints, a.config().local_endpoints);
+    assert!(b.intergroup().is_none());
+    for (hs, ha) in [(false, false), (true, true), (false, true), (true, false)] {
+        let (ms, ma) = (merge(sig, hs, ha), merge(aig, ha, hs));
+        assert_eq!(ms.members, ma.members);
+        assert_eq!(ms.endpoints, ma.endpoints);
+        let server_first = hs == ha || !hs;
+        assert_eq!(ms.rank, if server_first { 0 } else { 1 });
+        assert_eq!(ma.rank, if server_first { 2 } else { 0 });
+    }
+}

@@ -337,6 +337,42 @@ pub fn corpus() -> Vec<Planted> {
             "fair-rc-2apps-sub-add-1n-3e-1new",
             "RC-15 under fairness every request is decided, queued ones included",
         ),
+        // issue 13, session 20: spawn scenarios
+        p(
+            NewestHelloWins,
+            "spawn-two-initiators-dgram",
+            "SPAWN-4 each connection pairs one initiator with one accept",
+        ),
+        p(
+            NewestHelloWins,
+            "spawn-two-initiators-dgram",
+            "SPAWN-10 no root mixes two peers",
+        ),
+        p(
+            MergeTieLocalFirst,
+            "spawn-two-initiators-dgram",
+            "SPAWN-15 both sides merge in the spec's order",
+        ),
+        p(
+            SkipDatagramChecksum,
+            "spawn-connect-dgram-corrupt",
+            "SPAWN-10 SPAWN-12 a corrupted datagram is rejected and changes nothing",
+        ),
+        p(
+            LaunchFailureKeepsListening,
+            "spawn-launch-fails-stream",
+            "SPAWN-8 a failed launch fails the spawn and leaves no handle",
+        ),
+        p(
+            HybridRuleLocalSizeOnly,
+            "spawn-connect-hybrid",
+            "SPAWN-9 every message travels on the transport the rule gives",
+        ),
+        p(
+            JoinCompareTags,
+            "spawn-join-stream",
+            "SPAWN-14 a join's ends take opposite roles, the lower port accepting",
+        ),
     ]
 }
 

@@ -10,11 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dynres_core::Duration;
 use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::SEGMENT_OVERHEAD;
-use dynres_core::spawn::{Bootstrap, DatagramConfig, Phase};
+use dynres_core::spawn::{
+    Bootstrap, DatagramConfig, HsMsg, InterGroup, Phase, Role, Transport, merge_planted,
+};
 use stateright::Expectation;
 use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
 
-use crate::spawn_model::{HsParams, JobState, RootSpec, RootState, Slot, SpawnNode};
+use crate::spawn_model::{
+    Faults, HsParams, JobState, RootSpec, RootState, Slot, SpawnNode, endpoints, port_of,
+};
 
 /// A root: (actor index, slot).
 pub type RootAt = (usize, Slot);
@@ -26,6 +30,9 @@ pub enum Net {
     Ordered,
     /// Unordered, every message deliverable any number of times (UD duplicates).
     Duplicating,
+    /// Unordered, every message delivered exactly once (nothing lost or duplicated:
+    /// retransmissions still happen, when a timer fires before the acknowledgement).
+    Unordered,
     /// Unordered, no duplication, any message may be lost; at most `max_in_flight`
     /// messages in flight (a bound, counted when it cuts).
     Lossy {
@@ -47,6 +54,18 @@ pub enum Reach {
     ChildrenKilled,
     /// A message of more than one datagram segment was delivered.
     Segmented,
+    /// An acceptor is ready with one initiator while another initiator of its port failed.
+    OneServedOneRefused,
+    /// Two connected roots with equal group ids are both ready (the merge's tie-break).
+    EqualIdsReady,
+    /// Both roots ready, and a segment whose corrupted copy was rejected was retransmitted.
+    ReadyAfterCorruption,
+    /// A corrupted copy was rejected and some root failed.
+    FailedAfterCorruption,
+    /// The launcher reported a failed launch and the children were killed.
+    LaunchFailedKilled,
+    /// Both roots ready with the endpoint tables carried on the stream (hybrid).
+    TablesOnStream,
 }
 
 /// What the properties need to know about the model (stateright's model `cfg`).
@@ -60,8 +79,16 @@ pub struct SpawnBounds {
     pub pairs: Vec<(RootAt, RootAt)>,
     /// Spawns: (parent root, children's actor).
     pub spawns: Vec<(RootAt, usize)>,
+    /// Joins: (the end that must initiate, the end that must accept).
+    pub joins: Vec<(RootAt, RootAt)>,
     /// Datagram payload bytes per segment.
     pub per_segment: usize,
+    /// The bootstrap of every port.
+    pub boot: Bootstrap,
+    /// Bytes per endpoint address (to recompute a group's table, `endpoints`).
+    pub endpoint_len: usize,
+    /// Planted bugs, for the properties that call core functions themselves (`merge`).
+    pub bugs: Bugs,
 }
 
 /// The model type of every spawn configuration.
@@ -84,6 +111,8 @@ pub struct SpawnModelConfig {
     pub reach: &'static [Reach],
     /// Planted bugs (none for the clean gate).
     pub bugs: Bugs,
+    /// Faults of the environment.
+    pub faults: Faults,
 }
 
 fn root(s: &SpawnState, (a, slot): RootAt) -> &RootState {
@@ -95,24 +124,84 @@ fn all_roots(s: &SpawnState) -> impl Iterator<Item = &RootState> {
     s.actor_states.iter().flat_map(|j| j.roots.iter())
 }
 
+/// Every root with where it is.
+fn roots_at(s: &SpawnState) -> impl Iterator<Item = (RootAt, &RootState)> {
+    s.actor_states.iter().enumerate().flat_map(|(a, j)| {
+        j.roots
+            .iter()
+            .enumerate()
+            .map(move |(slot, r)| ((a, slot as Slot), r))
+    })
+}
+
+fn intergroup(r: &RootState) -> Option<&InterGroup> {
+    r.machine.as_ref().and_then(|m| m.intergroup())
+}
+
+/// Whether initiator `i` and acceptor `a` talk to each other: each is the other's peer.
+fn connected(s: &SpawnState, i: RootAt, a: RootAt) -> bool {
+    root(s, a).peer == Some(i) && root(s, i).peer == Some(a)
+}
+
+/// `y`'s inter-group is `x`'s seen from the other side: same session, triples and
+/// tables swapped, opposite roles.
+fn mirrors(x: &InterGroup, y: &InterGroup) -> bool {
+    x.session == y.session
+        && x.role != y.role
+        && x.local == y.remote
+        && x.remote == y.local
+        && x.local_endpoints == y.remote_endpoints
+        && x.remote_endpoints == y.local_endpoints
+}
+
+/// SPAWN-15, from the spec's words rather than `merge`'s code: for the acceptor's and
+/// the initiator's inter-groups and the two `high` flags, whether the acceptor's group
+/// comes first, and the merged (group id, rank) list with its endpoints.
+fn spec_merge_order(
+    acc: &InterGroup,
+    ini: &InterGroup,
+    acc_high: bool,
+    ini_high: bool,
+) -> (bool, Vec<(u64, u32)>, Vec<dynres_core::spawn::Addr>) {
+    let acc_first = if acc_high != ini_high {
+        // The group that passed high = false comes first.
+        !acc_high
+    } else if acc.local.group_id != ini.local.group_id {
+        // A tie: the smaller group id first...
+        acc.local.group_id < ini.local.group_id
+    } else {
+        // ...the acceptor's on equal ids.
+        true
+    };
+    let (first, second) = if acc_first { (acc, ini) } else { (ini, acc) };
+    let mut members = Vec::new();
+    let mut eps = Vec::new();
+    for g in [first, second] {
+        for (r, e) in g.local_endpoints.iter().enumerate() {
+            members.push((g.local.group_id, r as u32));
+            eps.push(e.clone());
+        }
+    }
+    (acc_first, members, eps)
+}
+
 fn terminal(s: &SpawnState) -> bool {
     s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none())
 }
 
 fn phase(r: &RootState) -> Option<Phase> {
-    r.machine.as_ref().map(|m| m.hs().phase())
+    r.machine.as_ref().map(|m| m.phase())
 }
 
 fn ready(r: &RootState) -> bool {
-    r.machine
-        .as_ref()
-        .is_some_and(|m| m.hs().intergroup().is_some())
+    r.machine.as_ref().is_some_and(|m| m.intergroup().is_some())
 }
 
 impl SpawnModelConfig {
     fn bounds(&self) -> SpawnBounds {
         let mut pairs = Vec::new();
         let mut spawns = Vec::new();
+        let mut joins = Vec::new();
         for (a, (_, roots)) in self.actors.iter().enumerate() {
             for (slot, spec) in roots.iter().enumerate() {
                 let here = (a, slot as Slot);
@@ -123,7 +212,19 @@ impl SpawnModelConfig {
                         pairs.push(((*child, 0), here));
                         spawns.push((here, *child));
                     }
-                    RootSpec::Accept { .. } | RootSpec::Child => {}
+                    RootSpec::Join { partner, .. } if here < *partner => {
+                        // SPAWN-14: the lower port accepts.
+                        let boot = self.params.boot;
+                        let mine = port_of(here.0, here.1, boot).to_string();
+                        let theirs = port_of(partner.0, partner.1, boot).to_string();
+                        pairs.push(if mine < theirs {
+                            (*partner, here)
+                        } else {
+                            (here, *partner)
+                        });
+                        joins.push(*pairs.last().expect("just pushed"));
+                    }
+                    RootSpec::Accept { .. } | RootSpec::Child | RootSpec::Join { .. } => {}
                 }
             }
         }
@@ -135,8 +236,19 @@ impl SpawnModelConfig {
             cuts: Arc::new(AtomicUsize::new(0)),
             pairs,
             spawns,
+            joins,
             per_segment: self.params.datagram.mtu - SEGMENT_OVERHEAD,
+            boot: self.params.boot,
+            endpoint_len: self.params.endpoint_len,
+            bugs: self.bugs,
         }
+    }
+
+    fn joins_are_empty(&self) -> bool {
+        !self
+            .actors
+            .iter()
+            .any(|(_, r)| r.iter().any(|s| matches!(s, RootSpec::Join { .. })))
     }
 
     /// Actor labels for traces.
@@ -154,11 +266,13 @@ impl SpawnModelConfig {
                 roots: roots.clone(),
                 params: self.params,
                 bugs: self.bugs,
+                faults: self.faults,
             });
         }
         model = match self.net {
             Net::Ordered => model.init_network(Network::new_ordered([])),
             Net::Duplicating => model.init_network(Network::new_unordered_duplicating([])),
+            Net::Unordered => model.init_network(Network::new_unordered_nonduplicating([])),
             Net::Lossy { .. } => model
                 .init_network(Network::new_unordered_nonduplicating([]))
                 .lossy_network(LossyNetwork::Yes)
@@ -191,7 +305,12 @@ impl SpawnModelConfig {
                         let (Some(mi), Some(ma)) = (&ri.machine, &ra.machine) else {
                             return true;
                         };
-                        match (mi.hs().intergroup(), ma.hs().intergroup()) {
+                        if ra.peer != Some(i) {
+                            // The acceptor serves another initiator of its port; the
+                            // pairing property below judges this one.
+                            return true;
+                        }
+                        match (mi.intergroup(), ma.intergroup()) {
                             (Some(x), Some(y)) => {
                                 x.local == y.remote && x.remote == y.local && x.session == y.session
                             }
@@ -205,7 +324,7 @@ impl SpawnModelConfig {
                 "SPAWN-4 SPAWN-7 members hold their root's inter-group",
                 |_, s| {
                     all_roots(s).all(|r| {
-                        let root_ig = r.machine.as_ref().and_then(|m| m.hs().intergroup());
+                        let root_ig = r.machine.as_ref().and_then(|m| m.intergroup());
                         r.members.iter().all(|mem| match mem.intergroup() {
                             None => true,
                             Some(ig) => root_ig.is_some_and(|rig| {
@@ -236,17 +355,18 @@ impl SpawnModelConfig {
             .property(
                 Expectation::Always,
                 "SPAWN-16 Done implies the peer has our triple and table",
-                |m, s| {
-                    m.cfg.pairs.iter().all(|&(i, a)| {
-                        [(i, a), (a, i)].into_iter().all(|(x, y)| {
-                            let (rx, ry) = (root(s, x), root(s, y));
-                            // A killed child has nothing to check.
-                            let (Some(mx), Some(my)) = (&rx.machine, &ry.machine) else {
-                                return true;
-                            };
-                            mx.hs().phase() != Phase::Done
-                                || (my.hs().remote() == rx.local && ry.heard_endpoints)
-                        })
+                |_, s| {
+                    roots_at(s).all(|(_, rx)| {
+                        let Some(mx) = &rx.machine else { return true };
+                        if mx.phase() != Phase::Done {
+                            return true;
+                        }
+                        // A Done acceptor learnt its peer from the Hello it took.
+                        let Some(y) = rx.peer else { return false };
+                        let ry = root(s, y);
+                        // A killed child has nothing to check.
+                        let Some(my) = &ry.machine else { return true };
+                        my.remote() == rx.local && ry.heard_endpoints
                     })
                 },
             )
@@ -264,6 +384,89 @@ impl SpawnModelConfig {
                                         .iter()
                                         .all(|m| m.intergroup().is_some() || m.error().is_some()))
                         })
+                },
+            )
+            .property(
+                Expectation::Always,
+                "SPAWN-4 each connection pairs one initiator with one accept",
+                |_, s| {
+                    roots_at(s).all(|(x, rx)| {
+                        let Some(ig) = intergroup(rx) else {
+                            return true;
+                        };
+                        let Some(y) = rx.peer else { return false };
+                        // The peer, once ready, holds the mirror image and calls x its
+                        // peer; no other root holds a mirror of x's inter-group.
+                        let peer_ok = match intergroup(root(s, y)) {
+                            Some(py) => mirrors(ig, py) && root(s, y).peer == Some(x),
+                            None => true,
+                        };
+                        peer_ok
+                            && roots_at(s).all(|(z, rz)| {
+                                z == x || z == y || intergroup(rz).is_none_or(|iz| !mirrors(ig, iz))
+                            })
+                    })
+                },
+            )
+            .property(
+                Expectation::Always,
+                "SPAWN-10 no root mixes two peers",
+                |m, s| {
+                    // The remote triple a root holds is its peer's, and so is the
+                    // remote table (every group's table names its actor).
+                    roots_at(s).all(|(_, rx)| {
+                        let Some(mx) = &rx.machine else { return true };
+                        let Some(remote) = mx.remote() else {
+                            return true;
+                        };
+                        let Some(y) = rx.peer else { return false };
+                        let triple_ok = root(s, y).local.is_none_or(|l| l == remote);
+                        let table_ok = intergroup(rx).is_none_or(|ig| {
+                            ig.remote_endpoints
+                                == endpoints(remote.group_id, remote.size, m.cfg.endpoint_len, y.0)
+                        });
+                        triple_ok && table_ok
+                    })
+                },
+            )
+            .property(
+                Expectation::Always,
+                "SPAWN-15 both sides merge in the spec's order",
+                |m, s| {
+                    // Every connected pair that both hold the inter-group, roots and
+                    // members, all four `high` combinations.
+                    m.cfg.pairs.iter().all(|&(i, a)| {
+                        if !connected(s, i, a) {
+                            return true;
+                        }
+                        let (ri, ra) = (root(s, i), root(s, a));
+                        let (Some(ini), Some(acc)) = (intergroup(ri), intergroup(ra)) else {
+                            return true;
+                        };
+                        let side = |r: &'_ RootState| -> Vec<InterGroup> {
+                            intergroup(r)
+                                .into_iter()
+                                .cloned()
+                                .chain(r.members.iter().filter_map(|mem| mem.intergroup().cloned()))
+                                .collect()
+                        };
+                        let (acc_side, ini_side) = (side(ra), side(ri));
+                        [(false, false), (false, true), (true, false), (true, true)]
+                            .into_iter()
+                            .all(|(ha, hi)| {
+                                let (acc_first, members, eps) = spec_merge_order(acc, ini, ha, hi);
+                                let check = |ig: &InterGroup, mine: bool, theirs: bool| {
+                                    let got = merge_planted(ig, mine, theirs, m.cfg.bugs);
+                                    let local_first = acc_first == (ig.role == Role::Acceptor);
+                                    let offset = if local_first { 0 } else { ig.remote.size };
+                                    got.members == members
+                                        && got.endpoints == eps
+                                        && got.rank == offset + ig.local_rank
+                                };
+                                acc_side.iter().all(|ig| check(ig, ha, hi))
+                                    && ini_side.iter().all(|ig| check(ig, hi, ha))
+                            })
+                    })
                 },
             );
         if spawns {
@@ -306,21 +509,117 @@ impl SpawnModelConfig {
                 },
             );
         }
+        if self.faults.corrupt.is_some() {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-10 SPAWN-12 a corrupted datagram is rejected and changes nothing",
+                |_, s| all_roots(s).all(|r| !r.corrupt_accepted),
+            );
+        }
+        if let Bootstrap::Hybrid { .. } = self.params.boot {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-9 every message travels on the transport the rule gives",
+                |m, s| {
+                    all_roots(s).all(|r| {
+                        let Some(mach) = &r.machine else { return true };
+                        // Hello and HelloAck never go on the stream.
+                        let hello_ok = !r.stream_kinds.contains("Hello")
+                            && !r.stream_kinds.contains("HelloAck");
+                        let (Some(local), Some(remote)) = (r.local, mach.remote()) else {
+                            return hello_ok;
+                        };
+                        let rule = m.cfg.boot.endpoint_transport(local.size, remote.size);
+                        let via_ok = mach
+                            .hs()
+                            .and_then(|h| h.endpoints_via())
+                            .is_none_or(|v| v == rule);
+                        let tables = ["Endpoints", "EndpointsAck"];
+                        let on_stream = tables.iter().any(|k| r.stream_kinds.contains(k));
+                        let on_dgram = r.sent_seqs().into_iter().any(|q| {
+                            r.sent_message(q)
+                                .and_then(|b| HsMsg::decode(&b).ok())
+                                .is_some_and(|msg| tables.contains(&msg.name()))
+                        });
+                        hello_ok
+                            && via_ok
+                            && match rule {
+                                Transport::Stream => !on_dgram,
+                                Transport::Datagram => !on_stream,
+                            }
+                    })
+                },
+            );
+        }
+        if !self.joins_are_empty() {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-14 a join's ends take opposite roles, the lower port accepting",
+                |m, s| {
+                    m.cfg.joins.iter().all(|&(i, a)| {
+                        let role = |x| {
+                            root(s, x)
+                                .machine
+                                .as_ref()
+                                .and_then(|m| m.hs())
+                                .map(|h| h.role())
+                        };
+                        role(i).is_none_or(|r| r == Role::Initiator)
+                            && role(a).is_none_or(|r| r == Role::Acceptor)
+                    })
+                },
+            );
+        }
+        if self.faults.launch_may_fail {
+            model = model.property(
+                Expectation::Always,
+                "SPAWN-8 a failed launch fails the spawn and leaves no handle",
+                |m, s| {
+                    m.cfg.spawns.iter().all(|&(p, child)| {
+                        let parent = root(s, p);
+                        if !parent.launch_failed {
+                            return true;
+                        }
+                        let children = root(s, (child, 0));
+                        let no_handle = |r: &RootState| {
+                            r.handle.is_none()
+                                && intergroup(r).is_none()
+                                && r.members.iter().all(|mem| mem.intergroup().is_none())
+                        };
+                        // The parent's context id went back with the failed attempt.
+                        let ctx_free = parent
+                            .local
+                            .is_none_or(|l| !s.actor_states[p.0].ctx.is_live(l.context_id));
+                        // A child may be Ready for a moment (the parent's table and ack
+                        // were on their way when the launch failed) until the parent's
+                        // Abort or kill reaches it: judged once everything settled.
+                        phase(parent) == Some(Phase::Failed)
+                            && no_handle(parent)
+                            && ctx_free
+                            && (!terminal(s) || no_handle(children))
+                    })
+                },
+            );
+        }
         if datagrams {
             model = model.property(
                 Expectation::Always,
                 "SPAWN-11 SPAWN-12 datagram delivery is exactly once and as sent",
-                |m, s| {
-                    m.cfg.pairs.iter().all(|&(i, a)| {
-                        [(i, a), (a, i)].into_iter().all(|(to, from)| {
-                            let (rx, tx) = (root(s, to), root(s, from));
-                            let once = rx.delivered.iter().collect::<BTreeSet<_>>().len()
-                                == rx.delivered.len();
-                            let seqs = tx.sent_seqs();
-                            once && rx.delivered.iter().all(|d| {
-                                seqs.iter().any(|q| tx.sent_message(*q).as_ref() == Some(d))
-                            })
-                        })
+                |_, s| {
+                    // What a root delivered came from its peer (an acceptor has one once
+                    // a Hello opened its session; before, it delivered nothing).
+                    roots_at(s).all(|(_, rx)| {
+                        let once = rx.delivered.iter().collect::<BTreeSet<_>>().len()
+                            == rx.delivered.len();
+                        let Some(y) = rx.peer else {
+                            return once && rx.delivered.is_empty();
+                        };
+                        let tx = root(s, y);
+                        let seqs = tx.sent_seqs();
+                        once && rx
+                            .delivered
+                            .iter()
+                            .all(|d| seqs.iter().any(|q| tx.sent_message(*q).as_ref() == Some(d)))
                     })
                 },
             );
@@ -359,6 +658,82 @@ impl SpawnModelConfig {
                     |m, s| {
                         all_roots(s)
                             .any(|r| r.delivered.iter().any(|d| d.len() > m.cfg.per_segment))
+                    },
+                ),
+                Reach::OneServedOneRefused => model.property(
+                    Expectation::Sometimes,
+                    "reach one initiator served, another of the port refused",
+                    |m, s| {
+                        m.cfg.pairs.iter().any(|&(i, a)| {
+                            ready(root(s, i))
+                                && ready(root(s, a))
+                                && m.cfg.pairs.iter().any(|&(j, b)| {
+                                    b == a && j != i && phase(root(s, j)) == Some(Phase::Failed)
+                                })
+                        })
+                    },
+                ),
+                Reach::EqualIdsReady => model.property(
+                    Expectation::Sometimes,
+                    "reach both roots ready with equal group ids",
+                    |m, s| {
+                        m.cfg.pairs.iter().any(|&(i, a)| {
+                            connected(s, i, a)
+                                && match (intergroup(root(s, i)), intergroup(root(s, a))) {
+                                    (Some(x), Some(y)) => x.local.group_id == y.local.group_id,
+                                    _ => false,
+                                }
+                        })
+                    },
+                ),
+                Reach::ReadyAfterCorruption => model.property(
+                    Expectation::Sometimes,
+                    "reach both roots ready after a corrupted segment was retransmitted",
+                    |m, s| {
+                        m.cfg.pairs.iter().any(|&(i, a)| {
+                            let (ri, ra) = (root(s, i), root(s, a));
+                            ready(ri)
+                                && ready(ra)
+                                && [(ri, ra), (ra, ri)].into_iter().any(|(rx, tx)| {
+                                    rx.corrupt_rejected
+                                        .iter()
+                                        .any(|id| tx.retransmitted.contains(id))
+                                })
+                        })
+                    },
+                ),
+                Reach::FailedAfterCorruption => model.property(
+                    Expectation::Sometimes,
+                    "reach FAILED after a corrupted datagram was rejected",
+                    |_, s| {
+                        all_roots(s).any(|r| !r.corrupt_rejected.is_empty())
+                            && all_roots(s).any(|r| phase(r) == Some(Phase::Failed))
+                    },
+                ),
+                Reach::TablesOnStream => model.property(
+                    Expectation::Sometimes,
+                    "reach both roots ready with the tables on the stream",
+                    |m, s| {
+                        m.cfg.pairs.iter().any(|&(i, a)| {
+                            [i, a].into_iter().all(|x| {
+                                let r = root(s, x);
+                                ready(r)
+                                    && r.machine
+                                        .as_ref()
+                                        .and_then(|m| m.hs())
+                                        .and_then(|h| h.endpoints_via())
+                                        == Some(Transport::Stream)
+                            })
+                        })
+                    },
+                ),
+                Reach::LaunchFailedKilled => model.property(
+                    Expectation::Sometimes,
+                    "reach a failed launch with its children killed",
+                    |m, s| {
+                        m.cfg.spawns.iter().any(|&(p, child)| {
+                            root(s, p).launch_failed && root(s, (child, 0)).killed
+                        })
                     },
                 ),
             };
@@ -401,6 +776,8 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
         child,
         child_group_id,
     };
+    let accept = |group_id, size| vec![RootSpec::Accept { group_id, size }];
+    let connect = |group_id, size, to| vec![RootSpec::Connect { group_id, size, to }];
     vec![
         SpawnModelConfig {
             name: "spawn-connect-stream",
@@ -412,32 +789,18 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             net: Net::Ordered,
             reach: &[BothReady, Failed, ChildrenKilled],
             bugs: Bugs::NONE,
+            faults: Faults::default(),
         },
         SpawnModelConfig {
             name: "spawn-connect-dgram-dup",
-            actors: vec![
-                (
-                    "server",
-                    vec![RootSpec::Accept {
-                        group_id: 1,
-                        size: 1,
-                    }],
-                ),
-                (
-                    "client",
-                    vec![RootSpec::Connect {
-                        group_id: 2,
-                        size: 2,
-                        to: (0, 0),
-                    }],
-                ),
-            ],
+            actors: vec![("server", accept(1, 1)), ("client", connect(2, 2, (0, 0)))],
             // Nothing is lost here, so retransmission is not needed for progress: it is
             // exercised by the lossy configuration, and without it this one stays small.
             params: dgram_params(0),
             net: Net::Duplicating,
             reach: &[BothReady, Failed, Segmented],
             bugs: Bugs::NONE,
+            faults: Faults::default(),
         },
         SpawnModelConfig {
             name: "spawn-parent-dgram-dup",
@@ -449,30 +812,16 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             net: Net::Duplicating,
             reach: &[BothReady, Failed, ChildrenKilled, Segmented],
             bugs: Bugs::NONE,
+            faults: Faults::default(),
         },
         SpawnModelConfig {
             name: "spawn-connect-dgram-lossy",
-            actors: vec![
-                (
-                    "server",
-                    vec![RootSpec::Accept {
-                        group_id: 1,
-                        size: 1,
-                    }],
-                ),
-                (
-                    "client",
-                    vec![RootSpec::Connect {
-                        group_id: 2,
-                        size: 2,
-                        to: (0, 0),
-                    }],
-                ),
-            ],
+            actors: vec![("server", accept(1, 1)), ("client", connect(2, 2, (0, 0)))],
             params: dgram_params(1),
             net: Net::Lossy { max_in_flight: 3 },
             reach: &[BothReady, Failed, Segmented],
             bugs: Bugs::NONE,
+            faults: Faults::default(),
         },
         SpawnModelConfig {
             name: "spawn-two-concurrent",
@@ -485,6 +834,112 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
             net: Net::Ordered,
             reach: &[AllReady, Failed],
             bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: two initiators on one port. Both clients' groups have id 2 (two
+        // jobs: group ids are unique only in a job), so their sessions are equal and only
+        // the address tells them apart; the server's group has id 2 as well, so the merge's
+        // equal-id tie-break is reached. Tables of 8-byte endpoints are one segment.
+        SpawnModelConfig {
+            name: "spawn-two-initiators-dgram",
+            actors: vec![
+                ("server", accept(2, 2)),
+                ("client-a", connect(2, 1, (0, 0))),
+                ("client-b", connect(2, 1, (0, 0))),
+            ],
+            params: HsParams {
+                endpoint_len: 8,
+                ..dgram_params(0)
+            },
+            net: Net::Unordered,
+            reach: &[BothReady, Failed, OneServedOneRefused, EqualIdsReady],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: the hybrid bootstrap (spec/spawn.md §6) with the threshold below the
+        // client's size: Hello / HelloAck on datagrams, the tables on the stream the
+        // client opens. FIFO links, as in the stream configurations.
+        SpawnModelConfig {
+            name: "spawn-connect-hybrid",
+            actors: vec![("server", accept(1, 1)), ("client", connect(2, 2, (0, 0)))],
+            params: HsParams {
+                boot: Bootstrap::Hybrid { threshold: 1 },
+                endpoint_len: 8,
+                ..dgram_params(0)
+            },
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, TablesOnStream],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: `MPI_Comm_join` (spec/spawn.md §3, SPAWN-14): two singleton groups
+        // swap ports on their join stream, the lower port accepts; stream bootstrap.
+        SpawnModelConfig {
+            name: "spawn-join-stream",
+            actors: vec![
+                (
+                    "left",
+                    vec![RootSpec::Join {
+                        group_id: 1,
+                        partner: (1, 0),
+                    }],
+                ),
+                (
+                    "right",
+                    vec![RootSpec::Join {
+                        group_id: 2,
+                        partner: (0, 0),
+                    }],
+                ),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: the launcher reports a failed launch, at any point before the
+        // children's Hello; the launch may still have started them (a partial launch).
+        // Both groups have a member, so failures must reach members too.
+        SpawnModelConfig {
+            name: "spawn-launch-fails-stream",
+            actors: vec![
+                ("parent", vec![spawn(1, 2, 2, 1, 2)]),
+                ("children", vec![RootSpec::Child]),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, ChildrenKilled, LaunchFailedKilled],
+            bugs: Bugs::NONE,
+            faults: Faults {
+                launch_may_fail: true,
+                ..Faults::default()
+            },
+        },
+        // Issue 13: corrupted datagrams. The client's link corrupts one segment, any one
+        // (a flipped payload byte or one byte cut off); one retransmission per segment.
+        // The links are FIFO (reordering, loss and duplicates are the other datagram
+        // configurations' part): on an unordered or lossy network the same scenario has
+        // millions of states.
+        SpawnModelConfig {
+            name: "spawn-connect-dgram-corrupt",
+            actors: vec![("server", accept(1, 1)), ("client", connect(2, 1, (0, 0)))],
+            params: HsParams {
+                endpoint_len: 8,
+                ..dgram_params(1)
+            },
+            net: Net::Ordered,
+            reach: &[
+                BothReady,
+                Failed,
+                ReadyAfterCorruption,
+                FailedAfterCorruption,
+            ],
+            bugs: Bugs::NONE,
+            faults: Faults {
+                corrupt: Some(1),
+                ..Faults::default()
+            },
         },
     ]
 }

@@ -37,7 +37,8 @@ use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::DgramFrame;
 use dynres_core::spawn::{
     Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
-    Input, InterGroup, Member, Output, PortName, Role, SpawnConfig, SpawnEnv, SpawnParent,
+    Input, InterGroup, Join, JoinPort, Member, Output, Phase, PortName, Role, SpawnConfig,
+    SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::{Duration, Instant, Namespace};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -66,15 +67,46 @@ pub fn port_of(actor: usize, slot: Slot, boot: Bootstrap) -> PortName {
 }
 
 /// Endpoint table of a group: `len`-byte addresses, long enough that tables of two ranks
-/// need two datagram segments at the model's MTU.
-pub fn endpoints(group_id: u64, size: u32, len: usize) -> Vec<Addr> {
+/// need two datagram segments at the model's MTU. `actor` is part of every address, so
+/// two jobs' groups with equal ids and sizes still have different tables and a table
+/// names the group it came from (the "no root mixes two peers" property reads it).
+pub fn endpoints(group_id: u64, size: u32, len: usize, actor: usize) -> Vec<Addr> {
     (0..size)
         .map(|r| {
-            let mut a = vec![group_id as u8, r as u8];
-            a.resize(len.max(2), 0xe0);
+            let mut a = vec![group_id as u8, r as u8, actor as u8];
+            a.resize(len.max(3), 0xe0);
             Addr(a)
         })
         .collect()
+}
+
+/// Faults of the environment a configuration turns on (none by default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The link of this actor's roots corrupts at most one datagram segment each root
+    /// sends, any one: a timer of the root, armed while its handshake runs, makes the
+    /// next segment arrive corrupted instead of intact (an even-numbered message's with
+    /// its last payload byte flipped, an odd-numbered one's cut short by a byte).
+    pub corrupt: Option<usize>,
+    /// The launcher may report that a spawn's launch failed (`Input::LaunchFailed`), at
+    /// any point before the spawn is decided: before the children's Hello, or after it
+    /// (one child of several failed to start). The `Launch` may still have started
+    /// children (a partial launch), which the parent's `Kill` must end.
+    pub launch_may_fail: bool,
+}
+
+/// The corrupted twin of segment `bytes` of message `msg_seq` (see [`Faults::corrupt`]).
+pub fn corrupted(bytes: &[u8], msg_seq: u32) -> Vec<u8> {
+    let mut c = bytes.to_vec();
+    if msg_seq % 2 == 0 {
+        // The last payload byte sits just before the 4-byte CRC.
+        if let Some(b) = c.len().checked_sub(5).and_then(|i| c.get_mut(i)) {
+            *b ^= 0x01;
+        }
+    } else {
+        c.pop();
+    }
+    c
 }
 
 /// What one root machine of an actor is.
@@ -111,6 +143,14 @@ pub enum RootSpec {
     },
     /// A spawned child root: starts at `Launch`, reads its environment, connects.
     Child,
+    /// `Join` (a group of one) on this slot's port with the join at `partner`, over a
+    /// byte stream between the two.
+    Join {
+        /// Local group id.
+        group_id: u64,
+        /// The other end's actor and slot.
+        partner: (usize, Slot),
+    },
 }
 
 /// Parameters every root of a model shares.
@@ -137,6 +177,8 @@ pub struct SpawnNode {
     pub params: HsParams,
     /// Planted bugs (none for the clean gate).
     pub bugs: Bugs,
+    /// Faults of the environment.
+    pub faults: Faults,
 }
 
 /// Messages between actors.
@@ -150,6 +192,9 @@ pub enum SpawnMsg {
         from: Addr,
         /// The datagram.
         bytes: Vec<u8>,
+        /// `Some((message, index))`: a corrupted copy of that segment (see
+        /// [`Faults::corrupt`]); the driver feeds it like any datagram.
+        corrupted: Option<(u32, u16)>,
     },
     /// Bytes on the bootstrap stream between two slots.
     Stream {
@@ -172,6 +217,13 @@ pub enum SpawnMsg {
     },
     /// The OS kills the child job.
     Kill,
+    /// Bytes on a join's byte stream (`MPI_Comm_join(fd)`), to the join in slot `to`.
+    JoinBytes {
+        /// Receiving slot.
+        to: Slot,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 fn describe_hs(bytes: &[u8]) -> String {
@@ -199,6 +251,18 @@ fn describe_msg(m: &HsMsg) -> String {
 impl fmt::Debug for SpawnMsg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            SpawnMsg::Datagram {
+                to,
+                bytes,
+                corrupted: Some((seq, index)),
+                ..
+            } => write!(
+                f,
+                "Datagram(to slot {}: corrupted copy of msg{seq} segment {}, {} bytes)",
+                to.0.get(1).unwrap_or(&0),
+                index + 1,
+                bytes.len()
+            ),
             SpawnMsg::Datagram { to, bytes, .. } => {
                 let what = match DgramFrame::decode(bytes) {
                     Ok(DgramFrame::Segment(s)) if s.count == 1 => {
@@ -220,28 +284,50 @@ impl fmt::Debug for SpawnMsg {
             SpawnMsg::StreamClosed { to } => write!(f, "StreamClosed(to slot {to})"),
             SpawnMsg::Launch { .. } => write!(f, "Launch"),
             SpawnMsg::Kill => write!(f, "Kill"),
+            SpawnMsg::JoinBytes { to, bytes } => {
+                let what = match JoinPort::decode(bytes) {
+                    Ok(p) => p.port,
+                    Err(e) => format!("undecodable ({e})"),
+                };
+                write!(f, "JoinBytes(to slot {to}: {what})")
+            }
         }
     }
 }
 
-/// The one timer of a root machine.
+/// A timer of a root machine: its deadline, or a fault of its environment.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SlotTimer(pub Slot);
+pub struct SlotTimer(pub Slot, pub TimerKind);
 
-/// A root machine: a handshake or a spawn parent around one.
+/// What a [`SlotTimer`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimerKind {
+    /// The machine's `poll_timeout` (its one timer, `spec/spawn.md` §4).
+    Deadline,
+    /// The launcher reports that the spawn's launch failed ([`Faults::launch_may_fail`]).
+    LaunchFails,
+    /// The root's link corrupts the next segment the root sends ([`Faults::corrupt`]).
+    Corrupt,
+}
+
+/// A root machine: a handshake, a spawn parent around one, or a join that starts one
+/// once the roles are decided.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Machine {
     /// `Handshake::accept` / `Handshake::connect`.
     Hs(Box<Handshake>),
     /// `SpawnParent`.
     Spawn(Box<SpawnParent>),
+    /// `Join`.
+    Join(Box<Join>),
 }
 
 impl Machine {
-    fn handle(&mut self, now: Instant, input: Input) -> bool {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         match self {
-            Machine::Hs(h) => h.handle(now, input).is_ok(),
-            Machine::Spawn(p) => p.handle(now, input).is_ok(),
+            Machine::Hs(h) => h.handle(now, input),
+            Machine::Spawn(p) => p.handle(now, input),
+            Machine::Join(j) => j.handle(now, input),
         }
     }
 
@@ -249,6 +335,7 @@ impl Machine {
         match self {
             Machine::Hs(h) => h.poll_output(),
             Machine::Spawn(p) => p.poll_output(),
+            Machine::Join(j) => j.poll_output(),
         }
     }
 
@@ -256,15 +343,50 @@ impl Machine {
         match self {
             Machine::Hs(h) => h.poll_timeout(),
             Machine::Spawn(p) => p.poll_timeout(),
+            Machine::Join(j) => j.poll_timeout(),
         }
     }
 
-    /// The handshake inside.
-    pub fn hs(&self) -> &Handshake {
+    fn plant(&mut self, bugs: Bugs) {
         match self {
-            Machine::Hs(h) => h,
-            Machine::Spawn(p) => p.handshake(),
+            Machine::Hs(h) => h.plant(bugs),
+            Machine::Spawn(p) => p.plant(bugs),
+            Machine::Join(j) => j.plant(bugs),
         }
+    }
+
+    /// The handshake inside (a join's only once its roles are decided).
+    pub fn hs(&self) -> Option<&Handshake> {
+        match self {
+            Machine::Hs(h) => Some(h),
+            Machine::Spawn(p) => Some(p.handshake()),
+            Machine::Join(j) => j.handshake(),
+        }
+    }
+
+    /// Where the machine is: a join that has not decided its roles is in
+    /// `JoinExchange`, or `Failed` if it failed there.
+    pub fn phase(&self) -> Phase {
+        match (self.hs(), self) {
+            (Some(h), _) => h.phase(),
+            (None, Machine::Join(j)) if j.error().is_some() => Phase::Failed,
+            (None, _) => Phase::JoinExchange,
+        }
+    }
+
+    /// The inter-group, once `Done`.
+    pub fn intergroup(&self) -> Option<&InterGroup> {
+        self.hs().and_then(Handshake::intergroup)
+    }
+
+    /// The remote group's triple, once known.
+    pub fn remote(&self) -> Option<GroupHeader> {
+        self.hs().and_then(Handshake::remote)
+    }
+
+    /// What the handshake's datagram layer delivered (see the module doc).
+    pub fn delivered_datagrams(&self) -> &[Vec<u8>] {
+        self.hs().map_or(&[], Handshake::delivered_datagrams)
     }
 }
 
@@ -295,6 +417,26 @@ pub struct RootState {
     pub sent: BTreeSet<(u32, u16, u16, Vec<u8>)>,
     /// The machine accepted an input carrying the peer's `Endpoints` (SPAWN-16).
     pub heard_endpoints: bool,
+    /// The root this one talks to: an initiator's acceptor from the start, an acceptor's
+    /// initiator once a Hello opened its session (the driver knows the socket each input
+    /// came from).
+    pub peer: Option<(usize, Slot)>,
+    /// Segments (message, index) whose corrupted copy this root's machine rejected with
+    /// a typed error, unchanged (only with [`Faults::corrupt`]).
+    pub corrupt_rejected: BTreeSet<(u32, u16)>,
+    /// A corrupted copy was accepted, or rejected with the machine changed or with an
+    /// error that is not the parser's (SPAWN-10, SPAWN-12): what must never be.
+    pub corrupt_accepted: bool,
+    /// Segments (message, index) this root sent more than once (only with
+    /// [`Faults::corrupt`]).
+    pub retransmitted: BTreeSet<(u32, u16)>,
+    /// The link corrupts the next segment this root sends ([`Faults::corrupt`]).
+    pub corrupt_next: bool,
+    /// The launcher reported this spawn's launch as failed (and the machine took it).
+    pub launch_failed: bool,
+    /// Kinds of the messages this root wrote on the bootstrap stream (hybrid bootstrap
+    /// only, SPAWN-9).
+    pub stream_kinds: BTreeSet<&'static str>,
 }
 
 impl RootState {
@@ -312,6 +454,13 @@ impl RootState {
             delivered: Vec::new(),
             sent: BTreeSet::new(),
             heard_endpoints: false,
+            peer: None,
+            corrupt_rejected: BTreeSet::new(),
+            corrupt_accepted: false,
+            retransmitted: BTreeSet::new(),
+            corrupt_next: false,
+            launch_failed: false,
+            stream_kinds: BTreeSet::new(),
         }
     }
 
@@ -349,18 +498,18 @@ pub const FIRST_CONTEXT_ID: u32 = 1;
 pub const CONTEXT_ID_LIMIT: u32 = 16;
 
 impl SpawnNode {
-    fn hs_config(&self, local: GroupHeader) -> HandshakeConfig {
+    fn hs_config(&self, me: usize, local: GroupHeader) -> HandshakeConfig {
         let mut cfg = HandshakeConfig::new(
             local,
-            endpoints(local.group_id, local.size, self.params.endpoint_len),
+            endpoints(local.group_id, local.size, self.params.endpoint_len, me),
         );
         cfg.timeout = self.params.timeout;
         cfg.datagram = self.params.datagram;
         cfg
     }
 
-    fn start_members(root: &mut RootState, role: Role, local: GroupHeader, len: usize) {
-        let eps = endpoints(local.group_id, local.size, len);
+    fn start_members(root: &mut RootState, role: Role, local: GroupHeader, len: usize, me: usize) {
+        let eps = endpoints(local.group_id, local.size, len, me);
         root.members = (1..local.size)
             .map(|r| Member::new(role, r, local, eps.clone()))
             .collect();
@@ -377,6 +526,7 @@ impl SpawnNode {
             RootSpec::Accept { group_id, size }
             | RootSpec::Spawn { group_id, size, .. }
             | RootSpec::Connect { group_id, size, .. } => (*group_id, *size),
+            RootSpec::Join { group_id, .. } => (*group_id, 1),
             RootSpec::Child => return,
         };
         let Ok(context_id) = job.ctx.allocate() else {
@@ -388,7 +538,7 @@ impl SpawnNode {
             size,
             context_id,
         };
-        let cfg = self.hs_config(local);
+        let cfg = self.hs_config(me, local);
         let machine = match spec {
             RootSpec::Accept { .. } => {
                 Handshake::accept(now, port_of(me, slot, boot), cfg).map(|h| Machine::Hs(h.into()))
@@ -415,21 +565,27 @@ impl SpawnNode {
                 },
             )
             .map(|p| Machine::Spawn(p.into())),
+            RootSpec::Join { .. } => {
+                Join::new(now, port_of(me, slot, boot), cfg).map(|j| Machine::Join(j.into()))
+            }
             RootSpec::Child => return,
         };
         let mut machine = machine.expect("model configurations are valid");
-        match &mut machine {
-            Machine::Hs(h) => h.plant(self.bugs),
-            Machine::Spawn(p) => p.plant(self.bugs),
-        }
-        let role = machine.hs().role();
+        machine.plant(self.bugs);
+        // A join's group is its root alone: no member needs the role it decides later.
+        let role = machine.hs().map_or(Role::Initiator, Handshake::role);
         let root = &mut job.roots[usize::from(slot)];
-        Self::start_members(root, role, local, len);
+        Self::start_members(root, role, local, len, me);
+        match spec {
+            RootSpec::Connect { to, .. } => root.peer = Some(*to),
+            RootSpec::Join { partner, .. } => root.peer = Some(*partner),
+            _ => {}
+        }
         root.machine = Some(machine);
     }
 
     /// A launched child: read the environment, allocate a context id, connect.
-    fn start_child(&self, job: &mut JobState, slot: Slot, env: &[(String, String)]) {
+    fn start_child(&self, me: usize, job: &mut JobState, slot: Slot, env: &[(String, String)]) {
         let vars = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let Ok(Some(env)) = SpawnEnv::from_env(vars) else {
             tracing::warn!("model: child launched without a usable spawn environment");
@@ -443,13 +599,19 @@ impl SpawnNode {
             size: env.size,
             context_id,
         };
-        let cfg = self.hs_config(local);
+        let cfg = self.hs_config(me, local);
+        // The parent's port names its actor and slot (see `dgram_addr`).
+        let parent = match env.parent_port.dgram.0.as_slice() {
+            [actor, slot, ..] => Some((usize::from(*actor), *slot)),
+            _ => None,
+        };
         let Ok(mut h) = Handshake::connect(job.now, env.parent_port, cfg) else {
             return;
         };
         h.plant(self.bugs);
         let root = &mut job.roots[usize::from(slot)];
-        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len);
+        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len, me);
+        root.peer = parent;
         root.machine = Some(Machine::Hs(h.into()));
     }
 
@@ -458,44 +620,80 @@ impl SpawnNode {
         let now = job.now;
         let root = &mut job.roots[usize::from(slot)];
         let Some(machine) = root.machine.as_mut() else {
-            o.cancel_timer(SlotTimer(slot));
+            o.cancel_timer(SlotTimer(slot, TimerKind::Deadline));
+            o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
+            o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
             return;
         };
         while let Some(out) = machine.poll_output() {
             match out {
                 Output::SendDatagram { to, bytes } => {
-                    if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
-                        root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
-                    }
                     let dst = Id::from(usize::from(to.0[0]));
                     let from = dgram_addr(me, slot);
-                    o.send(dst, SpawnMsg::Datagram { to, from, bytes });
+                    let mut corrupt = None;
+                    if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
+                        let id = (s.msg_seq, s.index);
+                        let fresh = root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
+                        if self.faults.corrupt.is_some() && !fresh {
+                            root.retransmitted.insert(id);
+                        }
+                        if std::mem::take(&mut root.corrupt_next) {
+                            corrupt = Some(id);
+                        }
+                    }
+                    let bytes = match corrupt {
+                        Some((seq, _)) => corrupted(&bytes, seq),
+                        None => bytes,
+                    };
+                    o.send(
+                        dst,
+                        SpawnMsg::Datagram {
+                            to,
+                            from,
+                            bytes,
+                            corrupted: corrupt,
+                        },
+                    );
                 }
                 Output::OpenStream { to } => {
                     root.stream_peer = Some((Id::from(usize::from(to.0[0])), to.0[1]));
                 }
-                Output::SendStream { bytes } => match root.stream_peer {
-                    Some((peer, to)) if !root.stream_closed => o.send(
-                        peer,
-                        SpawnMsg::Stream {
-                            to,
-                            from: slot,
-                            bytes,
-                        },
-                    ),
-                    _ => tracing::warn!("model: stream bytes without an open stream dropped"),
-                },
+                Output::SendStream { bytes } => {
+                    if matches!(self.params.boot, Bootstrap::Hybrid { .. }) {
+                        let kind = HsMsg::decode(&bytes).map_or("undecodable", |m| m.name());
+                        root.stream_kinds.insert(kind);
+                    }
+                    match root.stream_peer {
+                        Some((peer, to)) if !root.stream_closed => o.send(
+                            peer,
+                            SpawnMsg::Stream {
+                                to,
+                                from: slot,
+                                bytes,
+                            },
+                        ),
+                        _ => tracing::warn!("model: stream bytes without an open stream dropped"),
+                    }
+                }
                 Output::CloseStream => {
                     if let (Some((peer, to)), false) = (root.stream_peer, root.stream_closed) {
                         o.send(peer, SpawnMsg::StreamClosed { to });
                     }
                     root.stream_closed = true;
                 }
-                Output::SendJoin { .. } => {}
+                Output::SendJoin { bytes } => {
+                    if let RootSpec::Join { partner, .. } = &self.roots[usize::from(slot)] {
+                        let to = partner.1;
+                        o.send(Id::from(partner.0), SpawnMsg::JoinBytes { to, bytes });
+                    }
+                }
                 Output::Launch { env, .. } => {
                     root.launches += 1;
                     if let RootSpec::Spawn { child, .. } = &self.roots[usize::from(slot)] {
                         o.send(Id::from(*child), SpawnMsg::Launch { env });
+                    }
+                    if self.faults.launch_may_fail {
+                        o.set_timer(SlotTimer(slot, TimerKind::LaunchFails), model_timeout());
                     }
                 }
                 Output::Kill { .. } => {
@@ -526,27 +724,68 @@ impl SpawnNode {
             }
         }
         match machine.poll_timeout() {
-            Some(_) => o.set_timer(SlotTimer(slot), model_timeout()),
-            None => o.cancel_timer(SlotTimer(slot)),
+            Some(_) => o.set_timer(SlotTimer(slot, TimerKind::Deadline), model_timeout()),
+            None => o.cancel_timer(SlotTimer(slot, TimerKind::Deadline)),
+        }
+        if matches!(machine.phase(), Phase::Done | Phase::Failed) {
+            // A decided handshake sends no more segments worth corrupting, and the
+            // launcher's verdict no longer matters to a decided spawn.
+            o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
+            o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
         }
     }
 
     /// Feeds a datagram to `slot` and mirrors what its layer delivers.
-    fn on_datagram(&self, job: &mut JobState, slot: Slot, from: Addr, bytes: Vec<u8>) {
+    fn on_datagram(
+        &self,
+        job: &mut JobState,
+        slot: Slot,
+        from: Addr,
+        bytes: Vec<u8>,
+        corrupt: Option<(u32, u16)>,
+    ) {
         let now = job.now;
         let root = &mut job.roots[usize::from(slot)];
         let Some(machine) = root.machine.as_mut() else {
             return;
         };
-        let input = Input::Datagram {
-            from,
-            bytes: bytes.clone(),
+        let listening = machine.phase() == Phase::Listening;
+        let source = match from.0.as_slice() {
+            [actor, slot, ..] => Some((usize::from(*actor), *slot)),
+            _ => None,
         };
-        if !machine.handle(now, input) {
+        let input = Input::Datagram { from, bytes };
+        if let Some(id) = corrupt {
+            // SPAWN-10, SPAWN-12: rejected with a typed error (the parser's, or one
+            // before parsing: a failed listener takes no datagram) and nothing changes.
+            let before = machine.clone();
+            match machine.handle(now, input) {
+                Err(_) if *machine == before => {
+                    root.corrupt_rejected.insert(id);
+                }
+                _ => root.corrupt_accepted = true,
+            }
+            if root.corrupt_accepted {
+                self.mirror_delivered(root);
+            }
+            return;
+        }
+        if machine.handle(now, input).is_err() {
             // Rejected: the machine is unchanged (SPAWN-10).
             return;
         }
-        let log = machine.hs().delivered_datagrams();
+        if listening && machine.phase() != Phase::Listening {
+            root.peer = source;
+        }
+        self.mirror_delivered(root);
+    }
+
+    /// Copies the log of what the handshake's datagram layer delivered.
+    fn mirror_delivered(&self, root: &mut RootState) {
+        let Some(machine) = root.machine.as_ref() else {
+            return;
+        };
+        let log = machine.delivered_datagrams();
         for m in log.get(root.delivered.len()..).unwrap_or_default() {
             if matches!(HsMsg::decode(m), Ok(HsMsg::Endpoints { .. })) {
                 root.heard_endpoints = true;
@@ -573,6 +812,9 @@ impl Actor for SpawnNode {
         };
         let me = usize::from(id);
         for slot in 0..self.roots.len() as Slot {
+            if self.faults.corrupt == Some(me) {
+                o.set_timer(SlotTimer(slot, TimerKind::Corrupt), model_timeout());
+            }
             self.start(me, &mut job, slot);
             self.drain(me, &mut job, slot, o);
         }
@@ -583,10 +825,15 @@ impl Actor for SpawnNode {
         let me = usize::from(id);
         let job = state.to_mut();
         match msg {
-            SpawnMsg::Datagram { to, from, bytes } => {
+            SpawnMsg::Datagram {
+                to,
+                from,
+                bytes,
+                corrupted,
+            } => {
                 let slot = to.0[1];
                 if usize::from(slot) < job.roots.len() {
-                    self.on_datagram(job, slot, from, bytes);
+                    self.on_datagram(job, slot, from, bytes, corrupted);
                     self.drain(me, job, slot, o);
                 }
             }
@@ -599,8 +846,12 @@ impl Actor for SpawnNode {
                 if let Some(m) = root.machine.as_mut() {
                     // Each stream message is one encoded frame (one `SendStream`).
                     let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
-                    if m.handle(job.now, Input::Stream { bytes }) && endpoints {
+                    let listening = m.phase() == Phase::Listening;
+                    if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {
                         root.heard_endpoints = true;
+                    }
+                    if listening && m.phase() != Phase::Listening {
+                        root.peer = Some((usize::from(src), from));
                     }
                 }
                 self.drain(me, job, to, o);
@@ -621,10 +872,19 @@ impl Actor for SpawnNode {
                     // A duplicate launch (duplicating network) or one after the kill
                     // starts nothing.
                     if child && root.machine.is_none() && !root.killed {
-                        self.start_child(job, slot, &env);
+                        self.start_child(me, job, slot, &env);
                         self.drain(me, job, slot, o);
                     }
                 }
+            }
+            SpawnMsg::JoinBytes { to, bytes } => {
+                let Some(root) = job.roots.get_mut(usize::from(to)) else {
+                    return;
+                };
+                if let Some(m) = root.machine.as_mut() {
+                    let _ = m.handle(job.now, Input::JoinStream { bytes });
+                }
+                self.drain(me, job, to, o);
             }
             SpawnMsg::Kill => {
                 for slot in 0..self.roots.len() as Slot {
@@ -634,7 +894,7 @@ impl Actor for SpawnNode {
                         root.machine = None;
                         root.members.clear();
                         root.handle = None;
-                        o.cancel_timer(SlotTimer(slot));
+                        o.cancel_timer(SlotTimer(slot, TimerKind::Deadline));
                     }
                 }
             }
@@ -648,11 +908,23 @@ impl Actor for SpawnNode {
         let Some(root) = job.roots.get_mut(usize::from(slot)) else {
             return;
         };
-        if let Some(m) = root.machine.as_mut() {
-            if let Some(t) = m.poll_timeout() {
-                job.now = job.now.max(t);
-                let _ = m.handle(job.now, Input::Timeout);
+        match (timer.1, root.machine.as_mut()) {
+            (TimerKind::Deadline, Some(m)) => {
+                if let Some(t) = m.poll_timeout() {
+                    job.now = job.now.max(t);
+                    let _ = m.handle(job.now, Input::Timeout);
+                }
             }
+            (TimerKind::Corrupt, Some(_)) => root.corrupt_next = true,
+            (TimerKind::LaunchFails, Some(m))
+                if !matches!(m.phase(), Phase::Done | Phase::Failed) =>
+            {
+                let failed = Input::LaunchFailed {
+                    reason: "model: the launcher could not start the children".into(),
+                };
+                root.launch_failed = m.handle(job.now, failed).is_ok();
+            }
+            _ => {}
         }
         self.drain(me, job, slot, o);
     }

@@ -462,11 +462,21 @@ impl Handshake {
     }
 
     fn on_datagram(&mut self, now: Instant, from: Addr, bytes: &[u8]) -> Result<(), SpawnError> {
+        if self.bugs.has(crate::bugs::Bug::NewestHelloWins)
+            && self.role == Role::Acceptor
+            && self.phase == Phase::Endpoints
+            && self.peer_dgram.as_ref() != Some(&from)
+            && Self::is_hello(bytes)
+        {
+            self.listen_again();
+        }
         // SPAWN-10: work on a copy of the reliability layer and commit only if the
         // datagram and every message it completes are well-formed.
         let mut next = match self.dgram.as_ref() {
             Some(r) => {
                 if self.peer_dgram.as_ref() != Some(&from) {
+                    // SPAWN-10: the session id is the initiator's group id, unique only
+                    // in its job; the address tells two initiators apart.
                     return Err(SpawnError::UnknownPeer);
                 }
                 let mut next = r.clone();
@@ -483,7 +493,7 @@ impl Handshake {
                 }
                 // Only a Hello opens a session, and a Hello is always one segment, so the
                 // listener keeps no state for strangers.
-                let frame = DgramFrame::decode(bytes)?;
+                let frame = DgramFrame::decode_with(bytes, self.bugs)?;
                 let session = match &frame {
                     DgramFrame::Segment(s) if s.count == 1 => match HsMsg::decode(&s.payload)? {
                         HsMsg::Hello { session, .. } if session == s.session => session,
@@ -523,6 +533,28 @@ impl Handshake {
             self.on_msg(now, m);
         }
         Ok(())
+    }
+
+    /// Whether `bytes` is a datagram carrying a whole Hello (planted bug only).
+    fn is_hello(bytes: &[u8]) -> bool {
+        match DgramFrame::decode(bytes) {
+            Ok(DgramFrame::Segment(s)) if s.count == 1 => {
+                matches!(HsMsg::decode(&s.payload), Ok(HsMsg::Hello { .. }))
+            }
+            _ => false,
+        }
+    }
+
+    /// Planted bug `NewestHelloWins`: forget the session and listen again.
+    fn listen_again(&mut self) {
+        self.phase = Phase::Listening;
+        self.session = None;
+        self.peer_dgram = None;
+        self.dgram = None;
+        self.remote = None;
+        self.endpoints_via = None;
+        self.remote_endpoints = None;
+        self.peer_has_ours = false;
     }
 
     fn on_stream(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SpawnError> {
@@ -666,10 +698,15 @@ impl Handshake {
             return;
         }
         // SPAWN-9: the acceptor applies the rule and tells the initiator the result.
+        let remote_size = if self.bugs.has(crate::bugs::Bug::HybridRuleLocalSizeOnly) {
+            self.cfg.local.size
+        } else {
+            header.size
+        };
         let via = self
             .port
             .boot
-            .endpoint_transport(self.cfg.local.size, header.size);
+            .endpoint_transport(self.cfg.local.size, remote_size);
         self.endpoints_via = Some(via);
         let ack = HsMsg::HelloAck {
             session,

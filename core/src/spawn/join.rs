@@ -34,6 +34,7 @@ pub struct Join {
     held: Vec<Input>,
     failed: Option<SpawnError>,
     out: VecDeque<Output>,
+    bugs: crate::bugs::Bugs,
     tag: InstanceTag,
 }
 
@@ -83,8 +84,19 @@ impl Join {
             held: Vec::new(),
             failed: None,
             out,
+            bugs: crate::bugs::Bugs::NONE,
             tag: InstanceTag::default(),
         })
+    }
+
+    /// Plants bugs for the verification crate's corpus (also into the handshake, once
+    /// the roles are decided).
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bugs: crate::bugs::Bugs) {
+        self.bugs = bugs;
+        if let Some(hs) = self.inner.as_mut() {
+            hs.plant(bugs);
+        }
     }
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::JoinStream`].
@@ -172,7 +184,12 @@ impl Join {
             return Ok(());
         }
         // SPAWN-14: both ends compare the same two strings, so they pick opposite roles.
-        let hs = if mine < theirs {
+        let lower = if self.bugs.has(crate::bugs::Bug::JoinCompareTags) {
+            self.my_port.tag < peer.tag
+        } else {
+            mine < theirs
+        };
+        let hs = if lower {
             Handshake::start(now, Role::Acceptor, self.my_port.clone(), self.cfg.clone())
         } else {
             Handshake::start(now, Role::Initiator, peer, self.cfg.clone())
@@ -180,6 +197,9 @@ impl Join {
         match hs {
             Ok(hs) => {
                 self.inner = Some(hs);
+                // The handshake inside takes the join's planted bugs.
+                #[cfg(feature = "planted-bugs")]
+                self.plant(self.bugs);
                 self.drain();
                 for input in core::mem::take(&mut self.held) {
                     // Held inputs were not checked yet; bad ones are dropped as usual.

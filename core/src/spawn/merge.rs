@@ -25,8 +25,31 @@ pub struct MergedGroup {
 /// value, the group with the smaller group id comes first (the acceptor's if equal), so
 /// both sides compute the same order without talking again.
 pub fn merge(ig: &InterGroup, local_high: bool, remote_high: bool) -> MergedGroup {
+    merge_with(ig, local_high, remote_high, crate::bugs::Bugs::NONE)
+}
+
+/// Verification builds only: [`merge`] with planted bugs, so the models check the merge
+/// order the shipped code computes and a planted variant of it.
+#[cfg(feature = "planted-bugs")]
+pub fn merge_planted(
+    ig: &InterGroup,
+    local_high: bool,
+    remote_high: bool,
+    bugs: crate::bugs::Bugs,
+) -> MergedGroup {
+    merge_with(ig, local_high, remote_high, bugs)
+}
+
+fn merge_with(
+    ig: &InterGroup,
+    local_high: bool,
+    remote_high: bool,
+    bugs: crate::bugs::Bugs,
+) -> MergedGroup {
     let local_first = if local_high != remote_high {
         !local_high
+    } else if bugs.has(crate::bugs::Bug::MergeTieLocalFirst) {
+        ig.local.group_id <= ig.remote.group_id
     } else {
         (ig.local.group_id, ig.role != Role::Acceptor)
             < (ig.remote.group_id, ig.role == Role::Acceptor)

@@ -36,6 +36,8 @@ pub use datagram::DatagramConfig;
 pub use group::{ContextIds, InterGroup, Member, MemberMsg, MemberOutput, Role};
 pub use handshake::{Handshake, HandshakeConfig, Phase};
 pub use join::Join;
+#[cfg(feature = "planted-bugs")]
+pub use merge::merge_planted;
 pub use merge::{MergedGroup, merge};
 pub use msg::{AbortReason, Addr, GroupHeader, HsMsg, JoinPort};
 pub use parent::{SpawnConfig, SpawnEnv, SpawnParent};

@@ -192,7 +192,23 @@ impl SpawnParent {
             });
         }
         let r = match input {
+            Input::LaunchFailed { reason }
+                if self.bugs.has(crate::bugs::Bug::LaunchFailureKeepsListening) =>
+            {
+                if self.hs.phase() != super::Phase::Failed && !self.killed {
+                    self.killed = true;
+                    self.out
+                        .push_back(Output::Failed(SpawnError::LaunchFailed { reason }));
+                    self.out.push_back(Output::Kill {
+                        namespace: self.namespace.clone(),
+                        count: self.count,
+                    });
+                }
+                Ok(())
+            }
             Input::LaunchFailed { reason } => {
+                // SPAWN-8: the handshake fails with it, so no child that did start can
+                // still connect; `drain` adds the kill.
                 self.hs.abandon(SpawnError::LaunchFailed { reason });
                 Ok(())
             }
@@ -269,27 +285,36 @@ mod tests {
         assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, "nonsense")]).is_err());
     }
 
+    /// The triple of a group with context id 1 and its table (one-byte addresses).
+    fn group(group_id: u64, size: u32) -> HandshakeConfig {
+        let h = GroupHeader {
+            group_id,
+            size,
+            context_id: 1,
+        };
+        HandshakeConfig::new(h, (0..size).map(|r| Addr(vec![9 - r as u8])).collect())
+    }
+
+    /// A spawn of `maxprocs` children (group 2) by `parent` on a port of `boot`.
+    fn spawn_cfg(boot: Bootstrap, parent: HandshakeConfig, maxprocs: u32) -> SpawnConfig {
+        SpawnConfig {
+            handshake: parent,
+            port: PortName {
+                boot,
+                dgram: Addr(vec![1]),
+                stream: Addr(vec![2]),
+                tag: 0,
+            },
+            maxprocs,
+            child_namespace: Namespace::new("kids"),
+            child_group_id: 2,
+        }
+    }
+
     #[test]
     fn launch_comes_first_and_failure_kills_once() {
         // SPAWN-3, SPAWN-8
-        let h = GroupHeader {
-            group_id: 1,
-            size: 1,
-            context_id: 1,
-        };
-        let port = PortName {
-            boot: Bootstrap::Datagram,
-            dgram: Addr(vec![1]),
-            stream: Addr(vec![2]),
-            tag: 0,
-        };
-        let cfg = SpawnConfig {
-            handshake: HandshakeConfig::new(h, vec![Addr(vec![9])]),
-            port,
-            maxprocs: 4,
-            child_namespace: Namespace::new("kids"),
-            child_group_id: 2,
-        };
+        let cfg = spawn_cfg(Bootstrap::Datagram, group(1, 1), 4);
         let mut p = SpawnParent::new(Instant(0), cfg.clone()).unwrap();
         assert!(matches!(
             p.poll_output(),
@@ -320,5 +345,70 @@ mod tests {
         assert_eq!(p.poll_timeout(), None);
         let bad = SpawnConfig { maxprocs: 0, ..cfg };
         assert!(SpawnParent::new(Instant(0), bad).is_err());
+    }
+
+    #[test]
+    fn a_launch_failure_after_the_childrens_hello_fails_both_sides() {
+        // SPAWN-8: the launcher may report a failure after the child root said Hello
+        // (another child did not start). The parent fails, tells its members, kills
+        // once and aborts the child root, which ends failed even if the parent's table
+        // and ack reached it first (Ready, then revoked).
+        let cfg = spawn_cfg(Bootstrap::Stream, group(1, 2), 1);
+        let mut c = Handshake::connect(Instant(0), cfg.port.clone(), group(2, 1)).unwrap();
+        let mut p = SpawnParent::new(Instant(0), cfg).unwrap();
+        // Everything `from` wrote on the bootstrap stream goes to `to`.
+        fn stream(from: &mut dyn FnMut() -> Option<Output>, to: &mut dyn FnMut(Vec<u8>)) {
+            while let Some(o) = from() {
+                if let Output::SendStream { bytes } = o {
+                    to(bytes);
+                }
+            }
+        }
+        let feed = |m: &mut SpawnParent, bytes| m.handle(Instant(1), Input::Stream { bytes });
+        stream(&mut || c.poll_output(), &mut |b| feed(&mut p, b).unwrap());
+        assert_eq!(p.handshake().phase(), crate::spawn::Phase::Endpoints);
+        // The parent's HelloAck, table and (after the child's table) ack are on the way.
+        let mut to_child = Vec::new();
+        stream(&mut || p.poll_output(), &mut |b| to_child.push(b));
+        for b in core::mem::take(&mut to_child) {
+            c.handle(Instant(1), Input::Stream { bytes: b }).unwrap();
+        }
+        stream(&mut || c.poll_output(), &mut |b| feed(&mut p, b).unwrap());
+        stream(&mut || p.poll_output(), &mut |b| to_child.push(b));
+        p.handle(
+            Instant(2),
+            Input::LaunchFailed {
+                reason: "one child did not start".into(),
+            },
+        )
+        .unwrap();
+        let outs: Vec<Output> = core::iter::from_fn(|| p.poll_output()).collect();
+        assert!(outs.iter().any(|o| matches!(
+            o,
+            Output::ToMember {
+                member: 1,
+                msg: crate::spawn::MemberMsg::Failed { .. }
+            }
+        )));
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, Output::Failed(SpawnError::LaunchFailed { .. })))
+        );
+        assert_eq!(
+            outs.iter()
+                .filter(|o| matches!(o, Output::Kill { .. }))
+                .count(),
+            1
+        );
+        assert_eq!(p.handshake().phase(), crate::spawn::Phase::Failed);
+        to_child.extend(outs.into_iter().filter_map(|o| match o {
+            Output::SendStream { bytes } => Some(bytes),
+            _ => None,
+        }));
+        for b in to_child {
+            c.handle(Instant(2), Input::Stream { bytes: b }).unwrap();
+        }
+        assert!(c.intergroup().is_none());
+        assert!(matches!(c.error(), Some(SpawnError::Aborted { .. })));
     }
 }
