@@ -153,22 +153,36 @@ fn not_granted_crosses_the_wire() {
     assert_eq!(decode_reply(&frame), Ok((5, reply)));
 }
 
+/// The port and handshake configuration of the root of a group of `size` (rank `r`'s
+/// endpoint is `[r + 1]`), as the spawn tests here set them up.
+fn root_config(
+    port: &str,
+    group_id: u64,
+    size: u32,
+    context_id: u32,
+) -> (
+    dynres_core::spawn::PortName,
+    dynres_core::spawn::HandshakeConfig,
+) {
+    use dynres_core::spawn::{Addr, GroupHeader, HandshakeConfig, PortName};
+    let header = GroupHeader {
+        group_id,
+        size,
+        context_id,
+    };
+    let endpoints = (1..=size).map(|r| Addr(vec![r as u8])).collect();
+    let port = PortName::parse(port).expect("valid port");
+    (port, HandshakeConfig::new(header, endpoints))
+}
+
 /// `spawn/handshake.rs` `Handshake::error`: deleting the `Some(Err(e))` arm hid why a
 /// failed handshake failed. A connect nobody answers gives up after its retries, and
 /// says so.
 #[test]
 fn a_failed_handshake_reports_its_error() {
     use dynres_core::Instant;
-    use dynres_core::spawn::{
-        Addr, GroupHeader, Handshake, HandshakeConfig, Input, Phase, PortName, SpawnError,
-    };
-    let port = PortName::parse("dynres:1:hybrid-4:d0:50:0").expect("valid port");
-    let h = GroupHeader {
-        group_id: 7,
-        size: 2,
-        context_id: 1,
-    };
-    let cfg = HandshakeConfig::new(h, vec![Addr(vec![1]), Addr(vec![2])]);
+    use dynres_core::spawn::{Handshake, Input, Phase, SpawnError};
+    let (port, cfg) = root_config("dynres:1:hybrid-4:d0:50:0", 7, 2, 1);
     let mut hs = Handshake::connect(Instant(0), port, cfg).expect("valid config");
     assert_eq!(hs.error(), None);
     // Nobody answers: feed every timeout the machine asks for until it gives up.
@@ -185,4 +199,271 @@ fn a_failed_handshake_reports_its_error() {
         "{:?}",
         hs.error()
     );
+}
+
+/// `spawn/datagram.rs` `Reliable::all_acked` → `true`: a message stays unacknowledged,
+/// and its segments due for retransmission, until the receiver acknowledged every
+/// segment (`SPAWN-13`), not just some.
+#[test]
+fn a_message_is_acknowledged_only_once_every_segment_is() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::DatagramConfig;
+    use dynres_core::spawn::datagram::Reliable;
+    let cfg = DatagramConfig::default();
+    let mut a = Reliable::new(7, cfg);
+    let mut b = Reliable::new(7, cfg);
+    assert!(a.all_acked(), "nothing sent yet");
+    // Three segments: two full ones and one byte.
+    let msg = vec![5u8; 2 * a.payload_per_segment() + 1];
+    a.send(Instant(0), &msg).expect("fits the segment limit");
+    assert!(!a.all_acked(), "sent, nothing acknowledged");
+    let frames: Vec<Vec<u8>> = core::iter::from_fn(|| a.poll_send()).collect();
+    assert_eq!(frames.len(), 3);
+    // The receiver gets (and acknowledges) the first two segments only.
+    for f in &frames[..2] {
+        b.on_datagram(f).expect("well-formed segment");
+    }
+    for ack in core::iter::from_fn(|| b.poll_send()) {
+        a.on_datagram(&ack).expect("well-formed ack");
+    }
+    assert!(!a.all_acked(), "the last segment is unacknowledged");
+    assert!(
+        a.next_deadline().is_some(),
+        "and still due for retransmission"
+    );
+    b.on_datagram(&frames[2]).expect("well-formed segment");
+    assert_eq!(b.poll_recv(), Some(msg));
+    for ack in core::iter::from_fn(|| b.poll_send()) {
+        a.on_datagram(&ack).expect("well-formed ack");
+    }
+    assert!(a.all_acked());
+    assert_eq!(a.next_deadline(), None);
+}
+
+/// `spawn/handshake.rs` `Handshake::on_datagram`: the guard `s.count == 1` → `true` let
+/// a listening acceptor open a session on the first segment of a multi-segment message.
+/// A Hello is always one segment, so anything else from a stranger is refused and leaves
+/// the listener unchanged (`SPAWN-10`), free to answer the real initiator's Hello.
+#[test]
+fn a_listener_opens_a_session_only_on_a_one_segment_hello() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::datagram::{DgramFrame, Segment};
+    use dynres_core::spawn::{
+        Addr, GroupHeader, Handshake, HsMsg, Input, Output, Phase, SpawnError,
+    };
+    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
+    while hs.poll_output().is_some() {}
+    let hello = HsMsg::Hello {
+        session: 9,
+        header: GroupHeader {
+            group_id: 9,
+            size: 1,
+            context_id: 7,
+        },
+    }
+    .encode();
+    // The whole Hello, but labelled as the first of two segments.
+    let segment = |count| {
+        DgramFrame::Segment(Segment {
+            session: 9,
+            msg_seq: 0,
+            index: 0,
+            count,
+            payload: hello.clone(),
+        })
+        .encode()
+    };
+    let before = hs.clone();
+    let stranger = Input::Datagram {
+        from: Addr(vec![0xee]),
+        bytes: segment(2),
+    };
+    let r = hs.handle(Instant(1), stranger);
+    assert!(matches!(r, Err(SpawnError::Unexpected { .. })), "{r:?}");
+    assert_eq!(hs, before, "no state kept for a stranger");
+    assert_eq!(hs.poll_output(), None, "not even an acknowledgement");
+    let peer = Addr(vec![0xd0]);
+    let initiator = Input::Datagram {
+        from: peer.clone(),
+        bytes: segment(1),
+    };
+    hs.handle(Instant(2), initiator)
+        .expect("a one-segment Hello opens the session");
+    assert_eq!(hs.session(), Some(9));
+    assert_ne!(hs.phase(), Phase::Listening);
+    let outs: Vec<Output> = core::iter::from_fn(|| hs.poll_output()).collect();
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::SendDatagram { to, .. } if *to == peer)),
+        "answered the initiator: {outs:?}"
+    );
+}
+
+/// `slots.rs` `SlotMap::victims_where`: `k > running` → `k >= running` refused a SUB of
+/// every eligible process. A SUB of `k` takes the processes on the `k` highest occupied
+/// slots, skipping those already leaving (`SLOT-2`); it is refused only when fewer than
+/// `k` are left.
+#[test]
+fn victims_may_be_every_process_not_yet_leaving() {
+    use dynres_core::slots::{NodeSpec, SlotError, SlotMap};
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let node = |name: &str| NodeSpec {
+        name: name.into(),
+        slots: 2,
+    };
+    let mut slots = SlotMap::new(vec![node("n0"), node("n1")]);
+    slots
+        .place(&[pid(0), pid(1), pid(2), pid(3)])
+        .expect("four slots for four processes");
+    slots.mark_leaving(&[pid(3)]).expect("pid 3 is placed");
+    assert_eq!(slots.victims(3), Ok(vec![pid(2), pid(1), pid(0)]));
+    assert_eq!(
+        slots.victims(4),
+        Err(SlotError::TooFewProcesses {
+            wanted: 4,
+            running: 3
+        })
+    );
+    // Among one application's processes (here the even ranks) alike.
+    let even = |p: &ProcessId| p.rank % 2 == 0;
+    assert_eq!(slots.victims_where(2, even), Ok(vec![pid(2), pid(0)]));
+    assert!(slots.victims_where(3, even).is_err());
+}
+
+/// `process.rs` `<Namespace as Display>::fmt` → `Ok(())` printed no namespace. A process
+/// prints as `namespace:rank`, and the refusal of a SPLIT colouring a non-member
+/// (`PSET-36`) names that process so.
+#[test]
+fn a_refused_colouring_names_the_process() {
+    use dynres_core::pset::{PsetError, SplitBy};
+    let pid = |rank| ProcessId::new(Namespace::new("job-7"), rank);
+    assert_eq!(Namespace::new("job-7").to_string(), "job-7");
+    assert_eq!(pid(9).to_string(), "job-7:9");
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0), pid(1)]), ("app2", &[pid(9)])])
+        .expect("job starts");
+    let err = reg
+        .apply(
+            &Origin::process("app1", pid(0)),
+            &PsetOp::Split {
+                pset: name("mpi://app/app1"),
+                by: SplitBy::Colours(vec![(pid(0), 1), (pid(9), 2)]),
+                targets: vec![],
+                attrs: AttrUpdate::none(),
+            },
+        )
+        .expect_err("pid 9 is not a member of app1");
+    assert!(matches!(&err, PsetError::Process { pid: p, .. } if *p == pid(9)));
+    assert_eq!(
+        err.to_string(),
+        "process job-7:9 is not a member of the pset being split"
+    );
+}
+
+/// `spawn/join.rs` `Join::step`: `MAX_HELD + 1` → `MAX_HELD - 1` in the refusal of one
+/// input too many held before the peer's port arrived. Held inputs are bounded; the
+/// refusal is a typed error whose count is the one past the limit, and it leaves the
+/// join unchanged (`SPAWN-10`).
+#[test]
+fn a_join_refuses_inputs_past_its_held_limit() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Input, Join, SpawnError};
+    use dynres_core::wire::WireError;
+    let (port, cfg) = root_config("dynres:1:stream:d000:5000:0", 3, 1, 1);
+    let mut j = Join::new(Instant(0), port, cfg).expect("a singleton may join");
+    // Bootstrap stream bytes before the peer's port: held until the roles are known.
+    let early = || Input::Stream { bytes: vec![0xab] };
+    let mut held: u64 = 0;
+    let err = loop {
+        let before = j.clone();
+        match j.handle(Instant(1), early()) {
+            Ok(()) => held += 1,
+            Err(e) => {
+                assert_eq!(j, before, "a refused input changes nothing");
+                break e;
+            }
+        }
+        assert!(held <= 4096, "held inputs are bounded");
+    };
+    assert!(held > 0, "inputs before the port are held, not refused");
+    assert_eq!(
+        err,
+        SpawnError::Wire(WireError::OverLimit {
+            what: "inputs held before the join port",
+            value: held + 1,
+            max: held,
+        })
+    );
+}
+
+/// `pset/ops.rs` `PsetRegistry::apply_one`: deleting the `results` field of NULL's
+/// outcome (leaving the default, no result) hid which pset a NULL updated. NULL names its
+/// target as its one result and leaves members and version alone (`PSET-33`).
+#[test]
+fn null_reports_its_target_as_its_result() {
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0), pid(1)])])
+        .expect("job starts");
+    let root = name("mpi://app/app1");
+    let before = reg.get(&root).expect("live").clone();
+    let out = reg
+        .apply(
+            &Origin::process("app1", pid(0)),
+            &PsetOp::Null {
+                target: root.clone(),
+                attrs: AttrUpdate::none(),
+            },
+        )
+        .expect("the application may update its root");
+    assert_eq!(out.results, std::slice::from_ref(&root));
+    assert!(out.recursive.is_empty() && out.pruned.is_empty());
+    let after = reg.get(&root).expect("live");
+    assert_eq!(after.members, before.members);
+    assert_eq!(after.attrs.version, before.attrs.version);
+}
+
+/// `pset/ops.rs` `PsetRegistry::apply_split`: deleting `version: 0` from the parts'
+/// attributes let them inherit the split pset's version. Parts inherit `S`'s attributes
+/// at version 0 (`PSET-36`), whatever version `S` had reached.
+#[test]
+fn split_parts_start_at_version_zero() {
+    use dynres_core::pset::SplitBy;
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0), pid(1), pid(2), pid(3)])])
+        .expect("job starts");
+    let app1 = Origin::process("app1", pid(0));
+    let root = name("mpi://app/app1");
+    // The root without its caller, in place: its members change, so its version rises
+    // (PSET-10).
+    reg.apply(
+        &app1,
+        &PsetOp::Set {
+            op: SetOp::Difference,
+            pset1: root.clone(),
+            pset2: name("mpi://SELF"),
+            target: Some(root.clone()),
+            attrs: AttrUpdate::none(),
+        },
+    )
+    .expect("the root shrinks");
+    let v = reg.get(&root).expect("live").attrs.version;
+    assert!(v > 0, "the root has a new version");
+    let out = reg
+        .apply(
+            &app1,
+            &PsetOp::Split {
+                pset: root.clone(),
+                by: SplitBy::Sizes(vec![1, 2]),
+                targets: vec![],
+                attrs: AttrUpdate::none(),
+            },
+        )
+        .expect("the root splits in two");
+    assert_eq!(out.results.len(), 2);
+    for part in &out.results {
+        assert_eq!(reg.get(part).expect("live").attrs.version, 0, "{part}");
+    }
 }

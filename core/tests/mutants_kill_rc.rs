@@ -320,3 +320,63 @@ fn stale_at_the_deadline_ends_the_modex() {
         "{out:?}"
     );
 }
+
+/// `master/phase3.rs` `Master::finalize`: `!keep_deadline` → `keep_deadline` left a
+/// finalized change's deadline armed. A decided change has no deadline left (`RC-10`):
+/// past the change timeout the master keeps its decision and never asks to be woken for
+/// a deadline that is already behind it.
+#[test]
+fn a_finalized_change_has_no_deadline_left() {
+    let mut w = World::new(config(2, 4, 3));
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let delta = w.statuses.last().expect("announced").0.clone();
+    w.adapt(&pid(0), None);
+    w.run_for(Duration::from_millis(20));
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    // Twice the change timeout (500 ms) from its announcement.
+    w.run_for(Duration::from_millis(1000));
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    assert_eq!(
+        w.status_log(&delta),
+        [RcStatus::Announced, RcStatus::Pending, RcStatus::Finalized]
+    );
+    let next = w.master.poll_timeout();
+    assert!(next.is_none_or(|t| t > w.now), "{next:?} at {:?}", w.now);
+}
+
+/// `master/phase1.rs` `Master::start_change`: the guard `malleable.contains(&root)` →
+/// `true` bound an ADD without a requested pset to `mpi://app/{app}` even when that is
+/// not malleable. ADD binds to the requested pset, else the root if malleable, else the
+/// first of X_m (`RC-6`): here the root is strictly inside an active pset of its
+/// domain, so only that pset is malleable.
+#[test]
+fn an_add_binds_to_a_malleable_pset_when_the_root_is_not() {
+    let mut cfg = config(2, 4, 3);
+    cfg.apps.push(("other".to_string(), 1));
+    let mut w = World::new(cfg);
+    let big = name("mpi://app/app/big");
+    let ops = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: root(),
+        pset2: name("mpi://WORLD"),
+        target: Some(big.clone()),
+        attrs: AttrUpdate::none(),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    assert_eq!(
+        w.master.registry().malleable(APP),
+        std::slice::from_ref(&big)
+    );
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let (delta, status) = w.statuses.last().expect("announced").clone();
+    assert_eq!(status, RcStatus::Announced, "{:?}", w.notices);
+    let info = w
+        .master
+        .changes()
+        .find(|c| c.delta == delta)
+        .expect("the change");
+    assert_eq!(info.bound, [big]);
+}
