@@ -319,11 +319,11 @@ fn rolled_back(m: &Master, c: &ChangeInfo, before: &RollbackView, later: &[&Chan
     let own_view = |v: &std::collections::BTreeMap<PsetName, Vec<ProcessId>>| {
         v.iter()
             .map(|(n, ms)| {
-                let ms: Vec<&ProcessId> = ms
-                    .iter()
-                    .filter(|p| n.domain() != Domain::World || !foreign.contains(p))
-                    .collect();
-                (n.clone(), ms.into_iter().cloned().collect::<Vec<_>>())
+                let own = |p: &&ProcessId| n.domain() != Domain::World || !foreign.contains(p);
+                (
+                    n.clone(),
+                    ms.iter().filter(own).cloned().collect::<Vec<_>>(),
+                )
             })
             .collect::<std::collections::BTreeMap<_, _>>()
     };
