@@ -5,16 +5,21 @@
 //! the job even after that process has left.
 
 use alloc::string::String;
+use compact_str::CompactString;
 use core::fmt;
 
 /// The namespace of a job (PMIx `nspace`). Short, printable, case-sensitive.
+///
+/// Kept inline when short (see `compact_str`): every [`ProcessId`] carries its namespace
+/// and process ids are cloned into every pset, change and message, so a clone should not
+/// allocate. Equality, order and hash are those of the text.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Namespace(pub String);
+pub struct Namespace(CompactString);
 
 impl Namespace {
     /// A namespace with the given name.
     pub fn new(name: impl Into<String>) -> Self {
-        Namespace(name.into())
+        Namespace(CompactString::from(name.into()))
     }
 
     /// The name as text.

@@ -10,7 +10,7 @@
 //! any point, which advances the master's clock to its next deadline.
 
 use std::borrow::Cow;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use dynres_core::bugs::Bugs;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
@@ -58,6 +58,86 @@ pub enum RcMsg {
     NeedSlots,
     /// Scheduler → master: a node was granted (`RC-21`).
     AddNode(dynres_core::slots::NodeSpec),
+}
+
+/// What the actors send: an [`RcMsg`] behind an `Arc`, with its fingerprint computed
+/// once when it is sent. The checker clones every message in flight with every state it
+/// generates, and hashes all of them for every fingerprint; deep clones and re-hashing
+/// of the same messages were a fifth of its work.
+#[derive(Clone)]
+pub struct Msg {
+    inner: std::sync::Arc<RcMsg>,
+    fp: u64,
+}
+
+impl Msg {
+    /// Wraps a message (hashing it once).
+    pub fn new(msg: RcMsg) -> Msg {
+        let fp = fixed_hasher().hash_one(&msg);
+        Msg {
+            inner: std::sync::Arc::new(msg),
+            fp,
+        }
+    }
+
+    /// The message, cloned out only if another state still holds it.
+    pub fn into_inner(self) -> RcMsg {
+        std::sync::Arc::try_unwrap(self.inner).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl core::ops::Deref for Msg {
+    type Target = RcMsg;
+    fn deref(&self) -> &RcMsg {
+        &self.inner
+    }
+}
+
+impl core::fmt::Debug for Msg {
+    // Counterexamples print the message itself.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl PartialEq for Msg {
+    fn eq(&self, other: &Msg) -> bool {
+        self.fp == other.fp
+            && (std::sync::Arc::ptr_eq(&self.inner, &other.inner) || self.inner == other.inner)
+    }
+}
+
+impl Eq for Msg {}
+
+impl PartialOrd for Msg {
+    fn partial_cmp(&self, other: &Msg) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Msg {
+    // By the message, as before the wrapper: the order of a set of messages decides
+    // nothing in the checker, but it must agree with `Eq`.
+    fn cmp(&self, other: &Msg) -> core::cmp::Ordering {
+        self.inner.cmp(&other.inner)
+    }
+}
+
+impl Hash for Msg {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.fp);
+    }
+}
+
+/// Sends `msg` from the actor whose output `o` is.
+fn send(o: &mut Out<RcNode>, to: Id, msg: RcMsg) {
+    o.send(to, Msg::new(msg));
+}
+
+/// The hasher of every cached fingerprint. A fixed seed: the same state has the same
+/// fingerprint in every run, so golden counts stay repeatable.
+fn fixed_hasher() -> foldhash::quality::FixedState {
+    foldhash::quality::FixedState::with_seed(0x5eed_0001_5eed_0002)
 }
 
 /// Timers.
@@ -666,10 +746,7 @@ impl RcState {
     /// changed the state (and only there), so it is never stale.
     fn seal(&mut self) {
         fn fp<T: Hash>(v: &T) -> u64 {
-            // Fixed seeds (stateright's own fingerprints are aHash too): the same state
-            // has the same fingerprint in every run, so golden counts stay repeatable.
-            ahash::RandomState::with_seeds(0x5eed_0001, 0x5eed_0002, 0x5eed_0003, 0x5eed_0004)
-                .hash_one(v)
+            fixed_hasher().hash_one(v)
         }
         match self {
             RcState::Master(m) => {
@@ -791,14 +868,14 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
                 {
                     st.spawn_kills_granted.push(to.clone());
                 }
-                o.send(layout.daemon(env.to), RcMsg::ToDaemon(env.msg))
+                send(o, layout.daemon(env.to), RcMsg::ToDaemon(env.msg))
             }
             MasterOutput::Status { delta, status } => st.log.push((delta, status)),
             MasterOutput::ProcessLost(pid) => {
                 let at = st.log.len();
                 st.lost.push((pid, at));
             }
-            MasterOutput::NeedSlots { .. } => o.send(Id::from(1usize), RcMsg::NeedSlots),
+            MasterOutput::NeedSlots { .. } => send(o, Id::from(1usize), RcMsg::NeedSlots),
             MasterOutput::Started { ticket, delta } => {
                 st.left_queue.push(ticket);
                 set_ticket(st, ticket, Ticket::Started(delta));
@@ -869,13 +946,13 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                 if let ToMaster::Modex { pset, version, .. } = &msg {
                     st.modex_batches.push((pset.clone(), *version));
                 }
-                o.send(Layout::master(), RcMsg::ToMaster(msg))
+                send(o, Layout::master(), RcMsg::ToMaster(msg))
             }
             DaemonOutput::ToClient { to, req, reply } => {
                 if matches!(reply, ClientReply::Modex(Err(RcError::Stale { .. }))) {
                     st.stale_replies += 1;
                 }
-                o.send(layout.proc(&to), RcMsg::Reply(req, reply))
+                send(o, layout.proc(&to), RcMsg::Reply(req, reply))
             }
             DaemonOutput::Spawn { app, procs, .. } => {
                 let root = PsetName::app_root(&app).expect("the master names spawns validly");
@@ -883,7 +960,7 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                     let in_pset = st.daemon.pset(&root).is_some_and(|(m, _)| m.contains(&p));
                     let known = in_pset && st.daemon.job().contains(&p);
                     st.spawn_launches.push((p.clone(), known));
-                    o.send(layout.proc(&p), RcMsg::LaunchSpawned(app.clone()));
+                    send(o, layout.proc(&p), RcMsg::LaunchSpawned(app.clone()));
                 }
             }
             DaemonOutput::Launch { procs } => {
@@ -892,13 +969,13 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                         let saw = st.daemon.changes().any(|c| c.includes(&p));
                         st.launched.push((p.clone(), saw));
                     }
-                    o.send(layout.proc(&p), RcMsg::Launch);
+                    send(o, layout.proc(&p), RcMsg::Launch);
                 }
             }
             DaemonOutput::Kill { procs } => {
                 // SIGKILL; the exit is reported once the process is dead (its `Exited`).
                 for p in procs {
-                    o.send(layout.proc(&p), RcMsg::Kill);
+                    send(o, layout.proc(&p), RcMsg::Kill);
                 }
             }
         }
@@ -931,7 +1008,7 @@ impl RcNode {
         }
         while let Some(out) = client.poll_output() {
             if let ClientOutput::Request { req, request } = out {
-                o.send(daemon, RcMsg::Req(req, request));
+                send(o, daemon, RcMsg::Req(req, request));
             }
         }
     }
@@ -998,7 +1075,7 @@ impl RcNode {
                     },
                     Some(0),
                 ) => {
-                    o.send(self.layout.proc(&self.pid_of(1)), RcMsg::Go);
+                    send(o, self.layout.proc(&self.pid_of(1)), RcMsg::Go);
                 }
                 // Rank 1 has defined ex1: both psets are there, it asks for the SUB of
                 // rank 2 (an application-initiated request, RC-15).
@@ -1100,7 +1177,7 @@ impl RcNode {
                 let decided = match &result {
                     CallResult::Accept(Ok(a)) => {
                         for p in &a.removed {
-                            o.send(self.layout.proc(p), RcMsg::Terminate);
+                            send(o, self.layout.proc(p), RcMsg::Terminate);
                         }
                         Some(a.status == RcStatus::Finalized)
                     }
@@ -1222,7 +1299,7 @@ impl RcNode {
 }
 
 impl Actor for RcNode {
-    type Msg = RcMsg;
+    type Msg = Msg;
     type Timer = RcTimer;
     type State = RcState;
     type Storage = ();
@@ -1234,8 +1311,8 @@ impl Actor for RcNode {
         state
     }
 
-    fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
-        self.deliver(state, src, msg, o);
+    fn on_msg(&self, _id: Id, state: &mut Cow<RcState>, src: Id, msg: Msg, o: &mut Out<Self>) {
+        self.deliver(state, src, msg.into_inner(), o);
         seal(state);
     }
 
@@ -1277,10 +1354,10 @@ impl RcNode {
             }
             RcActor::Scheduler(reqs, give_back, _) => {
                 for (ticket, r) in (1..).zip(reqs) {
-                    o.send(Layout::master(), RcMsg::Request(ticket, r.clone()));
+                    send(o, Layout::master(), RcMsg::Request(ticket, r.clone()));
                 }
                 if let Some(node) = give_back {
-                    o.send(Layout::master(), RcMsg::ReturnNode(*node));
+                    send(o, Layout::master(), RcMsg::ReturnNode(*node));
                 }
                 RcState::Scheduler
             }
@@ -1533,7 +1610,7 @@ impl RcNode {
                         match out {
                             ClientOutput::Request { req, request } => {
                                 if let Some(d) = st.daemon {
-                                    o.send(d, RcMsg::Req(req, request));
+                                    send(o, d, RcMsg::Req(req, request));
                                 }
                             }
                             ClientOutput::Done { result, .. } => done.push(result),
@@ -1555,7 +1632,7 @@ impl RcNode {
                 }
                 (Phase::Running, RcMsg::Kill | RcMsg::Terminate) => {
                     if let Some(d) = st.daemon {
-                        o.send(d, RcMsg::Exited(pid.clone()));
+                        send(o, d, RcMsg::Exited(pid.clone()));
                     }
                     st.phase = Phase::Dead;
                 }
@@ -1599,7 +1676,7 @@ impl RcNode {
                         name: "granted".into(),
                         slots: *slots,
                     };
-                    o.send(Layout::master(), RcMsg::AddNode(node));
+                    send(o, Layout::master(), RcMsg::AddNode(node));
                 }
             }
             (RcState::Daemon(st), RcTimer::Daemon) if !st.lost => {
@@ -1634,15 +1711,15 @@ impl RcNode {
                 // tells the master.
                 st.lost = true;
                 if let RcActor::Daemon(node, ..) = &self.actor {
-                    o.send(Layout::master(), RcMsg::NodeLost(*node));
+                    send(o, Layout::master(), RcMsg::NodeLost(*node));
                 }
                 for p in st.daemon.local() {
-                    o.send(self.layout.proc(p), RcMsg::Kill);
+                    send(o, self.layout.proc(p), RcMsg::Kill);
                 }
             }
             (RcState::Proc(st), RcTimer::Crash) if st.phase == Phase::Running => {
                 if let (Some(d), RcActor::Proc { pid, .. }) = (st.daemon, &self.actor) {
-                    o.send(d, RcMsg::Exited(pid.clone()));
+                    send(o, d, RcMsg::Exited(pid.clone()));
                 }
                 st.phase = Phase::Dead;
             }

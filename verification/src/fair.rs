@@ -24,7 +24,7 @@
 use stateright::actor::ActorModelAction;
 use stateright::{Expectation, Model, Property};
 
-use crate::adapter::{RcMsg, RcTimer, Ticket};
+use crate::adapter::{Msg, RcTimer, Ticket};
 use crate::models::{RcConfig, RcModel, RcModelState, every_request_decided, master, terminal};
 use dynres_core::rc::RcStatus;
 
@@ -59,7 +59,7 @@ impl FairRc {
     }
 }
 
-type Action = ActorModelAction<RcMsg, RcTimer, ()>;
+type Action = ActorModelAction<Msg, RcTimer, ()>;
 
 /// The rank of an action (see the module doc); only the lowest enabled one may happen.
 fn rank(a: &Action) -> u8 {

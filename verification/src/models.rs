@@ -808,21 +808,25 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                 // it had when the change was announced. Ever after: an aborted change's
                 // added processes are in no pset and not in the job data.
                 let m = &master(s).master;
-                master(s).rollback_mismatches == 0
-                    && m.all_changes()
-                        .filter(|c| c.status == RcStatus::Aborted)
-                        .all(|c| {
-                            let in_job = c.added.iter().any(|p| m.processes().contains_key(p));
-                            let in_pset = m.registry().live_psets().any(|(n, _)| {
-                                c.added.iter().any(|p| {
-                                    m.registry()
-                                        .members(&Origin::Runtime, n)
-                                        .unwrap_or_default()
-                                        .contains(p)
-                                })
-                            });
-                            !in_job && !in_pset
-                        })
+                if master(s).rollback_mismatches != 0 {
+                    return false;
+                }
+                let gone: Vec<&ProcessId> = m
+                    .all_changes()
+                    .filter(|c| c.status == RcStatus::Aborted)
+                    .flat_map(|c| c.added.iter())
+                    .collect();
+                // Each pset's members are resolved once, not once per process: this
+                // property was the checker's costliest.
+                gone.is_empty()
+                    || (!gone.iter().any(|p| m.processes().contains_key(*p))
+                        && !m.registry().live_psets().any(|(n, _)| {
+                            let members = m
+                                .registry()
+                                .members(&Origin::Runtime, n)
+                                .unwrap_or_default();
+                            gone.iter().any(|p| members.contains(p))
+                        }))
             },
         )
         .property(

@@ -20,7 +20,7 @@ use stateright::actor::{ActorModel, Envelope, Network};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
 use stateright::{Expectation, Model};
 
-use crate::adapter::{APP, Layout, NAMESPACE, RcActor, RcMsg, RcNode, RcState, Role};
+use crate::adapter::{APP, Layout, Msg, NAMESPACE, RcActor, RcMsg, RcNode, RcState, Role};
 use crate::pset_oracle::{PsetOracle, without_reasons};
 use crate::run::Outcome;
 
@@ -178,7 +178,7 @@ impl PsetConfig {
         }
         model
             .init_network(Network::new_ordered([]))
-            .record_msg_out(|daemons, history, env: Envelope<&RcMsg>| match env.msg {
+            .record_msg_out(|daemons, history, env: Envelope<&Msg>| match &**env.msg {
                 RcMsg::Req(_, ClientRequest::PsetOp { ops }) => {
                     let rank = (usize::from(env.src) - 2 - daemons) as u32;
                     let pid = ProcessId::new(Namespace::new(NAMESPACE), rank);
@@ -188,7 +188,7 @@ impl PsetConfig {
                 }
                 _ => None,
             })
-            .record_msg_in(|daemons, history, env: Envelope<&RcMsg>| match env.msg {
+            .record_msg_in(|daemons, history, env: Envelope<&Msg>| match &**env.msg {
                 RcMsg::Reply(_, ClientReply::PsetOp(ret)) => {
                     let rank = (usize::from(env.dst) - 2 - daemons) as u32;
                     let mut h = history.clone();

@@ -12,6 +12,7 @@
 
 use alloc::format;
 use alloc::string::{String, ToString};
+use compact_str::CompactString;
 use core::fmt;
 use core::str::FromStr;
 
@@ -47,7 +48,9 @@ pub enum Domain {
 /// `mpi://WORLD` are the same pset while `mpi://app/A` and `mpi://app/a` are not.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PsetName {
-    text: String,
+    /// Inline when short (see [`Namespace`](crate::Namespace)): names are cloned into
+    /// every change, message and replica. Equality, order and hash are those of the text.
+    text: CompactString,
     domain: Domain,
     /// Byte range of the app segment in `text` (empty for WORLD/SELF).
     app: (u16, u16),
@@ -197,13 +200,17 @@ impl PsetName {
         }
         let app_start = prefix.len() + 1;
         let app = (app_start as u16, (app_start + segs[0].len()) as u16);
-        Ok(PsetName { text, domain, app })
+        Ok(PsetName {
+            text: CompactString::from(text),
+            domain,
+            app,
+        })
     }
 
     /// `mpi://WORLD`.
     pub fn world() -> PsetName {
         PsetName {
-            text: String::from("mpi://WORLD"),
+            text: CompactString::const_new("mpi://WORLD"),
             domain: Domain::World,
             app: (0, 0),
         }
@@ -212,7 +219,7 @@ impl PsetName {
     /// `mpi://SELF`.
     pub fn self_set() -> PsetName {
         PsetName {
-            text: String::from("mpi://SELF"),
+            text: CompactString::const_new("mpi://SELF"),
             domain: Domain::SelfSet,
             app: (0, 0),
         }

@@ -25,7 +25,7 @@ pub(super) fn put_pid(out: &mut Vec<u8>, p: &ProcessId) {
 pub(super) fn pid(input: &[u8]) -> PResult<'_, ProcessId> {
     let (i, ns) = string("namespace", MAX_NAMESPACE_LEN)(input)?;
     let (i, rank) = u32(i)?;
-    Ok((i, ProcessId::new(Namespace(ns), rank)))
+    Ok((i, ProcessId::new(Namespace::new(ns), rank)))
 }
 
 /// A stable number for each [`NameError`] kind: the `value` of the
