@@ -80,6 +80,13 @@ impl Msg {
         }
     }
 
+    /// Whether the stored fingerprint is that of the message, and the message equals a
+    /// fresh wrap of itself (tests check this on every message in flight they reach).
+    pub fn fingerprint_is_current(&self) -> bool {
+        let fresh = Msg::new((*self.inner).clone());
+        fresh.fp == self.fp && fresh == *self
+    }
+
     /// The message, cloned out only if another state still holds it.
     pub fn into_inner(self) -> RcMsg {
         std::sync::Arc::try_unwrap(self.inner).unwrap_or_else(|shared| (*shared).clone())

@@ -2,13 +2,16 @@
 //! state the checker generates (`adapter::RcState::seal`). That is only sound if every
 //! step that changes an actor's state also reseals it: a stale fingerprint would make
 //! two different states one, and the checker would skip the second unexplored. These
-//! tests walk a configuration breadth first and recompute every actor's fingerprint.
+//! tests walk a configuration breadth first and recompute every actor's fingerprint,
+//! and every message's in flight (`adapter::Msg`, hashed once when sent).
 
 use std::collections::{HashSet, VecDeque};
 
+use dynres_verification::adapter::Msg;
 use dynres_verification::fair::FairRc;
 use dynres_verification::models::{RcModelState, pr_configs};
 use stateright::Model;
+use stateright::actor::Network;
 
 /// Every actor state of every state reached in up to `limit` states has its current
 /// fingerprint; returns how many states were checked.
@@ -24,6 +27,19 @@ fn walk<M: Model<State = RcModelState>>(model: &M, limit: usize) -> usize {
                 actor.fingerprint_is_current(),
                 "actor {i} holds a stale fingerprint after {} states",
                 seen.len()
+            );
+        }
+        // Messages carry the fingerprint computed when they were sent. (Every message of
+        // an ordered channel, not only its head; stateright 0.31's `iter_all` repeats an
+        // ordered channel's head forever, so the channels are read directly.)
+        let in_flight: Vec<&Msg> = match &state.network {
+            Network::Ordered(channels) => channels.values().flatten().collect(),
+            other => other.iter_deliverable().map(|env| env.msg).collect(),
+        };
+        for msg in in_flight {
+            assert!(
+                msg.fingerprint_is_current(),
+                "message {msg:?} holds a stale fingerprint"
             );
         }
         queue.extend(model.next_states(&state));
