@@ -80,6 +80,9 @@ pub struct RcConfig {
     /// configurations check): where the point is another scenario, they would only
     /// multiply its interleavings.
     pub bare_roots: bool,
+    /// This existing rank confirms the application's undecided ADD or REPLACE, which did
+    /// not add it (`Role::Rogue`, `RC-9`); it polls like the root.
+    pub rogue: Option<u32>,
 }
 
 /// A scenario a configuration exists for; each is a `sometimes` property.
@@ -130,10 +133,14 @@ impl RcConfig {
         None
     }
 
-    /// Whether the configuration has a fair model (`fair.rs`): no fault, and a root that
-    /// runs the adaptation loop.
+    /// Whether the configuration has a fair model (`fair.rs`): no fault (a rogue
+    /// client is one), and a root that runs the adaptation loop.
     pub fn fair_eligible(&self) -> bool {
-        !self.modex && !self.may_crash && !self.member_may_crash && self.lose_node.is_none()
+        !self.modex
+            && !self.may_crash
+            && !self.member_may_crash
+            && self.lose_node.is_none()
+            && self.rogue.is_none()
     }
 
     /// Builds the stateright model.
@@ -199,6 +206,7 @@ impl RcConfig {
                 match rank {
                     r if self.modex && self.leaver == Some(r) => Role::Scripted,
                     r if self.spawner == Some(r) => Role::Spawner,
+                    r if self.rogue == Some(r) => Role::Rogue,
                     r if self.modex && r < self.existing => Role::Modex {
                         may_crash: self.member_may_crash,
                     },
@@ -225,7 +233,10 @@ impl RcConfig {
                     },
                 }
             };
-            let leads = rank == 0 || (self.two_leaders && rank == 1) || other_root.is_some();
+            let leads = rank == 0
+                || (self.two_leaders && rank == 1)
+                || other_root.is_some()
+                || self.rogue == Some(rank);
             let polls = if leads { self.polls } else { 0 };
             let script = match role {
                 Role::Scripted => vec![vec![leave_app_pset()]],
@@ -338,6 +349,20 @@ impl RcConfig {
                 "RC-15 PSET-6 a step of one application leaves every other one's state alone",
                 |_, s| master(s).foreign_edits == 0,
             );
+        }
+        if self.rogue.is_some() {
+            model = model
+                .property(
+                    Expectation::Always,
+                    "RC-9 a confirm from a process the change did not add leaves the change untouched",
+                    |_, s| master(s).foreign_confirm_edits == 0,
+                )
+                // Without this the configuration could pass without the rogue confirm.
+                .property(
+                    Expectation::Sometimes,
+                    "RC-9 a process the change did not add confirms it while undecided",
+                    |_, s| master(s).foreign_confirms > 0,
+                );
         }
         if self.two_leaders {
             // Without this the configuration could pass with one bound pset.
@@ -1073,6 +1098,7 @@ fn config(
         hasty: false,
         other_apps: &[],
         bare_roots: false,
+        rogue: None,
     }
 }
 
@@ -1181,6 +1207,19 @@ pub fn pr_configs() -> Vec<RcConfig> {
         ),
         // Three nodes of one slot: the new process goes to the third.
         config("rc-add-3n-2e-1new", (3, 1, 2, 1), vec![add(1)], false, 2),
+        // Rank 1, a member the ADD does not add, confirms it (a buggy or hostile client:
+        // its fence over the delta is refused, so it reports a failure). RC-9: the
+        // master refuses it, and the change is neither counted nor aborted.
+        RcConfig {
+            rogue: Some(1),
+            ..config(
+                "rc-add-rogue-1n-2e-1new",
+                (1, 4, 2, 1),
+                vec![add(1)],
+                false,
+                2,
+            )
+        },
         // Node 0 is lost: its daemon, the root and rank 1 with it, while the ADD is
         // under way on node 1.
         RcConfig {

@@ -337,6 +337,12 @@ pub fn corpus() -> Vec<Planted> {
             "fair-rc-2apps-sub-add-1n-3e-1new",
             "RC-15 under fairness every request is decided, queued ones included",
         ),
+        // Issue 13: faults around resource changes.
+        p(
+            ConfirmFromAnyMember,
+            "rc-add-rogue-1n-2e-1new",
+            "RC-9 a confirm from a process the change did not add leaves the change untouched",
+        ),
         // issue 13, session 20: spawn scenarios
         p(
             NewestHelloWins,

@@ -186,7 +186,15 @@ impl Master {
             );
             return;
         };
-        if !change.info.added.contains(&route.pid) {
+        // RC-9: only the processes the change added confirm it; a confirm from anyone
+        // else is refused before it can count or abort anything. (Planted: the accept's
+        // check, the caller's application, used instead.)
+        let permitted = if self.bugs.has(Bug::ConfirmFromAnyMember) {
+            self.app_of.get(&route.pid) == Some(&change.info.app)
+        } else {
+            change.info.added.contains(&route.pid)
+        };
+        if !permitted {
             let err = RcError::NotPermitted(route.pid.clone());
             self.reply(&route, ClientReply::Confirmed(Err(err)));
             return;
