@@ -216,6 +216,10 @@ pub enum Bug {
     /// application may confirm, and one whose confirm fails (its fence over a delta it
     /// is not in is refused) aborts the change (`RC-9`).
     ConfirmFromAnyMember,
+    /// A lost process aborts every application's undecided change, not only its own
+    /// application's (`RC-18`, `RC-15`): only a job of two applications tells them
+    /// apart.
+    LossAbortsEveryChange,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -226,6 +226,9 @@ pub struct MasterState {
     /// Master steps handling such a confirm (while the change was undecided or after)
     /// that changed the change's record, accepts or confirms (`RC-9`).
     pub foreign_confirm_edits: u32,
+    /// An exit reached the master while two applications each had an undecided change
+    /// (reachability of the two-application fault configurations, `RC-18`, `RC-15`).
+    pub exit_while_concurrent: bool,
     /// Every request the master received, by ticket, and what became of it (`RC-15`).
     pub tickets: Vec<(u64, Ticket)>,
     /// Fair models only: master deadlines that fired while a change was undecided (under
@@ -453,7 +456,7 @@ pub fn app_processes(
 }
 
 /// The application of `pid` (see [`app_processes`]).
-fn app_of(cfg: &MasterConfig, m: &Master, pid: &ProcessId) -> Option<String> {
+pub fn app_of(cfg: &MasterConfig, m: &Master, pid: &ProcessId) -> Option<String> {
     let mut first = 0;
     for (name, n) in &cfg.apps {
         if pid.rank >= first && pid.rank < first + n {
@@ -1345,6 +1348,7 @@ impl RcNode {
                     foreign_edits: 0,
                     foreign_confirms: 0,
                     foreign_confirm_edits: 0,
+                    exit_while_concurrent: false,
                     spawn_kills_granted: Vec::new(),
                     tickets: Vec::new(),
                     left_queue: Vec::new(),
@@ -1429,6 +1433,16 @@ impl RcNode {
                 let before = versions(&st.master);
                 let isolation = Isolation::before(&self.actor, st, &input);
                 let foreign_confirm = ForeignConfirm::before(st, &input);
+                if let MasterInput::FromDaemon {
+                    msg: ToMaster::Exited { .. },
+                    ..
+                } = &input
+                {
+                    let open = || st.master.all_changes().filter(|c| !c.status.is_final());
+                    if open().any(|a| open().any(|b| a.app != b.app)) {
+                        st.exit_while_concurrent = true;
+                    }
+                }
                 let giving_back = match &input {
                     MasterInput::NodeReturned { node } => Some(*node),
                     _ => None,

@@ -102,6 +102,9 @@ pub enum Scenario {
     /// Two applications each have an undecided change at the same time (`RC-15`: one
     /// per application, not one per job).
     ConcurrentApps,
+    /// A process exits (crashes) while two applications each have an undecided change
+    /// (`RC-18`, `RC-15`: the fault must touch its own application only).
+    ExitWhileConcurrentApps,
 }
 
 /// The model type of every resource-change configuration.
@@ -314,6 +317,11 @@ impl RcConfig {
                         let open = || m.all_changes().filter(|c| !c.status.is_final());
                         open().any(|a| open().any(|b| a.app != b.app))
                     },
+                ),
+                Scenario::ExitWhileConcurrentApps => model.property(
+                    Expectation::Sometimes,
+                    "RC-18 RC-15 a process exits while two applications' changes are undecided",
+                    |_, s| master(s).exit_while_concurrent,
                 ),
                 Scenario::NamedVictim => model.property(
                     Expectation::Sometimes,
@@ -853,12 +861,19 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         .property(
             Expectation::Always,
             "RC-18 a change undecided at a loss is never finalized",
-            |_, s| {
+            |model, s| {
                 let m = master(s);
-                m.lost.iter().all(|(_, at)| {
+                let RcActor::Master(cfg, _) = &model.actors[0].actor else {
+                    unreachable!("actor 0 is the master")
+                };
+                m.lost.iter().all(|(pid, at)| {
                     let (before, after) = m.log.split_at(*at);
+                    // Only the lost process' own application's change: another
+                    // application's goes on (RC-18, RC-15).
+                    let app = crate::adapter::app_of(cfg, &m.master, pid);
                     let undecided = |d: &PsetName| {
-                        before.iter().any(|(x, _)| x == d)
+                        d.app() == app.as_deref()
+                            && before.iter().any(|(x, _)| x == d)
                             && !before.iter().any(|(x, st)| x == d && st.is_final())
                     };
                     !after
@@ -1112,6 +1127,24 @@ fn modex_config(name: &'static str, nodes: u32, existing: u32) -> RcConfig {
     }
 }
 
+/// A job of two applications (`RC-15`): `app` (ranks 0, 1) asks for the SUB of one
+/// process while `app2` (rank 2) asks for the ADD of one; bare roots, one poll each (see
+/// `rc-2apps-sub-add-1n-3e-1new` in [`pr_configs`]).
+fn two_apps_config(name: &'static str) -> RcConfig {
+    RcConfig {
+        other_apps: &[(APP2, 1)],
+        bare_roots: true,
+        scenario: &[Scenario::ConcurrentApps],
+        ..config(
+            name,
+            (1, 4, 2, 1),
+            vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP2, 1)],
+            false,
+            1,
+        )
+    }
+}
+
 /// The PR-tier resource-change configurations (each exhaustive in well under 60 s).
 pub fn pr_configs() -> Vec<RcConfig> {
     let add = |n| ChangeRequest::add(APP, n);
@@ -1326,17 +1359,15 @@ pub fn pr_configs() -> Vec<RcConfig> {
         // accept): the start-up requests or a second poll multiply the states several
         // times over (the ADD alone: by 7 and by 3.8). The ADD's root then learns no
         // decision (its accept answers PENDING); its new process does.
+        two_apps_config("rc-2apps-sub-add-1n-3e-1new"),
+        // The two-application configuration with faults: rank 1, `app`'s member and its
+        // SUB's victim, may crash at any point, also while both changes are undecided.
+        // A loss aborts its own application's undecided change only (RC-18); app2's ADD
+        // goes on, and the rollback (RC-12) must leave app2 alone (RC-15, PSET-6).
         RcConfig {
-            other_apps: &[(APP2, 1)],
-            bare_roots: true,
-            scenario: &[Scenario::ConcurrentApps],
-            ..config(
-                "rc-2apps-sub-add-1n-3e-1new",
-                (1, 4, 2, 1),
-                vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP2, 1)],
-                false,
-                1,
-            )
+            member_may_crash: true,
+            scenario: &[Scenario::ConcurrentApps, Scenario::ExitWhileConcurrentApps],
+            ..two_apps_config("rc-2apps-sub-add-lost-1n-3e-1new")
         },
         // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1
         // back at any point, and an ADD then wants a slot (node 1's, unless returned).
@@ -1378,6 +1409,15 @@ pub fn nightly_configs() -> Vec<RcConfig> {
             true,
             3,
         ),
+        // The two-application configuration with app2's new process crashing at any
+        // point: its exit aborts the ADD (RC-10) while app's SUB may be in flight, and
+        // the rollback (RC-12) must leave app alone (2.07 M states, about 35 s: over
+        // the PR tier's budget).
+        RcConfig {
+            may_crash: true,
+            scenario: &[Scenario::ConcurrentApps, Scenario::ExitWhileConcurrentApps],
+            ..two_apps_config("rc-2apps-sub-add-crash-1n-3e-1new")
+        },
     ]
 }
 

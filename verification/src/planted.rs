@@ -343,6 +343,11 @@ pub fn corpus() -> Vec<Planted> {
             "rc-add-rogue-1n-2e-1new",
             "RC-9 a confirm from a process the change did not add leaves the change untouched",
         ),
+        p(
+            LossAbortsEveryChange,
+            "rc-2apps-sub-add-lost-1n-3e-1new",
+            "RC-15 PSET-6 a step of one application leaves every other one's state alone",
+        ),
         // issue 13, session 20: spawn scenarios
         p(
             NewestHelloWins,

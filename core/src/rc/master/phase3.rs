@@ -498,8 +498,14 @@ impl Master {
         let Some(app) = self.app_of.get(pid).cloned() else {
             return;
         };
-        if let Some(delta) = self.in_flight.get(&app).cloned() {
-            if !self.bug(Bug::IgnoreLoss) {
+        // Planted: every application's change in flight, not only the lost process' own.
+        let endangered: Vec<PsetName> = if self.bug(Bug::LossAbortsEveryChange) {
+            self.in_flight.values().cloned().collect()
+        } else {
+            self.in_flight.get(&app).cloned().into_iter().collect()
+        };
+        if !self.bug(Bug::IgnoreLoss) {
+            for delta in endangered {
                 self.abort(now, &delta, "a process of the application was lost");
             }
         }
