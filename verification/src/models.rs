@@ -146,6 +146,17 @@ impl RcConfig {
             && self.rogue.is_none()
     }
 
+    /// Whether the configuration's only faults are crashing processes (new ones or
+    /// members, `RC-10`, `RC-18`) around a root that runs the adaptation loop: its fair
+    /// model (`fair.rs`) checks that a crash decides what it affects at once, no
+    /// deadline passing first.
+    pub fn fair_with_crashes(&self) -> bool {
+        (self.may_crash || self.member_may_crash)
+            && !self.modex
+            && self.lose_node.is_none()
+            && self.rogue.is_none()
+    }
+
     /// Builds the stateright model.
     pub fn model(&self) -> RcModel {
         self.build(false)

@@ -348,6 +348,15 @@ pub fn corpus() -> Vec<Planted> {
             "rc-2apps-sub-add-lost-1n-3e-1new",
             "RC-15 PSET-6 a step of one application leaves every other one's state alone",
         ),
+        // The fair form with crashes: no crash-specific bug is left for it (those the
+        // corpus has break a safety property first), so the liveness bug of the fair
+        // form without faults shows that a crash-free path of this model still must
+        // not wait for a deadline.
+        p(
+            ConfirmDoesNotDecide,
+            "fair-rc-2apps-sub-add-lost-1n-3e-1new",
+            "RC-10 RC-18 under fairness with crashes no change waits for its deadline",
+        ),
         // issue 13, session 20: spawn scenarios
         p(
             NewestHelloWins,
