@@ -210,6 +210,16 @@ pub enum Bug {
     /// The ends of a join compare their ports' tags instead of the whole names: two
     /// processes' first ports share tag 0, so both take the same role (`SPAWN-14`).
     JoinCompareTags,
+    // issue 13: faults around resource changes
+    /// `confirm` checks the caller the way `check_accept` does, by the change's
+    /// application, instead of by the change's added processes: any process of the
+    /// application may confirm, and one whose confirm fails (its fence over a delta it
+    /// is not in is refused) aborts the change (`RC-9`).
+    ConfirmFromAnyMember,
+    /// A lost process aborts every application's undecided change, not only its own
+    /// application's (`RC-18`, `RC-15`): only a job of two applications tells them
+    /// apart.
+    LossAbortsEveryChange,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -503,6 +503,54 @@ fn concurrent_requests_are_queued() {
     assert_eq!(finalized, 3);
 }
 
+/// RC-18, RC-15: a lost process aborts its own application's undecided change and no
+/// other application's: app's SUB aborts when its victim crashes, app2's ADD, in flight
+/// at the same time, goes on and is FINALIZED. Modelled by
+/// `rc-2apps-sub-add-lost-1n-3e-1new` (issue 13; planted bug `LossAbortsEveryChange`).
+#[test]
+fn a_loss_aborts_only_its_own_applications_change() {
+    let mut cfg = config(1, 4, 2);
+    cfg.apps.push(("app2".into(), 1));
+    let mut w = World::new(cfg);
+    w.request(ChangeRequest::sub(APP, 1));
+    w.request(ChangeRequest::add("app2", 1));
+    w.run_for(Duration::from_millis(1));
+    let (sub, add) = (change_of(&w, APP), change_of(&w, "app2"));
+    assert!(!w.master.status(&sub).is_final() && !w.master.status(&add).is_final());
+    w.exit(&pid(1));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(w.master.status(&sub), RcStatus::Aborted);
+    assert!(w.notices.contains(&MasterOutput::ProcessLost(pid(1))));
+    assert!(!w.master.status(&add).is_final(), "app2's ADD goes on");
+    // app2's root applies its phase 2 and accepts: its new process has confirmed.
+    let app2 = name("mpi://app/app2");
+    app2_phase2(&mut w, &app2, &add);
+    let accept = ClientCall::Accept {
+        delta: add.clone(),
+        new_pset: app2,
+        bound: None,
+        wait: Some(Duration::from_millis(100)),
+    };
+    accepted(w.call_wait(&pid(2), accept));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(w.master.status(&add), RcStatus::Finalized);
+}
+
+/// app2's phase 2 of its ADD `add`, by its root (rank 2): `UNION(app2, add)` as a new
+/// version of `app2`.
+fn app2_phase2(w: &mut World, app2: &PsetName, add: &PsetName) {
+    let ops = vec![PsetOp::Set {
+        op: dynres_core::pset::SetOp::Union,
+        pset1: app2.clone(),
+        pset2: add.clone(),
+        target: Some(app2.clone()),
+        attrs: AttrUpdate::none(),
+    }];
+    let CallResult::PsetOp(Ok(_)) = w.call_wait(&pid(2), ClientCall::PsetOp { ops }) else {
+        panic!("app2's phase 2")
+    };
+}
+
 /// The delta of `app`'s latest change.
 fn change_of(w: &World, app: &str) -> PsetName {
     let c = w.master.all_changes().filter(|c| c.app == app).last();
@@ -545,16 +593,7 @@ fn an_abort_keeps_what_another_application_finalized_in_world() {
     w.run_for(Duration::from_millis(1));
     let sub = change_of(&w, APP);
     let (add, app2) = (change_of(&w, "app2"), name("mpi://app/app2"));
-    let ops = vec![PsetOp::Set {
-        op: dynres_core::pset::SetOp::Union,
-        pset1: app2.clone(),
-        pset2: add.clone(),
-        target: Some(app2.clone()),
-        attrs: AttrUpdate::none(),
-    }];
-    let CallResult::PsetOp(Ok(_)) = w.call_wait(&pid(2), ClientCall::PsetOp { ops }) else {
-        panic!("app2's phase 2")
-    };
+    app2_phase2(&mut w, &app2, &add);
     while !w.master.status(&add).is_final() {
         let accept = ClientCall::Accept {
             delta: add.clone(),

@@ -189,6 +189,10 @@ pub enum Role {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
     },
+    /// An existing process that confirms a change it was not added by (a buggy or
+    /// hostile client): it polls the application's changes like a root and, finding an
+    /// undecided ADD or REPLACE, confirms it (`RC-9`: the master must refuse it).
+    Rogue,
     /// A process an ADD/REPLACE starts: queries `mpi://SELF` and confirms.
     New {
         /// Whether it may crash (a nondeterministic timer).
@@ -303,6 +307,15 @@ pub struct MasterState {
     /// request, its process' message or exit, a deadline of its change) that changed
     /// what another application owns at the master (see [`AppView`]).
     pub foreign_edits: u32,
+    /// Confirms from a process the change did not add that reached the master while
+    /// the change was undecided (`RC-9`; reachability of the rogue configuration).
+    pub foreign_confirms: u32,
+    /// Master steps handling such a confirm (while the change was undecided or after)
+    /// that changed the change's record, accepts or confirms (`RC-9`).
+    pub foreign_confirm_edits: u32,
+    /// An exit reached the master while two applications each had an undecided change
+    /// (reachability of the two-application fault configurations, `RC-18`, `RC-15`).
+    pub exit_while_concurrent: bool,
     /// Every request the master received, by ticket, and what became of it (`RC-15`).
     pub tickets: Vec<(u64, Ticket)>,
     /// Fair models only: master deadlines that fired while a change was undecided (under
@@ -530,7 +543,7 @@ pub fn app_processes(
 }
 
 /// The application of `pid` (see [`app_processes`]).
-fn app_of(cfg: &MasterConfig, m: &Master, pid: &ProcessId) -> Option<String> {
+pub fn app_of(cfg: &MasterConfig, m: &Master, pid: &ProcessId) -> Option<String> {
     let mut first = 0;
     for (name, n) in &cfg.apps {
         if pid.rank >= first && pid.rank < first + n {
@@ -615,6 +628,61 @@ impl Isolation {
         });
         if foreign {
             st.foreign_edits += 1;
+        }
+    }
+}
+
+/// The `RC-9` check of one master step that handles a confirm from a process the
+/// change did not add: the change as it was before the step.
+struct ForeignConfirm {
+    delta: PsetName,
+    undecided: bool,
+    before: Option<ChangeView>,
+}
+
+impl ForeignConfirm {
+    /// `Some` if `input` is a confirm of a known change by a process it did not add.
+    fn before(st: &MasterState, input: &MasterInput) -> Option<ForeignConfirm> {
+        let MasterInput::FromDaemon {
+            msg:
+                ToMaster::Forward {
+                    from,
+                    request: ClientRequest::Confirm { delta, .. },
+                    ..
+                },
+            ..
+        } = input
+        else {
+            return None;
+        };
+        let m = &st.master;
+        let c = m.all_changes().find(|c| c.delta == *delta)?;
+        if c.added.contains(from) {
+            return None;
+        }
+        Some(ForeignConfirm {
+            delta: delta.clone(),
+            undecided: !c.status.is_final(),
+            before: Self::view(m, delta),
+        })
+    }
+
+    fn view(m: &Master, delta: &PsetName) -> Option<ChangeView> {
+        let c = m.all_changes().find(|c| c.delta == *delta)?;
+        Some((
+            c.clone(),
+            m.accepts(delta).cloned(),
+            m.confirmed(delta).cloned(),
+        ))
+    }
+
+    /// Counts the confirm, and an edit if the change is not as it was.
+    fn after(self, st: &mut MasterState) {
+        if self.undecided {
+            st.foreign_confirms += 1;
+        }
+        if Self::view(&st.master, &self.delta) != self.before {
+            st.foreign_confirm_edits += 1;
         }
     }
 }
@@ -1197,6 +1265,19 @@ impl RcNode {
                 st.step = Step::Idle;
                 Self::poll_later(st, o);
             }
+            (Role::Rogue, CallResult::ResChange(q)) => {
+                let adds = matches!(q.kind, Some(RcType::Add | RcType::Replace));
+                match q.delta {
+                    Some(delta) if !q.incl && adds && !q.status.is_final() => {
+                        let timeout = Duration::from_millis(100);
+                        self.call(st, Step::Done, ClientCall::Confirm { delta, timeout }, o);
+                    }
+                    _ => {
+                        st.step = Step::Idle;
+                        Self::poll_later(st, o);
+                    }
+                }
+            }
             (Role::New { .. }, CallResult::ResChange(q)) => {
                 let adds = matches!(q.kind, Some(RcType::Add | RcType::Replace));
                 match q.delta {
@@ -1256,6 +1337,8 @@ impl RcNode {
         };
         match (role, result) {
             _ if child => true,
+            // Its confirm of a change that did not add it fails, however (RC-9).
+            (Role::Rogue, CallResult::Confirm(Err(_))) => true,
             (_, CallResult::Modex(_) | CallResult::Spawned(_) | CallResult::SpawnKilled(_)) => true,
             (Role::Root { .. }, CallResult::PsetOp(Err(e))) => pruned(e),
             // A hasty root's accept before its operation is refused, once (RC-8).
@@ -1347,6 +1430,9 @@ impl RcNode {
                     not_granted: 0,
                     version_violations: 0,
                     foreign_edits: 0,
+                    foreign_confirms: 0,
+                    foreign_confirm_edits: 0,
+                    exit_while_concurrent: false,
                     spawn_kills_granted: Vec::new(),
                     tickets: Vec::new(),
                     left_queue: Vec::new(),
@@ -1430,6 +1516,17 @@ impl RcNode {
                 };
                 let before = versions(&st.master);
                 let isolation = Isolation::before(&self.actor, st, &input);
+                let foreign_confirm = ForeignConfirm::before(st, &input);
+                if let MasterInput::FromDaemon {
+                    msg: ToMaster::Exited { .. },
+                    ..
+                } = &input
+                {
+                    let open = || st.master.all_changes().filter(|c| !c.status.is_final());
+                    if open().any(|a| open().any(|b| a.app != b.app)) {
+                        st.exit_while_concurrent = true;
+                    }
+                }
                 let giving_back = match &input {
                     MasterInput::NodeReturned { node } => Some(*node),
                     _ => None,
@@ -1452,6 +1549,9 @@ impl RcNode {
                 drain_master(&self.layout, st, o);
                 if let Some(check) = isolation {
                     check.after(&self.actor, st);
+                }
+                if let Some(check) = foreign_confirm {
+                    check.after(st);
                 }
             }
             (RcActor::Scheduler(_, _, Some(_)), RcState::Scheduler, RcMsg::NeedSlots) => {
@@ -1560,6 +1660,7 @@ impl RcNode {
                                 o.set_timer(RcTimer::Crash, model_timeout());
                             }
                         }
+                        Role::Rogue => Self::poll_later(st, o),
                         Role::Scripted => self.next_scripted(st, o),
                         Role::Spawner => {
                             let commands = vec![dynres_core::rc::SpawnCommand {

@@ -33,15 +33,19 @@ use dynres_core::rc::RcStatus;
 pub struct FairRc {
     /// The configuration's model, built with new processes waiting for `Begin`.
     pub inner: RcModel,
+    /// Processes may crash (`RcConfig::fair_with_crashes`): a change may end ABORTED,
+    /// but only by a crash, never by waiting for its deadline.
+    pub crashes: bool,
 }
 
-/// Which configurations have a fair model: those without faults (no crash, no loss) and
-/// with a root that runs the adaptation loop (modex configurations have none, so their
-/// changes are decided by deadline by design).
+/// Which configurations have a fair model: those with a root that runs the adaptation
+/// loop (modex configurations have none, so their changes are decided by deadline by
+/// design) and without faults, or whose only faults are crashing processes (no node
+/// loss, no rogue client).
 pub fn fair_configs() -> Vec<RcConfig> {
     crate::models::pr_configs()
         .into_iter()
-        .filter(|c| c.fair_eligible())
+        .filter(|c| c.fair_eligible() || c.fair_with_crashes())
         .collect()
 }
 
@@ -55,6 +59,7 @@ impl FairRc {
     pub fn new(cfg: &RcConfig) -> FairRc {
         FairRc {
             inner: cfg.build(true),
+            crashes: cfg.fair_with_crashes(),
         }
     }
 }
@@ -102,12 +107,43 @@ impl Model for FairRc {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property {
-                expectation: Expectation::Always,
-                name: "RC-15 under fairness every request is decided, queued ones included",
-                condition: |_, s| !terminal(s) || every_request_decided(s),
+        let decided = Property {
+            expectation: Expectation::Always,
+            name: "RC-15 under fairness every request is decided, queued ones included",
+            condition: |_, s| !terminal(s) || every_request_decided(s),
+        };
+        let requests_decided = Property {
+            expectation: Expectation::Sometimes,
+            name: "under fairness every request is decided",
+            condition: |_, s| {
+                let m = master(s);
+                terminal(s) && m.tickets.iter().all(|(_, t)| *t != Ticket::Waiting)
             },
+        };
+        if self.crashes {
+            return vec![
+                decided,
+                Property {
+                    expectation: Expectation::Always,
+                    name: "RC-10 RC-18 under fairness with crashes no change waits for its deadline",
+                    // A crash decides what it affects at once (an added process' exit
+                    // aborts its change, RC-10; a loss its application's, RC-18), and
+                    // everything else goes on as without it: a deadline that fires while
+                    // a change is undecided means the protocol waited for a timer.
+                    condition: |_, s| master(s).stalled == 0,
+                },
+                // Without these the property above could hold on a model in which no
+                // crash decides anything, or nothing ends.
+                Property {
+                    expectation: Expectation::Sometimes,
+                    name: "under fairness a crash aborts a change",
+                    condition: |_, s| master(s).log.iter().any(|(_, st)| *st == RcStatus::Aborted),
+                },
+                requests_decided,
+            ];
+        }
+        vec![
+            decided,
             Property {
                 expectation: Expectation::Always,
                 name: "RC-9 RC-8 under fairness every change ends FINALIZED, no deadline passing first",
@@ -134,14 +170,7 @@ impl Model for FairRc {
                         .any(|(_, st)| *st == RcStatus::Finalized)
                 },
             },
-            Property {
-                expectation: Expectation::Sometimes,
-                name: "under fairness every request is decided",
-                condition: |_, s| {
-                    let m = master(s);
-                    terminal(s) && m.tickets.iter().all(|(_, t)| *t != Ticket::Waiting)
-                },
-            },
+            requests_decided,
         ]
     }
 }

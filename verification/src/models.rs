@@ -80,6 +80,9 @@ pub struct RcConfig {
     /// configurations check): where the point is another scenario, they would only
     /// multiply its interleavings.
     pub bare_roots: bool,
+    /// This existing rank confirms the application's undecided ADD or REPLACE, which did
+    /// not add it (`Role::Rogue`, `RC-9`); it polls like the root.
+    pub rogue: Option<u32>,
 }
 
 /// A scenario a configuration exists for; each is a `sometimes` property.
@@ -99,6 +102,9 @@ pub enum Scenario {
     /// Two applications each have an undecided change at the same time (`RC-15`: one
     /// per application, not one per job).
     ConcurrentApps,
+    /// A process exits (crashes) while two applications each have an undecided change
+    /// (`RC-18`, `RC-15`: the fault must touch its own application only).
+    ExitWhileConcurrentApps,
 }
 
 /// The model type of every resource-change configuration.
@@ -130,10 +136,25 @@ impl RcConfig {
         None
     }
 
-    /// Whether the configuration has a fair model (`fair.rs`): no fault, and a root that
-    /// runs the adaptation loop.
+    /// Whether the configuration has a fair model (`fair.rs`): no fault (a rogue
+    /// client is one), and a root that runs the adaptation loop.
     pub fn fair_eligible(&self) -> bool {
-        !self.modex && !self.may_crash && !self.member_may_crash && self.lose_node.is_none()
+        !self.modex
+            && !self.may_crash
+            && !self.member_may_crash
+            && self.lose_node.is_none()
+            && self.rogue.is_none()
+    }
+
+    /// Whether the configuration's only faults are crashing processes (new ones or
+    /// members, `RC-10`, `RC-18`) around a root that runs the adaptation loop: its fair
+    /// model (`fair.rs`) checks that a crash decides what it affects at once, no
+    /// deadline passing first.
+    pub fn fair_with_crashes(&self) -> bool {
+        (self.may_crash || self.member_may_crash)
+            && !self.modex
+            && self.lose_node.is_none()
+            && self.rogue.is_none()
     }
 
     /// Builds the stateright model.
@@ -199,6 +220,7 @@ impl RcConfig {
                 match rank {
                     r if self.modex && self.leaver == Some(r) => Role::Scripted,
                     r if self.spawner == Some(r) => Role::Spawner,
+                    r if self.rogue == Some(r) => Role::Rogue,
                     r if self.modex && r < self.existing => Role::Modex {
                         may_crash: self.member_may_crash,
                     },
@@ -225,7 +247,10 @@ impl RcConfig {
                     },
                 }
             };
-            let leads = rank == 0 || (self.two_leaders && rank == 1) || other_root.is_some();
+            let leads = rank == 0
+                || (self.two_leaders && rank == 1)
+                || other_root.is_some()
+                || self.rogue == Some(rank);
             let polls = if leads { self.polls } else { 0 };
             let script = match role {
                 Role::Scripted => vec![vec![leave_app_pset()]],
@@ -304,6 +329,11 @@ impl RcConfig {
                         open().any(|a| open().any(|b| a.app != b.app))
                     },
                 ),
+                Scenario::ExitWhileConcurrentApps => model.property(
+                    Expectation::Sometimes,
+                    "RC-18 RC-15 a process exits while two applications' changes are undecided",
+                    |_, s| master(s).exit_while_concurrent,
+                ),
                 Scenario::NamedVictim => model.property(
                     Expectation::Sometimes,
                     "RC-5 a SUB removes the victim it names",
@@ -338,6 +368,20 @@ impl RcConfig {
                 "RC-15 PSET-6 a step of one application leaves every other one's state alone",
                 |_, s| master(s).foreign_edits == 0,
             );
+        }
+        if self.rogue.is_some() {
+            model = model
+                .property(
+                    Expectation::Always,
+                    "RC-9 a confirm from a process the change did not add leaves the change untouched",
+                    |_, s| master(s).foreign_confirm_edits == 0,
+                )
+                // Without this the configuration could pass without the rogue confirm.
+                .property(
+                    Expectation::Sometimes,
+                    "RC-9 a process the change did not add confirms it while undecided",
+                    |_, s| master(s).foreign_confirms > 0,
+                );
         }
         if self.two_leaders {
             // Without this the configuration could pass with one bound pset.
@@ -832,12 +876,19 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
         .property(
             Expectation::Always,
             "RC-18 a change undecided at a loss is never finalized",
-            |_, s| {
+            |model, s| {
                 let m = master(s);
-                m.lost.iter().all(|(_, at)| {
+                let RcActor::Master(cfg, _) = &model.actors[0].actor else {
+                    unreachable!("actor 0 is the master")
+                };
+                m.lost.iter().all(|(pid, at)| {
                     let (before, after) = m.log.split_at(*at);
+                    // Only the lost process' own application's change: another
+                    // application's goes on (RC-18, RC-15).
+                    let app = crate::adapter::app_of(cfg, &m.master, pid);
                     let undecided = |d: &PsetName| {
-                        before.iter().any(|(x, _)| x == d)
+                        d.app() == app.as_deref()
+                            && before.iter().any(|(x, _)| x == d)
                             && !before.iter().any(|(x, st)| x == d && st.is_final())
                     };
                     !after
@@ -1077,6 +1128,7 @@ fn config(
         hasty: false,
         other_apps: &[],
         bare_roots: false,
+        rogue: None,
     }
 }
 
@@ -1087,6 +1139,24 @@ fn modex_config(name: &'static str, nodes: u32, existing: u32) -> RcConfig {
         reachable: &[],
         modex: true,
         ..config(name, (nodes, 2, existing, 0), Vec::new(), false, 0)
+    }
+}
+
+/// A job of two applications (`RC-15`): `app` (ranks 0, 1) asks for the SUB of one
+/// process while `app2` (rank 2) asks for the ADD of one; bare roots, one poll each (see
+/// `rc-2apps-sub-add-1n-3e-1new` in [`pr_configs`]).
+fn two_apps_config(name: &'static str) -> RcConfig {
+    RcConfig {
+        other_apps: &[(APP2, 1)],
+        bare_roots: true,
+        scenario: &[Scenario::ConcurrentApps],
+        ..config(
+            name,
+            (1, 4, 2, 1),
+            vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP2, 1)],
+            false,
+            1,
+        )
     }
 }
 
@@ -1185,6 +1255,19 @@ pub fn pr_configs() -> Vec<RcConfig> {
         ),
         // Three nodes of one slot: the new process goes to the third.
         config("rc-add-3n-2e-1new", (3, 1, 2, 1), vec![add(1)], false, 2),
+        // Rank 1, a member the ADD does not add, confirms it (a buggy or hostile client:
+        // its fence over the delta is refused, so it reports a failure). RC-9: the
+        // master refuses it, and the change is neither counted nor aborted.
+        RcConfig {
+            rogue: Some(1),
+            ..config(
+                "rc-add-rogue-1n-2e-1new",
+                (1, 4, 2, 1),
+                vec![add(1)],
+                false,
+                2,
+            )
+        },
         // Node 0 is lost: its daemon, the root and rank 1 with it, while the ADD is
         // under way on node 1.
         RcConfig {
@@ -1291,17 +1374,15 @@ pub fn pr_configs() -> Vec<RcConfig> {
         // accept): the start-up requests or a second poll multiply the states several
         // times over (the ADD alone: by 7 and by 3.8). The ADD's root then learns no
         // decision (its accept answers PENDING); its new process does.
+        two_apps_config("rc-2apps-sub-add-1n-3e-1new"),
+        // The two-application configuration with faults: rank 1, `app`'s member and its
+        // SUB's victim, may crash at any point, also while both changes are undecided.
+        // A loss aborts its own application's undecided change only (RC-18); app2's ADD
+        // goes on, and the rollback (RC-12) must leave app2 alone (RC-15, PSET-6).
         RcConfig {
-            other_apps: &[(APP2, 1)],
-            bare_roots: true,
-            scenario: &[Scenario::ConcurrentApps],
-            ..config(
-                "rc-2apps-sub-add-1n-3e-1new",
-                (1, 4, 2, 1),
-                vec![ChangeRequest::sub(APP, 1), ChangeRequest::add(APP2, 1)],
-                false,
-                1,
-            )
+            member_may_crash: true,
+            scenario: &[Scenario::ConcurrentApps, Scenario::ExitWhileConcurrentApps],
+            ..two_apps_config("rc-2apps-sub-add-lost-1n-3e-1new")
         },
         // Rank 1 runs alone on node 1; the SUB removes it, the scheduler asks node 1
         // back at any point, and an ADD then wants a slot (node 1's, unless returned).
@@ -1343,6 +1424,15 @@ pub fn nightly_configs() -> Vec<RcConfig> {
             true,
             3,
         ),
+        // The two-application configuration with app2's new process crashing at any
+        // point: its exit aborts the ADD (RC-10) while app's SUB may be in flight, and
+        // the rollback (RC-12) must leave app alone (2.07 M states, about 35 s: over
+        // the PR tier's budget).
+        RcConfig {
+            may_crash: true,
+            scenario: &[Scenario::ConcurrentApps, Scenario::ExitWhileConcurrentApps],
+            ..two_apps_config("rc-2apps-sub-add-crash-1n-3e-1new")
+        },
     ]
 }
 

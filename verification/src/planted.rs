@@ -337,6 +337,26 @@ pub fn corpus() -> Vec<Planted> {
             "fair-rc-2apps-sub-add-1n-3e-1new",
             "RC-15 under fairness every request is decided, queued ones included",
         ),
+        // Issue 13: faults around resource changes.
+        p(
+            ConfirmFromAnyMember,
+            "rc-add-rogue-1n-2e-1new",
+            "RC-9 a confirm from a process the change did not add leaves the change untouched",
+        ),
+        p(
+            LossAbortsEveryChange,
+            "rc-2apps-sub-add-lost-1n-3e-1new",
+            "RC-15 PSET-6 a step of one application leaves every other one's state alone",
+        ),
+        // The fair form with crashes: no crash-specific bug is left for it (those the
+        // corpus has break a safety property first), so the liveness bug of the fair
+        // form without faults shows that a crash-free path of this model still must
+        // not wait for a deadline.
+        p(
+            ConfirmDoesNotDecide,
+            "fair-rc-2apps-sub-add-lost-1n-3e-1new",
+            "RC-10 RC-18 under fairness with crashes no change waits for its deadline",
+        ),
         // issue 13, session 20: spawn scenarios
         p(
             NewestHelloWins,

@@ -186,7 +186,15 @@ impl Master {
             );
             return;
         };
-        if !change.info.added.contains(&route.pid) {
+        // RC-9: only the processes the change added confirm it; a confirm from anyone
+        // else is refused before it can count or abort anything. (Planted: the accept's
+        // check, the caller's application, used instead.)
+        let permitted = if self.bugs.has(Bug::ConfirmFromAnyMember) {
+            self.app_of.get(&route.pid) == Some(&change.info.app)
+        } else {
+            change.info.added.contains(&route.pid)
+        };
+        if !permitted {
             let err = RcError::NotPermitted(route.pid.clone());
             self.reply(&route, ClientReply::Confirmed(Err(err)));
             return;
@@ -490,8 +498,14 @@ impl Master {
         let Some(app) = self.app_of.get(pid).cloned() else {
             return;
         };
-        if let Some(delta) = self.in_flight.get(&app).cloned() {
-            if !self.bug(Bug::IgnoreLoss) {
+        // Planted: every application's change in flight, not only the lost process' own.
+        let endangered: Vec<PsetName> = if self.bug(Bug::LossAbortsEveryChange) {
+            self.in_flight.values().cloned().collect()
+        } else {
+            self.in_flight.get(&app).cloned().into_iter().collect()
+        };
+        if !self.bug(Bug::IgnoreLoss) {
+            for delta in endangered {
                 self.abort(now, &delta, "a process of the application was lost");
             }
         }
