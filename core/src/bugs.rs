@@ -210,6 +210,11 @@ pub enum Bug {
     /// The ends of a join compare their ports' tags instead of the whole names: two
     /// processes' first ports share tag 0, so both take the same role (`SPAWN-14`).
     JoinCompareTags,
+    // issue 13, session 21: a port accepting twice
+    /// A later accept on a port ignores the connections earlier accepts opened
+    /// (`HandshakeConfig::served`), so a late copy of the previous connection's Hello
+    /// opens a ghost connection with an initiator already answered (`SPAWN-21`).
+    ForgetServedConnections,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the
