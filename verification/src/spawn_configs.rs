@@ -985,6 +985,23 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
                 ..Faults::default()
             },
         },
+        // Issue 13: two initiators on one stream port (spec/spawn.md §10): the driver
+        // takes no second stream while it holds one, so the second waits unread and
+        // times out; its close is not the first connection's. Equal group ids, as in the
+        // datagram twin.
+        SpawnModelConfig {
+            name: "spawn-two-initiators-stream",
+            actors: vec![
+                ("server", accept(2, 2)),
+                ("client-a", connect(2, 1, (0, 0))),
+                ("client-b", connect(2, 1, (0, 0))),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, OneServedOneRefused, EqualIdsReady],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
         // Issue 13: a port accepts twice in sequence (spec/spawn.md SPAWN-21). The first
         // accept serves client-a, whose link delivers its Hello twice; once the first
         // accept is decided the server posts a second one on the same port and tells

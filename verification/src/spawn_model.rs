@@ -240,6 +240,8 @@ pub enum SpawnMsg {
     StreamClosed {
         /// Receiving slot.
         to: Slot,
+        /// Sending slot (which of the port's streams closed).
+        from: Slot,
     },
     /// The OS starts the child job with this environment.
     Launch {
@@ -318,7 +320,7 @@ impl fmt::Debug for SpawnMsg {
             SpawnMsg::Stream { to, bytes, .. } => {
                 write!(f, "Stream(to slot {to}: {})", describe_hs(bytes))
             }
-            SpawnMsg::StreamClosed { to } => write!(f, "StreamClosed(to slot {to})"),
+            SpawnMsg::StreamClosed { to, .. } => write!(f, "StreamClosed(to slot {to})"),
             SpawnMsg::Launch { .. } => write!(f, "Launch"),
             SpawnMsg::Posted { .. } => write!(f, "Posted"),
             SpawnMsg::Kill => write!(f, "Kill"),
@@ -823,7 +825,7 @@ impl SpawnNode {
                 }
                 Output::CloseStream => {
                     if let (Some((peer, to)), false) = (root.stream_peer, root.stream_closed) {
-                        o.send(peer, SpawnMsg::StreamClosed { to });
+                        o.send(peer, SpawnMsg::StreamClosed { to, from: slot });
                     }
                     root.stream_closed = true;
                 }
@@ -1027,8 +1029,13 @@ impl Actor for SpawnNode {
                 let Some(root) = job.roots.get_mut(usize::from(to)) else {
                     return;
                 };
-                // The acceptor learns the stream's other end from its first bytes.
-                root.stream_peer.get_or_insert((src, from));
+                // The acceptor learns the stream's other end from its first bytes. It
+                // takes no second stream while it holds one (spec/spawn.md §10, as the
+                // launcher's driver): a second initiator's stream waits in the listen
+                // backlog, unread, and that initiator times out.
+                if *root.stream_peer.get_or_insert((src, from)) != (src, from) {
+                    return;
+                }
                 if let Some(m) = root.machine.as_mut() {
                     // Each stream message is one encoded frame (one `SendStream`).
                     let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
@@ -1047,10 +1054,14 @@ impl Actor for SpawnNode {
                 }
                 self.drain(me, job, to, o);
             }
-            SpawnMsg::StreamClosed { to } => {
+            SpawnMsg::StreamClosed { to, from } => {
                 let Some(root) = job.roots.get_mut(usize::from(to)) else {
                     return;
                 };
+                // The end of a backlogged stream is not this machine's.
+                if root.stream_peer != Some((src, from)) {
+                    return;
+                }
                 if let Some(m) = root.machine.as_mut() {
                     let _ = m.handle(job.now, Input::StreamClosed);
                 }
