@@ -220,6 +220,11 @@ pub enum Bug {
     /// application's (`RC-18`, `RC-15`): only a job of two applications tells them
     /// apart.
     LossAbortsEveryChange,
+    // issue 13, session 21: a port accepting twice
+    /// A later accept on a port ignores the connections earlier accepts opened
+    /// (`HandshakeConfig::served`), so a late copy of the previous connection's Hello
+    /// opens a ghost connection with an initiator already answered (`SPAWN-21`).
+    ForgetServedConnections,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -234,3 +234,90 @@ fn a_second_initiator_with_the_same_session_is_refused_and_equal_ids_merge_alike
         assert_eq!(ma.rank, if server_first { 2 } else { 0 });
     }
 }
+
+#[test]
+fn a_later_accept_refuses_a_late_hello_of_the_connection_its_port_served() {
+    // SPAWN-21: a port accepts twice. A copy of the first initiator's Hello still on its
+    // way when the first connection is Done must not open the second accept's session
+    // (a ghost connection: the second initiator would be refused with UnknownPeer and
+    // time out). The second initiator's group has the same id, hence the same session
+    // and triple: only the address tells the late Hello from it.
+    use dynres_core::spawn::{Addr, Input, Output, Phase, Served};
+    let port = PortName::parse("dynres:1:dgram:a0:a1:0").unwrap();
+    let cfg = spawn_sim::ChildCfg::default();
+    let header = |context_id| GroupHeader {
+        group_id: 2,
+        size: 1,
+        context_id,
+    };
+    let server_cfg = |context_id| hs_config(header(context_id), endpoints(1, 1, 20), &cfg);
+    let mut first = Handshake::accept(Instant(0), port.clone(), server_cfg(1)).unwrap();
+    let mut a = Handshake::connect(
+        Instant(0),
+        port.clone(),
+        hs_config(header(1), endpoints(2, 1, 20), &cfg),
+    )
+    .unwrap();
+    // The Hello queued at `a`: delivered now, and its copy later.
+    let hello = match a.clone().poll_output() {
+        Some(Output::SendDatagram { bytes, .. }) => bytes,
+        other => panic!("an initiator starts with its Hello, not {other:?}"),
+    };
+    let late = || Input::Datagram {
+        from: Addr(b"A".to_vec()),
+        bytes: hello.clone(),
+    };
+    for _ in 0..4 {
+        pump(&mut a, b"A", &mut first);
+        pump(&mut first, &[0xa0], &mut a);
+    }
+    assert_eq!((first.phase(), a.phase()), (Phase::Done, Phase::Done));
+    let served = first
+        .served()
+        .expect("a Hello opened the first accept's session");
+    assert_eq!(
+        served,
+        Served {
+            from: Addr(b"A".to_vec()),
+            session: 2
+        }
+    );
+    assert_eq!(a.served(), None, "an initiator serves nobody");
+
+    let mut second_cfg = server_cfg(2);
+    second_cfg.served = vec![served];
+    let mut second = Handshake::accept(Instant(1), port.clone(), second_cfg).unwrap();
+    let before = second.clone();
+    assert_eq!(
+        second.handle(Instant(1), late()),
+        Err(SpawnError::Unexpected {
+            what: "Hello of a connection the port already served"
+        })
+    );
+    assert_eq!(
+        second, before,
+        "a refused late Hello changes nothing (SPAWN-10)"
+    );
+    assert_eq!(second.phase(), Phase::Listening);
+    assert_eq!(second.served(), None);
+
+    // The genuine second initiator, same session and triple, from another address.
+    let mut b = Handshake::connect(
+        Instant(1),
+        port,
+        hs_config(header(1), endpoints(2, 1, 20), &cfg),
+    )
+    .unwrap();
+    for _ in 0..4 {
+        assert!(pump(&mut b, b"B", &mut second).iter().all(Result::is_ok));
+        pump(&mut second, &[0xa0], &mut b);
+    }
+    assert_eq!((second.phase(), b.phase()), (Phase::Done, Phase::Done));
+    assert_eq!(second.served().map(|s| s.from), Some(Addr(b"B".to_vec())));
+    assert_eq!(second.intergroup().unwrap().remote, b.config().local);
+    // Once the second connection runs, the late Hello is a stranger's datagram.
+    assert_eq!(
+        second.handle(Instant(2), late()),
+        Err(SpawnError::UnknownPeer)
+    );
+}

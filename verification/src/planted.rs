@@ -393,6 +393,12 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-join-stream",
             "SPAWN-14 a join's ends take opposite roles, the lower port accepting",
         ),
+        // issue 13, session 21: a port accepting twice
+        p(
+            ForgetServedConnections,
+            "spawn-accept-twice-dgram",
+            "SPAWN-21 an initiator is paired with at most one accept, the one that answered it",
+        ),
     ]
 }
 

@@ -66,6 +66,9 @@ pub enum Reach {
     LaunchFailedKilled,
     /// Both roots ready with the endpoint tables carried on the stream (hybrid).
     TablesOnStream,
+    /// Every handshake ready, and a later accept of a port refused a stale Hello of the
+    /// connection the port served before (SPAWN-21).
+    StaleHelloRefused,
 }
 
 /// What the properties need to know about the model (stateright's model `cfg`).
@@ -206,7 +209,9 @@ impl SpawnModelConfig {
             for (slot, spec) in roots.iter().enumerate() {
                 let here = (a, slot as Slot);
                 match spec {
-                    RootSpec::Connect { to, .. } => pairs.push((here, *to)),
+                    RootSpec::Connect { to, .. } | RootSpec::ConnectPosted { to, .. } => {
+                        pairs.push((here, *to))
+                    }
                     RootSpec::Spawn { child, .. } => {
                         // The children's root is slot 0 of their actor.
                         pairs.push(((*child, 0), here));
@@ -224,7 +229,10 @@ impl SpawnModelConfig {
                         });
                         joins.push(*pairs.last().expect("just pushed"));
                     }
-                    RootSpec::Accept { .. } | RootSpec::Child | RootSpec::Join { .. } => {}
+                    RootSpec::Accept { .. }
+                    | RootSpec::AcceptAgain { .. }
+                    | RootSpec::Child
+                    | RootSpec::Join { .. } => {}
                 }
             }
         }
@@ -405,6 +413,31 @@ impl SpawnModelConfig {
                             && roots_at(s).all(|(z, rz)| {
                                 z == x || z == y || intergroup(rz).is_none_or(|iz| !mirrors(ig, iz))
                             })
+                    })
+                },
+            )
+            .property(
+                Expectation::Always,
+                "SPAWN-21 an initiator is paired with at most one accept, the one that answered it",
+                |_, s| {
+                    // An accept is paired with the initiator whose Hello opened its
+                    // session (`peer`); an initiator is answered by the accept whose
+                    // HelloAck it took (`served_by`). A later accept of a port that takes
+                    // a stale Hello of the port's earlier connection pairs a second time
+                    // with an initiator that another accept answered.
+                    let acceptor = |r: &RootState| {
+                        r.machine
+                            .as_ref()
+                            .and_then(|m| m.hs())
+                            .is_some_and(|h| h.role() == Role::Acceptor)
+                    };
+                    roots_at(s).all(|(x, rx)| {
+                        let Some(y) = rx.peer.filter(|_| acceptor(rx)) else {
+                            return true;
+                        };
+                        root(s, y).served_by.is_none_or(|z| z == x)
+                            && roots_at(s)
+                                .all(|(z, rz)| z == x || !acceptor(rz) || rz.peer != Some(y))
                     })
                 },
             )
@@ -727,6 +760,17 @@ impl SpawnModelConfig {
                         })
                     },
                 ),
+                Reach::StaleHelloRefused => model.property(
+                    Expectation::Sometimes,
+                    "reach every handshake ready after a later accept refused a stale Hello",
+                    |m, s| {
+                        all_roots(s).any(|r| r.stale_refused)
+                            && m.cfg
+                                .pairs
+                                .iter()
+                                .all(|&(i, a)| ready(root(s, i)) && ready(root(s, a)))
+                    },
+                ),
                 Reach::LaunchFailedKilled => model.property(
                     Expectation::Sometimes,
                     "reach a failed launch with its children killed",
@@ -941,6 +985,68 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
                 ..Faults::default()
             },
         },
+        // Issue 13: two initiators on one stream port (spec/spawn.md §10): the driver
+        // takes no second stream while it holds one, so the second waits unread and
+        // times out; its close is not the first connection's. Equal group ids, as in the
+        // datagram twin.
+        SpawnModelConfig {
+            name: "spawn-two-initiators-stream",
+            actors: vec![
+                ("server", accept(2, 2)),
+                ("client-a", connect(2, 1, (0, 0))),
+                ("client-b", connect(2, 1, (0, 0))),
+            ],
+            params: stream_params(),
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, OneServedOneRefused, EqualIdsReady],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
+        // Issue 13: a port accepts twice in sequence (spec/spawn.md SPAWN-21). The first
+        // accept serves client-a, whose link delivers its Hello twice; once the first
+        // accept is decided the server posts a second one on the same port and tells
+        // client-b, which connects. The stale copy of client-a's Hello may reach the
+        // second accept before or after client-b's. Both clients' groups have id 2 (two
+        // jobs), so their sessions and triples are equal: only the address tells the
+        // stale Hello from client-b's.
+        SpawnModelConfig {
+            name: "spawn-accept-twice-dgram",
+            actors: vec![
+                (
+                    "server",
+                    vec![
+                        RootSpec::Accept {
+                            group_id: 1,
+                            size: 1,
+                        },
+                        RootSpec::AcceptAgain {
+                            after: 0,
+                            client: 2,
+                        },
+                    ],
+                ),
+                ("client-a", connect(2, 1, (0, 0))),
+                (
+                    "client-b",
+                    vec![RootSpec::ConnectPosted {
+                        group_id: 2,
+                        size: 1,
+                        to: (0, 1),
+                    }],
+                ),
+            ],
+            params: HsParams {
+                endpoint_len: 8,
+                ..dgram_params(0)
+            },
+            net: Net::Ordered,
+            reach: &[BothReady, AllReady, Failed, StaleHelloRefused],
+            bugs: Bugs::NONE,
+            faults: Faults {
+                duplicate_hello: Some(1),
+                ..Faults::default()
+            },
+        },
     ]
 }
 
@@ -974,6 +1080,29 @@ mod tests {
             assert!(h.caught, "{:?} not caught", p.bug);
             assert!(!h.trace.is_empty());
         }
+    }
+
+    #[test]
+    fn a_ghost_connection_is_caught_only_by_spawn_21() {
+        // SPAWN-21: without the port's record of served connections the second accept
+        // takes client-a's late Hello. Of the always-properties only the pairing one
+        // sees it: every other holds for the ghost (its triple is client-b's, its
+        // datagrams are client-a's own), and client-b just times out. The refusal the
+        // fix makes is then never reached either.
+        let bugs = Bugs::NONE.with(dynres_core::bugs::Bug::ForgetServedConnections);
+        let cfg = SpawnModelConfig {
+            bugs,
+            ..config("spawn-accept-twice-dgram")
+        };
+        let o = check_spawn(&cfg, 1_000_000, 1);
+        let failed: Vec<&str> = o.failures.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            failed,
+            vec![
+                "SPAWN-21 an initiator is paired with at most one accept, the one that answered it",
+                "reach every handshake ready after a later accept refused a stale Hello",
+            ],
+        );
     }
 
     #[test]

@@ -93,6 +93,12 @@ pub struct Faults {
     /// (one child of several failed to start). The `Launch` may still have started
     /// children (a partial launch), which the parent's `Kill` must end.
     pub launch_may_fail: bool,
+    /// The link of this actor's roots delivers the Hello each root sends twice: the link
+    /// holds a copy and sends it again at any later point (a timer of the root), also
+    /// after the connection the Hello opened is decided: a retransmission or a duplicate
+    /// of the fabric still on its way (`spec/spawn.md` SPAWN-21). On FIFO links this is
+    /// the one reordering, which keeps the model small.
+    pub duplicate_hello: Option<usize>,
 }
 
 /// The corrupted twin of segment `bytes` of message `msg_seq` (see [`Faults::corrupt`]).
@@ -151,6 +157,28 @@ pub enum RootSpec {
         /// The other end's actor and slot.
         partner: (usize, Slot),
     },
+    /// A second `Handshake::accept` of the group of slot `after` (an `Accept`) on that
+    /// slot's port, posted by the application once the first accept is `Done`
+    /// (`MPI_Comm_accept` called again). From then on the port's datagrams go to this
+    /// accept: the launcher's driver returns with the first accept's outcome and keeps
+    /// no machine for it (`spec/spawn.md` §10). Posting it tells actor `client` the port
+    /// name (out of band, as a name service would), whose `ConnectPosted` root connects.
+    AcceptAgain {
+        /// The slot of the first accept, whose port and group this one takes.
+        after: Slot,
+        /// The actor told that the accept is posted.
+        client: usize,
+    },
+    /// `Handshake::connect` to the port a [`SpawnMsg::Posted`] names, started when it
+    /// arrives: the client of an `AcceptAgain` root.
+    ConnectPosted {
+        /// Local group id.
+        group_id: u64,
+        /// Local group size.
+        size: u32,
+        /// The `AcceptAgain` root (actor, slot) that tells it.
+        to: (usize, Slot),
+    },
 }
 
 /// Parameters every root of a model shares.
@@ -195,6 +223,9 @@ pub enum SpawnMsg {
         /// `Some((message, index))`: a corrupted copy of that segment (see
         /// [`Faults::corrupt`]); the driver feeds it like any datagram.
         corrupted: Option<(u32, u16)>,
+        /// The slot whose machine sent it (the model's bookkeeping: two accepts of one
+        /// port send from the same address; the machines never see it).
+        sender: Slot,
     },
     /// Bytes on the bootstrap stream between two slots.
     Stream {
@@ -209,6 +240,8 @@ pub enum SpawnMsg {
     StreamClosed {
         /// Receiving slot.
         to: Slot,
+        /// Sending slot (which of the port's streams closed).
+        from: Slot,
     },
     /// The OS starts the child job with this environment.
     Launch {
@@ -223,6 +256,12 @@ pub enum SpawnMsg {
         to: Slot,
         /// The bytes.
         bytes: Vec<u8>,
+    },
+    /// An accept was posted on this port (its name as text, SPAWN-1): the receiving
+    /// actor's `ConnectPosted` roots connect to it.
+    Posted {
+        /// The port name.
+        port: String,
     },
 }
 
@@ -281,8 +320,9 @@ impl fmt::Debug for SpawnMsg {
             SpawnMsg::Stream { to, bytes, .. } => {
                 write!(f, "Stream(to slot {to}: {})", describe_hs(bytes))
             }
-            SpawnMsg::StreamClosed { to } => write!(f, "StreamClosed(to slot {to})"),
+            SpawnMsg::StreamClosed { to, .. } => write!(f, "StreamClosed(to slot {to})"),
             SpawnMsg::Launch { .. } => write!(f, "Launch"),
+            SpawnMsg::Posted { .. } => write!(f, "Posted"),
             SpawnMsg::Kill => write!(f, "Kill"),
             SpawnMsg::JoinBytes { to, bytes } => {
                 let what = match JoinPort::decode(bytes) {
@@ -308,6 +348,8 @@ pub enum TimerKind {
     LaunchFails,
     /// The root's link corrupts the next segment the root sends ([`Faults::corrupt`]).
     Corrupt,
+    /// The root's link sends its held copy of the Hello ([`Faults::duplicate_hello`]).
+    Duplicate,
 }
 
 /// A root machine: a handshake, a spawn parent around one, or a join that starts one
@@ -437,6 +479,15 @@ pub struct RootState {
     /// Kinds of the messages this root wrote on the bootstrap stream (hybrid bootstrap
     /// only, SPAWN-9).
     pub stream_kinds: BTreeSet<&'static str>,
+    /// Initiator: the accept root whose HelloAck its machine took (the driver knows
+    /// which machine sent each input; `peer` follows it).
+    pub served_by: Option<(usize, Slot)>,
+    /// `AcceptAgain`: its machine refused a Hello from the initiator the earlier accept
+    /// of its port served (SPAWN-21).
+    pub stale_refused: bool,
+    /// The copy of the Hello its link sends again later, with the destination actor
+    /// ([`Faults::duplicate_hello`]).
+    pub held_hello: Option<(usize, SpawnMsg)>,
 }
 
 impl RootState {
@@ -461,6 +512,9 @@ impl RootState {
             corrupt_next: false,
             launch_failed: false,
             stream_kinds: BTreeSet::new(),
+            served_by: None,
+            stale_refused: false,
+            held_hello: None,
         }
     }
 
@@ -527,7 +581,12 @@ impl SpawnNode {
             | RootSpec::Spawn { group_id, size, .. }
             | RootSpec::Connect { group_id, size, .. } => (*group_id, *size),
             RootSpec::Join { group_id, .. } => (*group_id, 1),
-            RootSpec::Child => return,
+            RootSpec::AcceptAgain { after, .. } => match &self.roots[usize::from(*after)] {
+                RootSpec::Accept { group_id, size } => (*group_id, *size),
+                _ => return,
+            },
+            // Started by `start_posted` once told the port.
+            RootSpec::Child | RootSpec::ConnectPosted { .. } => return,
         };
         let Ok(context_id) = job.ctx.allocate() else {
             tracing::warn!("model: context ids exhausted");
@@ -538,7 +597,17 @@ impl SpawnNode {
             size,
             context_id,
         };
-        let cfg = self.hs_config(me, local);
+        let mut cfg = self.hs_config(me, local);
+        if let RootSpec::AcceptAgain { after, .. } = spec {
+            // The driver hands the port's earlier connection to its next accept
+            // (SPAWN-21), as the launcher's does.
+            let first = job.roots[usize::from(*after)].machine.as_ref();
+            cfg.served = first
+                .and_then(|m| m.hs())
+                .and_then(Handshake::served)
+                .into_iter()
+                .collect();
+        }
         let machine = match spec {
             RootSpec::Accept { .. } => {
                 Handshake::accept(now, port_of(me, slot, boot), cfg).map(|h| Machine::Hs(h.into()))
@@ -568,7 +637,11 @@ impl SpawnNode {
             RootSpec::Join { .. } => {
                 Join::new(now, port_of(me, slot, boot), cfg).map(|j| Machine::Join(j.into()))
             }
-            RootSpec::Child => return,
+            RootSpec::AcceptAgain { after, .. } => {
+                Handshake::accept(now, port_of(me, *after, boot), cfg)
+                    .map(|h| Machine::Hs(h.into()))
+            }
+            RootSpec::Child | RootSpec::ConnectPosted { .. } => return,
         };
         let mut machine = machine.expect("model configurations are valid");
         machine.plant(self.bugs);
@@ -582,6 +655,75 @@ impl SpawnNode {
             _ => {}
         }
         root.machine = Some(machine);
+    }
+
+    /// The client of an `AcceptAgain`: told the port, allocate a context id, connect.
+    fn start_posted(&self, me: usize, job: &mut JobState, slot: Slot, port: &str) {
+        let RootSpec::ConnectPosted { group_id, size, to } = &self.roots[usize::from(slot)] else {
+            return;
+        };
+        let Ok(context_id) = job.ctx.allocate() else {
+            return;
+        };
+        let local = GroupHeader {
+            group_id: *group_id,
+            size: *size,
+            context_id,
+        };
+        let cfg = self.hs_config(me, local);
+        let Ok(mut h) = PortName::parse(port).and_then(|p| Handshake::connect(job.now, p, cfg))
+        else {
+            return;
+        };
+        h.plant(self.bugs);
+        let root = &mut job.roots[usize::from(slot)];
+        Self::start_members(root, Role::Initiator, local, self.params.endpoint_len, me);
+        root.peer = Some(*to);
+        root.machine = Some(Machine::Hs(h.into()));
+    }
+
+    /// The slot whose port `slot` listens on (an `AcceptAgain` takes its first accept's).
+    fn port_slot(&self, slot: Slot) -> Slot {
+        match self.roots.get(usize::from(slot)) {
+            Some(RootSpec::AcceptAgain { after, .. }) => *after,
+            _ => slot,
+        }
+    }
+
+    /// The slot whose machine takes what arrives on `slot`'s port: a posted
+    /// `AcceptAgain` once it runs, else `slot`.
+    fn serving(&self, job: &JobState, slot: Slot) -> Slot {
+        (0..self.roots.len() as Slot)
+            .find(|&s| {
+                matches!(self.roots[usize::from(s)], RootSpec::AcceptAgain { after, .. } if after == slot)
+                    && job.roots[usize::from(s)].machine.is_some()
+            })
+            .unwrap_or(slot)
+    }
+
+    /// Posts the `AcceptAgain`s that wait for `slot`'s accept, once it is `Done` (after a
+    /// failed first accept the scenario is the one-accept configurations' again, and the
+    /// model stays small).
+    fn post_again(&self, me: usize, job: &mut JobState, slot: Slot, o: &mut Out<Self>) {
+        let done = job.roots[usize::from(slot)]
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.phase() == Phase::Done);
+        if !done {
+            return;
+        }
+        for again in 0..self.roots.len() as Slot {
+            let RootSpec::AcceptAgain { after, client } = self.roots[usize::from(again)] else {
+                continue;
+            };
+            if after != slot || job.roots[usize::from(again)].machine.is_some() {
+                continue;
+            }
+            self.start(me, job, again);
+            let port = port_of(me, after, self.params.boot).to_string();
+            o.send(Id::from(client), SpawnMsg::Posted { port });
+            self.drain(me, job, again, o);
+        }
     }
 
     /// A launched child: read the environment, allocate a context id, connect.
@@ -629,11 +771,14 @@ impl SpawnNode {
             match out {
                 Output::SendDatagram { to, bytes } => {
                     let dst = Id::from(usize::from(to.0[0]));
-                    let from = dgram_addr(me, slot);
+                    let from = dgram_addr(me, self.port_slot(slot));
                     let mut corrupt = None;
+                    let mut hold = false;
                     if let Ok(DgramFrame::Segment(s)) = DgramFrame::decode(&bytes) {
                         let id = (s.msg_seq, s.index);
+                        let hello = matches!(HsMsg::decode(&s.payload), Ok(HsMsg::Hello { .. }));
                         let fresh = root.sent.insert((s.msg_seq, s.index, s.count, s.payload));
+                        hold = self.faults.duplicate_hello == Some(me) && hello && fresh;
                         if self.faults.corrupt.is_some() && !fresh {
                             root.retransmitted.insert(id);
                         }
@@ -645,15 +790,18 @@ impl SpawnNode {
                         Some((seq, _)) => corrupted(&bytes, seq),
                         None => bytes,
                     };
-                    o.send(
-                        dst,
-                        SpawnMsg::Datagram {
-                            to,
-                            from,
-                            bytes,
-                            corrupted: corrupt,
-                        },
-                    );
+                    let msg = SpawnMsg::Datagram {
+                        to,
+                        from,
+                        bytes,
+                        corrupted: corrupt,
+                        sender: slot,
+                    };
+                    if hold {
+                        root.held_hello = Some((usize::from(dst), msg.clone()));
+                        o.set_timer(SlotTimer(slot, TimerKind::Duplicate), model_timeout());
+                    }
+                    o.send(dst, msg);
                 }
                 Output::OpenStream { to } => {
                     root.stream_peer = Some((Id::from(usize::from(to.0[0])), to.0[1]));
@@ -677,7 +825,7 @@ impl SpawnNode {
                 }
                 Output::CloseStream => {
                     if let (Some((peer, to)), false) = (root.stream_peer, root.stream_closed) {
-                        o.send(peer, SpawnMsg::StreamClosed { to });
+                        o.send(peer, SpawnMsg::StreamClosed { to, from: slot });
                     }
                     root.stream_closed = true;
                 }
@@ -733,6 +881,7 @@ impl SpawnNode {
             o.cancel_timer(SlotTimer(slot, TimerKind::Corrupt));
             o.cancel_timer(SlotTimer(slot, TimerKind::LaunchFails));
         }
+        self.post_again(me, job, slot, o);
     }
 
     /// Feeds a datagram to `slot` and mirrors what its layer delivers.
@@ -743,16 +892,29 @@ impl SpawnNode {
         from: Addr,
         bytes: Vec<u8>,
         corrupt: Option<(u32, u16)>,
+        sender: (usize, Slot),
     ) {
         let now = job.now;
+        // The initiator the earlier accept of this port served (an `AcceptAgain` only).
+        let served_earlier = match self.roots.get(usize::from(slot)) {
+            Some(RootSpec::AcceptAgain { after, .. }) => job.roots[usize::from(*after)].peer,
+            _ => None,
+        };
         let root = &mut job.roots[usize::from(slot)];
         let Some(machine) = root.machine.as_mut() else {
             return;
         };
         let listening = machine.phase() == Phase::Listening;
+        let awaiting = machine.phase() == Phase::AwaitHelloAck;
         let source = match from.0.as_slice() {
             [actor, slot, ..] => Some((usize::from(*actor), *slot)),
             _ => None,
+        };
+        let hello = match DgramFrame::decode(&bytes) {
+            Ok(DgramFrame::Segment(s)) => {
+                matches!(HsMsg::decode(&s.payload), Ok(HsMsg::Hello { .. }))
+            }
+            _ => false,
         };
         let input = Input::Datagram { from, bytes };
         if let Some(id) = corrupt {
@@ -772,10 +934,17 @@ impl SpawnNode {
         }
         if machine.handle(now, input).is_err() {
             // Rejected: the machine is unchanged (SPAWN-10).
+            if listening && hello && source.is_some() && source == served_earlier {
+                root.stale_refused = true;
+            }
             return;
         }
         if listening && machine.phase() != Phase::Listening {
             root.peer = source;
+        }
+        if awaiting && matches!(machine.phase(), Phase::Endpoints | Phase::Done) {
+            root.served_by = Some(sender);
+            root.peer = Some(sender);
         }
         self.mirror_delivered(root);
     }
@@ -815,7 +984,10 @@ impl Actor for SpawnNode {
             if self.faults.corrupt == Some(me) {
                 o.set_timer(SlotTimer(slot, TimerKind::Corrupt), model_timeout());
             }
-            self.start(me, &mut job, slot);
+            // A second accept is posted once the first is decided (`post_again`).
+            if !matches!(self.roots[usize::from(slot)], RootSpec::AcceptAgain { .. }) {
+                self.start(me, &mut job, slot);
+            }
             self.drain(me, &mut job, slot, o);
         }
         job
@@ -830,36 +1002,66 @@ impl Actor for SpawnNode {
                 from,
                 bytes,
                 corrupted,
+                sender,
             } => {
-                let slot = to.0[1];
-                if usize::from(slot) < job.roots.len() {
-                    self.on_datagram(job, slot, from, bytes, corrupted);
+                let port = to.0[1];
+                if usize::from(port) < job.roots.len() {
+                    let slot = self.serving(job, port);
+                    let sender = (usize::from(src), sender);
+                    self.on_datagram(job, slot, from, bytes, corrupted, sender);
                     self.drain(me, job, slot, o);
+                }
+            }
+            SpawnMsg::Posted { port } => {
+                for slot in 0..self.roots.len() as Slot {
+                    let waiting = matches!(
+                        self.roots[usize::from(slot)],
+                        RootSpec::ConnectPosted { .. }
+                    );
+                    // A duplicated notice starts nothing more.
+                    if waiting && job.roots[usize::from(slot)].machine.is_none() {
+                        self.start_posted(me, job, slot, &port);
+                        self.drain(me, job, slot, o);
+                    }
                 }
             }
             SpawnMsg::Stream { to, from, bytes } => {
                 let Some(root) = job.roots.get_mut(usize::from(to)) else {
                     return;
                 };
-                // The acceptor learns the stream's other end from its first bytes.
-                root.stream_peer.get_or_insert((src, from));
+                // The acceptor learns the stream's other end from its first bytes. It
+                // takes no second stream while it holds one (spec/spawn.md §10, as the
+                // launcher's driver): a second initiator's stream waits in the listen
+                // backlog, unread, and that initiator times out.
+                if *root.stream_peer.get_or_insert((src, from)) != (src, from) {
+                    return;
+                }
                 if let Some(m) = root.machine.as_mut() {
                     // Each stream message is one encoded frame (one `SendStream`).
                     let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
                     let listening = m.phase() == Phase::Listening;
+                    let awaiting = m.phase() == Phase::AwaitHelloAck;
                     if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {
                         root.heard_endpoints = true;
                     }
                     if listening && m.phase() != Phase::Listening {
                         root.peer = Some((usize::from(src), from));
                     }
+                    if awaiting && matches!(m.phase(), Phase::Endpoints | Phase::Done) {
+                        root.served_by = Some((usize::from(src), from));
+                        root.peer = root.served_by;
+                    }
                 }
                 self.drain(me, job, to, o);
             }
-            SpawnMsg::StreamClosed { to } => {
+            SpawnMsg::StreamClosed { to, from } => {
                 let Some(root) = job.roots.get_mut(usize::from(to)) else {
                     return;
                 };
+                // The end of a backlogged stream is not this machine's.
+                if root.stream_peer != Some((src, from)) {
+                    return;
+                }
                 if let Some(m) = root.machine.as_mut() {
                     let _ = m.handle(job.now, Input::StreamClosed);
                 }
@@ -908,6 +1110,13 @@ impl Actor for SpawnNode {
         let Some(root) = job.roots.get_mut(usize::from(slot)) else {
             return;
         };
+        if timer.1 == TimerKind::Duplicate {
+            // The held copy goes out whatever the machine does now.
+            if let Some((dst, msg)) = root.held_hello.take() {
+                o.send(Id::from(dst), msg);
+            }
+            return;
+        }
         match (timer.1, root.machine.as_mut()) {
             (TimerKind::Deadline, Some(m)) => {
                 if let Some(t) = m.poll_timeout() {

@@ -57,6 +57,23 @@ pub struct HandshakeConfig {
     /// A group that connects more than once should give each attempt its own id so a
     /// late datagram of one attempt can never be taken for another (SPAWN-11).
     pub session: Option<u64>,
+    /// Acceptor only: the connections earlier accepts on the same port opened
+    /// ([`Handshake::served`] of each). A datagram Hello with one's address and session
+    /// is a late copy of that connection's Hello, not a new connection, and is refused
+    /// (SPAWN-21). Empty for a port's first accept.
+    pub served: Vec<Served>,
+}
+
+/// A connection an accept opened on its port: the initiator's datagram address and the
+/// session of its Hello (SPAWN-21). The caller keeps these for as long as the port is
+/// open (or as long as a late Hello may still arrive) and passes them to the port's
+/// next accepts in [`HandshakeConfig::served`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Served {
+    /// The initiator root's datagram address (the `from` of its Hello).
+    pub from: Addr,
+    /// The connection's session.
+    pub session: u64,
 }
 
 impl HandshakeConfig {
@@ -70,6 +87,7 @@ impl HandshakeConfig {
             datagram: DatagramConfig::default(),
             expect_remote: None,
             session: None,
+            served: Vec::new(),
         }
     }
 
@@ -412,6 +430,20 @@ impl Handshake {
         self.session
     }
 
+    /// Acceptor on a datagram Hello: the connection it opened, once a Hello opened it,
+    /// whatever the outcome (`None` before, for an initiator, and when the Hello came on
+    /// a stream, which carries nothing late into another connection). The driver hands
+    /// it to the port's later accepts ([`HandshakeConfig::served`], SPAWN-21).
+    pub fn served(&self) -> Option<Served> {
+        match (self.role, &self.peer_dgram, self.session) {
+            (Role::Acceptor, Some(from), Some(session)) => Some(Served {
+                from: from.clone(),
+                session,
+            }),
+            _ => None,
+        }
+    }
+
     fn open_stream(&mut self) {
         if !self.stream_up && self.role == Role::Initiator {
             self.out.push_back(Output::OpenStream {
@@ -509,6 +541,20 @@ impl Handshake {
                         });
                     }
                 };
+                // SPAWN-21: a late copy of the Hello of a connection an earlier accept on
+                // this port opened (a retransmission, a duplicate) is no new connection;
+                // taken, it would pair this accept with an initiator already answered.
+                // Address and session: two jobs' groups may share a session.
+                let stale = self
+                    .cfg
+                    .served
+                    .iter()
+                    .any(|c| c.from == from && c.session == session);
+                if stale && !self.bugs.has(crate::bugs::Bug::ForgetServedConnections) {
+                    return Err(SpawnError::Unexpected {
+                        what: "Hello of a connection the port already served",
+                    });
+                }
                 let mut r = Reliable::new(session, self.cfg.datagram);
                 #[cfg(feature = "planted-bugs")]
                 r.plant(self.bugs);

@@ -34,7 +34,7 @@ use alloc::vec::Vec;
 pub use crc::crc32;
 pub use datagram::DatagramConfig;
 pub use group::{ContextIds, InterGroup, Member, MemberMsg, MemberOutput, Role};
-pub use handshake::{Handshake, HandshakeConfig, Phase};
+pub use handshake::{Handshake, HandshakeConfig, Phase, Served};
 pub use join::Join;
 #[cfg(feature = "planted-bugs")]
 pub use merge::merge_planted;

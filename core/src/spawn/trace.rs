@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use nom::Parser;
 
 use super::group::{MemberMsg, Role};
-use super::handshake::{HandshakeConfig, Phase};
+use super::handshake::{HandshakeConfig, Phase, Served};
 use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP};
 use super::parent::SpawnConfig;
 use super::port::{Bootstrap, PortName};
@@ -45,6 +45,8 @@ pub const ROLE_MEMBER: &str = "spawn-member";
 const MAX_PAYLOAD: usize = 1 << 24;
 /// Longest recorded error text.
 const MAX_TEXT: usize = 4096;
+/// Most served connections a recorded accept's configuration lists (SPAWN-21).
+const MAX_SERVED: usize = 1 << 16;
 
 /// Whether transition events are enabled: the one check the kernel pays per transition
 /// when tracing is off.
@@ -253,6 +255,16 @@ pub fn put_handshake_config(out: &mut Vec<u8>, c: &HandshakeConfig) {
     put_u64(out, g);
     put_u32(out, s);
     put_opt_u64(out, c.session);
+    put_seq(out, &c.served, |out, v| {
+        put_addr(out, &v.from);
+        put_u64(out, v.session);
+    });
+}
+
+/// Parses one [`Served`] of a [`HandshakeConfig`].
+fn served(i: &[u8]) -> PResult<'_, Served> {
+    let (i, (from, session)) = (addr, prim::u64).parse(i)?;
+    Ok((i, Served { from, session }))
 }
 
 /// Parses [`put_handshake_config`].
@@ -268,6 +280,7 @@ pub fn handshake_config(i: &[u8]) -> PResult<'_, HandshakeConfig> {
         e => return fail("option flag", u64::from(e)),
     };
     let (i, session) = opt_u64(i)?;
+    let (i, served) = prim::seq("served connections", MAX_SERVED, served)(i)?;
     Ok((
         i,
         HandshakeConfig {
@@ -282,6 +295,7 @@ pub fn handshake_config(i: &[u8]) -> PResult<'_, HandshakeConfig> {
             },
             expect_remote,
             session,
+            served,
         },
     ))
 }
@@ -344,6 +358,7 @@ pub const STATIC_TEXTS: &[&str] = &[
     "endpoints",
     "first datagram is not a Hello",
     "first datagram is not a one-segment Hello",
+    "Hello of a connection the port already served",
     "input not taken by a handshake",
     "inputs held before the join port",
     "messages in reassembly",
@@ -908,20 +923,27 @@ mod tests {
             (any::<u32>(), any::<u64>(), any::<u32>()),
             proptest::option::of((any::<u64>(), any::<u32>())),
             proptest::option::of(any::<u64>()),
+            proptest::collection::vec((arb_addr(), any::<u64>()), 0..3),
         )
             .prop_map(
-                |(local, eps, root, t, (mtu, rto, mr), expect_remote, session)| HandshakeConfig {
-                    local,
-                    local_endpoints: eps,
-                    root,
-                    timeout: Duration(t),
-                    datagram: DatagramConfig {
-                        mtu: mtu as usize,
-                        rto: Duration(rto),
-                        max_retries: mr,
-                    },
-                    expect_remote,
-                    session,
+                |(local, eps, root, t, (mtu, rto, mr), expect_remote, session, served)| {
+                    HandshakeConfig {
+                        local,
+                        local_endpoints: eps,
+                        root,
+                        timeout: Duration(t),
+                        datagram: DatagramConfig {
+                            mtu: mtu as usize,
+                            rto: Duration(rto),
+                            max_retries: mr,
+                        },
+                        expect_remote,
+                        session,
+                        served: served
+                            .into_iter()
+                            .map(|(from, session)| Served { from, session })
+                            .collect(),
+                    }
                 },
             )
     }

@@ -8,7 +8,9 @@
 //!
 //! Not done (spec §8 allows it): once the machine is `Done` the driver returns and no
 //! longer answers late datagrams, so a peer whose last acknowledgement was lost through
-//! every retry stays undecided until its deadline.
+//! every retry stays undecided until its deadline. A late Hello of that connection that
+//! reaches the port's next accept is refused by the kernel: `accept` hands the port's
+//! served connections to it (SPAWN-21).
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -281,7 +283,7 @@ pub(crate) struct Failure {
 /// kernel's error on `Failed`. A failed delivery to a member turns a `Ready` into that
 /// error (that member times out on its own).
 pub(crate) fn drive(
-    mut root: Root,
+    root: &mut Root,
     mut io: Sockets<'_>,
     hooks: &mut dyn Hooks,
     clock: Clock,
@@ -321,7 +323,7 @@ pub(crate) fn drive(
                         }
                         Err(e) => {
                             debug!(error = %e, "bootstrap: stream connect failed");
-                            feed(&mut root, &clock, Input::StreamClosed);
+                            feed(root, &clock, Input::StreamClosed);
                         }
                     }
                 }
@@ -344,7 +346,7 @@ pub(crate) fn drive(
                 }
                 Output::Launch { count, env, .. } => {
                     if let Err(reason) = hooks.launch(count, &env) {
-                        feed(&mut root, &clock, Input::LaunchFailed { reason });
+                        feed(root, &clock, Input::LaunchFailed { reason });
                     }
                 }
                 Output::Kill { .. } => hooks.kill(),
@@ -366,7 +368,7 @@ pub(crate) fn drive(
             if let Err(e) = s.flush() {
                 debug!(error = %e, "bootstrap: stream write failed");
                 stream = None;
-                feed(&mut root, &clock, Input::StreamClosed);
+                feed(root, &clock, Input::StreamClosed);
                 continue;
             }
         }
@@ -430,7 +432,7 @@ pub(crate) fn drive(
             loop {
                 match io.udp.recv_from(&mut buf) {
                     Ok((n, from)) => feed(
-                        &mut root,
+                        root,
                         &clock,
                         Input::Datagram {
                             from: encode_sockaddr(&from),
@@ -492,7 +494,7 @@ pub(crate) fn drive(
                             break;
                         }
                         Ok(n) => feed(
-                            &mut root,
+                            root,
                             &clock,
                             Input::Stream {
                                 bytes: buf[..n].to_vec(),
@@ -510,7 +512,7 @@ pub(crate) fn drive(
             }
             if broken {
                 stream = None;
-                feed(&mut root, &clock, Input::StreamClosed);
+                feed(root, &clock, Input::StreamClosed);
             }
         }
         if let (Some(i), Some(j)) = (join_at, io.join.as_mut()) {
@@ -522,7 +524,7 @@ pub(crate) fn drive(
                         join_open = false;
                     }
                     Ok(n) => feed(
-                        &mut root,
+                        root,
                         &clock,
                         Input::JoinStream {
                             bytes: buf[..n].to_vec(),
@@ -540,12 +542,12 @@ pub(crate) fn drive(
 
         // 4. Timers and the launcher.
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            feed(&mut root, &clock, Input::Timeout);
+            feed(root, &clock, Input::Timeout);
         }
         if hooks.watching() && last_lost.elapsed() >= LOST_POLL {
             last_lost = Instant::now();
             if let Some(reason) = hooks.lost() {
-                feed(&mut root, &clock, Input::LaunchFailed { reason });
+                feed(root, &clock, Input::LaunchFailed { reason });
             }
         }
     }

@@ -250,7 +250,7 @@ fn run_initiator(
         join: None,
     };
     drive(
-        Root::Handshake(Box::new(hs)),
+        &mut Root::Handshake(Box::new(hs)),
         io,
         &mut MemberHooks { comm },
         clock,
@@ -265,22 +265,32 @@ pub fn accept(
     port: Option<&Port>,
     timeout: Duration,
 ) -> Result<InterComm, CommError> {
-    collective(comm, root, Role::Acceptor, None, timeout, |cfg, comm| {
-        let port = port.ok_or_else(|| {
-            before(CommError::InvalidArgument(
-                "accept's root needs the port".into(),
-            ))
-        })?;
-        let clock = Clock::new();
-        let hs = Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
-        let io = Sockets::of_port(port, None);
-        drive(
-            Root::Handshake(Box::new(hs)),
-            io,
-            &mut MemberHooks { comm },
-            clock,
-        )
-    })
+    collective(
+        comm,
+        root,
+        Role::Acceptor,
+        None,
+        timeout,
+        |mut cfg, comm| {
+            let port = port.ok_or_else(|| {
+                before(CommError::InvalidArgument(
+                    "accept's root needs the port".into(),
+                ))
+            })?;
+            // SPAWN-21: late Hellos of the port's earlier connections are not new ones.
+            cfg.served = port.served();
+            let clock = Clock::new();
+            let hs =
+                Handshake::accept(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
+            let io = Sockets::of_port(port, None);
+            let mut root = Root::Handshake(Box::new(hs));
+            let r = drive(&mut root, io, &mut MemberHooks { comm }, clock);
+            if let Root::Handshake(hs) = &root {
+                port.record_served(hs.served());
+            }
+            r
+        },
+    )
 }
 
 /// `MPI_Comm_connect`: collective over `comm`; the root connects to `port_name` (only
@@ -308,7 +318,7 @@ pub fn join(transport: &Transport, fd: OwnedFd, timeout: Duration) -> Result<Int
         let clock = Clock::new();
         let j = Join::new(clock.now(), port.port_name().clone(), cfg).map_err(before)?;
         let io = Sockets::of_port(&port, Some(std::fs::File::from(fd)));
-        let r = drive(Root::Join(Box::new(j)), io, &mut NoMembers, clock);
+        let r = drive(&mut Root::Join(Box::new(j)), io, &mut NoMembers, clock);
         if let Err(e) = close_port(port) {
             debug!(error = %e, "join: closing its port");
         }
@@ -408,7 +418,7 @@ pub fn spawn(
             cmds,
             launched: None,
         };
-        let r = drive(Root::Parent(Box::new(parent)), io, &mut hooks, clock);
+        let r = drive(&mut Root::Parent(Box::new(parent)), io, &mut hooks, clock);
         if let Err(e) = close_port(port) {
             debug!(error = %e, "spawn: closing its port");
         }

@@ -3,8 +3,9 @@
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use dynres_core::spawn::{Bootstrap, PortName, Ports};
+use dynres_core::spawn::{Bootstrap, PortName, Ports, Served};
 
 use super::endpoint::encode_sockaddr;
 use crate::comm::node_addr;
@@ -19,7 +20,16 @@ pub struct Port {
     pub(crate) udp: UdpSocket,
     pub(crate) listener: TcpListener,
     open: bool,
+    /// Connections this port's accepts opened, with when (SPAWN-21).
+    served: Mutex<Vec<(Instant, Served)>>,
 }
+
+/// How long a port remembers a connection one of its accepts opened (SPAWN-21). An
+/// initiator sends its Hello again only until its retries run out — with the default
+/// datagram parameters within 2 s (`rto·(2+4+8+16+16·(max_retries−4))`) — so a copy
+/// older than this is not on its way any more; the margin covers slow links and larger
+/// retry budgets.
+pub const SERVED_KEPT: Duration = Duration::from_secs(60);
 
 impl Port {
     /// The port name to hand to connecting processes (`dynres:1:...`, SPAWN-1).
@@ -35,6 +45,23 @@ impl Port {
     /// The bootstrap the port's owner runs.
     pub fn bootstrap(&self) -> Bootstrap {
         self.name.boot
+    }
+
+    /// The connections earlier accepts on this port opened within [`SERVED_KEPT`], for
+    /// the next accept's `HandshakeConfig::served` (SPAWN-21).
+    pub(crate) fn served(&self) -> Vec<Served> {
+        let mut g = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        g.retain(|(at, _)| at.elapsed() < SERVED_KEPT);
+        g.iter().map(|(_, s)| s.clone()).collect()
+    }
+
+    /// Records the connection an accept on this port opened, if a datagram Hello
+    /// opened one (`Handshake::served`).
+    pub(crate) fn record_served(&self, served: Option<Served>) {
+        if let Some(s) = served {
+            let mut g = self.served.lock().unwrap_or_else(|e| e.into_inner());
+            g.push((Instant::now(), s));
+        }
     }
 }
 
@@ -81,6 +108,7 @@ pub fn open_port(bootstrap: Bootstrap) -> Result<Port, CommError> {
         udp,
         listener,
         open: true,
+        served: Mutex::new(Vec::new()),
     })
 }
 
@@ -110,5 +138,29 @@ mod tests {
         let bn = b.port_name().clone();
         drop(b);
         assert!(!registry(|p| p.is_open(&bn)));
+    }
+
+    #[test]
+    fn a_port_hands_the_connections_it_served_to_its_next_accepts() {
+        // SPAWN-21: what one accept opened, the next accepts refuse a late Hello of.
+        let p = open_port(Bootstrap::Datagram).unwrap();
+        assert!(
+            p.served().is_empty(),
+            "a port's first accept has served nobody"
+        );
+        p.record_served(None);
+        assert!(p.served().is_empty(), "a stream Hello leaves nothing late");
+        let a = Served {
+            from: dynres_core::spawn::Addr(vec![1, 2, 3]),
+            session: 7,
+        };
+        p.record_served(Some(a.clone()));
+        assert_eq!(p.served(), vec![a.clone()]);
+        // Entries older than SERVED_KEPT are forgotten.
+        let old = Instant::now().checked_sub(SERVED_KEPT + Duration::from_secs(1));
+        if let Some(old) = old {
+            p.served.lock().unwrap()[0].0 = old;
+            assert!(p.served().is_empty());
+        }
     }
 }

@@ -586,3 +586,73 @@ fn context_ids_are_agreed_across_a_group() {
     }));
     assert_eq!(out, vec![(1, 3, 1), (1, 3, 2), (1, 3, 1)]);
 }
+
+#[test]
+fn a_second_accept_refuses_the_first_connections_late_hello() {
+    // SPAWN-21: a port accepts twice. A copy of client A's Hello arriving after the
+    // first connection is decided (sent here from A's own address, free again once A's
+    // connect returned) must not pair the second accept with A; client B, connecting
+    // next, is served.
+    use dynres_core::spawn::{Handshake, HandshakeConfig, Output};
+    let (name_tx, name_rx) = mpsc::channel::<String>();
+    let (first_tx, first_rx) = mpsc::channel::<(Vec<dynres_core::spawn::Served>, Addr)>();
+    let (again_tx, again_rx) = mpsc::channel::<()>();
+    let (name_tx, first_tx) = (Mutex::new(name_tx), Mutex::new(first_tx));
+    let again_rx = Mutex::new(again_rx);
+    let acc = group(1, move |comm| {
+        let port = open_port(Bootstrap::Datagram).unwrap();
+        name_tx
+            .lock()
+            .unwrap()
+            .send(port.name().to_string())
+            .unwrap();
+        let first = accept(&comm, 0, Some(&port), T).unwrap();
+        let dgram = port.port_name().dgram.clone();
+        first_tx
+            .lock()
+            .unwrap()
+            .send((port.served(), dgram))
+            .unwrap();
+        again_rx.lock().unwrap().recv_timeout(T).unwrap();
+        let second = accept(&comm, 0, Some(&port), T).unwrap();
+        close_port(port).unwrap();
+        (first.intergroup().clone(), second.intergroup().clone())
+    });
+    let name = name_rx.recv_timeout(T).unwrap();
+    let a_name = name.clone();
+    let a = join_all(group(1, move |comm| {
+        connect(&comm, 0, &a_name, T).unwrap().intergroup().clone()
+    }));
+    let (served, port_dgram) = first_rx.recv_timeout(T).unwrap();
+    assert_eq!(served.len(), 1, "the first accept opened one connection");
+    // A's Hello again, from A's address, queued on the port before the second accept.
+    let mut cfg = HandshakeConfig::new(a[0].local, a[0].local_endpoints.clone());
+    cfg.session = Some(served[0].session);
+    let port_name = PortName::parse(&name).unwrap();
+    let mut hs = Handshake::connect(dynres_core::Instant(0), port_name, cfg).unwrap();
+    let Some(Output::SendDatagram { bytes, .. }) = hs.poll_output() else {
+        panic!("an initiator starts with its Hello");
+    };
+    let from = super::endpoint::decode_sockaddr(&served[0].from).unwrap();
+    let ghost = UdpSocket::bind(from).expect("A's address is free once its connect returned");
+    let to = super::endpoint::decode_sockaddr(&port_dgram).unwrap();
+    ghost.send_to(&bytes, to).unwrap();
+    again_tx.send(()).unwrap();
+    let b = join_all(group(1, move |comm| {
+        connect(&comm, 0, &name, T).unwrap().intergroup().clone()
+    }));
+    let (first, second) = join_all(acc).pop().unwrap();
+    assert_eq!(first.remote, a[0].local);
+    assert_eq!(
+        second.remote, b[0].local,
+        "the second accept serves B, not A's ghost"
+    );
+    assert_eq!(second.remote_endpoints, b[0].local_endpoints);
+    // Nothing was sent to A's old address: the late Hello opened no connection.
+    ghost.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 2048];
+    assert!(
+        ghost.recv_from(&mut buf).is_err(),
+        "a HelloAck went to the ghost"
+    );
+}
