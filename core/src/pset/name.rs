@@ -193,18 +193,15 @@ impl PsetName {
             Domain::App => "mpi://app",
             _ => "mpi://rte",
         };
-        let mut text = String::from(prefix);
+        // Built in place: short names never touch the heap.
+        let mut text = CompactString::const_new(prefix);
         for s in &segs {
             text.push('/');
             text.push_str(s);
         }
         let app_start = prefix.len() + 1;
         let app = (app_start as u16, (app_start + segs[0].len()) as u16);
-        Ok(PsetName {
-            text: CompactString::from(text),
-            domain,
-            app,
-        })
+        Ok(PsetName { text, domain, app })
     }
 
     /// `mpi://WORLD`.
