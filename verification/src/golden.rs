@@ -22,6 +22,14 @@ pub fn parse(text: &str) -> BTreeMap<String, usize> {
         .collect()
 }
 
+/// The golden counts as they are on disk (empty if the file cannot be read): the gate
+/// uses them to start the longest configurations first (`pool`).
+pub fn weights() -> BTreeMap<String, usize> {
+    std::fs::read_to_string(PATH)
+        .map(|t| parse(&t))
+        .unwrap_or_default()
+}
+
 /// Renders outcomes as the golden file.
 pub fn render(outcomes: &[Outcome]) -> String {
     let mut out = String::from(

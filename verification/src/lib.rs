@@ -13,6 +13,7 @@ pub mod fair;
 pub mod golden;
 pub mod models;
 pub mod planted;
+pub mod pool;
 pub mod pset_model;
 pub mod pset_oracle;
 pub mod record;

@@ -3,12 +3,13 @@
 //! `cargo verify check [--tier pr|nightly] [--json FILE]`
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dynres_verification::models::{nightly_configs, pr_configs};
-use dynres_verification::planted::{corpus, hunt, unplanted};
+use dynres_verification::planted::{Hunt, corpus, hunt, unplanted};
 use dynres_verification::run::{Outcome, check, check_fair, check_spawn};
-use dynres_verification::{golden, pset_model, spawn_configs};
+use dynres_verification::{golden, pool, pset_model, spawn_configs};
 
 /// The checker allocates and frees one state per transition; glibc's malloc took about a
 /// third of its time.
@@ -47,7 +48,9 @@ enum Cmd {
         /// Rewrite the golden state counts from this run (commit the diff with the change).
         #[arg(long)]
         bless: bool,
-        /// Worker threads (default: every core; state counts are the same with any).
+        /// Threads (default: every core). Several configurations are checked at once, one
+        /// thread each; a lone configuration gets them all. State counts are the same with
+        /// any number.
         #[arg(long, default_value_t = cores())]
         threads: usize,
         /// Print the counterexample of every caught planted bug.
@@ -179,46 +182,62 @@ fn run_check(
         "{:<28} {:>12} {:>6} {:>9}  result",
         "config", "states", "depth", "seconds"
     );
-    let mut outcomes: Vec<Outcome> = Vec::new();
     let configs = match tier {
         Tier::Pr => pr_configs(),
         Tier::Nightly => pr_configs().into_iter().chain(nightly_configs()).collect(),
     };
-    // One list of (name, how to check it) across the model families.
-    type Job = Box<dyn FnOnce() -> Outcome>;
-    let mut jobs: Vec<(String, Job)> = Vec::new();
+    // One list of (name, how to check it) across the model families; weighed by their
+    // golden counts so the pool starts the longest first (unknown ones count as longest).
+    let weights = golden::weights();
+    let weight = |name: &str| weights.get(name).map_or(u64::MAX, |&n| n as u64);
+    let mut names: Vec<String> = Vec::new();
+    let mut jobs: Vec<pool::Job<'static, Outcome>> = Vec::new();
+    let mut add = |name: String, run: Box<dyn FnOnce(usize) -> Outcome + Send>| {
+        if only.as_ref().is_none_or(|o| name.contains(o.as_str())) {
+            jobs.push(pool::Job {
+                weight: weight(&name),
+                run,
+            });
+            names.push(name);
+        }
+    };
     for cfg in configs {
-        jobs.push((
+        add(
             cfg.name.to_string(),
-            Box::new(move || check(&cfg, max_states, threads)),
-        ));
+            Box::new(move |t| check(&cfg, max_states, t)),
+        );
     }
     for cfg in dynres_verification::fair::fair_configs() {
-        jobs.push((
+        add(
             dynres_verification::fair::fair_name(&cfg),
-            Box::new(move || check_fair(&cfg, max_states, threads)),
-        ));
+            Box::new(move |t| check_fair(&cfg, max_states, t)),
+        );
     }
     for cfg in pset_model::pr_configs() {
-        jobs.push((
+        add(
             cfg.name.to_string(),
-            Box::new(move || pset_model::check(&cfg, max_states, threads)),
-        ));
+            Box::new(move |t| pset_model::check(&cfg, max_states, t)),
+        );
     }
     for cfg in spawn_configs::pr_configs() {
-        jobs.push((
+        add(
             cfg.name.to_string(),
-            Box::new(move || check_spawn(&cfg, max_states, threads)),
-        ));
+            Box::new(move |t| check_spawn(&cfg, max_states, t)),
+        );
     }
-    for (name, job) in jobs {
-        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
-            continue;
-        }
-        let o = job();
-        print_row(&o);
-        outcomes.push(o);
-    }
+    let started = Instant::now();
+    let plan = pool::plan(jobs.len(), threads);
+    let outcomes: Vec<Outcome> = pool::run(jobs, threads, |_, o| print_row(o));
+    let wall = started.elapsed().as_secs_f64();
+    let states: usize = outcomes.iter().map(|o| o.states).sum();
+    println!(
+        "explored {states} unique states in {wall:.1} s on {} thread(s): {:.0} states/s \
+         ({} configuration(s) at once, {} checker thread(s) each)",
+        threads.max(1),
+        states as f64 / wall.max(1e-9),
+        plan.workers,
+        plan.threads_per_job,
+    );
     // Golden counts pin the PR tier; nightly-only configurations are reported, not pinned.
     let nightly_only: Vec<&str> = nightly_configs().iter().map(|c| c.name).collect();
     let pinned: Vec<Outcome> = outcomes
@@ -235,28 +254,27 @@ fn run_check(
         "{:<28} {:<64} {:>10} {:>8}  result",
         "planted bug", "must fail", "states", "seconds"
     );
-    let mut hunts = Vec::new();
-    for planted in corpus() {
-        if only
-            .as_ref()
-            .is_some_and(|o| !planted.config.contains(o.as_str()))
-        {
-            continue;
-        }
-        let h = hunt(&planted, threads);
+    let planted: Vec<_> = corpus()
+        .into_iter()
+        .filter(|p| only.as_ref().is_none_or(|o| p.config.contains(o.as_str())))
+        .collect();
+    let hunt_jobs: Vec<pool::Job<'_, Hunt>> = planted
+        .iter()
+        .map(|p| pool::Job::new(weight(p.config), move |t| hunt(p, t)))
+        .collect();
+    let hunts = pool::run(hunt_jobs, threads, |_, h| {
         let result = if h.caught { "caught" } else { "MISSED" };
         println!(
             "{:<28} {:<64} {:>10} {:>8.2}  {result}",
-            format!("{:?}", planted.bug),
-            planted.property,
+            format!("{:?}", h.planted.bug),
+            h.planted.property,
             h.states,
             h.seconds
         );
         if verbose && h.caught {
             println!("{}", h.trace);
         }
-        hunts.push(h);
-    }
+    });
     let caught = hunts.iter().filter(|h| h.caught).count();
     println!("planted bugs caught: {caught}/{}", hunts.len());
     // Every always-property must have been seen to fail (spec/verification.md §5).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, Model};
 
-use crate::models::{RcConfig, RcModel};
+use crate::models::{BUNDLE, RcConfig, RcModel, bundle, failing_always, unreached_sometimes};
 use crate::spawn_configs::SpawnModelConfig;
 
 /// The outcome of checking one configuration.
@@ -40,11 +40,38 @@ impl Outcome {
 
 /// Exhaustive DFS of one configuration, stopping at `max_states` (a bound that is
 /// reported, never silent).
+///
+/// The always-properties are checked as one ([`crate::models::bundle`]); a failure is
+/// reported under the names of those that fail in the counterexample's last state.
 pub fn check(cfg: &RcConfig, max_states: usize, threads: usize) -> Outcome {
-    let model = cfg.model();
-    explore_all(cfg.name, &model, max_states, threads, |path| {
-        render_trace(&model, path)
-    })
+    check_rc(cfg.name, cfg.model(), max_states, threads)
+}
+
+/// [`check`] for a resource-change model as built (its properties bundled here).
+pub fn check_rc(name: &str, model: RcModel, max_states: usize, threads: usize) -> Outcome {
+    let model = bundle(model);
+    let mut o = explore_all(name, &model, max_states, threads, |path| {
+        let names = failing_always(&model, path.last_state());
+        format!("{}\n{}", names.join(" / "), render_trace(&model, path))
+    });
+    for (name, trace) in &mut o.failures {
+        if name == BUNDLE {
+            // The trace's first line names the always-properties that fail.
+            if let Some((names, rest)) = trace.split_once('\n') {
+                if !names.is_empty() {
+                    *name = names.to_string();
+                }
+                *trace = rest.to_string();
+            }
+        }
+    }
+    // Judged like stateright's own sometimes-properties: a failure only if the whole
+    // space was seen (a cut exploration fails anyway).
+    for name in unreached_sometimes(&model) {
+        o.failures
+            .push((name.to_string(), NEVER_REACHED.to_string()));
+    }
+    o
 }
 
 /// [`check`] for the fair model of a configuration (`fair.rs`).
@@ -91,6 +118,9 @@ where
     explore_within(name, model, max_states, threads, CONFIG_TIMEOUT, render)
 }
 
+/// The trace of a sometimes-property no state satisfied.
+const NEVER_REACHED: &str = "    (never reached: the model cannot reach this outcome)\n";
+
 /// How long one configuration may be explored before the gate gives up on it (and
 /// fails).
 pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(600);
@@ -131,7 +161,7 @@ where
         if failed {
             let trace = match found {
                 Some(path) => render(path),
-                None => String::from("    (never reached: the model cannot reach this outcome)\n"),
+                None => NEVER_REACHED.to_string(),
             };
             failures.push((p.name.to_string(), trace));
         }
@@ -226,5 +256,55 @@ mod tests {
             String::new()
         });
         assert!(!o.timed_out && o.passed());
+    }
+
+    fn config(name: &str) -> RcConfig {
+        crate::models::pr_configs()
+            .into_iter()
+            .find(|c| c.name == name)
+            .expect("configuration")
+    }
+
+    /// The bundled check reaches the verdicts the properties reach one by one: a planted
+    /// bug fails the gate under the name of the property the corpus says catches it, and
+    /// that property alone fails in the counterexample's last state.
+    #[test]
+    fn a_bundled_check_names_the_always_property_that_fails() {
+        use dynres_core::bugs::{Bug, Bugs};
+        let planted = crate::planted::corpus()
+            .into_iter()
+            .find(|p| p.bug == Bug::ForgetAbortAtMasterOnly)
+            .expect("in the corpus");
+        let cfg = RcConfig {
+            bugs: Bugs::NONE.with(planted.bug),
+            ..config(planted.config)
+        };
+        let expected = planted.property;
+        let o = check(&cfg, usize::MAX, 1);
+        assert!(!o.passed());
+        assert!(
+            o.failures
+                .iter()
+                .any(|(name, trace)| name.split(" / ").any(|n| n == expected)
+                    && trace.lines().count() > 1),
+            "{:?}",
+            o.failures
+        );
+        assert!(o.failures.iter().all(|(name, _)| name != BUNDLE));
+        // The same model without the bug passes.
+        assert!(check(&config(planted.config), usize::MAX, 1).passed());
+    }
+
+    /// A bundled sometimes-property no state satisfies fails the gate, one that some state
+    /// satisfies does not.
+    #[test]
+    fn a_bundled_sometimes_property_never_reached_fails() {
+        let model = config("rc-add-1n-2e-1new")
+            .model()
+            .property(Expectation::Sometimes, "never", |_, _| false)
+            .property(Expectation::Sometimes, "at once", |_, _| true);
+        let o = check_rc("test", model, usize::MAX, 1);
+        let failed: Vec<&str> = o.failures.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(failed, vec!["never"]);
     }
 }
