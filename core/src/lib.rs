@@ -17,6 +17,7 @@ pub mod process;
 pub mod pset;
 pub mod rc;
 pub mod replay;
+pub mod shared;
 pub mod slots;
 pub mod spawn;
 pub mod time;

@@ -3,6 +3,7 @@
 //! kills and reports its local processes (thesis §7.3–7.4.3; `spec/resource-change.md`
 //! §5).
 
+use crate::shared::Shared;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -81,10 +82,10 @@ pub enum DaemonOutput {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Daemon {
     node: NodeId,
-    psets: BTreeMap<PsetName, (Vec<ProcessId>, Attributes)>,
-    changes: BTreeMap<PsetName, ChangeInfo>,
-    job: BTreeSet<ProcessId>,
-    local: BTreeSet<ProcessId>,
+    psets: Shared<BTreeMap<PsetName, (Vec<ProcessId>, Attributes)>>,
+    changes: Shared<BTreeMap<PsetName, ChangeInfo>>,
+    job: Shared<BTreeSet<ProcessId>>,
+    local: Shared<BTreeSet<ProcessId>>,
     /// Modexes being gathered here, by pset and replica version (`MODEX-1`).
     gathers: BTreeMap<(PsetName, u64), Gather>,
     out: VecDeque<DaemonOutput>,
@@ -109,10 +110,10 @@ impl Daemon {
     pub fn new(node: NodeId) -> Self {
         Daemon {
             node,
-            psets: BTreeMap::new(),
-            changes: BTreeMap::new(),
-            job: BTreeSet::new(),
-            local: BTreeSet::new(),
+            psets: BTreeMap::new().into(),
+            changes: BTreeMap::new().into(),
+            job: BTreeSet::new().into(),
+            local: BTreeSet::new().into(),
             gathers: BTreeMap::new(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,

@@ -15,6 +15,7 @@ mod spawn;
 pub use phase3::{accept_key, confirm_key};
 pub use spawn::MAX_SPAWN;
 
+use crate::shared::Shared;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -175,8 +176,8 @@ pub(crate) enum Requester {
 pub(crate) struct Change {
     pub info: ChangeInfo,
     /// Registry and job data before the change (`RC-12`).
-    pub snapshot: PsetRegistry,
-    pub procs_before: BTreeMap<ProcessId, NodeId>,
+    pub snapshot: Shared<PsetRegistry>,
+    pub procs_before: Shared<BTreeMap<ProcessId, NodeId>>,
     /// Accepts received: bound pset → new pset (`RC-8`).
     pub accepted: BTreeMap<PsetName, PsetName>,
     /// New processes that confirmed (`RC-9`).
@@ -232,15 +233,15 @@ pub(crate) struct Fence {
 /// The runtime's head: see the module doc.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Master {
-    pub(crate) cfg: MasterConfig,
-    pub(crate) registry: PsetRegistry,
-    pub(crate) slots: SlotMap,
+    pub(crate) cfg: Shared<MasterConfig>,
+    pub(crate) registry: Shared<PsetRegistry>,
+    pub(crate) slots: Shared<SlotMap>,
     /// Next rank to hand out; never decreases, not even on abort (`PSET-20`).
     pub(crate) next_rank: Rank,
     /// Job data: every process of the job and its node.
-    pub(crate) procs: BTreeMap<ProcessId, NodeId>,
+    pub(crate) procs: Shared<BTreeMap<ProcessId, NodeId>>,
     /// The application of every process ever started.
-    pub(crate) app_of: BTreeMap<ProcessId, String>,
+    pub(crate) app_of: Shared<BTreeMap<ProcessId, String>>,
     /// Every change by delta pset, kept until its processes are gone.
     pub(crate) changes: BTreeMap<PsetName, Change>,
     /// The undecided change of each application (`RC-15`).
@@ -248,7 +249,7 @@ pub struct Master {
     /// Requests waiting for their application's change to be decided (`RC-15`).
     pub(crate) queue: VecDeque<(Requester, ChangeRequest)>,
     /// The publish/lookup data server.
-    pub(crate) data: BTreeMap<String, String>,
+    pub(crate) data: Shared<BTreeMap<String, String>>,
     /// Lookups waiting for their key: (key, deadline, route).
     pub(crate) lookups: Vec<(String, Instant, Route)>,
     pub(crate) fences: BTreeMap<PsetName, Fence>,
@@ -257,11 +258,11 @@ pub struct Master {
     /// The request waiting for the driver to add slots (`RC-21`), if any.
     pub(crate) growth: Option<Growth>,
     /// Spawns with children left, by the children's application (`SPAWN-17..20`).
-    pub(crate) spawns: BTreeMap<String, spawn::SpawnGroup>,
+    pub(crate) spawns: Shared<BTreeMap<String, spawn::SpawnGroup>>,
     /// The `k` of the next spawn's application `spawn-{k}`; never reused.
     pub(crate) next_spawn: u64,
     /// Done changes, oldest first; beyond [`DONE_KEPT`] the oldest is forgotten.
-    pub(crate) done_order: VecDeque<PsetName>,
+    pub(crate) done_order: Shared<VecDeque<PsetName>>,
     pub(crate) out: VecDeque<MasterOutput>,
     /// Planted bugs (always empty in shipped builds).
     pub(crate) bugs: crate::bugs::Bugs,
@@ -284,25 +285,25 @@ impl Master {
             }));
         }
         let mut m = Master {
-            registry: PsetRegistry::new(),
-            slots: SlotMap::new(cfg.nodes.clone()),
+            registry: PsetRegistry::new().into(),
+            slots: SlotMap::new(cfg.nodes.clone()).into(),
             next_rank: 0,
-            procs: BTreeMap::new(),
-            app_of: BTreeMap::new(),
+            procs: BTreeMap::new().into(),
+            app_of: BTreeMap::new().into(),
             changes: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             queue: VecDeque::new(),
-            data: BTreeMap::new(),
+            data: BTreeMap::new().into(),
             lookups: Vec::new(),
             fences: BTreeMap::new(),
             modexes: BTreeMap::new(),
             growth: None,
-            spawns: BTreeMap::new(),
+            spawns: BTreeMap::new().into(),
             next_spawn: 0,
-            done_order: VecDeque::new(),
+            done_order: VecDeque::new().into(),
             out: VecDeque::new(),
             bugs: crate::bugs::Bugs::NONE,
-            cfg,
+            cfg: cfg.into(),
         };
         let mut apps: Vec<(String, Vec<ProcessId>)> = Vec::new();
         for (app, n) in m.cfg.apps.clone() {

@@ -584,8 +584,9 @@ impl Master {
             return;
         }
         c.done = true;
-        c.snapshot = crate::pset::PsetRegistry::new();
-        c.procs_before.clear();
+        // Dropped, not cleared: a clear would first copy a table other states share.
+        c.snapshot = Default::default();
+        c.procs_before = Default::default();
         if c.info.status == RcStatus::Aborted && !self.bug(Bug::ForgetAbortAtMasterOnly) {
             self.broadcast(ToDaemon::Change {
                 delta: delta.clone(),
