@@ -1397,20 +1397,9 @@ pub fn pr_configs() -> Vec<RcConfig> {
                 2,
             )
         },
-    ]
-}
-
-/// Larger configurations for the nightly tier (seeded simulation sizes are future work;
-/// these are still exhaustive, with a budget of 600 M generated states).
-pub fn nightly_configs() -> Vec<RcConfig> {
-    vec![
-        config(
-            "rc-add-add-1n-2e-2new-3polls",
-            (1, 4, 2, 2),
-            vec![ChangeRequest::add(APP, 1), ChangeRequest::add(APP, 1)],
-            false,
-            3,
-        ),
+        // Nightly-only until the checker got faster (issue 13): two nodes of two
+        // slots losing two processes at once; a SUB then an ADD, the new process
+        // crashing, three polls; two applications with a crash.
         config(
             "rc-sub-2n-4e",
             (2, 2, 4, 0),
@@ -1427,14 +1416,25 @@ pub fn nightly_configs() -> Vec<RcConfig> {
         ),
         // The two-application configuration with app2's new process crashing at any
         // point: its exit aborts the ADD (RC-10) while app's SUB may be in flight, and
-        // the rollback (RC-12) must leave app alone (2.07 M states, about 35 s: over
-        // the PR tier's budget).
+        // the rollback (RC-12) must leave app alone (2.07 M states).
         RcConfig {
             may_crash: true,
             scenario: &[Scenario::ConcurrentApps, Scenario::ExitWhileConcurrentApps],
             ..two_apps_config("rc-2apps-sub-add-crash-1n-3e-1new")
         },
     ]
+}
+
+/// Larger configurations for the nightly tier (seeded simulation sizes are future work;
+/// these are still exhaustive, with a budget of 600 M generated states).
+pub fn nightly_configs() -> Vec<RcConfig> {
+    vec![config(
+        "rc-add-add-1n-2e-2new-3polls",
+        (1, 4, 2, 2),
+        vec![ChangeRequest::add(APP, 1), ChangeRequest::add(APP, 1)],
+        false,
+        3,
+    )]
 }
 
 /// The properties the gate checks as one (see [`bundle`]); empty in a model built by
