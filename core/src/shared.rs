@@ -102,20 +102,19 @@ impl<T: Ord> Ord for Shared<T> {
     }
 }
 
-/// The hasher behind the cached hashes: fixed, so that equal values hash alike in every
-/// copy and every run.
-#[cfg(target_has_atomic = "64")]
-fn fixed_hasher() -> foldhash::quality::FixedState {
-    foldhash::quality::FixedState::with_seed(0x0d1e_5e55_5a7e_d0c5)
-}
-
 impl<T: Hash> Hash for Shared<T> {
     #[cfg(target_has_atomic = "64")]
     fn hash<H: Hasher>(&self, state: &mut H) {
         let mut h = self.0.hash.load(Ordering::Relaxed);
         if h == 0 {
-            // Two threads may both compute it; they store the same value.
-            h = fixed_hasher().hash_one(&self.0.value) | 1;
+            // Two threads may both compute it; they store the same value. 0 means "not
+            // computed", so a value hashing to 0 is cached as 1.
+            // foldhash's fixed-seed hasher: equal values hash alike in every copy and
+            // every run.
+            h = foldhash::quality::FixedState::default().hash_one(&self.0.value);
+            if h == 0 {
+                h = 1;
+            }
             self.0.hash.store(h, Ordering::Relaxed);
         }
         state.write_u64(h);
@@ -173,6 +172,8 @@ mod tests {
         c.pop();
         assert_eq!(hash(&c), hash(&a), "changed and changed back");
         assert!(Shared::new(vec_of(2)) < a);
+        assert_eq!(Shared::new(vec_of(4)).cmp(&a), core::cmp::Ordering::Greater);
+        assert_eq!(alloc::format!("{a:?}"), "[0, 1, 2]", "prints as its value");
     }
 
     fn hash<T: Hash>(v: &T) -> u64 {

@@ -467,3 +467,20 @@ fn split_parts_start_at_version_zero() {
         assert_eq!(reg.get(part).expect("live").attrs.version, 0, "{part}");
     }
 }
+
+/// `name.rs` `PsetName::parse`: the guard `ch != '/'` → `true` reported an empty app
+/// segment (`mpi://app//x`) as a bad character `/` instead of a missing app name.
+#[test]
+fn an_empty_app_segment_is_a_missing_app_not_a_bad_character() {
+    use dynres_core::pset::NameError;
+    // "mpi://app/" is 10 bytes: the app name would start at byte 10.
+    assert_eq!(
+        PsetName::parse("mpi://app//x"),
+        Err(NameError::MissingApp { at: 10 })
+    );
+    // A character no segment may hold is reported as such, where it is.
+    assert_eq!(
+        PsetName::parse("mpi://app/!x"),
+        Err(NameError::BadChar { ch: '!', at: 10 })
+    );
+}

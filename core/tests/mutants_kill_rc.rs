@@ -12,12 +12,17 @@ use dynres_core::pset::PsetName;
 use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
 use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, RcError, RcStatus};
 
+/// Requests `req` and returns the delta pset of the change it announced.
+fn announce(w: &mut World, req: ChangeRequest) -> PsetName {
+    w.request(req);
+    w.run_for(Duration::from_millis(1));
+    w.statuses.last().expect("announced").0.clone()
+}
+
 /// Announces an ADD of `n` (new processes do not confirm) and returns its delta pset.
 fn announce_add(w: &mut World, n: u32) -> PsetName {
     w.behaviour.confirm = false;
-    w.request(ChangeRequest::add(APP, n));
-    w.run_for(Duration::from_millis(1));
-    w.statuses.last().expect("announced").0.clone()
+    announce(w, ChangeRequest::add(APP, n))
 }
 
 /// Phase 2 as rank 0 does it: `mpi://app/app ∪ delta` as the root's new version.
@@ -328,9 +333,7 @@ fn stale_at_the_deadline_ends_the_modex() {
 #[test]
 fn a_finalized_change_has_no_deadline_left() {
     let mut w = World::new(config(2, 4, 3));
-    w.request(ChangeRequest::add(APP, 1));
-    w.run_for(Duration::from_millis(1));
-    let delta = w.statuses.last().expect("announced").0.clone();
+    let delta = announce(&mut w, ChangeRequest::add(APP, 1));
     w.adapt(&pid(0), None);
     w.run_for(Duration::from_millis(20));
     assert_eq!(w.master.status(&delta), RcStatus::Finalized);
@@ -379,4 +382,94 @@ fn an_add_binds_to_a_malleable_pset_when_the_root_is_not() {
         .find(|c| c.delta == delta)
         .expect("the change");
     assert_eq!(info.bound, [big]);
+}
+
+/// `master/mod.rs` `Master::confirmed` → `None`: the master reports which new processes
+/// confirmed a change (`RC-9`), none before the root's accept launches them, and keeps
+/// the record once the change is FINALIZED.
+#[test]
+fn confirmed_reports_the_new_processes_that_confirmed() {
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce(&mut w, ChangeRequest::add(APP, 1));
+    assert_eq!(
+        w.master.confirmed(&delta),
+        Some(&Default::default()),
+        "none yet"
+    );
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    // The new process (rank 2) starts, queries and confirms.
+    w.run_for(Duration::from_millis(50));
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    assert_eq!(
+        w.master.confirmed(&delta),
+        Some(&std::collections::BTreeSet::from([pid(2)]))
+    );
+    assert_eq!(w.master.confirmed(&name("mpi://rte/app/rc/99")), None);
+}
+
+/// `master/phase3.rs` `Master::accept_reply`: `*n == new_pset` → `!=`. A SUB bound to two
+/// psets (|X_c| = 2, `RC-8`) is accepted by each pset's leader with its own new pset;
+/// each leader's reply names the pset that leader accepted, not the other one's.
+#[test]
+fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
+    let mut w = World::new(config(1, 4, 3));
+    let ex = |r: u32| name(&format!("mpi://app/app/ex{r}"));
+    // The application's pset inactive, and ex{r} = app − {r} active: a victim in both
+    // binds the SUB to both (the verification model's two-leader set-up).
+    let set_up = |w: &mut World, r: u32, ops_before: Vec<PsetOp>| {
+        let mut ops = ops_before;
+        ops.push(PsetOp::Set {
+            op: SetOp::Difference,
+            pset1: root(),
+            pset2: name("mpi://SELF"),
+            target: Some(ex(r)),
+            attrs: AttrUpdate::active(true),
+        });
+        let res = w.call_wait(&pid(r), ClientCall::PsetOp { ops });
+        assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    };
+    let inactive = PsetOp::Null {
+        target: root(),
+        attrs: AttrUpdate::active(false),
+    };
+    set_up(&mut w, 0, vec![inactive]);
+    set_up(&mut w, 1, Vec::new());
+    // SUB 1 removes rank 2 (stack order), a member of ex0 = {1, 2} and ex1 = {0, 2}.
+    let delta = announce(&mut w, ChangeRequest::sub(APP, 1));
+    // Leaders: rank 1 of ex0, rank 0 of ex1. Each shrinks its pset, then accepts it.
+    let accept = |w: &mut World, leader: u32, pset: PsetName| {
+        let ops = vec![PsetOp::Set {
+            op: SetOp::Difference,
+            pset1: pset.clone(),
+            pset2: delta.clone(),
+            target: Some(pset.clone()),
+            attrs: AttrUpdate::none(),
+        }];
+        let res = w.call_wait(&pid(leader), ClientCall::PsetOp { ops });
+        assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+        let call = ClientCall::Accept {
+            delta: delta.clone(),
+            new_pset: pset.clone(),
+            bound: Some(pset),
+            wait: None,
+        };
+        match w.call_wait(&pid(leader), call) {
+            CallResult::Accept(Ok(a)) => a,
+            other => panic!("accept by rank {leader}: {other:?}"),
+        }
+    };
+    let first = accept(&mut w, 1, ex(0));
+    assert_eq!(first.status, RcStatus::Pending);
+    assert_eq!(first.new_pset, ex(0));
+    let second = accept(&mut w, 0, ex(1));
+    assert_eq!(
+        second.status,
+        RcStatus::Finalized,
+        "one accept per X_c pset"
+    );
+    assert_eq!(second.new_pset, ex(1), "its own pset, not ex0");
 }

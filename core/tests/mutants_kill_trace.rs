@@ -87,3 +87,16 @@ fn a_recorded_change_replays_and_a_tampered_line_is_refused() {
         assert!(err.what.contains(what), "{err}");
     }
 }
+
+/// `trace.rs` `InstanceTag::draw` (→ `Default::default()`): while transition events are
+/// recorded every machine draws its own tag, so two machines of one process are told
+/// apart in its trace (spec/verification.md §6); with nothing recording, all are 0.
+#[test]
+fn machines_draw_distinct_instance_tags_while_recording() {
+    use dynres_core::trace::InstanceTag;
+    let (a, b) = tracing::subscriber::with_default(LineRecorder::default(), || {
+        (InstanceTag::draw(), InstanceTag::draw())
+    });
+    assert_ne!(a.0, b.0, "two machines, two tags");
+    assert_eq!(InstanceTag::draw().0, 0, "not recording: no tag");
+}
