@@ -484,3 +484,77 @@ fn an_empty_app_segment_is_a_missing_app_not_a_bad_character() {
         Err(NameError::BadChar { ch: '!', at: 10 })
     );
 }
+
+/// `spawn/join.rs` `Join::error` → `None` hid why a join failed. A join whose peer
+/// wrote the same port fails with `JoinSamePort` (`SPAWN-14`); one whose peer never
+/// wrote its port fails at the deadline in the join exchange (`SPAWN-8`); each says so.
+#[test]
+fn a_failed_join_reports_its_error() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Input, Join, Output, Phase, SpawnError};
+    let (port, cfg) = root_config("dynres:1:stream:d0:50:0", 3, 1, 1);
+
+    let mut j = Join::new(Instant(0), port.clone(), cfg.clone()).expect("a singleton may join");
+    assert_eq!(j.error(), None);
+    // The peer's JoinPort is this end's own: both ends hold the same port.
+    let Some(Output::SendJoin { bytes }) = j.poll_output() else {
+        panic!("a join first writes its port");
+    };
+    j.handle(Instant(1), Input::JoinStream { bytes })
+        .expect("a well-formed port");
+    assert_eq!(j.error(), Some(&SpawnError::JoinSamePort));
+
+    let mut j = Join::new(Instant(0), port, cfg).expect("a singleton may join");
+    let deadline = j.poll_timeout().expect("the join exchange has a deadline");
+    j.handle(deadline, Input::Timeout)
+        .expect("a timeout is taken");
+    assert_eq!(
+        j.error(),
+        Some(&SpawnError::Timeout {
+            phase: Phase::JoinExchange
+        })
+    );
+}
+
+/// `spawn/parent.rs` `SpawnParent::handle`: `&&` → `||` before the planted-bug switch
+/// `RelaunchOnTimeout` launched the children again whenever the parent's timer fired
+/// while it listened. A spawn launches exactly once (`SPAWN-3`); at its deadline, with
+/// no child having connected, it fails and kills the children once (`SPAWN-8`).
+#[test]
+fn a_spawn_launches_once_however_its_timer_fires() {
+    use dynres_core::spawn::{Input, Output, Phase, SpawnConfig, SpawnError, SpawnParent};
+    use dynres_core::{Instant, Namespace};
+    let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
+    let mut p = SpawnParent::new(
+        Instant(0),
+        SpawnConfig {
+            handshake,
+            port,
+            maxprocs: 3,
+            child_namespace: Namespace::new("kids"),
+            child_group_id: 8,
+        },
+    )
+    .expect("a valid spawn");
+    let mut outputs = Vec::new();
+    // Feed every timeout the parent asks for until it stops asking.
+    for _ in 0..10_000 {
+        while let Some(o) = p.poll_output() {
+            outputs.push(o);
+        }
+        let Some(at) = p.poll_timeout() else { break };
+        p.handle(at, Input::Timeout).expect("a timeout is taken");
+    }
+    let launches = outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Launch { .. }))
+        .count();
+    let kills = outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Kill { .. }))
+        .count();
+    assert_eq!((launches, kills), (1, 1), "{outputs:?}");
+    assert!(outputs.contains(&Output::Failed(SpawnError::Timeout {
+        phase: Phase::Listening
+    })));
+}

@@ -461,6 +461,28 @@ mod tests {
         assert!(a.all_acked());
     }
 
+    /// `SEGMENT_OVERHEAD` is what a segment really adds around its payload: full
+    /// segments fill the MTU exactly (SPAWN-12: at most one MTU, no byte wasted), and a
+    /// 2048-byte MTU carries 2015 payload bytes per segment (`spec/wire.md`, datagram
+    /// frames).
+    #[test]
+    fn full_segments_fill_the_mtu_exactly() {
+        assert_eq!(
+            Reliable::new(7, DatagramConfig::default()).payload_per_segment(),
+            2015
+        );
+        for mtu in [MIN_MTU, 300, DEFAULT_MTU] {
+            let mut a = Reliable::new(7, cfg(mtu));
+            let per = a.payload_per_segment();
+            a.send(Instant(0), &vec![9u8; 2 * per + 1]).unwrap();
+            let mut lens = Vec::new();
+            while let Some(f) = a.poll_send() {
+                lens.push(f.len());
+            }
+            assert_eq!(lens, [mtu, mtu, mtu - per + 1], "mtu {mtu}");
+        }
+    }
+
     #[test]
     fn retransmits_then_gives_up() {
         // SPAWN-13

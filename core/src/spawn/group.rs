@@ -371,6 +371,47 @@ mod tests {
         assert_eq!(ids.range(), 10..20);
     }
 
+    /// A member never asks its driver for a timer (spec/spawn.md §4): not while it
+    /// waits, not once ready, not after its root revoked the handle, because its root
+    /// decides success or failure for the whole group (SPAWN-8).
+    #[test]
+    fn a_member_never_asks_for_a_timer() {
+        let h = GroupHeader {
+            group_id: 1,
+            size: 2,
+            context_id: 1,
+        };
+        let remote = GroupHeader {
+            group_id: 9,
+            size: 1,
+            context_id: 5,
+        };
+        let mut m = Member::new(Role::Initiator, 1, h, vec![Addr(vec![1]), Addr(vec![2])]);
+        assert_eq!(m.poll_timeout(), None);
+        m.handle(Instant(5), MemberMsg::RemoteGroup { session: 9, remote })
+            .unwrap();
+        assert_eq!(m.poll_timeout(), None);
+        m.handle(
+            Instant(6),
+            MemberMsg::RemoteEndpoints {
+                session: 9,
+                endpoints: vec![Addr(vec![3])],
+            },
+        )
+        .unwrap();
+        assert!(m.intergroup().is_some());
+        assert_eq!(m.poll_timeout(), None);
+        m.handle(
+            Instant(7),
+            MemberMsg::Failed {
+                session: 9,
+                error: SpawnError::StreamClosed,
+            },
+        )
+        .unwrap();
+        assert_eq!(m.poll_timeout(), None);
+    }
+
     #[test]
     fn member_rejects_short_tables_and_ignores_late_messages() {
         let h = GroupHeader {

@@ -287,6 +287,26 @@ mod tests {
         assert!(PortName::parse(&long).is_err());
     }
 
+    /// SPAWN-1: a port name may be up to 512 characters long, no longer. The longest
+    /// canonical name is far shorter, so the limit is reached with a zero-padded tag
+    /// (still a decimal u32; the name prints back canonical).
+    #[test]
+    fn port_names_of_up_to_512_characters_are_accepted() {
+        let prefix = "dynres:1:dgram:d0:50:";
+        let name = |len: usize| alloc::format!("{prefix}{:0>w$}", 7, w = len - prefix.len());
+        assert_eq!(name(MAX_PORT_NAME).len(), 512);
+        let p = PortName::parse(&name(MAX_PORT_NAME)).unwrap();
+        assert_eq!(p.tag, 7);
+        assert_eq!(p.to_string(), "dynres:1:dgram:d0:50:7");
+        assert!(matches!(
+            PortName::parse(&name(MAX_PORT_NAME + 1)),
+            Err(SpawnError::BadPort {
+                reason: "too long",
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn registry_opens_closes_and_never_reuses_tags() {
         // SPAWN-2
