@@ -558,3 +558,46 @@ fn a_spawn_launches_once_however_its_timer_fires() {
         phase: Phase::Listening
     })));
 }
+
+/// `pset/ops.rs` `PsetRegistry::result_name`: the runtime's guard `t.domain() == Rte &&
+/// !t.is_delta()` → `true` let a runtime request name its result anywhere. The runtime
+/// names results in `mpi://rte/` (not as a delta pset, whose names follow the epoch
+/// counter, `PSET-5`) or as a new version of an existing pset; an unknown application
+/// name is refused (`PSET-31`, `PSET-6`).
+#[test]
+fn the_runtime_names_results_only_in_rte_or_as_existing_psets() {
+    use dynres_core::pset::PsetError;
+    let mut reg = PsetRegistry::new();
+    let pid = |r| ProcessId::new(Namespace::new("job"), r);
+    let procs: Vec<ProcessId> = (0..3).map(pid).collect();
+    reg.start_job(&[("app1", &procs)]).unwrap();
+    let union = |target: &str| PsetOp::Set {
+        op: SetOp::Union,
+        pset1: PsetName::parse("mpi://app/app1").unwrap(),
+        pset2: PsetName::parse("mpi://app/app1").unwrap(),
+        target: Some(PsetName::parse(target).unwrap()),
+        attrs: AttrUpdate::none(),
+    };
+    for refused in ["mpi://app/app1/mine", "mpi://rte/app1/rc/7"] {
+        assert!(
+            matches!(
+                reg.apply(&Origin::Runtime, &union(refused)),
+                Err(PsetError::NotPermitted { .. })
+            ),
+            "{refused}"
+        );
+    }
+    assert!(
+        reg.apply(&Origin::Runtime, &union("mpi://rte/app1/copy"))
+            .is_ok()
+    );
+    assert_eq!(
+        reg.members(
+            &Origin::Runtime,
+            &PsetName::parse("mpi://rte/app1/copy").unwrap()
+        )
+        .unwrap()
+        .len(),
+        3
+    );
+}

@@ -473,3 +473,77 @@ fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
     );
     assert_eq!(second.new_pset, ex(1), "its own pset, not ex0");
 }
+
+/// `master/mod.rs` `Master::on_request`: `i.status != Finalized` → `==`. A query a daemon
+/// forwards anyway (daemons answer queries from their replica) gets the master's own
+/// answer: the application's undecided change, never a finalized one (`RC-1`, Lst. 6.2).
+#[test]
+fn a_forwarded_query_is_answered_with_the_undecided_change() {
+    use dynres_core::rc::{ClientReply, ClientRequest, MasterInput, MasterOutput, NodeId};
+    use dynres_core::rc::{ToDaemon, ToMaster};
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce_add(&mut w, 1);
+    while w.master.poll_output().is_some() {}
+    let forward = ToMaster::Forward {
+        from: pid(1),
+        req: 77,
+        request: ClientRequest::Query { bound: None },
+    };
+    w.master
+        .handle(
+            w.now,
+            MasterInput::FromDaemon {
+                node: NodeId(0),
+                msg: forward,
+            },
+        )
+        .expect("a forwarded query is served");
+    let answer = std::iter::from_fn(|| w.master.poll_output())
+        .find_map(|o| match o {
+            MasterOutput::Send(e) => match e.msg {
+                ToDaemon::Reply {
+                    to,
+                    req: 77,
+                    reply: ClientReply::Query(a),
+                } if to == pid(1) => Some(a),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("answered");
+    assert_eq!(answer.delta, Some(delta));
+    assert_eq!(answer.status, RcStatus::Announced);
+}
+
+/// `daemon/mod.rs` `Daemon::on_client`: the `PsetInfo` arm deleted sent every pset
+/// lookup to the master. A daemon answers it from its replica, at once (spec
+/// `resource-change.md` §1: the daemon "answers queries from the replica").
+#[test]
+fn a_daemon_answers_pset_info_from_its_replica() {
+    use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, DaemonOutput};
+    let mut w = World::new(config(1, 4, 2));
+    w.run_for(Duration::from_millis(1));
+    let now = w.now;
+    let d = &mut w.daemons[0];
+    while d.poll_output().is_some() {}
+    d.handle(
+        now,
+        DaemonInput::FromClient {
+            from: pid(1),
+            req: 5,
+            request: ClientRequest::PsetInfo { name: root() },
+        },
+    )
+    .expect("served");
+    let out: Vec<DaemonOutput> = std::iter::from_fn(|| d.poll_output()).collect();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [DaemonOutput::ToClient {
+                reply: ClientReply::PsetInfo(Ok((2, _))),
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}

@@ -100,3 +100,36 @@ fn machines_draw_distinct_instance_tags_while_recording() {
     assert_ne!(a.0, b.0, "two machines, two tags");
     assert_eq!(InstanceTag::draw().0, 0, "not recording: no tag");
 }
+
+/// `replay.rs` `Replayed::add` (`+=` → `-=`): the counts of several processes' traces
+/// add up, per role (the `replay` command's totals).
+#[test]
+fn replay_counts_of_several_files_add_up() {
+    use dynres_core::replay::Replayed;
+    let one = |lines: usize, transitions: usize| Replayed {
+        lines: [("master".to_string(), lines)].into(),
+        transitions: [("master".to_string(), transitions)].into(),
+    };
+    let mut all = Replayed::default();
+    all.add(&one(3, 2));
+    all.add(&one(4, 1));
+    assert_eq!(all.total_lines(), 7);
+    assert_eq!(all.transitions_of("master"), 3);
+    assert_eq!(all.transitions_of("daemon"), 0);
+}
+
+/// `daemon/mod.rs` `Daemon::fingerprint` (→ 0): a trace line's state fingerprint must
+/// tell a daemon's states apart — a replay compares it after every transition
+/// (spec/verification.md §6).
+#[test]
+fn a_daemon_fingerprint_follows_its_replica() {
+    let mut w = World::new(config(1, 4, 2));
+    w.run_for(Duration::from_millis(1));
+    let before = w.daemons[0].fingerprint();
+    assert_eq!(w.daemons[0].fingerprint(), before, "the same state");
+    // An announced change reaches the daemon's replica.
+    w.behaviour.confirm = false;
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    assert_ne!(w.daemons[0].fingerprint(), before, "a new replica");
+}
