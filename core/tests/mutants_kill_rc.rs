@@ -8,9 +8,12 @@ use std::collections::BTreeMap;
 
 use common::*;
 use dynres_core::Duration;
+use dynres_core::ProcessId;
 use dynres_core::pset::PsetName;
 use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
-use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, RcError, RcStatus};
+use dynres_core::rc::{
+    CallResult, ChangeRequest, ClientCall, ClientReply, ClientRequest, RcError, RcStatus,
+};
 
 /// Requests `req` and returns the delta pset of the change it announced.
 fn announce(w: &mut World, req: ChangeRequest) -> PsetName {
@@ -45,6 +48,36 @@ fn root_accepted_add(w: &mut World) -> PsetName {
     grow_root(w, &delta);
     assert!(matches!(accept_by(w, 0, &delta), CallResult::Accept(Ok(_))));
     delta
+}
+
+/// Hands the master `request` from `from` as a daemon forwards it, and returns the
+/// master's reply.
+fn forward(w: &mut World, from: ProcessId, request: ClientRequest) -> ClientReply {
+    use dynres_core::rc::{MasterInput, MasterOutput, NodeId, ToDaemon, ToMaster};
+    while w.master.poll_output().is_some() {}
+    let msg = ToMaster::Forward {
+        from: from.clone(),
+        req: 77,
+        request,
+    };
+    w.master
+        .handle(
+            w.now,
+            MasterInput::FromDaemon {
+                node: NodeId(0),
+                msg,
+            },
+        )
+        .expect("a forwarded request is served");
+    std::iter::from_fn(|| w.master.poll_output())
+        .find_map(|o| match o {
+            MasterOutput::Send(e) => match e.msg {
+                ToDaemon::Reply { to, req: 77, reply } if to == from => Some(reply),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("answered")
 }
 
 fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
@@ -127,6 +160,18 @@ fn abort_fails_only_the_lookups_of_its_accept_key() {
         "failed at the abort, not at its own deadline"
     );
     assert_eq!(w.results.get(&(pid(2), other)), None, "still waiting");
+    // `Master::aborted_key` (`accept_key(d) == key` → `!=`): a later lookup of the aborted
+    // change's accept key fails with `Aborted`, one of a key nobody published with
+    // `NoSuchKey`.
+    let lookup = |key: String| ClientCall::Lookup { key, wait: None };
+    assert_eq!(
+        w.call_wait(&pid(0), lookup(format!("{delta}:accept"))),
+        CallResult::Lookup(Err(RcError::Aborted(delta.clone())))
+    );
+    assert_eq!(
+        w.call_wait(&pid(0), lookup("nothing".into())),
+        CallResult::Lookup(Err(RcError::NoSuchKey("nothing".into())))
+    );
     w.call_wait(
         &pid(0),
         ClientCall::Publish {
@@ -479,38 +524,12 @@ fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
 /// answer: the application's undecided change, never a finalized one (`RC-1`, Lst. 6.2).
 #[test]
 fn a_forwarded_query_is_answered_with_the_undecided_change() {
-    use dynres_core::rc::{ClientReply, ClientRequest, MasterInput, MasterOutput, NodeId};
-    use dynres_core::rc::{ToDaemon, ToMaster};
     let mut w = World::new(config(1, 4, 2));
     let delta = announce_add(&mut w, 1);
-    while w.master.poll_output().is_some() {}
-    let forward = ToMaster::Forward {
-        from: pid(1),
-        req: 77,
-        request: ClientRequest::Query { bound: None },
+    let ClientReply::Query(answer) = forward(&mut w, pid(1), ClientRequest::Query { bound: None })
+    else {
+        panic!("not a query answer")
     };
-    w.master
-        .handle(
-            w.now,
-            MasterInput::FromDaemon {
-                node: NodeId(0),
-                msg: forward,
-            },
-        )
-        .expect("a forwarded query is served");
-    let answer = std::iter::from_fn(|| w.master.poll_output())
-        .find_map(|o| match o {
-            MasterOutput::Send(e) => match e.msg {
-                ToDaemon::Reply {
-                    to,
-                    req: 77,
-                    reply: ClientReply::Query(a),
-                } if to == pid(1) => Some(a),
-                _ => None,
-            },
-            _ => None,
-        })
-        .expect("answered");
     assert_eq!(answer.delta, Some(delta));
     assert_eq!(answer.status, RcStatus::Announced);
 }
@@ -520,7 +539,7 @@ fn a_forwarded_query_is_answered_with_the_undecided_change() {
 /// `resource-change.md` §1: the daemon "answers queries from the replica").
 #[test]
 fn a_daemon_answers_pset_info_from_its_replica() {
-    use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, DaemonOutput};
+    use dynres_core::rc::{DaemonInput, DaemonOutput};
     let mut w = World::new(config(1, 4, 2));
     w.run_for(Duration::from_millis(1));
     let now = w.now;
@@ -546,4 +565,26 @@ fn a_daemon_answers_pset_info_from_its_replica() {
         ),
         "{out:?}"
     );
+}
+
+/// `master/phase3.rs` `Master::confirm`: its `Aborted` arm deleted, a confirm that came
+/// after the deadline aborted the change was filed like any other. A late confirm gets
+/// the decision already made (`RC-1`, `RC-10`), and the change stays ABORTED.
+#[test]
+fn a_confirm_after_the_abort_is_told_the_change_aborted() {
+    let mut w = World::new(config(1, 4, 2));
+    w.behaviour.exit_on_kill = false;
+    let delta = root_accepted_add(&mut w);
+    // The new process (rank 2) runs but never confirms: the deadline aborts the change.
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    let late = ClientRequest::Confirm {
+        delta: delta.clone(),
+        ok: true,
+    };
+    assert_eq!(
+        forward(&mut w, pid(2), late),
+        ClientReply::Confirmed(Err(RcError::Aborted(delta.clone())))
+    );
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
 }

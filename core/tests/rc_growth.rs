@@ -80,7 +80,11 @@ fn a_request_whose_node_never_comes_is_refused_and_the_queue_moves_on() {
     w.request(ChangeRequest::add(APP, 2));
     w.run_for(Duration::from_millis(1));
     w.request(ChangeRequest::sub(APP, 1));
-    w.run_for(Duration::from_millis(200));
+    // RC-15: the waiting ADD is the application's change in flight, so the SUB waits
+    // in the queue behind it (`Master::growing`).
+    w.run_for(Duration::from_millis(50));
+    assert!(w.statuses.is_empty(), "the SUB waits: {:?}", w.statuses);
+    w.run_for(Duration::from_millis(150));
     assert_eq!(refusals(&w), vec![RcError::NotGranted { slots: 2 }]);
     let (delta, status) = w.statuses.first().cloned().expect("the SUB was announced");
     assert_eq!(status, RcStatus::Announced);
