@@ -601,3 +601,49 @@ fn the_runtime_names_results_only_in_rte_or_as_existing_psets() {
         3
     );
 }
+
+/// `spawn/handshake.rs` `Handshake::check_header`: `&&` → `||` let every group size
+/// through. A group has 1 to 65536 (`MAX_GROUP`) processes; a Hello announcing 0, or
+/// more than that, is a protocol violation, and the acceptor fails the attempt (`SPAWN-8`) instead of
+/// expecting a table of that length.
+#[test]
+fn a_hello_with_an_impossible_group_size_fails_the_accept() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::datagram::{DgramFrame, Segment};
+    use dynres_core::spawn::msg::MAX_GROUP;
+    use dynres_core::spawn::{Addr, GroupHeader, Handshake, HsMsg, Input, Phase, SpawnError};
+    for size in [0, MAX_GROUP as u32 + 1] {
+        let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+        let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
+        let hello = HsMsg::Hello {
+            session: 9,
+            header: GroupHeader {
+                group_id: 9,
+                size,
+                context_id: 7,
+            },
+        }
+        .encode();
+        let bytes = DgramFrame::Segment(Segment {
+            session: 9,
+            msg_seq: 0,
+            index: 0,
+            count: 1,
+            payload: hello,
+        })
+        .encode();
+        let _ = hs.handle(
+            Instant(1),
+            Input::Datagram {
+                from: Addr(vec![0xd0]),
+                bytes,
+            },
+        );
+        assert_eq!(hs.phase(), Phase::Failed, "size {size}");
+        assert!(
+            matches!(hs.error(), Some(SpawnError::Unexpected { .. })),
+            "size {size}: {:?}",
+            hs.error()
+        );
+    }
+}

@@ -346,6 +346,25 @@ mod tests {
     use super::*;
     use alloc::vec;
 
+    /// Rank 1 of the local group 1 (two processes, context id 1), as `role`.
+    fn member(role: Role) -> Member {
+        let h = GroupHeader {
+            group_id: 1,
+            size: 2,
+            context_id: 1,
+        };
+        Member::new(role, 1, h, vec![Addr(vec![1]), Addr(vec![2])])
+    }
+
+    /// The remote group 9 of `size` processes (context id 5).
+    fn remote(size: u32) -> GroupHeader {
+        GroupHeader {
+            group_id: 9,
+            size,
+            context_id: 5,
+        }
+    }
+
     #[test]
     fn context_ids_are_lowest_free_and_unique() {
         // SPAWN-5
@@ -376,17 +395,8 @@ mod tests {
     /// decides success or failure for the whole group (SPAWN-8).
     #[test]
     fn a_member_never_asks_for_a_timer() {
-        let h = GroupHeader {
-            group_id: 1,
-            size: 2,
-            context_id: 1,
-        };
-        let remote = GroupHeader {
-            group_id: 9,
-            size: 1,
-            context_id: 5,
-        };
-        let mut m = Member::new(Role::Initiator, 1, h, vec![Addr(vec![1]), Addr(vec![2])]);
+        let remote = remote(1);
+        let mut m = member(Role::Initiator);
         assert_eq!(m.poll_timeout(), None);
         m.handle(Instant(5), MemberMsg::RemoteGroup { session: 9, remote })
             .unwrap();
@@ -414,17 +424,8 @@ mod tests {
 
     #[test]
     fn member_rejects_short_tables_and_ignores_late_messages() {
-        let h = GroupHeader {
-            group_id: 1,
-            size: 2,
-            context_id: 1,
-        };
-        let mut m = Member::new(Role::Acceptor, 1, h, vec![Addr(vec![1]), Addr(vec![2])]);
-        let remote = GroupHeader {
-            group_id: 9,
-            size: 2,
-            context_id: 5,
-        };
+        let mut m = member(Role::Acceptor);
+        let remote = remote(2);
         assert!(
             m.handle(
                 Instant(0),
@@ -475,5 +476,50 @@ mod tests {
             m.poll_output(),
             Some(MemberOutput::Failed(SpawnError::StreamClosed))
         );
+    }
+
+    /// Kills `Member::error` without its `Some(Err(e))` arm (→ always `None`): a member
+    /// whose root reports a failure holds no handle and says why (SPAWN-8), and only then.
+    #[test]
+    fn a_failed_member_reports_why() {
+        let mut m = member(Role::Acceptor);
+        assert_eq!(m.error(), None, "undecided");
+        m.handle(
+            Instant(0),
+            MemberMsg::Failed {
+                session: 9,
+                error: SpawnError::PeerUnreachable { retries: 3 },
+            },
+        )
+        .unwrap();
+        assert_eq!(m.error(), Some(&SpawnError::PeerUnreachable { retries: 3 }));
+        assert!(m.intergroup().is_none());
+    }
+
+    /// Kills `Member::fingerprint` → 0: the state fingerprint of a member's trace lines
+    /// (spec/verification.md §6) tells its states apart, so a replay notices a member
+    /// that took a different step; it does not depend on the undrained outputs.
+    #[test]
+    fn a_member_fingerprint_follows_its_state() {
+        let remote = remote(1);
+        let mut m = member(Role::Initiator);
+        let fresh = m.fingerprint();
+        assert_eq!(m.fingerprint(), fresh, "the same state");
+        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
+            .unwrap();
+        let told = m.fingerprint();
+        assert_ne!(told, fresh, "the remote triple is state");
+        m.handle(
+            Instant(1),
+            MemberMsg::RemoteEndpoints {
+                session: 9,
+                endpoints: vec![Addr(vec![3])],
+            },
+        )
+        .unwrap();
+        let ready = m.fingerprint();
+        assert_ne!(ready, told, "the handle is state");
+        assert!(m.poll_output().is_some(), "Ready was queued");
+        assert_eq!(m.fingerprint(), ready, "draining outputs is not a step");
     }
 }

@@ -290,7 +290,7 @@ impl MemberMsg {
 mod tests {
     use super::*;
     use crate::spawn::Addr;
-    use crate::spawn::msg::tests::{arb_exact_error, arb_header};
+    use crate::spawn::msg::tests::{PHASES, arb_exact_error, arb_header};
     use proptest::prelude::*;
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
@@ -415,5 +415,19 @@ mod tests {
                 msg_type: types::ENDPOINTS_ACK
             })
         );
+    }
+
+    /// Kills the deletion of `phase_from`'s arm `0`: a root's `Timeout` in any phase,
+    /// `JoinExchange` included, reaches its members as that very error (SPAWN-8 `Timeout
+    /// {phase}`, SPAWN-6 `ToMember Failed`); the proptest's few cases need not draw it.
+    #[test]
+    fn timeouts_of_every_phase_cross_the_wire() {
+        for phase in PHASES {
+            let m = MemberMsg::Failed {
+                session: 4,
+                error: SpawnError::Timeout { phase },
+            };
+            assert_eq!(MemberMsg::decode(&m.encode()), Ok(m), "{phase:?}");
+        }
     }
 }

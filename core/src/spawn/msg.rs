@@ -287,16 +287,19 @@ pub(crate) mod tests {
     use alloc::vec;
     use proptest::prelude::*;
 
+    /// Every handshake phase.
+    pub(crate) const PHASES: [Phase; 6] = [
+        Phase::JoinExchange,
+        Phase::Listening,
+        Phase::AwaitHelloAck,
+        Phase::Endpoints,
+        Phase::Done,
+        Phase::Failed,
+    ];
+
     /// Any handshake phase.
     pub(crate) fn arb_phase() -> impl Strategy<Value = Phase> {
-        proptest::sample::select(alloc::vec![
-            Phase::JoinExchange,
-            Phase::Listening,
-            Phase::AwaitHelloAck,
-            Phase::Endpoints,
-            Phase::Done,
-            Phase::Failed,
-        ])
+        proptest::sample::select(PHASES.to_vec())
     }
 
     /// Every variant that round-trips exactly, plus `Reported`.

@@ -195,15 +195,7 @@ impl SpawnParent {
             Input::LaunchFailed { reason }
                 if self.bugs.has(crate::bugs::Bug::LaunchFailureKeepsListening) =>
             {
-                if self.hs.phase() != super::Phase::Failed && !self.killed {
-                    self.killed = true;
-                    self.out
-                        .push_back(Output::Failed(SpawnError::LaunchFailed { reason }));
-                    self.out.push_back(Output::Kill {
-                        namespace: self.namespace.clone(),
-                        count: self.count,
-                    });
-                }
+                self.fail_but_keep_listening(reason);
                 Ok(())
             }
             Input::LaunchFailed { reason } => {
@@ -229,6 +221,20 @@ impl SpawnParent {
             );
         }
         r
+    }
+
+    /// Planted bug `LaunchFailureKeepsListening`: report the launch failure and kill the
+    /// children, but leave the handshake listening.
+    fn fail_but_keep_listening(&mut self, reason: String) {
+        if self.hs.phase() != super::Phase::Failed && !self.killed {
+            self.killed = true;
+            self.out
+                .push_back(Output::Failed(SpawnError::LaunchFailed { reason }));
+            self.out.push_back(Output::Kill {
+                namespace: self.namespace.clone(),
+                count: self.count,
+            });
+        }
     }
 
     fn drain(&mut self) {
