@@ -94,9 +94,10 @@ impl ChangeRequest {
 
     /// Remove `n` processes from `app`, chosen in stack order.
     pub fn sub(app: impl Into<String>, n: u32) -> Self {
+        // `add: 0` comes from the base (written out again, deleting it would be a mutant
+        // no test can see).
         ChangeRequest {
             kind: RcType::Sub,
-            add: 0,
             sub: n,
             ..ChangeRequest::add(app, 0)
         }
