@@ -588,3 +588,85 @@ fn a_confirm_after_the_abort_is_told_the_change_aborted() {
     );
     assert_eq!(w.master.status(&delta), RcStatus::Aborted);
 }
+
+/// `master/phase3.rs` `Master::forget_if_done`: `status == Aborted && !bug(…)` → `||`
+/// withdrew every done change from the daemons. Only an ABORTED change is withdrawn
+/// when it is done (its added processes gone, `RC-14`, `RC-19`): a FINALIZED one left the
+/// replicas when it was decided, and nothing more is sent for it when its victim exits.
+#[test]
+fn only_an_aborted_change_is_withdrawn_from_the_daemons_when_done() {
+    let mut w = World::new(config(1, 4, 3));
+    w.behaviour.exit_when_removed = false;
+    let sub = announce(&mut w, ChangeRequest::sub(APP, 1));
+    w.adapt(&pid(0), None);
+    w.run_for(Duration::from_millis(5));
+    assert_eq!(w.master.status(&sub), RcStatus::Finalized);
+    let at_decision = w.withdrawn.len();
+    w.exit(&pid(2));
+    w.run_for(Duration::from_millis(5));
+    assert_eq!(
+        w.withdrawn[at_decision..],
+        [],
+        "nothing withdrawn when the FINALIZED SUB is done"
+    );
+    // An ADD nobody accepts aborts at its deadline; with no process launched it is done
+    // at once, and withdrawn.
+    let add = announce_add(&mut w, 1);
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&add), RcStatus::Aborted);
+    assert!(
+        w.withdrawn.iter().any(|(_, d)| *d == add),
+        "{:?}",
+        w.withdrawn
+    );
+}
+
+/// `daemon/modex.rs` `Daemon::modex_pset_changed`: `p == pset && …` → `||` told the
+/// members of every pending gather `Stale` when any pset got a new version. Only the
+/// gathers over the pset that changed are stale (`MODEX-2`); a modex over another pset
+/// goes on.
+#[test]
+fn a_new_version_of_one_pset_leaves_a_modex_over_another_alone() {
+    use dynres_core::rc::ModexData;
+    // Ranks 0 and 1 on node 0, rank 2 on node 1; `x` = a copy of the application's pset.
+    let mut w = World::new(config(2, 2, 3));
+    let r = root();
+    let x = name("mpi://app/app/x");
+    let copy = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: r.clone(),
+        pset2: r.clone(),
+        target: Some(x.clone()),
+        attrs: AttrUpdate::active(false),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: copy });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    let modex = |pset: &PsetName, rank: u32| ClientCall::Modex {
+        pset: pset.clone(),
+        data: format!("addr-of-{rank}"),
+        timeout: Duration::from_millis(1000),
+    };
+    // Rank 1 starts a modex over `x`: node 0 waits for rank 0.
+    let on_x = w.call(&pid(1), modex(&x, 1));
+    w.run_for(Duration::from_millis(1));
+    // An ADD gives the application's pset a new version; `x` keeps its own.
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    w.adapt(&pid(0), None);
+    w.run_for(Duration::from_millis(20));
+    assert!(w.modex_stale.is_empty(), "{:?}", w.modex_stale);
+    // The other members join and everyone gets the table at `x`'s version.
+    let version = w.version(&x);
+    let calls: Vec<(u32, u64)> = [0, 2].map(|k| (k, w.call(&pid(k), modex(&x, k)))).into();
+    for (rank, id) in calls.into_iter().chain([(1, on_x)]) {
+        let CallResult::Modex(Ok(ModexData {
+            version: v,
+            entries,
+        })) = w.wait(&pid(rank), id)
+        else {
+            panic!("rank {rank}: modex failed")
+        };
+        assert_eq!(v, version);
+        assert_eq!(entries.len(), 3, "rank {rank}");
+    }
+}

@@ -72,6 +72,9 @@ pub struct World {
     pub modex_done: Vec<(NodeId, PsetName, u64, bool)>,
     /// `Stale` modex replies daemons handed clients: (client, pset, newer version).
     pub modex_stale: Vec<(ProcessId, PsetName, u64)>,
+    /// Changes the master withdrew from a daemon's replica (`ToDaemon::Change` with no
+    /// info): (daemon, delta).
+    pub withdrawn: Vec<(NodeId, PsetName)>,
     /// Spawned children as their daemons launched them: (node, app, the command's
     /// program, whether the daemon's replica already held the child in its app pset).
     pub spawned: BTreeMap<ProcessId, (NodeId, String, String, bool)>,
@@ -147,6 +150,7 @@ impl World {
             modex_batches: Vec::new(),
             modex_done: Vec::new(),
             modex_stale: Vec::new(),
+            withdrawn: Vec::new(),
             timers_at_now: (Instant::ZERO, 0),
         };
         w.drain_master();
@@ -337,6 +341,9 @@ impl World {
                     {
                         let done = (env.to, pset.clone(), *version, result.is_ok());
                         self.modex_done.push(done);
+                    }
+                    if let ToDaemon::Change { delta, info: None } = &env.msg {
+                        self.withdrawn.push((env.to, delta.clone()));
                     }
                     let at = self.now + self.latency;
                     self.push(at, Event::ToDaemon(env.to, env.msg));

@@ -113,8 +113,11 @@ impl Master {
                 .into_iter()
                 .filter(|(p, _)| g.members.contains(p))
                 .collect();
-            let last_only = self.bug(Bug::ModexAnswerLastNodeOnly);
-            for n in g.nodes.into_iter().filter(|n| !last_only || *n == node) {
+            let mut nodes = g.nodes;
+            if self.bug(Bug::ModexAnswerLastNodeOnly) {
+                planted_last_node_only(&mut nodes, node);
+            }
+            for n in nodes {
                 self.modex_done(n, &pset, g.version, Ok(table.clone()));
             }
         }
@@ -200,4 +203,10 @@ impl Master {
             self.fail_modex(&name, RcError::Timeout);
         }
     }
+}
+
+/// Planted bug `ModexAnswerLastNodeOnly`: only the node whose batch completed the modex
+/// gets the table (see `planted_some_confirmed` in `phase3.rs` for the naming).
+fn planted_last_node_only(nodes: &mut BTreeSet<NodeId>, last: NodeId) {
+    nodes.retain(|n| *n == last);
 }
