@@ -516,6 +516,32 @@ fn a_failed_join_reports_its_error() {
     );
 }
 
+/// `spawn/join.rs` `Join::on_join_bytes`: the planted-bug guard `JoinCompareTags` →
+/// `true` decided the roles by the ports' tags. Two processes' first ports both have tag
+/// 0; the ends still take opposite roles, the lower port string accepting (`SPAWN-14`).
+#[test]
+fn a_join_of_two_first_ports_orders_them_by_their_text() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Input, Join, Output, Role};
+    let (low, low_cfg) = root_config("dynres:1:dgram:d0:50:0", 3, 1, 1);
+    let (high, high_cfg) = root_config("dynres:1:dgram:d1:51:0", 4, 1, 1);
+    assert_eq!((low.tag, high.tag), (0, 0), "each its process's first port");
+    let mut a = Join::new(Instant(0), low, low_cfg).expect("a singleton may join");
+    let mut b = Join::new(Instant(0), high, high_cfg).expect("a singleton may join");
+    let port_of = |j: &mut Join| match j.poll_output() {
+        Some(Output::SendJoin { bytes }) => bytes,
+        other => panic!("a join first writes its port: {other:?}"),
+    };
+    let (to_b, to_a) = (port_of(&mut a), port_of(&mut b));
+    a.handle(Instant(1), Input::JoinStream { bytes: to_a })
+        .expect("the peer's port");
+    b.handle(Instant(1), Input::JoinStream { bytes: to_b })
+        .expect("the peer's port");
+    let role = |j: &Join| j.handshake().map(|h| h.role());
+    assert_eq!(role(&a), Some(Role::Acceptor), "the lower port accepts");
+    assert_eq!(role(&b), Some(Role::Initiator));
+}
+
 /// `spawn/parent.rs` `SpawnParent::handle`: `&&` → `||` before the planted-bug switch
 /// `RelaunchOnTimeout` launched the children again whenever the parent's timer fired
 /// while it listened. A spawn launches exactly once (`SPAWN-3`); at its deadline, with
@@ -646,4 +672,93 @@ fn a_hello_with_an_impossible_group_size_fails_the_accept() {
             hs.error()
         );
     }
+}
+
+/// The datagrams among `outs`, as inputs from `from`.
+fn datagrams_from(
+    outs: &[dynres_core::spawn::Output],
+    from: &dynres_core::spawn::Addr,
+) -> Vec<dynres_core::spawn::Input> {
+    use dynres_core::spawn::{Input, Output};
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::SendDatagram { bytes, .. } => Some(Input::Datagram {
+                from: from.clone(),
+                bytes: bytes.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `spawn/datagram.rs` `Reliable::send_once` → `Ok(())` sent nothing: a root that gives
+/// up on a datagram session sends the peer a best-effort `Abort` (`SPAWN-8`), and the
+/// peer fails with the reason at once instead of waiting for its deadline.
+#[test]
+fn a_cancelled_datagram_root_tells_its_peer_with_an_abort() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{AbortReason, Addr, Handshake, Output, Phase, SpawnError};
+    let (port, acc_cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (_, ini_cfg) = root_config("dynres:1:dgram:d000:5000:0", 2, 2, 7);
+    let initiator_addr = Addr(vec![0xd0]);
+    let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
+    let mut ini = Handshake::connect(Instant(0), port.clone(), ini_cfg).expect("valid config");
+    let hello: Vec<Output> = core::iter::from_fn(|| ini.poll_output()).collect();
+    for input in datagrams_from(&hello, &initiator_addr) {
+        acc.handle(Instant(1), input)
+            .expect("the initiator's Hello");
+    }
+    assert!(acc.session().is_some(), "the acceptor opened the session");
+    // Drop the acceptor's answer: the initiator hears only what follows the cancel.
+    while acc.poll_output().is_some() {}
+    acc.cancel(SpawnError::Timeout {
+        phase: Phase::Endpoints,
+    });
+    let outs: Vec<Output> = core::iter::from_fn(|| acc.poll_output()).collect();
+    let abort = datagrams_from(&outs, &port.dgram);
+    assert!(!abort.is_empty(), "an Abort datagram to the peer: {outs:?}");
+    for input in abort {
+        let _ = ini.handle(Instant(2), input);
+    }
+    assert_eq!(ini.phase(), Phase::Failed);
+    assert_eq!(
+        ini.error(),
+        Some(&SpawnError::Aborted {
+            reason: AbortReason::Cancelled
+        })
+    );
+}
+
+/// `spawn/handshake.rs` `Handshake::close_stream`: `stream_up && !stream_closed` → `||`
+/// asked the driver to close a bootstrap stream that was never opened. A root on a
+/// datagram port has no stream (spec/spawn.md §5: `CloseStream` closes the bootstrap
+/// stream); when it fails (`SPAWN-8`) it emits `Failed` and no `CloseStream`.
+#[test]
+fn a_datagram_root_never_closes_a_stream() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Handshake, Output, SpawnError};
+    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 1, 7);
+    let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
+    while hs.poll_output().is_some() {}
+    hs.cancel(SpawnError::Config("given up"));
+    let outs: Vec<Output> = core::iter::from_fn(|| hs.poll_output()).collect();
+    assert_eq!(outs, [Output::Failed(SpawnError::Config("given up"))]);
+}
+
+/// `rc/wire/errors.rs` `clip`: an error detail longer than 4096 bytes whose 4096th byte
+/// is inside a character is cut before that character (spec/wire.md: "encoders cut a
+/// longer text at a character boundary"), so the peer accepts the frame.
+#[test]
+fn a_refused_detail_is_cut_before_a_character_on_the_limit() {
+    use dynres_core::rc::wire::{decode_reply, encode_reply};
+    use dynres_core::rc::{ClientReply, RcError};
+    // One ASCII byte, then two-byte characters: byte 4096 is the second half of one.
+    let detail = format!("a{}", "é".repeat(3000));
+    let reply = ClientReply::Fence(Err(RcError::Refused { code: 4, detail }));
+    let (_, back) = decode_reply(&encode_reply(3, &reply)).expect("within the limit");
+    let ClientReply::Fence(Err(RcError::Refused { detail, .. })) = back else {
+        panic!("a refused fence decodes as refused: {back:?}");
+    };
+    assert_eq!(detail.len(), 4095);
+    assert_eq!(detail, format!("a{}", "é".repeat(2047)));
 }

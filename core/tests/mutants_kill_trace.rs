@@ -226,3 +226,38 @@ fn spawn_machines_are_named_by_group_rank_role_and_instance() {
     assert_eq!(instances.len(), 4, "one instance each: {lines:?}");
     assert!(!instances.contains(&0), "drawn while recording: {lines:?}");
 }
+
+/// `replay.rs` `SpawnMachine::feed` (→ `Ok(1)`): a spawn machine's transitions replay
+/// with the outputs fingerprint the recorded line carries, and a line whose outputs
+/// fingerprint differs is refused at that line (spec/verification.md §6, trace
+/// conformance). A connect nobody answers retransmits its Hello on each timeout.
+#[test]
+fn a_recorded_handshake_replays_its_outputs() {
+    let _one_at_a_time = serial();
+    use dynres_core::Instant;
+    use dynres_core::replay::replay;
+    use dynres_core::spawn::{Addr, GroupHeader, Handshake, HandshakeConfig, Input, PortName};
+    let local = GroupHeader {
+        group_id: 4,
+        size: 1,
+        context_id: 1,
+    };
+    let cfg = HandshakeConfig::new(local, vec![Addr(vec![1])]);
+    let port = PortName::parse("dynres:1:dgram:d0:50:0").expect("valid port");
+    let rec = LineRecorder::default();
+    tracing::subscriber::with_default(rec.clone(), || {
+        let mut hs = Handshake::connect(Instant(0), port, cfg).expect("valid connect");
+        for _ in 0..3 {
+            while hs.poll_output().is_some() {}
+            let at = hs.poll_timeout().expect("waiting for an answer");
+            hs.handle(at, Input::Timeout).expect("a timeout is taken");
+        }
+    });
+    let lines = rec.0.lock().expect("not poisoned").clone();
+    assert_eq!(lines.len(), 4, "a start and three transitions: {lines:?}");
+    let done = replay(&lines.join("\n")).unwrap_or_else(|d| panic!("diverged: {d}"));
+    assert_eq!(done.transitions_of("spawn-handshake"), 3);
+    let err = replay(&tampered(&lines, 2, 2)).expect_err("tampered outputs");
+    assert_eq!(err.line, 3, "{err}");
+    assert!(err.what.contains("outputs differ"), "{err}");
+}

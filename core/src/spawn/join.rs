@@ -1,6 +1,8 @@
 //! `MPI_Comm_join(fd)`: two processes that share a byte stream swap their port names
 //! over it, then run an ordinary handshake; the lower port accepts (SPAWN-14).
 
+use core::cmp::Ordering;
+
 use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -177,22 +179,25 @@ impl Join {
         let peer = JoinPort::decode_body(h.msg_type, body)?;
         let peer = PortName::parse(&peer.port)?;
         self.reader = reader;
-        let mine = self.my_port.to_string();
-        let theirs = peer.to_string();
-        if mine == theirs {
-            self.fail(SpawnError::JoinSamePort);
-            return Ok(());
-        }
-        // SPAWN-14: both ends compare the same two strings, so they pick opposite roles.
-        let lower = if self.bugs.has(crate::bugs::Bug::JoinCompareTags) {
-            self.my_port.tag < peer.tag
-        } else {
-            mine < theirs
+        // SPAWN-14: both ends compare the same two strings, so they pick opposite roles,
+        // the lower port accepting; equal strings cannot tell the ends apart. (One
+        // three-way comparison, so no `<` that might as well be `<=` once equality is
+        // ruled out.)
+        let order = match self.my_port.to_string().cmp(&peer.to_string()) {
+            Ordering::Equal => {
+                self.fail(SpawnError::JoinSamePort);
+                return Ok(());
+            }
+            _ if self.bugs.has(crate::bugs::Bug::JoinCompareTags) => {
+                self.my_port.tag.cmp(&peer.tag)
+            }
+            order => order,
         };
-        let hs = if lower {
-            Handshake::start(now, Role::Acceptor, self.my_port.clone(), self.cfg.clone())
-        } else {
-            Handshake::start(now, Role::Initiator, peer, self.cfg.clone())
+        let hs = match order {
+            Ordering::Less => {
+                Handshake::start(now, Role::Acceptor, self.my_port.clone(), self.cfg.clone())
+            }
+            _ => Handshake::start(now, Role::Initiator, peer, self.cfg.clone()),
         };
         match hs {
             Ok(hs) => {

@@ -15,7 +15,7 @@
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use crate::wire::prim::{put_seq, put_str, put_u8, put_u64, seq, string, u8, u64};
+use crate::wire::prim::{clip_str, put_seq, put_str, put_u8, put_u64, seq, string, u8, u64};
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
 
 use super::handshake::Phase;
@@ -74,11 +74,7 @@ fn phase_from(v: u64) -> Option<Phase> {
 
 /// Cuts `s` to at most [`MAX_ERROR_TEXT`] bytes at a character boundary.
 fn clip(s: &str) -> String {
-    let mut end = s.len().min(MAX_ERROR_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    String::from(&s[..end])
+    String::from(clip_str(s, MAX_ERROR_TEXT))
 }
 
 /// `(code, numbers, text)` of an error.

@@ -175,4 +175,22 @@ mod tests {
             Err(WireError::BadMagic { .. })
         ));
     }
+
+    /// spec/wire.md "Frame header": a reader refuses a body *above* its limit; a body of
+    /// exactly `max_body` bytes is split like any other.
+    #[test]
+    fn split_frame_takes_a_body_of_exactly_the_limit() {
+        let mut v = Vec::new();
+        encode_frame(&mut v, 0x0101, |b| b.extend_from_slice(&[9; 4]));
+        let (_, body, used) = split_frame(&v, 4).unwrap().unwrap();
+        assert_eq!((body, used), (&[9u8; 4][..], v.len()));
+        assert_eq!(
+            split_frame(&v, 3),
+            Err(WireError::OverLimit {
+                what: "frame body",
+                value: 4,
+                max: 3,
+            })
+        );
+    }
 }

@@ -37,6 +37,19 @@ pub fn put_str(out: &mut Vec<u8>, v: &str) {
     put_bytes(out, v.as_bytes());
 }
 
+/// The longest prefix of `text` of at most `max` bytes that does not split a character:
+/// what an encoder sends of a text its peer would refuse as too long.
+///
+/// A search down from the limit rather than a loop that steps `end` back: the loop's
+/// `end -= 1` had the mutant `end /= 1`, which never ends and so cannot fail a test.
+pub fn clip_str(text: &str, max: usize) -> &str {
+    (0..=text.len().min(max))
+        .rev()
+        .find(|&end| text.is_char_boundary(end))
+        .and_then(|end| text.get(..end))
+        .unwrap_or_default()
+}
+
 /// Appends a `u32` count followed by each item encoded by `f`.
 pub fn put_seq<T>(out: &mut Vec<u8>, items: &[T], mut f: impl FnMut(&mut Vec<u8>, &T)) {
     put_u32(out, u32::try_from(items.len()).unwrap_or(u32::MAX));
@@ -118,6 +131,19 @@ mod tests {
     use crate::wire::parse_all;
     use alloc::vec;
     use proptest::prelude::*;
+
+    /// spec/wire.md: encoders cut a text longer than its limit at a character boundary,
+    /// below the limit when the limit falls inside a character.
+    #[test]
+    fn clip_str_cuts_at_the_last_char_boundary_within_the_limit() {
+        // 'a' then two-byte characters: every even offset but 0 is inside one.
+        let text = alloc::format!("a{}", "é".repeat(10));
+        assert_eq!(clip_str(&text, 4), "aé");
+        assert_eq!(clip_str(&text, 5), "aéé");
+        assert_eq!(clip_str(&text, 0), "");
+        assert_eq!(clip_str(&text, 100), text, "a short text is kept whole");
+        assert_eq!(clip_str("日本", 2), "", "no whole character fits");
+    }
 
     #[test]
     fn limits_and_utf8_are_enforced() {

@@ -23,7 +23,9 @@ use alloc::vec::Vec;
 
 use crate::rc::RcError;
 use crate::wire::PResult;
-use crate::wire::prim::{put_str, put_u8, put_u16, put_u32, put_u64, string, u8, u16, u32, u64};
+use crate::wire::prim::{
+    clip_str, put_str, put_u8, put_u16, put_u32, put_u64, string, u8, u16, u32, u64,
+};
 
 use super::values::{invalid, name, pid, put_name, put_pid, put_usize, size};
 use super::{MAX_DETAIL_LEN, MAX_KEY_LEN};
@@ -34,14 +36,7 @@ pub const REFUSED_MARKER: u16 = 0;
 
 /// Cuts `text` to at most [`MAX_DETAIL_LEN`] bytes without splitting a character.
 fn clip(text: &str) -> &str {
-    if text.len() <= MAX_DETAIL_LEN {
-        return text;
-    }
-    let mut end = MAX_DETAIL_LEN;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
+    clip_str(text, MAX_DETAIL_LEN)
 }
 
 pub(super) fn put_error(out: &mut Vec<u8>, e: &RcError) {
