@@ -762,3 +762,37 @@ fn a_refused_detail_is_cut_before_a_character_on_the_limit() {
     assert_eq!(detail.len(), 4095);
     assert_eq!(detail, format!("a{}", "é".repeat(2047)));
 }
+
+/// `pset/ops.rs` `PsetRegistry::apply_set`: `version: 0` deleted from the new pset's
+/// attributes let a set operation's result inherit `pset1`'s version. A new pset starts
+/// at version 0 (`PSET-10`), whatever version its operand has reached; only its other
+/// attributes come from `pset1` (`PSET-31`).
+#[test]
+fn a_set_operation_result_starts_at_version_zero() {
+    let mut reg = PsetRegistry::new();
+    let pid = |r| ProcessId::new(Namespace::new("job"), r);
+    let procs: Vec<ProcessId> = (0..3).map(pid).collect();
+    reg.start_job(&[("app1", &procs)]).unwrap();
+    let caller = Origin::process("app1", pid(0));
+    let root = PsetName::parse("mpi://app/app1").unwrap();
+    let set = |op, target: &PsetName| PsetOp::Set {
+        op,
+        pset1: root.clone(),
+        pset2: PsetName::self_set(),
+        target: Some(target.clone()),
+        attrs: AttrUpdate::none(),
+    };
+    // The root, made inactive, loses rank 0: version 1.
+    let inactive = PsetOp::Null {
+        target: root.clone(),
+        attrs: AttrUpdate::active(false),
+    };
+    reg.apply(&caller, &inactive).unwrap();
+    reg.apply(&caller, &set(SetOp::Difference, &root)).unwrap();
+    assert_eq!(reg.get(&root).unwrap().attrs.version, 1);
+    let copy = PsetName::parse("mpi://app/app1/copy").unwrap();
+    reg.apply(&caller, &set(SetOp::Union, &copy)).unwrap();
+    let made = reg.get(&copy).unwrap();
+    assert_eq!(made.attrs.version, 0, "a new pset starts at version 0");
+    assert!(!made.attrs.active, "the rest is inherited from pset1");
+}
