@@ -53,6 +53,11 @@ fn root_accepted_add(w: &mut World) -> PsetName {
 /// Hands the master `request` from `from` as a daemon forwards it, and returns the
 /// master's reply.
 fn forward(w: &mut World, from: ProcessId, request: ClientRequest) -> ClientReply {
+    forward_now(w, from, request).expect("answered")
+}
+
+/// [`forward`], returning `None` if the master does not answer at once.
+fn forward_now(w: &mut World, from: ProcessId, request: ClientRequest) -> Option<ClientReply> {
     use dynres_core::rc::{MasterInput, MasterOutput, NodeId, ToDaemon, ToMaster};
     while w.master.poll_output().is_some() {}
     let msg = ToMaster::Forward {
@@ -69,15 +74,13 @@ fn forward(w: &mut World, from: ProcessId, request: ClientRequest) -> ClientRepl
             },
         )
         .expect("a forwarded request is served");
-    std::iter::from_fn(|| w.master.poll_output())
-        .find_map(|o| match o {
-            MasterOutput::Send(e) => match e.msg {
-                ToDaemon::Reply { to, req: 77, reply } if to == from => Some(reply),
-                _ => None,
-            },
+    std::iter::from_fn(|| w.master.poll_output()).find_map(|o| match o {
+        MasterOutput::Send(e) => match e.msg {
+            ToDaemon::Reply { to, req: 77, reply } if to == from => Some(reply),
             _ => None,
-        })
-        .expect("answered")
+        },
+        _ => None,
+    })
 }
 
 fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
@@ -669,4 +672,92 @@ fn a_new_version_of_one_pset_leaves_a_modex_over_another_alone() {
         assert_eq!(v, version);
         assert_eq!(entries.len(), 3, "rank {rank}");
     }
+}
+
+/// `pset/rollback.rs` `PsetRegistry::roll_back_app`: `!active && bug(…)` → `||` skipped
+/// every inactive pset in a rollback (what the planted bug `RollbackActiveOnly` does).
+/// An aborted SUB restores all the application's psets its delta reached, the inactive
+/// ones that followed it (`PSET-34`) included (`RC-12`).
+#[test]
+fn an_aborted_sub_restores_the_inactive_psets_that_followed_its_delta() {
+    let mut w = World::new(config(1, 4, 3));
+    let (r, all) = (root(), name("mpi://app/app/all"));
+    // An inactive copy of the application's pset: it follows every delta (PSET-34).
+    let copy = vec![PsetOp::Set {
+        op: SetOp::Union,
+        pset1: r.clone(),
+        pset2: r.clone(),
+        target: Some(all.clone()),
+        attrs: AttrUpdate::active(false),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: copy });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    let sub = announce(&mut w, ChangeRequest::sub(APP, 1));
+    // Phase 2 without an accept: rank 2 leaves the root and, with it, `all`.
+    let shrink = vec![PsetOp::Set {
+        op: SetOp::Difference,
+        pset1: r.clone(),
+        pset2: sub.clone(),
+        target: Some(r.clone()),
+        attrs: AttrUpdate::none(),
+    }];
+    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: shrink });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    assert_eq!(w.members(&all), [0, 1]);
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&sub), RcStatus::Aborted);
+    assert_eq!(w.members(&r), [0, 1, 2]);
+    assert_eq!(
+        w.members(&all),
+        [0, 1, 2],
+        "the inactive pset is restored too"
+    );
+}
+
+/// `master/phase3.rs` `Master::confirm`: `ok && bug(ConfirmAnsweredAtOnce)` → `||`
+/// answered every confirm at once. A new process's confirm is answered with the
+/// decision (`RC-9`): while another new process has not confirmed, it waits.
+#[test]
+fn a_confirm_is_answered_at_the_decision() {
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce_add(&mut w, 2);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    let confirm = || ClientRequest::Confirm {
+        delta: delta.clone(),
+        ok: true,
+    };
+    assert_eq!(
+        forward_now(&mut w, pid(2), confirm()),
+        None,
+        "rank 3 still owes one"
+    );
+    assert_eq!(
+        forward(&mut w, pid(3), confirm()),
+        ClientReply::Confirmed(Ok(()))
+    );
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+}
+
+/// `rc/client.rs` `step_call` → `Default::default()` made every open call look like call
+/// 0. A call id is unique among the client's open calls (`ClientInput::Call`): a second
+/// call under an open call's id is refused, another id is taken.
+#[test]
+fn a_client_refuses_a_call_id_already_open() {
+    use dynres_core::Instant;
+    use dynres_core::rc::{Client, ClientInput};
+    let mut c = Client::new(pid(1));
+    let query = |id| ClientInput::Call {
+        id,
+        call: ClientCall::GetResChange { bound: None },
+    };
+    assert_eq!(c.handle(Instant(0), query(5)), Ok(()));
+    assert_eq!(
+        c.handle(Instant(0), query(5)),
+        Err(RcError::Client("call id already in use"))
+    );
+    assert_eq!(c.handle(Instant(0), query(0)), Ok(()));
 }

@@ -184,11 +184,12 @@ impl MemberSet {
                 part.push(first);
                 part.extend_from_slice(&self.words[start + 1..w]);
             }
-            if need > 0 {
-                let head = lowest_bits(carry, need);
-                part.push(head);
-                carry &= !head;
-            }
+            // The rest of the part: the lowest `need` bits of word `w` (none when it ended
+            // on a word boundary; `trim` drops the empty word then, so no `need > 0`
+            // guard, which a mutation to `>=` could not be told from).
+            let head = lowest_bits(carry, need);
+            part.push(head);
+            carry &= !head;
             let mut set = MemberSet {
                 words: part,
                 len: size,
