@@ -132,6 +132,19 @@ fn replay_counts_of_several_files_add_up() {
     assert_eq!(all.transitions_of("daemon"), 0);
 }
 
+/// `replay.rs` `replay` (the skip test `||` → `&&`): blank lines and `#` comments are
+/// skipped, yet still counted, so a divergence names the line of the file it is on
+/// (spec/verification.md §6, replay names the line).
+#[test]
+fn replay_skips_blank_and_comment_lines_but_counts_them() {
+    use dynres_core::replay::replay;
+    let done = replay("# a comment\n\n  \t\n#another\n").expect("nothing to replay");
+    assert_eq!(done.total_lines(), 0, "no line replayed");
+    let err = replay("# header\n\nbogus line\n").expect_err("an unreadable line");
+    assert_eq!(err.line, 3, "{err}");
+    assert!(err.what.contains("unrecognised line"), "{err}");
+}
+
 /// `daemon/mod.rs` `Daemon::fingerprint` (→ 0): a trace line's state fingerprint must
 /// tell a daemon's states apart — a replay compares it after every transition
 /// (spec/verification.md §6).
@@ -150,16 +163,17 @@ fn a_daemon_fingerprint_follows_its_replica() {
 }
 
 /// `spawn/handshake.rs` `Handshake::trace_id` and `spawn/parent.rs`
-/// `SpawnParent::trace_id` (→ `"xyzzy"`), `spawn/trace.rs` `role_letter` (→
-/// `Default::default()`): a spawn machine's trace lines name it as spec/verification.md
-/// §6 says — a handshake `g<group>.r<root>.<a|i>.<n>`, a spawn parent
-/// `g<group>.r<root>.c<child group>.<n>`, a member `g<group>.r<rank>.<a|i>.<n>` — with
-/// its own instance number `n` drawn while recording.
+/// `SpawnParent::trace_id` (→ `"xyzzy"`), `spawn/join.rs` `Join::trace_id` (→
+/// `String::new()`), `spawn/trace.rs` `role_letter` (→ `Default::default()`): a spawn
+/// machine's trace lines name it as spec/verification.md §6 says — a handshake
+/// `g<group>.r<root>.<a|i>.<n>`, a spawn parent `g<group>.r<root>.c<child group>.<n>`, a
+/// join `g<group>.<n>`, a member `g<group>.r<rank>.<a|i>.<n>` — with its own instance
+/// number `n` drawn while recording.
 #[test]
 fn spawn_machines_are_named_by_group_rank_role_and_instance() {
     let _one_at_a_time = serial();
     use dynres_core::spawn::{
-        Addr, GroupHeader, Handshake, HandshakeConfig, Member, PortName, Role, SpawnConfig,
+        Addr, GroupHeader, Handshake, HandshakeConfig, Join, Member, PortName, Role, SpawnConfig,
         SpawnParent,
     };
     use dynres_core::{Instant, Namespace};
@@ -182,13 +196,20 @@ fn spawn_machines_are_named_by_group_rank_role_and_instance() {
             Instant(0),
             SpawnConfig {
                 handshake: cfg(5, 1),
-                port,
+                port: port.clone(),
                 maxprocs: 3,
                 child_namespace: Namespace::new("kids"),
                 child_group_id: 6,
             },
         )
         .expect("a valid spawn");
+        let single = GroupHeader {
+            group_id: 8,
+            size: 1,
+            context_id: 1,
+        };
+        let joined = HandshakeConfig::new(single, vec![Addr(vec![1])]);
+        Join::new(Instant(0), port, joined).expect("a valid join");
         let local = GroupHeader {
             group_id: 7,
             size: 2,
@@ -217,13 +238,14 @@ fn spawn_machines_are_named_by_group_rank_role_and_instance() {
             ("spawn-handshake", "g3.r1.a"),
             ("spawn-handshake", "g4.r0.i"),
             ("spawn-parent", "g5.r1.c6"),
+            ("spawn-join", "g8"),
             ("spawn-member", "g7.r1.a"),
         ]
     );
     let mut instances: Vec<u32> = named.iter().map(|(_, _, n)| *n).collect();
     instances.sort_unstable();
     instances.dedup();
-    assert_eq!(instances.len(), 4, "one instance each: {lines:?}");
+    assert_eq!(instances.len(), 5, "one instance each: {lines:?}");
     assert!(!instances.contains(&0), "drawn while recording: {lines:?}");
 }
 

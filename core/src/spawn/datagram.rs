@@ -541,6 +541,31 @@ mod tests {
         assert_eq!(b, before);
     }
 
+    /// A segment needs `1 ≤ count ≤ 4096` and `index < count` (`spec/wire.md`, datagram
+    /// frames); one that breaks it is `InvalidValue`, whose value carries both fields as
+    /// received, index in the high half, count in the low 16 bits.
+    #[test]
+    fn a_bad_segment_index_or_count_reports_both() {
+        for (index, count) in [(3u16, 2u16), (0, 0), (1, MAX_SEGMENTS + 1)] {
+            let f = DgramFrame::Segment(Segment {
+                session: 1,
+                msg_seq: 0,
+                index,
+                count,
+                payload: vec![1],
+            })
+            .encode();
+            assert_eq!(
+                DgramFrame::decode(&f),
+                Err(WireError::InvalidValue {
+                    what: "segment index/count",
+                    value: u64::from(index) * 0x1_0000 + u64::from(count),
+                }),
+                "index {index}, count {count}"
+            );
+        }
+    }
+
     #[test]
     fn reassembly_is_bounded() {
         let mut b = Reliable::new(1, cfg(100));

@@ -494,13 +494,8 @@ impl Handshake {
     }
 
     fn on_datagram(&mut self, now: Instant, from: Addr, bytes: &[u8]) -> Result<(), SpawnError> {
-        if self.bugs.has(crate::bugs::Bug::NewestHelloWins)
-            && self.role == Role::Acceptor
-            && self.phase == Phase::Endpoints
-            && self.peer_dgram.as_ref() != Some(&from)
-            && Self::is_hello(bytes)
-        {
-            self.listen_again();
+        if self.bugs.has(crate::bugs::Bug::NewestHelloWins) {
+            self.planted_newest_hello_wins(&from, bytes);
         }
         // SPAWN-10: work on a copy of the reliability layer and commit only if the
         // datagram and every message it completes are well-formed.
@@ -581,26 +576,35 @@ impl Handshake {
         Ok(())
     }
 
+    /// Planted bug `NewestHelloWins`: an acceptor swapping tables takes a Hello from
+    /// another address as its initiator restarting, forgets the session and listens
+    /// again. (Planted-bug code lives in `planted_*` functions, which the mutation run
+    /// leaves out: it never runs in a tested build.)
+    fn planted_newest_hello_wins(&mut self, from: &Addr, bytes: &[u8]) {
+        if self.role == Role::Acceptor
+            && self.phase == Phase::Endpoints
+            && self.peer_dgram.as_ref() != Some(from)
+            && Self::planted_is_hello(bytes)
+        {
+            self.phase = Phase::Listening;
+            self.session = None;
+            self.peer_dgram = None;
+            self.dgram = None;
+            self.remote = None;
+            self.endpoints_via = None;
+            self.remote_endpoints = None;
+            self.peer_has_ours = false;
+        }
+    }
+
     /// Whether `bytes` is a datagram carrying a whole Hello (planted bug only).
-    fn is_hello(bytes: &[u8]) -> bool {
+    fn planted_is_hello(bytes: &[u8]) -> bool {
         match DgramFrame::decode(bytes) {
             Ok(DgramFrame::Segment(s)) if s.count == 1 => {
                 matches!(HsMsg::decode(&s.payload), Ok(HsMsg::Hello { .. }))
             }
             _ => false,
         }
-    }
-
-    /// Planted bug `NewestHelloWins`: forget the session and listen again.
-    fn listen_again(&mut self) {
-        self.phase = Phase::Listening;
-        self.session = None;
-        self.peer_dgram = None;
-        self.dgram = None;
-        self.remote = None;
-        self.endpoints_via = None;
-        self.remote_endpoints = None;
-        self.peer_has_ours = false;
     }
 
     fn on_stream(&mut self, now: Instant, bytes: &[u8]) -> Result<(), SpawnError> {

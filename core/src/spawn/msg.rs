@@ -334,6 +334,13 @@ pub(crate) mod tests {
         ]
     }
 
+    /// Every abort reason with its wire code (`spec/wire.md`, `0x0105 Abort`).
+    const ABORT_REASONS: [AbortReason; 3] = [
+        AbortReason::Timeout,
+        AbortReason::ProtocolViolation,
+        AbortReason::Cancelled,
+    ];
+
     pub(crate) fn arb_header() -> impl Strategy<Value = GroupHeader> {
         (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(group_id, size, context_id)| {
             GroupHeader {
@@ -363,10 +370,11 @@ pub(crate) mod tests {
             (any::<u64>(), proptest::collection::vec(addr, 0..40))
                 .prop_map(|(session, endpoints)| HsMsg::Endpoints { session, endpoints }),
             any::<u64>().prop_map(|session| HsMsg::EndpointsAck { session }),
-            (any::<u64>(), 1u8..=3).prop_map(|(session, r)| HsMsg::Abort {
-                session,
-                reason: AbortReason::from_u8(r).unwrap_or(AbortReason::Timeout),
-            }),
+            (
+                any::<u64>(),
+                proptest::sample::select(ABORT_REASONS.to_vec())
+            )
+                .prop_map(|(session, reason)| HsMsg::Abort { session, reason }),
         ]
     }
 
@@ -387,6 +395,35 @@ pub(crate) mod tests {
             let b = m.encode();
             let cut = cut.index(b.len());
             prop_assert!(HsMsg::decode(&b[..cut]).is_err());
+        }
+    }
+
+    /// `Abort`'s reason byte is 1 timeout, 2 protocol violation, 3 cancelled
+    /// (`spec/wire.md`, `0x0105`): each decodes to its own reason, any other byte is
+    /// `InvalidValue`.
+    #[test]
+    fn abort_reasons_decode_by_their_wire_code() {
+        let abort = |r: u8| {
+            let mut b = HsMsg::Abort {
+                session: 9,
+                reason: AbortReason::Timeout,
+            }
+            .encode();
+            let last = b.len() - 1;
+            b[last] = r;
+            HsMsg::decode(&b)
+        };
+        for (code, reason) in [1u8, 2, 3].into_iter().zip(ABORT_REASONS) {
+            assert_eq!(abort(code), Ok(HsMsg::Abort { session: 9, reason }));
+        }
+        for code in [0u8, 4, 255] {
+            assert_eq!(
+                abort(code),
+                Err(WireError::InvalidValue {
+                    what: "abort reason",
+                    value: u64::from(code),
+                })
+            );
         }
     }
 
