@@ -488,6 +488,18 @@ fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
     set_up(&mut w, 1, Vec::new());
     // SUB 1 removes rank 2 (stack order), a member of ex0 = {1, 2} and ex1 = {0, 2}.
     let delta = announce(&mut w, ChangeRequest::sub(APP, 1));
+    // `Master::check_accept` (guard `bound.len() == 1` → `true`): with two bound psets
+    // an accept must name the one it accepts for (`RC-8`).
+    let unnamed = ClientCall::Accept {
+        delta: delta.clone(),
+        new_pset: ex(0),
+        bound: None,
+        wait: None,
+    };
+    assert!(matches!(
+        w.call_wait(&pid(1), unnamed),
+        CallResult::Accept(Err(RcError::BadRequest(_)))
+    ));
     // Leaders: rank 1 of ex0, rank 0 of ex1. Each shrinks its pset, then accepts it.
     let accept = |w: &mut World, leader: u32, pset: PsetName| {
         let ops = vec![PsetOp::Set {
@@ -760,4 +772,85 @@ fn a_client_refuses_a_call_id_already_open() {
         Err(RcError::Client("call id already in use"))
     );
     assert_eq!(c.handle(Instant(0), query(0)), Ok(()));
+}
+
+/// `master/data.rs` `Master::expire_data`: `f.deadline <= now` → `>` failed the fences
+/// not yet due whenever another deadline woke the master. A fence fails with `Timeout`
+/// at its own deadline only (`RC-16`): one the change deadline passes by completes.
+#[test]
+fn a_fence_outlives_another_deadline() {
+    let mut w = World::new(config(1, 4, 2));
+    let fence = || ClientCall::Fence {
+        pset: root(),
+        timeout: Duration::from_millis(2000),
+    };
+    let first = w.call(&pid(0), fence());
+    // An ADD nobody accepts: its deadline (500 ms) wakes the master meanwhile.
+    let add = announce_add(&mut w, 1);
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&add), RcStatus::Aborted);
+    assert_eq!(w.results.get(&(pid(0), first)), None, "still waiting");
+    let second = w.call(&pid(1), fence());
+    assert!(matches!(w.wait(&pid(1), second), CallResult::Fence(Ok(_))));
+    assert!(matches!(w.wait(&pid(0), first), CallResult::Fence(Ok(_))));
+}
+
+/// Sets up `x` = the application's pset less the caller `by`, and starts rank `first`'s
+/// modex over it; returns `x` and the call.
+fn modex_over_all_but(w: &mut World, by: u32, first: u32) -> (PsetName, u64) {
+    let x = name("mpi://app/app/x");
+    let ops = vec![PsetOp::Set {
+        op: SetOp::Difference,
+        pset1: root(),
+        pset2: name("mpi://SELF"),
+        target: Some(x.clone()),
+        attrs: AttrUpdate::active(false),
+    }];
+    let res = w.call_wait(&pid(by), ClientCall::PsetOp { ops });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    let call = w.call(&pid(first), modex_call(&x, first));
+    w.run_for(Duration::from_millis(1));
+    (x, call)
+}
+
+fn modex_call(pset: &PsetName, rank: u32) -> ClientCall {
+    ClientCall::Modex {
+        pset: pset.clone(),
+        data: format!("addr-of-{rank}"),
+        timeout: Duration::from_millis(1000),
+    }
+}
+
+/// `daemon/modex.rs` `Daemon::modex_member_gone` (`!forwarded && members.contains(pid)`
+/// → `||`) and `master/modex.rs` `Master::modex_lost` (`members.contains(pid) && …` →
+/// `||`) failed every pending modex when any process exited. Only a modex the lost
+/// process belonged to and had not contributed to fails (`MODEX-4`); one over a pset
+/// without it completes.
+#[test]
+fn a_lost_process_fails_only_the_modexes_it_belongs_to() {
+    // All on node 0: x = {0, 1}; rank 0 waits for rank 1 at the daemon; rank 2 exits.
+    let mut w = World::new(config(1, 4, 3));
+    let (x, first) = modex_over_all_but(&mut w, 2, 0);
+    w.exit(&pid(2));
+    w.run_for(Duration::from_millis(5));
+    let second = w.call(&pid(1), modex_call(&x, 1));
+    both_get_the_table(&mut w, [(1, second), (0, first)]);
+    // Two nodes: x = {0, 2} waits at the master for node 1 while rank 1 is lost.
+    let mut w = World::new(config(2, 2, 3));
+    let (x, first) = modex_over_all_but(&mut w, 1, 0);
+    w.exit(&pid(1));
+    w.run_for(Duration::from_millis(5));
+    let second = w.call(&pid(2), modex_call(&x, 2));
+    both_get_the_table(&mut w, [(2, second), (0, first)]);
+}
+
+/// Each of two ranks' modex calls ends with a table of both.
+fn both_get_the_table(w: &mut World, calls: [(u32, u64); 2]) {
+    use dynres_core::rc::ModexData;
+    for (rank, id) in calls {
+        let CallResult::Modex(Ok(ModexData { entries, .. })) = w.wait(&pid(rank), id) else {
+            panic!("rank {rank}: its modex failed")
+        };
+        assert_eq!(entries.len(), 2);
+    }
 }
