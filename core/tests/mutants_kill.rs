@@ -516,6 +516,31 @@ fn a_failed_join_reports_its_error() {
     );
 }
 
+/// `spawn/join.rs` `Join::fingerprint` → 0: the state fingerprint of a join's trace
+/// lines (spec/verification.md §6) tells its states apart, so a replay notices a join
+/// that took a different step (here: deciding the roles, `SPAWN-14`); it leaves out the
+/// outputs not yet drained.
+#[test]
+fn a_join_fingerprint_follows_its_state() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Input, Join, Output};
+    let (low, low_cfg) = root_config("dynres:1:stream:d0:50:0", 3, 1, 1);
+    let (high, high_cfg) = root_config("dynres:1:stream:d1:51:0", 4, 1, 1);
+    let mut j = Join::new(Instant(0), low, low_cfg).expect("a singleton may join");
+    let fresh = j.fingerprint();
+    assert_eq!(j.fingerprint(), fresh, "the same state");
+    assert!(matches!(j.poll_output(), Some(Output::SendJoin { .. })));
+    assert_eq!(j.fingerprint(), fresh, "draining outputs is not a step");
+    let mut peer = Join::new(Instant(0), high, high_cfg).expect("a singleton may join");
+    let Some(Output::SendJoin { bytes }) = peer.poll_output() else {
+        panic!("a join first writes its port");
+    };
+    j.handle(Instant(1), Input::JoinStream { bytes })
+        .expect("the peer's port");
+    assert!(j.handshake().is_some(), "the roles are decided");
+    assert_ne!(j.fingerprint(), fresh, "the handshake is state");
+}
+
 /// `spawn/join.rs` `Join::on_join_bytes`: the planted-bug guard `JoinCompareTags` →
 /// `true` decided the roles by the ports' tags. Two processes' first ports both have tag
 /// 0; the ends still take opposite roles, the lower port string accepting (`SPAWN-14`).
@@ -795,4 +820,70 @@ fn a_set_operation_result_starts_at_version_zero() {
     let made = reg.get(&copy).unwrap();
     assert_eq!(made.attrs.version, 0, "a new pset starts at version 0");
     assert!(!made.attrs.active, "the rest is inherited from pset1");
+}
+
+/// The bytes of every `SendStream` among `outs`, in order.
+fn stream_bytes(outs: &[dynres_core::spawn::Output]) -> Vec<u8> {
+    use dynres_core::spawn::Output;
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::SendStream { bytes } => Some(bytes.as_slice()),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect()
+}
+
+/// `spawn/handshake.rs` `Handshake::on_endpoints`: `remote_endpoints.is_some() || phase
+/// != Endpoints` → `&&` took the peer's table again. Over a stream, an initiator that
+/// has the acceptor's table and is waiting for its `EndpointsAck` (`SPAWN-16`) ignores a
+/// repeated `Endpoints` (`SPAWN-11`: a duplicate changes nothing, and is not acknowledged
+/// again), and completes with the table it took first.
+#[test]
+fn a_repeated_endpoint_table_changes_nothing() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Addr, Handshake, HsMsg, Input, Output, Phase};
+    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
+    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 2, 7);
+    let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
+    let mut ini = Handshake::connect(Instant(0), port, ini_cfg).expect("valid config");
+    let drain = |hs: &mut Handshake| core::iter::from_fn(|| hs.poll_output()).collect::<Vec<_>>();
+    drain(&mut acc);
+    let hello = stream_bytes(&drain(&mut ini));
+    acc.handle(Instant(1), Input::Stream { bytes: hello })
+        .expect("the initiator's Hello");
+    // The acceptor's HelloAck and its table; the initiator answers with its own table
+    // and acknowledges the acceptor's.
+    let answer = stream_bytes(&drain(&mut acc));
+    ini.handle(Instant(2), Input::Stream { bytes: answer })
+        .expect("the acceptor's HelloAck and table");
+    let tables = stream_bytes(&drain(&mut ini));
+    assert_eq!(
+        ini.phase(),
+        Phase::Endpoints,
+        "waiting for the acceptor's ack"
+    );
+    let before = ini.fingerprint();
+    let again = HsMsg::Endpoints {
+        session: ini.session().expect("a session"),
+        endpoints: vec![Addr(vec![1]), Addr(vec![2])],
+    }
+    .encode();
+    ini.handle(Instant(3), Input::Stream { bytes: again })
+        .expect("a duplicate is harmless");
+    assert_eq!(drain(&mut ini), [], "nothing sent for a duplicate");
+    assert_eq!(ini.fingerprint(), before, "nor any state changed");
+    acc.handle(Instant(4), Input::Stream { bytes: tables })
+        .expect("the initiator's table and ack");
+    let ack = stream_bytes(&drain(&mut acc));
+    ini.handle(Instant(5), Input::Stream { bytes: ack })
+        .expect("the acceptor's ack");
+    assert_eq!(ini.phase(), Phase::Done);
+    let outs = drain(&mut ini);
+    assert!(
+        outs.iter().any(|o| matches!(o, Output::Ready(ig)
+            if ig.remote_endpoints == [Addr(vec![1]), Addr(vec![2])])),
+        "{outs:?}"
+    );
 }

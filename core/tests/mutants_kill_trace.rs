@@ -145,6 +145,20 @@ fn replay_skips_blank_and_comment_lines_but_counts_them() {
     assert!(err.what.contains("unrecognised line"), "{err}");
 }
 
+/// `replay.rs` `replay` (the guard `role.starts_with("spawn-")` of a spawn transition
+/// → `true`): a six-word line of a role the trace format does not know (spec/verification.md
+/// §6 names `master`, `daemon` and the `spawn-*` machines) is unreadable, not a
+/// transition of a spawn machine that never started.
+#[test]
+fn replay_refuses_a_line_of_an_unknown_role() {
+    use dynres_core::replay::replay;
+    for line in ["bogus g1.1 5 00 6 7", "master g1.1 5 00 6 7"] {
+        let err = replay(line).expect_err("an unknown role");
+        assert_eq!(err.line, 1, "{err}");
+        assert!(err.what.contains("unrecognised line"), "{line}: {err}");
+    }
+}
+
 /// `daemon/mod.rs` `Daemon::fingerprint` (→ 0): a trace line's state fingerprint must
 /// tell a daemon's states apart — a replay compares it after every transition
 /// (spec/verification.md §6).

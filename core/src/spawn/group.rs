@@ -390,6 +390,19 @@ mod tests {
         assert_eq!(ids.range(), 10..20);
     }
 
+    /// Kills `<` → `<=` in `ContextIds::reserve`: the range `first..limit` includes
+    /// `first` (SPAWN-5: a group agrees on the smallest id free at all its members, which
+    /// is `first` while none is live), so `first` can be reserved, `first - 1` cannot.
+    #[test]
+    fn the_first_id_of_the_range_can_be_reserved() {
+        let mut ids = ContextIds::new(10, 20);
+        assert!(matches!(ids.reserve(9), Err(SpawnError::Config(_))));
+        assert_eq!(ids.reserve(10), Ok(()));
+        assert!(ids.is_live(10));
+        assert_eq!(ids.reserve(19), Ok(()));
+        assert_eq!(ids.allocate(), Ok(11), "10 is taken");
+    }
+
     /// A member never asks its driver for a timer (spec/spawn.md §4): not while it
     /// waits, not once ready, not after its root revoked the handle, because its root
     /// decides success or failure for the whole group (SPAWN-8).
