@@ -190,7 +190,6 @@ fn run_check(
     // golden counts so the pool starts the longest first (unknown ones count as longest).
     let weights = golden::weights();
     let weight = |name: &str| weights.get(name).map_or(u64::MAX, |&n| n as u64);
-    let mut names: Vec<String> = Vec::new();
     let mut jobs: Vec<pool::Job<'static, Outcome>> = Vec::new();
     let mut add = |name: String, run: Box<dyn FnOnce(usize) -> Outcome + Send>| {
         if only.as_ref().is_none_or(|o| name.contains(o.as_str())) {
@@ -198,7 +197,6 @@ fn run_check(
                 weight: weight(&name),
                 run,
             });
-            names.push(name);
         }
     };
     for cfg in configs {
