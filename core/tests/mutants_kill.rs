@@ -887,3 +887,27 @@ fn a_repeated_endpoint_table_changes_nothing() {
         "{outs:?}"
     );
 }
+
+/// `pset/name.rs` `PsetName::parse`: `len > MAX_NAME_LEN` → `>=` refused a name of
+/// exactly the limit. A name of up to 255 bytes is valid, one byte more is `TooLong`
+/// (`PSET-1`).
+#[test]
+fn a_pset_name_of_exactly_the_limit_parses() {
+    use dynres_core::pset::{MAX_NAME_LEN, MAX_SEGMENT_LEN, NameError};
+    // Segments of at most MAX_SEGMENT_LEN bytes, up to exactly MAX_NAME_LEN in all.
+    let mut at_limit = String::from("mpi://app/a");
+    while at_limit.len() < MAX_NAME_LEN {
+        let room = (MAX_NAME_LEN - at_limit.len() - 1).min(MAX_SEGMENT_LEN);
+        at_limit.push('/');
+        at_limit.push_str(&"x".repeat(room.max(1)));
+    }
+    assert_eq!(at_limit.len(), MAX_NAME_LEN);
+    assert!(PsetName::parse(&at_limit).is_ok());
+    let over = format!("{at_limit}x");
+    assert_eq!(
+        PsetName::parse(&over),
+        Err(NameError::TooLong {
+            len: MAX_NAME_LEN + 1
+        })
+    );
+}

@@ -854,3 +854,28 @@ fn both_get_the_table(w: &mut World, calls: [(u32, u64); 2]) {
         assert_eq!(entries.len(), 2);
     }
 }
+
+/// `master/phase1.rs` `Master::start_change`: the guard `malleable.contains(b)` →
+/// `true` bound an ADD to any pset it named. An ADD may name only a malleable pset
+/// (`RC-6`): one that is not (here the inactive WORLD) is refused, nothing announced.
+#[test]
+fn an_add_naming_a_pset_that_is_not_malleable_is_refused() {
+    use dynres_core::pset::PsetName;
+    let mut w = World::new(config(2, 4, 3));
+    let mut req = ChangeRequest::add(APP, 1);
+    req.bound = Some(PsetName::world());
+    w.request(req);
+    w.run_for(Duration::from_millis(1));
+    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
+    assert!(
+        w.notices.iter().any(|n| matches!(
+            n,
+            dynres_core::rc::MasterOutput::Refused {
+                error: RcError::BadRequest("the bound pset is not malleable"),
+                ..
+            }
+        )),
+        "{:?}",
+        w.notices
+    );
+}
