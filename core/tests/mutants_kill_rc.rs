@@ -28,18 +28,42 @@ fn announce_add(w: &mut World, n: u32) -> PsetName {
     announce(w, ChangeRequest::add(APP, n))
 }
 
+/// `op(pset1, pset2)`, its result written to `target` with `attrs`.
+fn set_op(
+    op: SetOp,
+    pset1: &PsetName,
+    pset2: &PsetName,
+    target: &PsetName,
+    attrs: AttrUpdate,
+) -> PsetOp {
+    PsetOp::Set {
+        op,
+        pset1: pset1.clone(),
+        pset2: pset2.clone(),
+        target: Some(target.clone()),
+        attrs,
+    }
+}
+
+/// Rank `rank` applies `ops` in one request, which must succeed.
+fn apply_all(w: &mut World, rank: u32, ops: Vec<PsetOp>) {
+    let res = w.call_wait(&pid(rank), ClientCall::PsetOp { ops });
+    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+}
+
+/// Rank `rank` applies `op`, which must succeed.
+fn apply(w: &mut World, rank: u32, op: PsetOp) {
+    apply_all(w, rank, vec![op]);
+}
+
 /// Phase 2 as rank 0 does it: `mpi://app/app ∪ delta` as the root's new version.
 fn grow_root(w: &mut World, delta: &PsetName) {
     let r = root();
-    let ops = vec![PsetOp::Set {
-        op: SetOp::Union,
-        pset1: r.clone(),
-        pset2: delta.clone(),
-        target: Some(r),
-        attrs: AttrUpdate::none(),
-    }];
-    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        w,
+        0,
+        set_op(SetOp::Union, &r, delta, &r, AttrUpdate::none()),
+    );
 }
 
 /// An ADD of one process, phase 2 done and the root's accept in (accepted, `Ok`).
@@ -407,15 +431,17 @@ fn an_add_binds_to_a_malleable_pset_when_the_root_is_not() {
     cfg.apps.push(("other".to_string(), 1));
     let mut w = World::new(cfg);
     let big = name("mpi://app/app/big");
-    let ops = vec![PsetOp::Set {
-        op: SetOp::Union,
-        pset1: root(),
-        pset2: name("mpi://WORLD"),
-        target: Some(big.clone()),
-        attrs: AttrUpdate::none(),
-    }];
-    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        &mut w,
+        0,
+        set_op(
+            SetOp::Union,
+            &root(),
+            &name("mpi://WORLD"),
+            &big,
+            AttrUpdate::none(),
+        ),
+    );
     assert_eq!(
         w.master.registry().malleable(APP),
         std::slice::from_ref(&big)
@@ -470,15 +496,15 @@ fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
     // binds the SUB to both (the verification model's two-leader set-up).
     let set_up = |w: &mut World, r: u32, ops_before: Vec<PsetOp>| {
         let mut ops = ops_before;
-        ops.push(PsetOp::Set {
-            op: SetOp::Difference,
-            pset1: root(),
-            pset2: name("mpi://SELF"),
-            target: Some(ex(r)),
-            attrs: AttrUpdate::active(true),
-        });
-        let res = w.call_wait(&pid(r), ClientCall::PsetOp { ops });
-        assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+        let self_set = name("mpi://SELF");
+        ops.push(set_op(
+            SetOp::Difference,
+            &root(),
+            &self_set,
+            &ex(r),
+            AttrUpdate::active(true),
+        ));
+        apply_all(w, r, ops);
     };
     let inactive = PsetOp::Null {
         target: root(),
@@ -502,15 +528,11 @@ fn each_leader_of_a_two_pset_sub_is_answered_with_its_own_new_pset() {
     ));
     // Leaders: rank 1 of ex0, rank 0 of ex1. Each shrinks its pset, then accepts it.
     let accept = |w: &mut World, leader: u32, pset: PsetName| {
-        let ops = vec![PsetOp::Set {
-            op: SetOp::Difference,
-            pset1: pset.clone(),
-            pset2: delta.clone(),
-            target: Some(pset.clone()),
-            attrs: AttrUpdate::none(),
-        }];
-        let res = w.call_wait(&pid(leader), ClientCall::PsetOp { ops });
-        assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+        apply(
+            w,
+            leader,
+            set_op(SetOp::Difference, &pset, &delta, &pset, AttrUpdate::none()),
+        );
         let call = ClientCall::Accept {
             delta: delta.clone(),
             new_pset: pset.clone(),
@@ -647,15 +669,11 @@ fn a_new_version_of_one_pset_leaves_a_modex_over_another_alone() {
     let mut w = World::new(config(2, 2, 3));
     let r = root();
     let x = name("mpi://app/app/x");
-    let copy = vec![PsetOp::Set {
-        op: SetOp::Union,
-        pset1: r.clone(),
-        pset2: r.clone(),
-        target: Some(x.clone()),
-        attrs: AttrUpdate::active(false),
-    }];
-    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: copy });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        &mut w,
+        0,
+        set_op(SetOp::Union, &r, &r, &x, AttrUpdate::active(false)),
+    );
     let modex = |pset: &PsetName, rank: u32| ClientCall::Modex {
         pset: pset.clone(),
         data: format!("addr-of-{rank}"),
@@ -695,26 +713,18 @@ fn an_aborted_sub_restores_the_inactive_psets_that_followed_its_delta() {
     let mut w = World::new(config(1, 4, 3));
     let (r, all) = (root(), name("mpi://app/app/all"));
     // An inactive copy of the application's pset: it follows every delta (PSET-34).
-    let copy = vec![PsetOp::Set {
-        op: SetOp::Union,
-        pset1: r.clone(),
-        pset2: r.clone(),
-        target: Some(all.clone()),
-        attrs: AttrUpdate::active(false),
-    }];
-    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: copy });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        &mut w,
+        0,
+        set_op(SetOp::Union, &r, &r, &all, AttrUpdate::active(false)),
+    );
     let sub = announce(&mut w, ChangeRequest::sub(APP, 1));
     // Phase 2 without an accept: rank 2 leaves the root and, with it, `all`.
-    let shrink = vec![PsetOp::Set {
-        op: SetOp::Difference,
-        pset1: r.clone(),
-        pset2: sub.clone(),
-        target: Some(r.clone()),
-        attrs: AttrUpdate::none(),
-    }];
-    let res = w.call_wait(&pid(0), ClientCall::PsetOp { ops: shrink });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        &mut w,
+        0,
+        set_op(SetOp::Difference, &r, &sub, &r, AttrUpdate::none()),
+    );
     assert_eq!(w.members(&all), [0, 1]);
     w.run_for(Duration::from_millis(700));
     assert_eq!(w.master.status(&sub), RcStatus::Aborted);
@@ -799,15 +809,17 @@ fn a_fence_outlives_another_deadline() {
 /// modex over it; returns `x` and the call.
 fn modex_over_all_but(w: &mut World, by: u32, first: u32) -> (PsetName, u64) {
     let x = name("mpi://app/app/x");
-    let ops = vec![PsetOp::Set {
-        op: SetOp::Difference,
-        pset1: root(),
-        pset2: name("mpi://SELF"),
-        target: Some(x.clone()),
-        attrs: AttrUpdate::active(false),
-    }];
-    let res = w.call_wait(&pid(by), ClientCall::PsetOp { ops });
-    assert!(matches!(res, CallResult::PsetOp(Ok(_))), "{res:?}");
+    apply(
+        w,
+        by,
+        set_op(
+            SetOp::Difference,
+            &root(),
+            &name("mpi://SELF"),
+            &x,
+            AttrUpdate::active(false),
+        ),
+    );
     let call = w.call(&pid(first), modex_call(&x, first));
     w.run_for(Duration::from_millis(1));
     (x, call)
