@@ -2,7 +2,7 @@
 //! untested (spec/verification.md §7), on the in-memory world of `common`: each test
 //! names the mutant it catches.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Spawns of 1..64 children from parent groups of 1..8 over each bootstrap, through the
 //! seeded fault-injecting world of `spawn_sim` (spec/spawn.md).
 
-mod spawn_sim;
+use crate::spawn_sim;
 
 use dynres_core::spawn::{Bootstrap, ContextIds, Ports, Transport};
 use spawn_sim::{Faults, Sim};

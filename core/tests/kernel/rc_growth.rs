@@ -2,7 +2,7 @@
 //! the driver to add a node, starts on it once it is there (its daemon holding the
 //! replica first), and is refused with `NotGranted` when the node does not come.
 
-mod common;
+use crate::common;
 
 use common::{APP, World, config, pid, root};
 use dynres_core::pset::PsetName;

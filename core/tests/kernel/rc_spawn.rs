@@ -3,7 +3,7 @@
 //! once its children are gone (`SPAWN-19`), and only the spawner kills them
 //! (`SPAWN-20`).
 
-mod common;
+use crate::common;
 
 use common::{APP, World, config, pid, root};
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};

@@ -1,7 +1,7 @@
 //! accept/connect between two independent jobs, join over a byte stream, merge and
 //! disconnect, through the seeded world of `spawn_sim` (spec/spawn.md).
 
-mod spawn_sim;
+use crate::spawn_sim;
 
 use dynres_core::spawn::{
     Bootstrap, GroupHeader, Handshake, Join, PortName, Ports, Role, SpawnError, merge,

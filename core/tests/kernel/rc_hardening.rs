@@ -3,7 +3,7 @@
 //! process loss (RC-18) and the attribution of exits, tickets for external requests
 //! (RC-15), Unpublish (RC-16) and the bounded history of decided changes (RC-19).
 
-mod common;
+use crate::common;
 
 use common::*;
 use dynres_core::pset::PsetName;

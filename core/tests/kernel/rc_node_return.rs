@@ -1,7 +1,7 @@
 //! Giving a node back (`RC-20`, `SLOT-5`): only a node with no process of the job on it,
 //! and nothing is placed there again.
 
-mod common;
+use crate::common;
 
 use common::*;
 use dynres_core::Duration;

@@ -1,7 +1,7 @@
 //! Failing spawns and hostile input: typed errors, no handle left anywhere, orphans
 //! killed, late / duplicate / malformed input harmless (spec/spawn.md SPAWN-8, -10, -11).
 
-mod spawn_sim;
+use crate::spawn_sim;
 
 use dynres_core::spawn::datagram::{DgramFrame, Segment};
 use dynres_core::spawn::{

@@ -2,7 +2,7 @@
 //! message per node to the master and one back, every member gets the same table,
 //! stale versions, losses, timeouts and bad batches fail without corrupting anything.
 
-mod common;
+use crate::common;
 
 use common::{World, config, pid, root};
 use dynres_core::pset::PsetName;

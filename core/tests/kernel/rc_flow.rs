@@ -3,7 +3,7 @@
 //! aborts with rollback, SUB over several reference-counted psets, `mpi://SELF`
 //! queries and concurrent requests. Each test cites the `RC-n` rules it checks.
 
-mod common;
+use crate::common;
 
 use common::*;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SplitBy};

@@ -1,0 +1,29 @@
+//! dynres-core's integration tests, one test binary: a mutant of the kernel
+//! (`verification/nightly.sh`'s cargo-mutants stage) then relinks one binary, not
+//! seventeen, which was most of each mutant's time. Each module holds one area's tests
+//! and names the spec rules it covers. `mutants_kill_trace.rs` stays a binary of its own
+//! (its `tracing` subscriber must not share a process with these tests).
+
+// The harnesses are shared with `verification/src/record.rs`, which includes them by
+// path from where they are.
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../spawn_sim/mod.rs"]
+mod spawn_sim;
+
+mod fuzz_seeds;
+mod mutants_kill;
+mod mutants_kill_rc;
+mod psets_props;
+mod psets_rules;
+mod rc_flow;
+mod rc_growth;
+mod rc_hardening;
+mod rc_link;
+mod rc_modex;
+mod rc_node_return;
+mod rc_spawn;
+mod rc_wire;
+mod spawn_bootstraps;
+mod spawn_connect_join;
+mod spawn_failures;
