@@ -103,25 +103,26 @@ impl<T: Ord> Ord for Shared<T> {
 }
 
 impl<T: Hash> Hash for Shared<T> {
-    #[cfg(target_has_atomic = "64")]
+    // One function with the two builds inside (not two functions under `cfg`), so that
+    // a mutation test of the tested build does not count a body it never compiles.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut h = self.0.hash.load(Ordering::Relaxed);
-        if h == 0 {
-            // Two threads may both compute it; they store the same value. 0 means "not
-            // computed", so a value hashing to 0 is cached as 1.
-            // foldhash's fixed-seed hasher: equal values hash alike in every copy and
-            // every run.
-            h = foldhash::quality::FixedState::default().hash_one(&self.0.value);
+        #[cfg(target_has_atomic = "64")]
+        {
+            let mut h = self.0.hash.load(Ordering::Relaxed);
             if h == 0 {
-                h = 1;
+                // Two threads may both compute it; they store the same value. 0 means
+                // "not computed", so a value hashing to 0 is cached as 1.
+                // foldhash's fixed-seed hasher: equal values hash alike in every copy
+                // and every run.
+                h = foldhash::quality::FixedState::default().hash_one(&self.0.value);
+                if h == 0 {
+                    h = 1;
+                }
+                self.0.hash.store(h, Ordering::Relaxed);
             }
-            self.0.hash.store(h, Ordering::Relaxed);
+            state.write_u64(h);
         }
-        state.write_u64(h);
-    }
-
-    #[cfg(not(target_has_atomic = "64"))]
-    fn hash<H: Hasher>(&self, state: &mut H) {
+        #[cfg(not(target_has_atomic = "64"))]
         self.0.value.hash(state)
     }
 }

@@ -86,6 +86,13 @@ impl fmt::Display for Instant {
 mod tests {
     use super::*;
 
+    /// Log lines and errors show an instant as the offset it is (`Instant` has no
+    /// epoch: it is whatever clock the driver feeds in).
+    #[test]
+    fn an_instant_prints_as_its_offset() {
+        assert_eq!(alloc::format!("{}", Instant(1500)), "t+1500ns");
+    }
+
     #[test]
     fn arithmetic_saturates_instead_of_wrapping() {
         assert_eq!(Instant(u64::MAX - 1) + Duration(5), Instant(u64::MAX));

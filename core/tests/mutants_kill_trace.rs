@@ -145,14 +145,18 @@ fn replay_skips_blank_and_comment_lines_but_counts_them() {
     assert!(err.what.contains("unrecognised line"), "{err}");
 }
 
-/// `replay.rs` `replay` (the guard `role.starts_with("spawn-")` of a spawn transition
-/// → `true`): a six-word line of a role the trace format does not know (spec/verification.md
-/// §6 names `master`, `daemon` and the `spawn-*` machines) is unreadable, not a
-/// transition of a spawn machine that never started.
+/// `replay.rs` `replay` (the guards `role.starts_with("spawn-")` of a spawn start and of
+/// a spawn transition → `true`): a six-word line of a role the trace format does not
+/// know (spec/verification.md §6 names `master`, `daemon` and the `spawn-*` machines) is
+/// unreadable, not the start or a transition of a spawn machine.
 #[test]
 fn replay_refuses_a_line_of_an_unknown_role() {
     use dynres_core::replay::replay;
-    for line in ["bogus g1.1 5 00 6 7", "master g1.1 5 00 6 7"] {
+    for line in [
+        "bogus g1.1 5 00 6 7",
+        "master g1.1 5 00 6 7",
+        "bogus g1.1 start 00 6 7",
+    ] {
         let err = replay(line).expect_err("an unknown role");
         assert_eq!(err.line, 1, "{err}");
         assert!(err.what.contains("unrecognised line"), "{line}: {err}");
@@ -296,4 +300,26 @@ fn a_recorded_handshake_replays_its_outputs() {
     let err = replay(&tampered(&lines, 2, 2)).expect_err("tampered outputs");
     assert_eq!(err.line, 3, "{err}");
     assert!(err.what.contains("outputs differ"), "{err}");
+}
+
+/// `trace.rs` `EventFields::record_i64` (→ `()`): a transition event's signed field is
+/// recorded like an unsigned one, so its line is complete. Every recorder builds lines
+/// through `EventFields` (spec/verification.md §6); the kernel's own events carry
+/// unsigned numbers, so this event is made here.
+#[test]
+fn a_signed_field_of_a_transition_event_is_recorded() {
+    let _one_at_a_time = serial();
+    let rec = LineRecorder::default();
+    tracing::subscriber::with_default(rec.clone(), || {
+        tracing::trace!(
+            target: dynres_core::rc::trace::TARGET,
+            role = "master",
+            now = -5i64,
+            input = "00",
+            outputs = 6u64,
+            state = 7u64,
+        );
+    });
+    let lines = rec.0.lock().expect("not poisoned").clone();
+    assert_eq!(lines, ["master -5 00 6 7"]);
 }

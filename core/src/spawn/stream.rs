@@ -50,6 +50,20 @@ mod tests {
     use super::*;
     use crate::wire::encode_frame;
 
+    /// `buffered` counts the bytes of a frame not complete yet, and only those.
+    #[test]
+    fn buffered_counts_the_bytes_of_an_incomplete_frame() {
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, 0x0104, |b| b.extend_from_slice(&[1; 8]));
+        let whole = bytes.len();
+        encode_frame(&mut bytes, 0x0105, |b| b.extend_from_slice(&[2; 9]));
+        let mut r = FrameReader::new();
+        assert_eq!(r.push(&bytes[..whole + 5]).unwrap().len(), 1);
+        assert_eq!(r.buffered(), 5);
+        assert_eq!(r.push(&bytes[whole + 5..]).unwrap().len(), 1);
+        assert_eq!(r.buffered(), 0);
+    }
+
     #[test]
     fn frames_split_anywhere_come_out_whole() {
         let mut bytes = Vec::new();

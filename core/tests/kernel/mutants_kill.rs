@@ -911,3 +911,133 @@ fn a_pset_name_of_exactly_the_limit_parses() {
         })
     );
 }
+
+/// Runs an acceptor and an initiator on one stream port until neither has anything left
+/// to say, handing each the other's stream bytes; returns both and every output each
+/// produced.
+fn stream_handshake_to_the_end() -> (
+    dynres_core::spawn::Handshake,
+    dynres_core::spawn::Handshake,
+    Vec<dynres_core::spawn::Output>,
+    Vec<dynres_core::spawn::Output>,
+) {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Handshake, Input};
+    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
+    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 3, 7);
+    let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
+    let mut ini = Handshake::connect(Instant(0), port, ini_cfg).expect("valid config");
+    let (mut acc_outs, mut ini_outs) = (Vec::new(), Vec::new());
+    for t in 1..100 {
+        let a: Vec<_> = core::iter::from_fn(|| acc.poll_output()).collect();
+        let i: Vec<_> = core::iter::from_fn(|| ini.poll_output()).collect();
+        let (to_ini, to_acc) = (stream_bytes(&a), stream_bytes(&i));
+        acc_outs.extend(a);
+        ini_outs.extend(i);
+        if to_ini.is_empty() && to_acc.is_empty() {
+            break;
+        }
+        if !to_acc.is_empty() {
+            acc.handle(Instant(t), Input::Stream { bytes: to_acc })
+                .expect("the initiator's bytes");
+        }
+        if !to_ini.is_empty() {
+            ini.handle(Instant(t), Input::Stream { bytes: to_ini })
+                .expect("the acceptor's bytes");
+        }
+    }
+    (acc, ini, acc_outs, ini_outs)
+}
+
+/// `spawn/handshake.rs` `Handshake::close_stream` (`!self.stream_closed` → `self.stream_closed`:
+/// the stream was never closed) and `Handshake::remote` (→ `None`): an initiator that
+/// completes over a stream asks its driver to close the bootstrap stream exactly once,
+/// after everything it sends (spec/spawn.md §5), and does not ask again when it is
+/// cancelled afterwards; both roots then know the other group's header (`SPAWN-2`).
+#[test]
+fn a_stream_initiator_closes_its_bootstrap_stream_once_and_knows_its_peer() {
+    use dynres_core::spawn::{GroupHeader, Output, Phase, SpawnError};
+    let (acc, mut ini, _, ini_outs) = stream_handshake_to_the_end();
+    assert_eq!((acc.phase(), ini.phase()), (Phase::Done, Phase::Done));
+    let closes = |outs: &[Output]| {
+        outs.iter()
+            .filter(|o| matches!(o, Output::CloseStream))
+            .count()
+    };
+    assert_eq!(closes(&ini_outs), 1, "{ini_outs:?}");
+    let close_at = ini_outs
+        .iter()
+        .position(|o| matches!(o, Output::CloseStream))
+        .unwrap();
+    let last_send = ini_outs
+        .iter()
+        .rposition(|o| matches!(o, Output::SendStream { .. }))
+        .unwrap();
+    assert!(
+        last_send < close_at,
+        "closed after its last bytes: {ini_outs:?}"
+    );
+    ini.cancel(SpawnError::Config("revoked"));
+    let after: Vec<Output> = core::iter::from_fn(|| ini.poll_output()).collect();
+    assert_eq!(closes(&after), 0, "closed once: {after:?}");
+    let header = |group_id, size| GroupHeader {
+        group_id,
+        size,
+        context_id: 7,
+    };
+    assert_eq!(ini.remote(), Some(header(1, 2)));
+    assert_eq!(acc.remote(), Some(header(2, 3)));
+}
+
+/// `spawn/handshake.rs` `HandshakeConfig::validate`: `mtu < MIN_MTU` → `<=` refused the
+/// smallest datagram MTU the layer supports. 128 bytes is accepted, 127 refused
+/// (spec/spawn.md §4, `SPAWN-12`).
+#[test]
+fn a_datagram_mtu_of_exactly_the_minimum_is_accepted() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::datagram::MIN_MTU;
+    use dynres_core::spawn::{Handshake, SpawnError};
+    let (port, mut cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    cfg.datagram.mtu = MIN_MTU;
+    assert!(Handshake::accept(Instant(0), port.clone(), cfg.clone()).is_ok());
+    cfg.datagram.mtu = MIN_MTU - 1;
+    assert!(matches!(
+        Handshake::accept(Instant(0), port, cfg),
+        Err(SpawnError::Config(_))
+    ));
+}
+
+/// `spawn/parent.rs` `SpawnParent::fingerprint` → 0: the fingerprint stands for the
+/// parent's state in trace lines and the model checker (spec/verification.md §6), so it
+/// must tell states apart: two parents built alike agree, and a parent whose spawn
+/// failed at its deadline no longer matches one still listening.
+#[test]
+fn a_spawn_parent_fingerprint_follows_its_state() {
+    use dynres_core::spawn::{Input, Phase, SpawnConfig, SpawnParent};
+    use dynres_core::{Instant, Namespace};
+    let parent = || {
+        let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
+        SpawnParent::new(
+            Instant(0),
+            SpawnConfig {
+                handshake,
+                port,
+                maxprocs: 3,
+                child_namespace: Namespace::new("kids"),
+                child_group_id: 8,
+            },
+        )
+        .expect("a valid spawn")
+    };
+    let (mut a, mut b) = (parent(), parent());
+    assert_eq!(a.fingerprint(), b.fingerprint());
+    let listening = b.fingerprint();
+    for _ in 0..10_000 {
+        while b.poll_output().is_some() {}
+        let Some(at) = b.poll_timeout() else { break };
+        b.handle(at, Input::Timeout).expect("a timeout is taken");
+    }
+    assert_eq!(b.handshake().phase(), Phase::Failed);
+    assert_ne!(b.fingerprint(), listening);
+    assert_ne!(b.fingerprint(), a.fingerprint());
+}

@@ -242,3 +242,23 @@ fn an_aborted_change_keeps_children_spawned_meanwhile() {
     assert!(!w.master.processes().contains_key(&pid(2)));
     assert_eq!(w.members(&root()), vec![0, 1]);
 }
+
+/// `rc/master/spawn.rs` `Master::kill_spawn`: `k < next_spawn` → `<=` took a kill of
+/// the next spawn's name, one not made yet, for a kill of a spawn whose children are
+/// gone. Only names the runtime handed out are quietly done (`SPAWN-19`, `SPAWN-20`);
+/// the next name is unknown.
+#[test]
+fn a_kill_of_a_spawn_not_made_yet_is_refused() {
+    let mut w = World::new(config(2, 2, 2));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(
+        kill(&mut w, &pid(0), "spawn-0"),
+        Err(RcError::BadRequest("no such spawn"))
+    );
+    let got = spawn(&mut w, &pid(0), vec![cmd("a", 1)]).unwrap();
+    assert_eq!(got.app, "spawn-0");
+    assert_eq!(
+        kill(&mut w, &pid(0), "spawn-1"),
+        Err(RcError::BadRequest("no such spawn"))
+    );
+}
