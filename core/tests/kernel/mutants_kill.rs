@@ -567,16 +567,12 @@ fn a_join_of_two_first_ports_orders_them_by_their_text() {
     assert_eq!(role(&b), Some(Role::Initiator));
 }
 
-/// `spawn/parent.rs` `SpawnParent::handle`: `&&` → `||` before the planted-bug switch
-/// `RelaunchOnTimeout` launched the children again whenever the parent's timer fired
-/// while it listened. A spawn launches exactly once (`SPAWN-3`); at its deadline, with
-/// no child having connected, it fails and kills the children once (`SPAWN-8`).
-#[test]
-fn a_spawn_launches_once_however_its_timer_fires() {
-    use dynres_core::spawn::{Input, Output, Phase, SpawnConfig, SpawnError, SpawnParent};
+/// A parent spawning 3 children (group 8) on a datagram port, as its `new` leaves it.
+fn listening_parent() -> dynres_core::spawn::SpawnParent {
+    use dynres_core::spawn::{SpawnConfig, SpawnParent};
     use dynres_core::{Instant, Namespace};
     let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
-    let mut p = SpawnParent::new(
+    SpawnParent::new(
         Instant(0),
         SpawnConfig {
             handshake,
@@ -586,7 +582,17 @@ fn a_spawn_launches_once_however_its_timer_fires() {
             child_group_id: 8,
         },
     )
-    .expect("a valid spawn");
+    .expect("a valid spawn")
+}
+
+/// `spawn/parent.rs` `SpawnParent::handle`: `&&` → `||` before the planted-bug switch
+/// `RelaunchOnTimeout` launched the children again whenever the parent's timer fired
+/// while it listened. A spawn launches exactly once (`SPAWN-3`); at its deadline, with
+/// no child having connected, it fails and kills the children once (`SPAWN-8`).
+#[test]
+fn a_spawn_launches_once_however_its_timer_fires() {
+    use dynres_core::spawn::{Input, Output, Phase, SpawnError};
+    let mut p = listening_parent();
     let mut outputs = Vec::new();
     // Feed every timeout the parent asks for until it stops asking.
     for _ in 0..10_000 {
@@ -1013,23 +1019,8 @@ fn a_datagram_mtu_of_exactly_the_minimum_is_accepted() {
 /// failed at its deadline no longer matches one still listening.
 #[test]
 fn a_spawn_parent_fingerprint_follows_its_state() {
-    use dynres_core::spawn::{Input, Phase, SpawnConfig, SpawnParent};
-    use dynres_core::{Instant, Namespace};
-    let parent = || {
-        let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
-        SpawnParent::new(
-            Instant(0),
-            SpawnConfig {
-                handshake,
-                port,
-                maxprocs: 3,
-                child_namespace: Namespace::new("kids"),
-                child_group_id: 8,
-            },
-        )
-        .expect("a valid spawn")
-    };
-    let (mut a, mut b) = (parent(), parent());
+    use dynres_core::spawn::{Input, Phase};
+    let (mut a, mut b) = (listening_parent(), listening_parent());
     assert_eq!(a.fingerprint(), b.fingerprint());
     let listening = b.fingerprint();
     for _ in 0..10_000 {
