@@ -405,9 +405,12 @@ fn view_before(m: &Master, c: &ChangeInfo) -> RollbackView {
 /// after the abort (the next queued request starts at once): their own edits are left
 /// out.
 ///
-/// `mpi://WORLD` is compared on the processes no other application's change names:
-/// the abort leaves WORLD alone, so what another application's change finalized
-/// meanwhile shows in it (RC-12; the isolation property checks that part).
+/// `mpi://WORLD` and the job data are compared on the processes no other application's
+/// change names: the abort leaves WORLD alone, so what another application's change
+/// finalized meanwhile shows in it, and another application's undecided SUB has its
+/// victims out of the job data (RC-12; the isolation property checks that part). Found
+/// with three applications (`rc-3apps-sub-add-sub-1n-5e-1new`): with two, the other
+/// application only ever ADDed.
 fn rolled_back(m: &Master, c: &ChangeInfo, before: &RollbackView, later: &[&ChangeInfo]) -> bool {
     use dynres_core::pset::Domain;
     let skip: Vec<&PsetName> = later.iter().flat_map(|l| deltas(l)).collect();
@@ -428,7 +431,11 @@ fn rolled_back(m: &Master, c: &ChangeInfo, before: &RollbackView, later: &[&Chan
             .collect::<std::collections::BTreeMap<_, _>>()
     };
     let psets_ok = own_view(&restorable_psets(m, &c.app, &skip)) == own_view(&before.psets);
-    let taken_later = |p: &ProcessId| later.iter().any(|l| l.removed.contains(p));
+    // Processes another application's change names are that application's: its own
+    // undecided SUB has them out of the job data while they keep their slots (SLOT-3),
+    // whatever this abort does (the isolation property checks that part).
+    let taken_later =
+        |p: &ProcessId| foreign.contains(p) || later.iter().any(|l| l.removed.contains(p));
     let added_out = c.added.iter().all(|p| !m.processes().contains_key(p));
     let job_ok = before
         .job
@@ -1863,5 +1870,7 @@ impl RcNode {
 pub const APP: &str = "app";
 /// The second application of the configurations whose job starts two (`RC-15`).
 pub const APP2: &str = "app2";
+/// The third application of the configuration whose job starts three (`RC-15`).
+pub const APP3: &str = "app3";
 /// The job's namespace in every model.
 pub const NAMESPACE: &str = "job";

@@ -14,7 +14,7 @@ use stateright::actor::{ActorModel, ActorModelState, Network};
 use stateright::{Expectation, Model, Property};
 
 use crate::adapter::{
-    APP, APP2, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket,
+    APP, APP2, APP3, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket,
 };
 
 /// One resource-change model configuration.
@@ -106,6 +106,8 @@ pub enum Scenario {
     /// A process exits (crashes) while two applications each have an undecided change
     /// (`RC-18`, `RC-15`: the fault must touch its own application only).
     ExitWhileConcurrentApps,
+    /// Three applications each have an undecided change at the same time (`RC-15`).
+    ThreeConcurrentApps,
 }
 
 /// The model type of every resource-change configuration.
@@ -328,6 +330,21 @@ impl RcConfig {
                         let m = &master(s).master;
                         let open = || m.all_changes().filter(|c| !c.status.is_final());
                         open().any(|a| open().any(|b| a.app != b.app))
+                    },
+                ),
+                Scenario::ThreeConcurrentApps => model.property(
+                    Expectation::Sometimes,
+                    "RC-15 three applications' changes are undecided at once",
+                    |_, s| {
+                        let m = &master(s).master;
+                        let mut apps: Vec<&str> = m
+                            .all_changes()
+                            .filter(|c| !c.status.is_final())
+                            .map(|c| c.app.as_str())
+                            .collect();
+                        apps.sort_unstable();
+                        apps.dedup();
+                        apps.len() >= 3
                     },
                 ),
                 Scenario::ExitWhileConcurrentApps => model.property(
@@ -1428,13 +1445,37 @@ pub fn pr_configs() -> Vec<RcConfig> {
 /// Larger configurations for the nightly tier (seeded simulation sizes are future work;
 /// these are still exhaustive, with a budget of 600 M generated states).
 pub fn nightly_configs() -> Vec<RcConfig> {
-    vec![config(
-        "rc-add-add-1n-2e-2new-3polls",
-        (1, 4, 2, 2),
-        vec![ChangeRequest::add(APP, 1), ChangeRequest::add(APP, 1)],
-        false,
-        3,
-    )]
+    vec![
+        config(
+            "rc-add-add-1n-2e-2new-3polls",
+            (1, 4, 2, 2),
+            vec![ChangeRequest::add(APP, 1), ChangeRequest::add(APP, 1)],
+            false,
+            3,
+        ),
+        // Three applications (`RC-15` beyond a pair): `app` (ranks 0, 1), `app2`
+        // (ranks 2, 3) and `app3` (ranks 4, 5) each SUB their member, all at once; bare
+        // roots, one poll each. Each change must touch its own application's psets and
+        // processes only (PSET-6), whatever the interleaving, and an abort must restore
+        // its own application while another's SUB has its victim out of the job data
+        // (RC-12, SLOT-3).
+        RcConfig {
+            other_apps: &[(APP2, 2), (APP3, 2)],
+            bare_roots: true,
+            scenario: &[Scenario::ConcurrentApps, Scenario::ThreeConcurrentApps],
+            ..config(
+                "rc-3apps-sub-sub-sub-1n-6e",
+                (1, 6, 2, 0),
+                vec![
+                    ChangeRequest::sub(APP, 1),
+                    ChangeRequest::sub(APP2, 1),
+                    ChangeRequest::sub(APP3, 1),
+                ],
+                false,
+                1,
+            )
+        },
+    ]
 }
 
 /// The properties the gate checks as one (see [`bundle`]); empty in a model built by

@@ -810,3 +810,57 @@ fn a_confirm_from_a_process_the_change_does_not_add_touches_nothing() {
     let confirmed = w.master.confirmed(&delta).cloned().unwrap_or_default();
     assert!(!confirmed.contains(&pid(1)), "{confirmed:?}");
 }
+
+/// RC-15 beyond two applications: `app` SUBs one process and `app2` ADDs one at once,
+/// and `app3` SUBs its member a little later; the three changes are undecided together
+/// (one per application, not one per job). `app`'s SUB, not accepted, reaches its
+/// deadline first: its abort (RC-12) puts `app`'s victim back in the job data and
+/// leaves `app3`'s undecided SUB alone — its victim stays out of the job data while it
+/// keeps its slot (SLOT-3) — until that one aborts in turn. The model
+/// `rc-3apps-sub-sub-sub-1n-6e` (nightly) checks three applications exhaustively; it
+/// found that the model's rollback check had wrongly expected another application's
+/// victim back.
+#[test]
+fn three_applications_change_at_once_and_an_abort_touches_its_own() {
+    let mut cfg = config(1, 6, 2);
+    cfg.apps.push(("app2".into(), 1));
+    cfg.apps.push(("app3".into(), 2));
+    let mut w = World::new(cfg);
+    w.request(ChangeRequest::sub(APP, 1));
+    w.request(ChangeRequest::add("app2", 1));
+    w.run_for(Duration::from_millis(200));
+    w.request(ChangeRequest::sub("app3", 1));
+    w.run_for(Duration::from_millis(1));
+    let (sub, add, sub3) = (
+        change_of(&w, APP),
+        change_of(&w, "app2"),
+        change_of(&w, "app3"),
+    );
+    for c in [&sub, &add, &sub3] {
+        assert!(!w.master.status(c).is_final(), "{c} undecided");
+    }
+    let in_job = |w: &World, r: u32| w.master.processes().contains_key(&pid(r));
+    assert!(
+        !in_job(&w, 1) && !in_job(&w, 4),
+        "both victims out (SLOT-3)"
+    );
+    assert!(in_job(&w, 5), "app2's new process in");
+    // `app`'s and `app2`'s deadlines pass; `app3`'s SUB is 200 ms younger.
+    w.run_for(Duration::from_millis(400));
+    assert_eq!(w.master.status(&sub), RcStatus::Aborted);
+    assert_eq!(w.master.status(&add), RcStatus::Aborted);
+    assert!(!w.master.status(&sub3).is_final(), "app3's SUB goes on");
+    assert!(in_job(&w, 1), "app's victim back (RC-12)");
+    assert!(!in_job(&w, 5), "app2's new process gone (RC-12)");
+    assert!(
+        !in_job(&w, 4),
+        "app3's victim still out: not app's to restore"
+    );
+    assert!(
+        w.master.slots().slot_of(&pid(4)).is_some(),
+        "it keeps its slot"
+    );
+    w.run_for(Duration::from_millis(300));
+    assert_eq!(w.master.status(&sub3), RcStatus::Aborted);
+    assert!(in_job(&w, 4), "restored by its own abort");
+}
