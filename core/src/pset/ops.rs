@@ -273,11 +273,17 @@ impl PsetRegistry {
         let mut pset = self.live(target)?.clone();
         // Attributes only: never the version (`PSET-10`, `PSET-33`).
         pset.attrs.apply(update);
+        self.planted_bump_version_on_attrs(&mut pset);
+        self.put(target.clone(), Slot::Live(pset));
+        Ok(())
+    }
+
+    /// Planted `VersionBumpOnAttrUpdate`: an attribute-only update counted as a new
+    /// version (PSET-10 forbids it).
+    fn planted_bump_version_on_attrs(&self, pset: &mut Pset) {
         if self.bugs.has(crate::bugs::Bug::VersionBumpOnAttrUpdate) {
             pset.attrs.version += 1;
         }
-        self.put(target.clone(), Slot::Live(pset));
-        Ok(())
     }
 
     fn apply_split(

@@ -28,17 +28,14 @@ impl PsetRegistry {
     /// would undo what other applications' changes finalized since.
     pub fn roll_back_app(&mut self, snapshot: &PsetRegistry, app: &str) -> RollbackReport {
         let mut report = RollbackReport::default();
-        let world = self.bugs.has(crate::bugs::Bug::RollbackWorld);
         let touched: Vec<PsetName> = self
             .live_psets()
             .map(|(n, _)| n.clone())
-            .filter(|n| (world && n.domain() == Domain::World) || n.app() == Some(app))
+            .filter(|n| n.app() == Some(app) || self.planted_rolls_back_world(n))
             .collect();
         for name in touched {
             let Ok(now) = self.live(&name) else { continue };
-            // Planted: inactive psets taken to follow the active ones, as they follow a
-            // delta (PSET-34); a rollback is no op with a delta, so they do not.
-            let skip = !now.attrs.active && self.bugs.has(crate::bugs::Bug::RollbackActiveOnly);
+            let skip = self.planted_skips_inactive(now);
             match snapshot.live(&name) {
                 Ok(then) if then.members == now.members || skip => {}
                 Ok(then) => {
@@ -56,6 +53,17 @@ impl PsetRegistry {
         }
         self.commit();
         report
+    }
+
+    /// Planted `RollbackWorld`: `mpi://WORLD` restored with the application's psets.
+    fn planted_rolls_back_world(&self, name: &PsetName) -> bool {
+        self.bugs.has(crate::bugs::Bug::RollbackWorld) && name.domain() == Domain::World
+    }
+
+    /// Planted `RollbackActiveOnly`: inactive psets taken to follow the active ones, as
+    /// they follow a delta (PSET-34); a rollback is no op with a delta, so they do not.
+    fn planted_skips_inactive(&self, now: &Pset) -> bool {
+        self.bugs.has(crate::bugs::Bug::RollbackActiveOnly) && !now.attrs.active
     }
 
     /// Sets a version directly: only the planted bug `RollbackOldVersions` does this.

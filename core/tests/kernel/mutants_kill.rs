@@ -1032,3 +1032,94 @@ fn a_spawn_parent_fingerprint_follows_its_state() {
     assert_ne!(b.fingerprint(), listening);
     assert_ne!(b.fingerprint(), a.fingerprint());
 }
+
+/// `pset/name.rs` `<impl Debug for PsetName>::fmt` (→ `Ok(())`, printing nothing): the
+/// model checker's counterexamples and the logs show a pset by its name, quoted.
+#[test]
+fn a_pset_name_debugs_as_its_quoted_text() {
+    assert_eq!(format!("{:?}", name("mpi://app/a")), "\"mpi://app/a\"");
+}
+
+/// `pset/registry.rs` `PsetRegistry::attribute`: the `mpi_ps_active` arm deleted made
+/// the key unknown. Every pset answers the four predefined keys (spec/psets.md §2):
+/// `mpi_ps_active` is the activity the application set (`PSET-13`).
+#[test]
+fn a_pset_answers_its_active_attribute() {
+    use dynres_core::pset::{AttrValue, MPI_PS_ACTIVE};
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0), pid(1)])]).unwrap();
+    let root = name("mpi://app/app1");
+    let caller = Origin::process("app1", pid(0));
+    let active = |reg: &PsetRegistry| reg.attribute(&caller, &root, MPI_PS_ACTIVE);
+    assert_eq!(active(&reg), Ok(Some(AttrValue::Bool(true))));
+    let inactive = PsetOp::Null {
+        target: root.clone(),
+        attrs: AttrUpdate::active(false),
+    };
+    reg.apply(&caller, &inactive).unwrap();
+    assert_eq!(active(&reg), Ok(Some(AttrValue::Bool(false))));
+}
+
+/// `pset/registry.rs` `PsetRegistry::forget_app`: `&&` → `||` forgot every
+/// application's psets, not just the departed one's. Forgetting a spawn's application
+/// once its children are gone (`SPAWN-19`) leaves the other applications and WORLD
+/// alone.
+#[test]
+fn forgetting_an_application_keeps_the_others() {
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0)]), ("spawn-0", &[pid(1)])])
+        .unwrap();
+    let gone = reg.forget_app("spawn-0");
+    assert_eq!(gone, [name("mpi://app/spawn-0")]);
+    assert!(reg.get(&name("mpi://app/app1")).is_ok());
+    assert!(reg.get(&name("mpi://WORLD")).is_ok());
+    assert!(reg.get(&name("mpi://app/spawn-0")).is_err());
+}
+
+/// `pset/rollback.rs` `PsetRegistry::roll_back_app`: the guard `then.members ==
+/// now.members` → `false` (and its `||` → `&&`) restored every pset of the application,
+/// also those the aborted change never touched, as new versions. A rollback restores
+/// only psets whose members changed; one whose members are as in the snapshot keeps its
+/// version (`PSET-10`: a version rises only when members change) and is not reported as
+/// restored (so nothing is replicated for it, `RC-14`).
+#[test]
+fn a_rollback_leaves_an_unchanged_pset_at_its_version() {
+    let pid = |rank| ProcessId::new(Namespace::new("job"), rank);
+    let mut reg = PsetRegistry::new();
+    reg.start_job(&[("app1", &[pid(0), pid(1), pid(2)])])
+        .unwrap();
+    let caller = Origin::process("app1", pid(0));
+    let root = name("mpi://app/app1");
+    let part = name("mpi://app/app1/part");
+    let set = |op, pset2: PsetName, target: &PsetName| PsetOp::Set {
+        op,
+        pset1: root.clone(),
+        pset2,
+        target: Some(target.clone()),
+        attrs: AttrUpdate::none(),
+    };
+    // `part` = app1 − SELF = {1, 2}, untouched by the change below.
+    reg.apply(
+        &caller,
+        &set(SetOp::Difference, PsetName::self_set(), &part),
+    )
+    .unwrap();
+    let snapshot = reg.clone();
+    // The aborted change's phase 2: the root loses rank 0 (its own SELF), version 1.
+    reg.apply(
+        &caller,
+        &set(SetOp::Difference, PsetName::self_set(), &root),
+    )
+    .unwrap();
+    let report = reg.roll_back_app(&snapshot, "app1");
+    assert_eq!(report.restored, [root.clone()]);
+    assert!(report.pruned.is_empty());
+    assert_eq!(reg.get(&part).unwrap().attrs.version, 0, "untouched");
+    assert_eq!(
+        reg.get(&root).unwrap().attrs.version,
+        2,
+        "restored: a new version"
+    );
+}
