@@ -1114,7 +1114,7 @@ fn a_rollback_leaves_an_unchanged_pset_at_its_version() {
     )
     .unwrap();
     let report = reg.roll_back_app(&snapshot, "app1");
-    assert_eq!(report.restored, [root.clone()]);
+    assert_eq!(report.restored, std::slice::from_ref(&root));
     assert!(report.pruned.is_empty());
     assert_eq!(reg.get(&part).unwrap().attrs.version, 0, "untouched");
     assert_eq!(
