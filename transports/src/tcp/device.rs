@@ -793,7 +793,9 @@ impl Device for TcpDevice {
                 max,
             });
         }
-        let deadline = Instant::now() + timeout;
+        // The clock is read only once the socket is full: a send that goes out at once
+        // (every small message) costs no clock read (issue 15, TCP 1 B latency).
+        let mut deadline: Option<Instant> = None;
         let head = framing::encode(&FrameHeader {
             kind: FrameKind::Data,
             msg: MsgHeader {
@@ -858,6 +860,7 @@ impl Device for TcpDevice {
             // Keep reading meanwhile: the peer may be blocked writing to us.
             self.progress()?;
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
                 return Err(TransportError::Timeout(timeout, "socket space for a send"));
             }
