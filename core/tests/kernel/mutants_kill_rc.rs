@@ -12,7 +12,8 @@ use dynres_core::ProcessId;
 use dynres_core::pset::PsetName;
 use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
 use dynres_core::rc::{
-    CallResult, ChangeRequest, ClientCall, ClientReply, ClientRequest, RcError, RcStatus,
+    CallResult, ChangeRequest, ClientCall, ClientReply, ClientRequest, DaemonInput, DaemonOutput,
+    QueryAnswer, RcError, RcStatus,
 };
 
 /// Requests `req` and returns the delta pset of the change it announced.
@@ -105,6 +106,33 @@ fn forward_now(w: &mut World, from: ProcessId, request: ClientRequest) -> Option
         },
         _ => None,
     })
+}
+
+/// Rank `rank`'s `get_res_change(bound)` (`RC-4`).
+fn query(w: &mut World, rank: u32, bound: Option<PsetName>) -> QueryAnswer {
+    match w.call_wait(&pid(rank), ClientCall::GetResChange { bound }) {
+        CallResult::ResChange(q) => q,
+        other => panic!("rank {rank}: not a query answer: {other:?}"),
+    }
+}
+
+/// Hands node 0's daemon `request` from rank 1 directly (as request 5) and returns all
+/// it does about it at once.
+fn daemon_serves(w: &mut World, request: ClientRequest) -> Vec<DaemonOutput> {
+    let now = w.now;
+    let d = &mut w.daemons[0];
+    while d.poll_output().is_some() {}
+    let from = pid(1);
+    d.handle(
+        now,
+        DaemonInput::FromClient {
+            from,
+            req: 5,
+            request,
+        },
+    )
+    .expect("served");
+    std::iter::from_fn(|| d.poll_output()).collect()
 }
 
 fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
@@ -275,15 +303,7 @@ fn an_add_may_name_its_malleable_bound_pset() {
     w.run_for(Duration::from_millis(1));
     let (delta, status) = w.statuses.last().expect("announced, not refused").clone();
     assert_eq!(status, RcStatus::Announced, "{:?}", w.notices);
-    let CallResult::ResChange(q) = w.call_wait(
-        &pid(0),
-        ClientCall::GetResChange {
-            bound: Some(root()),
-        },
-    ) else {
-        panic!("query")
-    };
-    assert_eq!(q.delta, Some(delta));
+    assert_eq!(query(&mut w, 0, Some(root())).delta, Some(delta));
 }
 
 /// `master/phase3.rs` `accept_key` → `"xyzzy"`: the first accept of an ADD publishes the
@@ -328,11 +348,7 @@ fn daemons_learn_that_a_change_is_pending() {
     w.run_for(Duration::from_millis(1));
     // Rank 2 lives on node 0 or 1; either daemon must have the news.
     for rank in [1, 2] {
-        let CallResult::ResChange(q) =
-            w.call_wait(&pid(rank), ClientCall::GetResChange { bound: None })
-        else {
-            panic!("query")
-        };
+        let q = query(&mut w, rank, None);
         assert_eq!(
             (q.delta.as_ref(), q.status),
             (Some(&delta), RcStatus::Pending)
@@ -576,22 +592,9 @@ fn a_forwarded_query_is_answered_with_the_undecided_change() {
 /// `resource-change.md` §1: the daemon "answers queries from the replica").
 #[test]
 fn a_daemon_answers_pset_info_from_its_replica() {
-    use dynres_core::rc::{DaemonInput, DaemonOutput};
     let mut w = World::new(config(1, 4, 2));
     w.run_for(Duration::from_millis(1));
-    let now = w.now;
-    let d = &mut w.daemons[0];
-    while d.poll_output().is_some() {}
-    d.handle(
-        now,
-        DaemonInput::FromClient {
-            from: pid(1),
-            req: 5,
-            request: ClientRequest::PsetInfo { name: root() },
-        },
-    )
-    .expect("served");
-    let out: Vec<DaemonOutput> = std::iter::from_fn(|| d.poll_output()).collect();
+    let out = daemon_serves(&mut w, ClientRequest::PsetInfo { name: root() });
     assert!(
         matches!(
             out.as_slice(),
@@ -890,4 +893,236 @@ fn an_add_naming_a_pset_that_is_not_malleable_is_refused() {
         "{:?}",
         w.notices
     );
+}
+
+/// `rc/client.rs` `Client::poll_timeout` → `Some(Default::default())` asked its driver to
+/// be woken at time zero, again and again. A client keeps no deadline of its own — its
+/// modexes are timed by the daemon and the master (`MODEX-5`), every other wait by the
+/// master (`RC-16`, resource-change.md §4 "Timers (all at the master)") — so it never
+/// asks for a timer, not even with a bounded call open.
+#[test]
+fn a_client_asks_for_no_timer() {
+    use dynres_core::Instant;
+    use dynres_core::rc::{Client, ClientInput};
+    let mut c = Client::new(pid(0));
+    assert_eq!(c.poll_timeout(), None);
+    let call = modex_call(&root(), 0);
+    c.handle(Instant(0), ClientInput::Call { id: 1, call })
+        .expect("a modex call");
+    assert!(c.poll_output().is_some(), "the modex goes to the daemon");
+    assert_eq!(c.poll_timeout(), None, "its deadline is the daemon's");
+}
+
+/// `rc/client.rs` `Client::advance`: `o.status == Finalized` → `!=` told a removed
+/// accept root to terminate while its change was still PENDING and not once it was
+/// FINALIZED. A removed process finalizes and exits only once the change is FINALIZED
+/// (`RC-11`); until then it may still be needed, the change may abort (`RC-12`).
+#[test]
+fn a_removed_root_terminates_only_once_finalized() {
+    let mut w = World::new(config(1, 4, 3));
+    w.behaviour.exit_when_removed = false;
+    // REPLACE rank 0 (the accept root) by one new process, which starts late enough
+    // that the change still waits for its confirm after the accept.
+    w.behaviour.startup = Duration::from_millis(20);
+    let mut req = ChangeRequest::replace(APP, 1, 1);
+    req.victims = vec![pid(0)];
+    let delta = announce(&mut w, req);
+    let sub_delta = query(&mut w, 0, None)
+        .sub_delta
+        .expect("a REPLACE has a sub delta");
+    let r = root();
+    apply_all(
+        &mut w,
+        0,
+        vec![
+            set_op(SetOp::Difference, &r, &sub_delta, &r, AttrUpdate::none()),
+            set_op(SetOp::Union, &r, &delta, &r, AttrUpdate::none()),
+        ],
+    );
+    let accept = |w: &mut World| match accept_by(w, 0, &delta) {
+        CallResult::Accept(Ok(a)) => a,
+        other => panic!("accept: {other:?}"),
+    };
+    let pending = accept(&mut w);
+    assert_eq!(pending.status, RcStatus::Pending);
+    assert_eq!(pending.removed, [pid(0)]);
+    assert!(!pending.terminate, "not before the change is FINALIZED");
+    w.run_for(Duration::from_millis(50));
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    // RC-13: the decided change answers the repeated accept with its decision.
+    let finalized = accept(&mut w);
+    assert_eq!(finalized.status, RcStatus::Finalized);
+    assert!(finalized.terminate, "rank 0 is removed: it must exit");
+}
+
+/// `daemon/mod.rs` `Daemon::poll_timeout` → `None`: a daemon never woke for the deadline
+/// of a gather it had not forwarded. With every member on one node the master holds
+/// nothing of the modex; the daemon's own timer fails it with `Timeout` at the earliest
+/// contributor's deadline and leaves nothing behind (`MODEX-5`).
+#[test]
+fn a_daemon_times_out_a_gather_it_holds() {
+    let mut w = World::new(config(1, 4, 2));
+    let r = root();
+    // Rank 1 never joins; rank 0's call reaches the daemon one latency from now.
+    let deadline = w.now + w.latency + Duration::from_millis(1000);
+    let call = w.call(&pid(0), modex_call(&r, 0));
+    w.run_for(Duration::from_millis(1));
+    assert!(w.modex_batches.is_empty(), "node 0 still waits for rank 1");
+    assert_eq!(w.daemons[0].poll_timeout(), Some(deadline));
+    w.run_for(Duration::from_millis(1100));
+    assert_eq!(
+        w.results.get(&(pid(0), call)),
+        Some(&CallResult::Modex(Err(RcError::Timeout)))
+    );
+    assert_eq!(w.daemons[0].poll_timeout(), None, "nothing left behind");
+}
+
+/// `daemon/mod.rs` `Daemon::on_client`: the `Query` arm deleted sent every
+/// `get_res_change` to the master. A daemon answers a query from its replica, at once
+/// (`RC-4`).
+#[test]
+fn a_daemon_answers_a_query_from_its_replica() {
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce_add(&mut w, 1);
+    let out = daemon_serves(&mut w, ClientRequest::Query { bound: None });
+    let [
+        DaemonOutput::ToClient {
+            to,
+            req: 5,
+            reply: ClientReply::Query(answer),
+        },
+    ] = out.as_slice()
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(to, &pid(1));
+    assert_eq!(
+        (answer.delta.as_ref(), answer.status),
+        (Some(&delta), RcStatus::Announced)
+    );
+}
+
+/// `master/mod.rs` `Master::fingerprint` → 0 and → 1: a trace line's state fingerprint
+/// must tell the master's states apart, and be the same for equal states whatever
+/// outputs are still queued — a replay compares it after every transition
+/// (spec/verification.md §6).
+#[test]
+fn a_master_fingerprint_follows_its_state() {
+    use dynres_core::rc::{MasterInput, NodeId, ToMaster};
+    let mut a = World::new(config(1, 4, 2));
+    let mut b = World::new(config(1, 4, 2));
+    let fresh = a.master.fingerprint();
+    assert_eq!(b.master.fingerprint(), fresh, "the same state");
+    b.behaviour.confirm = false;
+    b.request(ChangeRequest::add(APP, 1));
+    b.run_for(Duration::from_millis(1));
+    let announced = b.master.fingerprint();
+    assert_ne!(announced, fresh, "an announced change is state");
+    // Outputs queued but not yet drained do not count.
+    let msg = ToMaster::Forward {
+        from: pid(0),
+        req: 1,
+        request: ClientRequest::Query { bound: None },
+    };
+    a.master
+        .handle(
+            a.now,
+            MasterInput::FromDaemon {
+                node: NodeId(0),
+                msg,
+            },
+        )
+        .expect("a query is answered");
+    assert_eq!(a.master.fingerprint(), fresh, "a reply queued is not state");
+    assert!(a.master.poll_output().is_some(), "the reply was queued");
+}
+
+/// `master/mod.rs` `Master::step`: the guard `node.0 as usize >= self.cfg.nodes.len()` →
+/// `false` served messages from node indices the master never gave out, replying to a
+/// daemon that does not exist. Nodes are the job's and those the driver added, each with
+/// the next index (`RC-21`); a message from any other is refused and changes nothing,
+/// and one from an added node is served.
+#[test]
+fn a_message_from_an_unknown_node_is_refused() {
+    use dynres_core::rc::{MasterInput, NodeId, ToMaster};
+    let mut w = World::new(config(1, 4, 2));
+    while w.master.poll_output().is_some() {}
+    let query = |node| MasterInput::FromDaemon {
+        node: NodeId(node),
+        msg: ToMaster::Forward {
+            from: pid(0),
+            req: 1,
+            request: ClientRequest::Query { bound: None },
+        },
+    };
+    let before = w.master.fingerprint();
+    assert_eq!(
+        w.master.handle(w.now, query(1)),
+        Err(RcError::BadRequest("message from an unknown node"))
+    );
+    assert_eq!(w.master.poll_output(), None);
+    assert_eq!(w.master.fingerprint(), before);
+    assert_eq!(w.add_node("n1", 2), Ok(()));
+    while w.master.poll_output().is_some() {}
+    assert_eq!(w.master.handle(w.now, query(1)), Ok(()));
+    assert!(
+        w.master.poll_output().is_some(),
+        "the added node's query is answered"
+    );
+}
+
+/// `rc/query.rs` `answer`: `!c.status.is_final()` → `c.status.is_final()` preferred a
+/// decided change. An undecided change wins over an ABORTED one still queryable
+/// (`RC-4`): after an ADD aborted whose process has not exited yet, the application's
+/// query answers the next ADD.
+#[test]
+fn a_query_prefers_the_undecided_change_to_an_aborted_one() {
+    let mut w = World::new(config(1, 4, 2));
+    // The aborted ADD's process is killed but does not exit: the change stays queryable.
+    w.behaviour.exit_on_kill = false;
+    let aborted = announce_add(&mut w, 1);
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&aborted), RcStatus::Aborted);
+    let next = announce_add(&mut w, 1);
+    assert_ne!(next, aborted);
+    for by in [0, 1] {
+        let q = query(&mut w, by, None);
+        assert_eq!(
+            (q.delta.as_ref(), q.status),
+            (Some(&next), RcStatus::Announced),
+            "rank {by}"
+        );
+    }
+    // The master's answer is the same (a forwarded query, `RC-1`).
+    let ClientReply::Query(q) = forward(&mut w, pid(1), ClientRequest::Query { bound: None })
+    else {
+        panic!("not a query answer")
+    };
+    assert_eq!(q.delta, Some(next));
+}
+
+/// `rc/types.rs` `RcStatus::may_become` → `true`: the master's guard against an illegal
+/// status step let every step through. A change's status only moves `NULL → ANNOUNCED →
+/// PENDING → FINALIZED | ABORTED`, ANNOUNCED may also abort, and the final ones never
+/// move (`RC-1`).
+#[test]
+fn a_status_moves_only_along_its_lifecycle() {
+    use RcStatus::*;
+    let all = [Null, Announced, Pending, Finalized, Aborted];
+    let legal = [
+        (Null, Announced),
+        (Announced, Pending),
+        (Announced, Aborted),
+        (Pending, Finalized),
+        (Pending, Aborted),
+    ];
+    for from in all {
+        for to in all {
+            assert_eq!(
+                from.may_become(to),
+                legal.contains(&(from, to)),
+                "{from:?} -> {to:?}"
+            );
+        }
+    }
 }
