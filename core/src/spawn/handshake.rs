@@ -620,7 +620,8 @@ impl Handshake {
             .map(|(h, body)| HsMsg::decode_body(h.msg_type, &body))
             .collect::<Result<Vec<_>, _>>()?;
         self.reader = reader;
-        if !self.stream_up && !self.stream_closed {
+        // (A closed stream was up: `close_stream` needs `stream_up`, which never drops.)
+        if !self.stream_up {
             self.stream_up = true;
             for bytes in core::mem::take(&mut self.backlog) {
                 self.out.push_back(Output::SendStream { bytes });

@@ -40,6 +40,12 @@ pub fn merge_planted(
     merge_with(ig, local_high, remote_high, bugs)
 }
 
+/// Planted `MergeTieLocalFirst`: on equal group ids each side puts itself first, so
+/// the two sides disagree on the order.
+fn planted_tie_local_first(ig: &InterGroup) -> bool {
+    ig.local.group_id <= ig.remote.group_id
+}
+
 fn merge_with(
     ig: &InterGroup,
     local_high: bool,
@@ -49,7 +55,7 @@ fn merge_with(
     let local_first = if local_high != remote_high {
         !local_high
     } else if bugs.has(crate::bugs::Bug::MergeTieLocalFirst) {
-        ig.local.group_id <= ig.remote.group_id
+        planted_tie_local_first(ig)
     } else {
         (ig.local.group_id, ig.role != Role::Acceptor)
             < (ig.remote.group_id, ig.role == Role::Acceptor)

@@ -1123,3 +1123,32 @@ fn a_rollback_leaves_an_unchanged_pset_at_its_version() {
         "restored: a new version"
     );
 }
+
+/// `spawn/handshake.rs` `Handshake::on_stream_closed`: the guard `self.stream_up` →
+/// `true` failed an acceptor whose bootstrap stream never opened when its driver
+/// reported a close. Only an open stream can close (spec/spawn.md §5): a close before
+/// any stream byte is the driver's mistake, refused as `Unexpected`, and the acceptor
+/// goes on listening; once the initiator's bytes opened the stream, its close fails
+/// the handshake with `StreamClosed` (`SPAWN-8`).
+#[test]
+fn only_an_open_bootstrap_stream_can_close() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Handshake, Input, Phase, SpawnError};
+    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
+    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 2, 7);
+    let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
+    let before = acc.phase();
+    assert!(matches!(
+        acc.handle(Instant(1), Input::StreamClosed),
+        Err(SpawnError::Unexpected { .. })
+    ));
+    assert_eq!(acc.phase(), before, "still listening");
+    let mut ini = Handshake::connect(Instant(0), port, ini_cfg).expect("valid config");
+    let hello = stream_bytes(&core::iter::from_fn(|| ini.poll_output()).collect::<Vec<_>>());
+    acc.handle(Instant(2), Input::Stream { bytes: hello })
+        .expect("the initiator's Hello");
+    acc.handle(Instant(3), Input::StreamClosed)
+        .expect("a close of the open stream");
+    assert_eq!(acc.phase(), Phase::Failed);
+    assert_eq!(acc.error(), Some(&SpawnError::StreamClosed));
+}
