@@ -151,9 +151,11 @@ impl DgramFrame {
                 let (i, count) = u16(i)?;
                 let (i, payload) = bytes("segment payload", usize::from(u16::MAX))(i)?;
                 if count == 0 || count > MAX_SEGMENTS || index >= count {
+                    // Both fields, index in the high half: the halves do not overlap, so
+                    // `+` it is (an `|` would equal its own mutant `^`).
                     return Err(nom::Err::Failure(WireError::InvalidValue {
                         what: "segment index/count",
-                        value: (u64::from(index) << 16) | u64::from(count),
+                        value: (u64::from(index) << 16) + u64::from(count),
                     }));
                 }
                 Ok((

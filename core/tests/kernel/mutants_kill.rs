@@ -240,20 +240,11 @@ fn a_message_is_acknowledged_only_once_every_segment_is() {
     assert_eq!(a.next_deadline(), None);
 }
 
-/// `spawn/handshake.rs` `Handshake::on_datagram`: the guard `s.count == 1` → `true` let
-/// a listening acceptor open a session on the first segment of a multi-segment message.
-/// A Hello is always one segment, so anything else from a stranger is refused and leaves
-/// the listener unchanged (`SPAWN-10`), free to answer the real initiator's Hello.
-#[test]
-fn a_listener_opens_a_session_only_on_a_one_segment_hello() {
-    use dynres_core::Instant;
+/// A datagram from session 9's initiator carrying its whole Hello (group 9 of one
+/// process) as segment 0 of `count` of session `segment_session`.
+fn hello_segment(segment_session: u64, count: u16) -> Vec<u8> {
     use dynres_core::spawn::datagram::{DgramFrame, Segment};
-    use dynres_core::spawn::{
-        Addr, GroupHeader, Handshake, HsMsg, Input, Output, Phase, SpawnError,
-    };
-    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
-    let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
-    while hs.poll_output().is_some() {}
+    use dynres_core::spawn::{GroupHeader, HsMsg};
     let hello = HsMsg::Hello {
         session: 9,
         header: GroupHeader {
@@ -261,19 +252,30 @@ fn a_listener_opens_a_session_only_on_a_one_segment_hello() {
             size: 1,
             context_id: 7,
         },
-    }
-    .encode();
-    // The whole Hello, but labelled as the first of two segments.
-    let segment = |count| {
-        DgramFrame::Segment(Segment {
-            session: 9,
-            msg_seq: 0,
-            index: 0,
-            count,
-            payload: hello.clone(),
-        })
-        .encode()
     };
+    DgramFrame::Segment(Segment {
+        session: segment_session,
+        msg_seq: 0,
+        index: 0,
+        count,
+        payload: hello.encode(),
+    })
+    .encode()
+}
+
+/// `spawn/handshake.rs` `Handshake::on_datagram`: the guard `s.count == 1` → `true` let
+/// a listening acceptor open a session on the first segment of a multi-segment message.
+/// A Hello is always one segment, so anything else from a stranger is refused and leaves
+/// the listener unchanged (`SPAWN-10`), free to answer the real initiator's Hello.
+#[test]
+fn a_listener_opens_a_session_only_on_a_one_segment_hello() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Addr, Handshake, Input, Output, Phase, SpawnError};
+    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
+    while hs.poll_output().is_some() {}
+    // The whole Hello, but labelled as the first of two segments.
+    let segment = |count| hello_segment(9, count);
     let before = hs.clone();
     let stranger = Input::Datagram {
         from: Addr(vec![0xee]),
@@ -1151,4 +1153,358 @@ fn only_an_open_bootstrap_stream_can_close() {
         .expect("a close of the open stream");
     assert_eq!(acc.phase(), Phase::Failed);
     assert_eq!(acc.error(), Some(&SpawnError::StreamClosed));
+}
+
+/// `spawn/datagram.rs` `DgramFrame::decode_with`: `len < HEADER_LEN + 4` → `<=` took the
+/// shortest complete datagram frame, a header and its CRC-32, for a truncated one. It is
+/// checked like any other frame, checksum first (`SPAWN-12`, spec/wire.md "Datagram
+/// frames"): corrupted it is `Checksum`, intact but of no datagram type `UnknownType`;
+/// only a shorter datagram is `Truncated`.
+#[test]
+fn the_shortest_datagram_frame_is_checked_not_called_truncated() {
+    use dynres_core::spawn::crc32;
+    use dynres_core::spawn::datagram::DgramFrame;
+    use dynres_core::wire::{HEADER_LEN, WireError, encode_frame, types};
+    let mut frame = Vec::new();
+    encode_frame(&mut frame, types::HELLO, |b| b.extend_from_slice(&[0; 4]));
+    let n = frame.len();
+    assert_eq!(n, HEADER_LEN + 4);
+    let crc = crc32(&frame[..n - 4]);
+    frame[n - 4..].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(
+        DgramFrame::decode(&frame),
+        Err(WireError::UnknownType {
+            msg_type: types::HELLO
+        })
+    );
+    let mut corrupted = frame.clone();
+    corrupted[n - 1] ^= 1;
+    assert_eq!(
+        DgramFrame::decode(&corrupted),
+        Err(WireError::Checksum {
+            computed: crc,
+            received: crc ^ 1
+        })
+    );
+    assert_eq!(
+        DgramFrame::decode(&frame[..n - 1]),
+        Err(WireError::Truncated)
+    );
+}
+
+/// `spawn/datagram.rs` `DgramFrame::decode_with`: `count > MAX_SEGMENTS` → `>=` refused
+/// every segment of a message of exactly the limit. A message may have up to 4096
+/// segments (`SPAWN-13`, spec/wire.md "Datagram frames"): one that long, sent at the
+/// smallest MTU, arrives and is delivered as sent (`SPAWN-12`); one segment more is
+/// refused at the sender.
+#[test]
+fn a_message_of_exactly_the_segment_limit_is_delivered() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::datagram::{MAX_SEGMENTS, MIN_MTU, Reliable};
+    use dynres_core::spawn::{DatagramConfig, SpawnError};
+    let cfg = DatagramConfig {
+        mtu: MIN_MTU,
+        ..DatagramConfig::default()
+    };
+    let (mut a, mut b) = (Reliable::new(3, cfg), Reliable::new(3, cfg));
+    let per = a.payload_per_segment();
+    let msg: Vec<u8> = (0..per * usize::from(MAX_SEGMENTS))
+        .map(|i| (i % 251) as u8)
+        .collect();
+    assert_eq!(
+        a.send(Instant(0), &[msg.as_slice(), &[0]].concat()),
+        Err(SpawnError::Config(
+            "message exceeds the datagram segment limit"
+        ))
+    );
+    a.send(Instant(0), &msg).expect("exactly the limit");
+    let frames: Vec<Vec<u8>> = core::iter::from_fn(|| a.poll_send()).collect();
+    assert_eq!(frames.len(), usize::from(MAX_SEGMENTS));
+    for f in &frames {
+        b.on_datagram(f).expect("a segment within the limit");
+    }
+    assert_eq!(b.poll_recv(), Some(msg));
+}
+
+/// A segment of message 0 of session 1: `index` of `count`, carrying `payload`.
+fn segment(index: u16, count: u16, payload: &[u8]) -> Vec<u8> {
+    segment_of(0, index, count, payload)
+}
+
+/// A segment of message `msg_seq` of session 1: `index` of `count`, carrying `payload`.
+fn segment_of(msg_seq: u32, index: u16, count: u16, payload: &[u8]) -> Vec<u8> {
+    use dynres_core::spawn::datagram::{DgramFrame, Segment};
+    DgramFrame::Segment(Segment {
+        session: 1,
+        msg_seq,
+        index,
+        count,
+        payload: payload.to_vec(),
+    })
+    .encode()
+}
+
+/// `spawn/datagram.rs` `Reliable::on_frame`: the guard `p.count != s.count` → `false`
+/// took a segment whose count contradicts the message's earlier segments. Such a segment
+/// is malformed peer input: a typed error naming the count it carried, and the layer is
+/// unchanged (`SPAWN-10`), not even acknowledging it; the message still completes from
+/// its consistent segments (`SPAWN-12`).
+#[test]
+fn a_segment_count_changed_within_a_message_is_refused() {
+    use dynres_core::spawn::DatagramConfig;
+    use dynres_core::spawn::datagram::Reliable;
+    use dynres_core::wire::WireError;
+    let mut b = Reliable::new(1, DatagramConfig::default());
+    b.on_datagram(&segment(0, 3, b"ab")).expect("first segment");
+    while b.poll_send().is_some() {}
+    let before = b.clone();
+    assert_eq!(
+        b.on_datagram(&segment(1, 2, b"cd")),
+        Err(WireError::InvalidValue {
+            what: "segment count changed within a message",
+            value: 2,
+        })
+    );
+    assert_eq!(b, before, "nothing kept, nothing acknowledged");
+    b.on_datagram(&segment(2, 3, b"ef")).expect("consistent");
+    b.on_datagram(&segment(1, 3, b"cd")).expect("consistent");
+    assert_eq!(b.poll_recv(), Some(b"abcdef".to_vec()));
+}
+
+/// `spawn/datagram.rs` `Reliable::on_frame`: `partial.len() + 1` → `- 1` or `* 1` in the
+/// refusal of one message too many in reassembly. Reassembly is bounded to 8 messages
+/// (`SPAWN-13`); the refusal of a ninth is `OverLimit` counting the messages it would
+/// make (9 of at most 8) and leaves the layer unchanged (`SPAWN-10`); once a message
+/// completes, the ninth fits.
+#[test]
+fn reassembly_refuses_the_ninth_message_and_counts_it() {
+    use dynres_core::spawn::DatagramConfig;
+    use dynres_core::spawn::datagram::{MAX_PARTIAL, Reliable};
+    use dynres_core::wire::WireError;
+    let mut b = Reliable::new(1, DatagramConfig::default());
+    let partial = MAX_PARTIAL as u32;
+    for seq in 0..partial {
+        b.on_datagram(&segment_of(seq, 0, 2, b"x"))
+            .expect("room for it");
+    }
+    let before = b.clone();
+    assert_eq!(
+        b.on_datagram(&segment_of(partial, 0, 2, b"x")),
+        Err(WireError::OverLimit {
+            what: "messages in reassembly",
+            value: MAX_PARTIAL as u64 + 1,
+            max: MAX_PARTIAL as u64,
+        })
+    );
+    assert_eq!(b, before);
+    b.on_datagram(&segment_of(0, 1, 2, b"y"))
+        .expect("completes message 0");
+    assert_eq!(b.poll_recv(), Some(b"xy".to_vec()));
+    b.on_datagram(&segment_of(partial, 0, 2, b"x"))
+        .expect("room again");
+}
+
+/// `spawn/group.rs` `Member::step`: deleting the arm that ignores what comes after the
+/// outcome let late messages change a decided member. After `Failed` no handle exists
+/// (`SPAWN-8`): a late triple and table do not make one. After `Ready` a triple and table
+/// of another session are late messages (`SPAWN-11`): no second `Ready`, the handle stays.
+#[test]
+fn a_decided_member_ignores_late_triples_and_tables() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{
+        Addr, GroupHeader, Member, MemberMsg, MemberOutput, Role, SpawnError,
+    };
+    let local = GroupHeader {
+        group_id: 1,
+        size: 2,
+        context_id: 1,
+    };
+    let remote = GroupHeader {
+        group_id: 9,
+        size: 1,
+        context_id: 5,
+    };
+    let new_member = || Member::new(Role::Acceptor, 1, local, vec![Addr(vec![1]), Addr(vec![2])]);
+    let late = |session| {
+        [
+            MemberMsg::RemoteGroup { session, remote },
+            MemberMsg::RemoteEndpoints {
+                session,
+                endpoints: vec![Addr(vec![3])],
+            },
+        ]
+    };
+    // Failed first: the late triple and table are ignored.
+    let mut m = new_member();
+    m.handle(
+        Instant(0),
+        MemberMsg::Failed {
+            session: 9,
+            error: SpawnError::StreamClosed,
+        },
+    )
+    .expect("a failure");
+    assert_eq!(
+        m.poll_output(),
+        Some(MemberOutput::Failed(SpawnError::StreamClosed))
+    );
+    for msg in late(9) {
+        m.handle(Instant(1), msg).expect("ignored");
+    }
+    assert_eq!(m.poll_output(), None);
+    assert!(m.intergroup().is_none());
+    assert_eq!(m.error(), Some(&SpawnError::StreamClosed));
+    // Ready first: another session's triple and table change nothing.
+    let mut m = new_member();
+    for msg in late(9) {
+        m.handle(Instant(0), msg)
+            .expect("the root's triple and table");
+    }
+    let Some(MemberOutput::Ready(ig)) = m.poll_output() else {
+        panic!("ready");
+    };
+    for msg in late(10) {
+        m.handle(Instant(1), msg).expect("ignored");
+    }
+    assert_eq!(m.poll_output(), None);
+    assert_eq!(m.intergroup(), Some(&ig));
+    assert_eq!(ig.session, 9);
+}
+
+/// `spawn/handshake.rs` `HandshakeConfig::validate`: `n == 0 || n > MAX_GROUP` → `&&`,
+/// `n == MAX_GROUP` or `n >= MAX_GROUP`. A local group has 1 to 65536 processes, as many
+/// as one endpoint table may list (spec/wire.md `Endpoints`, `SPAWN-7`): a group of
+/// 65536 may accept; one of 0 or 65537 is refused as a bad configuration, for its size.
+#[test]
+fn a_local_group_has_one_to_max_group_processes() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::msg::MAX_GROUP;
+    use dynres_core::spawn::{Handshake, SpawnError};
+    let bad_size = Err(SpawnError::Config("local group size must be 1..=65536"));
+    for (size, ok) in [(0, false), (MAX_GROUP, true), (MAX_GROUP + 1, false)] {
+        let (port, mut cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 1, 7);
+        cfg.local.size = size as u32;
+        cfg.local_endpoints = vec![dynres_core::spawn::Addr(vec![1]); size];
+        let r = Handshake::accept(Instant(0), port, cfg).map(|_| ());
+        assert_eq!(r, if ok { Ok(()) } else { bad_size.clone() }, "size {size}");
+    }
+}
+
+/// `spawn/handshake.rs` `Handshake::fingerprint` → 0 or 1: the fingerprint stands for a
+/// handshake's state in trace lines and the model checker (spec/verification.md §6), so
+/// it must tell states apart: two acceptors built alike agree, one that took a Hello
+/// (`Listening` → `Endpoints`) no longer matches one still listening, and draining its
+/// outputs is no step.
+#[test]
+fn a_handshake_fingerprint_follows_its_state() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Addr, Handshake, Output, Phase};
+    let (port, acc_cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (_, ini_cfg) = root_config("dynres:1:dgram:d000:5000:0", 2, 2, 7);
+    let mut listening = Handshake::accept(Instant(0), port.clone(), acc_cfg.clone()).unwrap();
+    let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).unwrap();
+    assert_eq!(acc.fingerprint(), listening.fingerprint());
+    let mut ini = Handshake::connect(Instant(0), port, ini_cfg).unwrap();
+    let hello: Vec<Output> = core::iter::from_fn(|| ini.poll_output()).collect();
+    for input in datagrams_from(&hello, &Addr(vec![0xd0])) {
+        acc.handle(Instant(1), input).expect("the Hello");
+    }
+    assert_eq!(acc.phase(), Phase::Endpoints);
+    let answered = acc.fingerprint();
+    assert_ne!(answered, listening.fingerprint());
+    assert!(acc.poll_output().is_some(), "the answer was queued");
+    while acc.poll_output().is_some() {}
+    assert_eq!(acc.fingerprint(), answered, "draining outputs is no step");
+}
+
+/// `spawn/handshake.rs` `Handshake::open_stream`: `!stream_up && role == Initiator` →
+/// `||` opened the bootstrap stream a second time. On a stream port the initiator opens
+/// the stream once, first thing, and its Hello, tables and acks all go on it; the
+/// acceptor's `HelloAck` choosing the stream for the tables (`SPAWN-9`) opens no other
+/// (spec/spawn.md §5, `OpenStream`); the acceptor answers on the stream it was given.
+#[test]
+fn a_stream_initiator_opens_its_bootstrap_stream_once() {
+    use dynres_core::spawn::{Output, Phase, Transport};
+    let (acc, ini, acc_outs, ini_outs) = stream_handshake_to_the_end();
+    assert_eq!((acc.phase(), ini.phase()), (Phase::Done, Phase::Done));
+    assert_eq!(ini.endpoints_via(), Some(Transport::Stream));
+    let opens = |outs: &[Output]| {
+        outs.iter()
+            .filter(|o| matches!(o, Output::OpenStream { .. }))
+            .count()
+    };
+    assert!(
+        matches!(ini_outs.first(), Some(Output::OpenStream { .. })),
+        "{ini_outs:?}"
+    );
+    assert_eq!(opens(&ini_outs), 1, "{ini_outs:?}");
+    assert_eq!(opens(&acc_outs), 0, "{acc_outs:?}");
+}
+
+/// `spawn/handshake.rs` `Handshake::on_datagram`: `phase != Listening || hello transport
+/// != Datagram` → `&&` let a datagram open a session where none may be opened: on a
+/// stream port (spec/spawn.md §6: the Hello goes on the stream) and on a datagram port
+/// whose accept was already cancelled (`Failed` is final, `SPAWN-8`). Both refuse the
+/// Hello with a typed error and stay as they were (`SPAWN-10`).
+#[test]
+fn a_datagram_hello_opens_nothing_off_a_listening_datagram_port() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Addr, Handshake, Input, Phase, SpawnError};
+    let outside = Err(SpawnError::Unexpected {
+        what: "datagram outside a datagram session",
+    });
+    let (stream_port, cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
+    let on_stream_port = Handshake::accept(Instant(0), stream_port, cfg).unwrap();
+    let (dgram_port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let mut cancelled = Handshake::accept(Instant(0), dgram_port, cfg).unwrap();
+    cancelled.cancel(SpawnError::Config("given up"));
+    for (mut hs, phase) in [
+        (on_stream_port, Phase::Listening),
+        (cancelled, Phase::Failed),
+    ] {
+        while hs.poll_output().is_some() {}
+        let before = hs.clone();
+        let hello = Input::Datagram {
+            from: Addr(vec![0xd0]),
+            bytes: hello_segment(9, 1),
+        };
+        assert_eq!(hs.handle(Instant(1), hello), outside, "{phase:?}");
+        assert_eq!(hs, before);
+        assert_eq!(hs.phase(), phase);
+        assert_eq!(hs.session(), None);
+        assert_eq!(hs.poll_output(), None, "not even an acknowledgement");
+    }
+}
+
+/// `spawn/handshake.rs` `Handshake::on_datagram`: the guard `session == s.session` →
+/// `true` took a Hello whose datagram carries another session for a Hello (to fail later
+/// as a foreign segment). A listener opens a session only on a Hello whose segment is of
+/// the Hello's own session; anything else is refused as no Hello, and the listener stays
+/// unchanged (`SPAWN-10`), then takes the consistent Hello (`SPAWN-11`).
+#[test]
+fn a_hello_under_another_session_is_no_hello() {
+    use dynres_core::Instant;
+    use dynres_core::spawn::{Addr, Handshake, Input, Phase, SpawnError};
+    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let mut hs = Handshake::accept(Instant(0), port, cfg).unwrap();
+    while hs.poll_output().is_some() {}
+    let before = hs.clone();
+    let from = Addr(vec![0xd0]);
+    let mismatched = Input::Datagram {
+        from: from.clone(),
+        bytes: hello_segment(8, 1),
+    };
+    assert_eq!(
+        hs.handle(Instant(1), mismatched),
+        Err(SpawnError::Unexpected {
+            what: "first datagram is not a Hello"
+        })
+    );
+    assert_eq!(hs, before);
+    let hello = Input::Datagram {
+        from,
+        bytes: hello_segment(9, 1),
+    };
+    hs.handle(Instant(2), hello).expect("a consistent Hello");
+    assert_eq!((hs.session(), hs.phase()), (Some(9), Phase::Endpoints));
 }
