@@ -287,6 +287,45 @@ pub(crate) mod tests {
     use alloc::vec;
     use proptest::prelude::*;
 
+    /// Logs name each message as spec/spawn.md's message table does.
+    #[test]
+    fn each_message_is_named_as_in_the_spec() {
+        let header = GroupHeader {
+            group_id: 1,
+            size: 1,
+            context_id: 1,
+        };
+        let named = [
+            (HsMsg::Hello { session: 1, header }, "Hello"),
+            (
+                HsMsg::HelloAck {
+                    session: 1,
+                    header,
+                    endpoints_via: Transport::Datagram,
+                },
+                "HelloAck",
+            ),
+            (
+                HsMsg::Endpoints {
+                    session: 1,
+                    endpoints: vec![],
+                },
+                "Endpoints",
+            ),
+            (HsMsg::EndpointsAck { session: 1 }, "EndpointsAck"),
+            (
+                HsMsg::Abort {
+                    session: 1,
+                    reason: AbortReason::Timeout,
+                },
+                "Abort",
+            ),
+        ];
+        for (msg, name) in named {
+            assert_eq!(msg.name(), name);
+        }
+    }
+
     /// Every handshake phase.
     pub(crate) const PHASES: [Phase; 6] = [
         Phase::JoinExchange,

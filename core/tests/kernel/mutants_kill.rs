@@ -571,6 +571,13 @@ fn a_join_of_two_first_ports_orders_them_by_their_text() {
 
 /// A parent spawning 3 children (group 8) on a datagram port, as its `new` leaves it.
 fn listening_parent() -> dynres_core::spawn::SpawnParent {
+    spawn_parent(3).expect("a valid spawn")
+}
+
+/// A parent spawning `maxprocs` children (group 8) on a datagram port, or why not.
+fn spawn_parent(
+    maxprocs: u32,
+) -> Result<dynres_core::spawn::SpawnParent, dynres_core::spawn::SpawnError> {
     use dynres_core::spawn::{SpawnConfig, SpawnParent};
     use dynres_core::{Instant, Namespace};
     let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
@@ -579,12 +586,11 @@ fn listening_parent() -> dynres_core::spawn::SpawnParent {
         SpawnConfig {
             handshake,
             port,
-            maxprocs: 3,
+            maxprocs,
             child_namespace: Namespace::new("kids"),
             child_group_id: 8,
         },
     )
-    .expect("a valid spawn")
 }
 
 /// `spawn/parent.rs` `SpawnParent::handle`: `&&` → `||` before the planted-bug switch
@@ -1507,4 +1513,17 @@ fn a_hello_under_another_session_is_no_hello() {
     };
     hs.handle(Instant(2), hello).expect("a consistent Hello");
     assert_eq!((hs.session(), hs.phase()), (Some(9), Phase::Endpoints));
+}
+
+/// `spawn/parent.rs` `SpawnParent::start`: `maxprocs > MAX_GROUP` → `==` let a spawn
+/// of more children than a group can hold start. A spawn makes one group of 1 to
+/// 65,536 children (`SPAWN-7`); one more is a configuration error.
+#[test]
+fn a_spawn_of_more_children_than_a_group_holds_is_refused() {
+    use dynres_core::spawn::SpawnError;
+    use dynres_core::spawn::msg::MAX_GROUP;
+    let spawn = |n: usize| spawn_parent(n as u32);
+    assert!(matches!(spawn(MAX_GROUP + 1), Err(SpawnError::Config(_))));
+    assert!(matches!(spawn(MAX_GROUP + 2), Err(SpawnError::Config(_))));
+    assert!(spawn(MAX_GROUP).is_ok());
 }
