@@ -177,14 +177,19 @@ impl SpawnParent {
         self.hs.plant(bugs);
     }
 
+    /// Planted `RelaunchOnTimeout`: the children launched again whenever the parent's
+    /// timer fires while it listens (`SPAWN-3` allows one launch).
+    fn planted_relaunches(&self, input: &Input) -> bool {
+        self.bugs.has(crate::bugs::Bug::RelaunchOnTimeout)
+            && matches!(input, Input::Timeout)
+            && self.hs.phase() == super::Phase::Listening
+    }
+
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         let recorded = trace::enabled().then(|| trace::encode_input(&input));
         let first_output = self.out.len();
-        let relaunch = matches!(input, Input::Timeout)
-            && self.hs.phase() == super::Phase::Listening
-            && self.bugs.has(crate::bugs::Bug::RelaunchOnTimeout);
-        if relaunch {
+        if self.planted_relaunches(&input) {
             self.out.push_back(Output::Launch {
                 namespace: self.namespace.clone(),
                 count: self.count,

@@ -1527,3 +1527,20 @@ fn a_spawn_of_more_children_than_a_group_holds_is_refused() {
     assert!(matches!(spawn(MAX_GROUP + 2), Err(SpawnError::Config(_))));
     assert!(spawn(MAX_GROUP).is_ok());
 }
+
+/// `spawn/port.rs` `hex_addr`: `len / 2 > MAX_ADDR` → `>=` refused to parse the name of
+/// a port whose address has the longest valid length. A port name carries each address
+/// in hex (`SPAWN-1`): one with 64-byte addresses, as `open_port` makes it, parses back to
+/// the same port; 65 bytes do not parse.
+#[test]
+fn a_port_name_with_64_byte_addresses_parses_back() {
+    use dynres_core::spawn::{Addr, Bootstrap, PortName, Ports};
+    let longest = Addr(vec![0xab; 64]);
+    let port = Ports::new()
+        .open_port(longest.clone(), longest, Bootstrap::Hybrid { threshold: 4 })
+        .expect("64-byte addresses");
+    let text = port.to_string();
+    assert_eq!(PortName::parse(&text), Ok(port));
+    let too_long = text.replacen(&"ab".repeat(64), &"ab".repeat(65), 1);
+    assert!(PortName::parse(&too_long).is_err(), "{too_long}");
+}
