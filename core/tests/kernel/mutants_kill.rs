@@ -1544,3 +1544,27 @@ fn a_port_name_with_64_byte_addresses_parses_back() {
     let too_long = text.replacen(&"ab".repeat(64), &"ab".repeat(65), 1);
     assert!(PortName::parse(&too_long).is_err(), "{too_long}");
 }
+
+/// `spawn/port.rs` `Ports::close_port`: the guard `p == port` → `true` closed whichever
+/// open port had the same tag. Closing names one port exactly (`SPAWN-1`): a name that
+/// shares an open port's tag but not its addresses is not open, is refused with
+/// `PortNotOpen`, and the open port stays open.
+#[test]
+fn closing_a_port_needs_its_exact_name() {
+    use dynres_core::spawn::{Addr, Bootstrap, PortName, Ports, SpawnError};
+    let mut ports = Ports::new();
+    let port = ports
+        .open_port(Addr(vec![1]), Addr(vec![2]), Bootstrap::Stream)
+        .expect("a port");
+    let same_tag = PortName {
+        dgram: Addr(vec![9]),
+        ..port.clone()
+    };
+    assert!(matches!(
+        ports.close_port(&same_tag),
+        Err(SpawnError::PortNotOpen(_))
+    ));
+    assert!(ports.is_open(&port));
+    assert_eq!(ports.close_port(&port), Ok(()));
+    assert!(!ports.is_open(&port));
+}
