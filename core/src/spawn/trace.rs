@@ -1009,6 +1009,16 @@ mod tests {
         ]
     }
 
+    /// A cancel by timeout names its phase, and the trace keeps it, for every phase
+    /// (the proptests draw a timeout too rarely to be sure of all six with few cases).
+    #[test]
+    fn a_timeout_keeps_its_phase_in_the_trace() {
+        for phase in crate::spawn::msg::tests::PHASES {
+            let c = HandshakeInput::Cancel(SpawnError::Timeout { phase });
+            assert_eq!(decode_handshake_input(&encode_handshake_input(&c)), Ok(c));
+        }
+    }
+
     proptest! {
         #[test]
         fn inputs_round_trip(i in arb_input(), e in arb_error()) {
