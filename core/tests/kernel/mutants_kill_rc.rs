@@ -1126,3 +1126,140 @@ fn a_status_moves_only_along_its_lifecycle() {
         }
     }
 }
+
+/// `master/phase3.rs` `Master::on_exit`: `!self.procs.contains_key(pid)` → delete `!`
+/// kept the application of a process that had left the job. A dead process is nobody
+/// (`RC-18`): a change request of it that arrives late, after its exit was handled, is
+/// refused as from a process of no application (`NotPermitted`, `RC-2`) and starts
+/// nothing, where from a live member it starts a change.
+#[test]
+fn a_late_change_request_of_a_dead_process_starts_nothing() {
+    let mut w = World::new(config(1, 4, 3));
+    w.run_for(Duration::from_millis(1));
+    w.exit(&pid(2));
+    w.run_for(Duration::from_millis(1));
+    let late = forward(
+        &mut w,
+        pid(2),
+        ClientRequest::RequestChange(ChangeRequest::add(APP, 1)),
+    );
+    assert_eq!(
+        late,
+        ClientReply::ChangeRequested(Err(RcError::NotPermitted(pid(2))))
+    );
+    assert_eq!(w.master.all_changes().count(), 0);
+    let live = forward(
+        &mut w,
+        pid(1),
+        ClientRequest::RequestChange(ChangeRequest::add(APP, 1)),
+    );
+    assert!(
+        matches!(live, ClientReply::ChangeRequested(Ok(Some(_)))),
+        "{live:?}"
+    );
+}
+
+/// `master/phase3.rs` `Master::answer_waiters`: the guard `status == Finalized` → `true`
+/// told a new process whose confirm waited for the decision that an ABORTED change had
+/// succeeded. A confirm is answered with the decision (`RC-9`): when the change aborts
+/// (here at its deadline, the root never accepting), with `Aborted`.
+#[test]
+fn a_waiting_confirm_learns_the_change_aborted() {
+    use dynres_core::rc::{MasterInput, MasterOutput, ToDaemon};
+    let mut w = World::new(config(1, 4, 2));
+    w.behaviour.confirm = false;
+    let delta = announce_add(&mut w, 1);
+    let confirm = ClientRequest::Confirm {
+        delta: delta.clone(),
+        ok: true,
+    };
+    assert_eq!(forward_now(&mut w, pid(2), confirm), None, "waits");
+    let at = w.master.poll_timeout().expect("the change's deadline");
+    w.master
+        .handle(at, MasterInput::Timeout)
+        .expect("a timeout");
+    let answer = std::iter::from_fn(|| w.master.poll_output()).find_map(|o| match o {
+        MasterOutput::Send(e) => match e.msg {
+            ToDaemon::Reply { to, req: 77, reply } if to == pid(2) => Some(reply),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    assert_eq!(
+        answer,
+        Some(ClientReply::Confirmed(Err(RcError::Aborted(delta))))
+    );
+}
+
+/// `master/phase3.rs` `Master::abort`: `!self.bug(NoBroadcastOnRollback)` → delete `!`
+/// kept the psets a rollback restored from the daemons. An abort's restored psets are
+/// replicated (`RC-12`, `RC-14`): a daemon answers the root's info as the master holds
+/// it again, without the aborted change's process.
+#[test]
+fn a_rollback_reaches_the_daemons() {
+    let mut w = World::new(config(1, 4, 2));
+    w.behaviour.exit_on_kill = false;
+    w.behaviour.confirm = false;
+    let delta = root_accepted_add(&mut w);
+    assert_eq!(w.members(&root()), [0, 1, 2], "phase 2 grew the root");
+    w.run_for(Duration::from_millis(700));
+    assert_eq!(w.master.status(&delta), RcStatus::Aborted);
+    let at_master = w.master.registry().get(&root()).unwrap().clone();
+    assert_eq!(at_master.members.len(), 2, "restored");
+    let out = daemon_serves(&mut w, ClientRequest::PsetInfo { name: root() });
+    let [
+        DaemonOutput::ToClient {
+            reply: ClientReply::PsetInfo(Ok(info)),
+            ..
+        },
+    ] = out.as_slice()
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        (info.0, info.1.version),
+        (2, at_master.attrs.version),
+        "the daemon's replica"
+    );
+}
+
+/// `master/phase3.rs` `Master::lose`: `f.members.contains(pid) && !f.arrived…` → `||`
+/// failed every fence the lost process had not arrived at, also fences it is no member
+/// of. A loss fails the fences waiting for it (`RC-18`); a fence over a pset without it
+/// goes on and completes.
+#[test]
+fn a_loss_fails_only_the_fences_waiting_for_the_lost_process() {
+    let mut w = World::new(config(1, 4, 3));
+    // `x` = the application less rank 2.
+    let x = name("mpi://app/app/x");
+    apply(
+        &mut w,
+        2,
+        set_op(
+            SetOp::Difference,
+            &root(),
+            &name("mpi://SELF"),
+            &x,
+            AttrUpdate::none(),
+        ),
+    );
+    let fence = |pset: &PsetName| ClientCall::Fence {
+        pset: pset.clone(),
+        timeout: Duration::from_millis(2000),
+    };
+    let on_x = w.call(&pid(0), fence(&x));
+    let on_root = w.call(&pid(1), fence(&root()));
+    w.run_for(Duration::from_millis(1));
+    w.exit(&pid(2));
+    w.run_for(Duration::from_millis(5));
+    assert_eq!(
+        w.results.get(&(pid(1), on_root)),
+        Some(&CallResult::Fence(Err(RcError::ProcessLost(pid(2))))),
+        "rank 2 will never arrive"
+    );
+    assert_eq!(w.results.get(&(pid(0), on_x)), None, "x waits for rank 1");
+    let last = w.call(&pid(1), fence(&x));
+    assert!(matches!(w.wait(&pid(1), last), CallResult::Fence(Ok(_))));
+    assert!(matches!(w.wait(&pid(0), on_x), CallResult::Fence(Ok(_))));
+}

@@ -262,3 +262,26 @@ fn a_kill_of_a_spawn_not_made_yet_is_refused() {
         Err(RcError::BadRequest("no such spawn"))
     );
 }
+
+/// `rc/master/spawn.rs` `validate`: `total > MAX_SPAWN` → `>=` or `==` moved the limit of
+/// one spawn by one process. A spawn starts at most 65,536 processes, one group
+/// (`SPAWN-7`, `RC-2`): exactly that many is a well-formed request (refused here only
+/// for want of slots, `SPAWN-17`), one more is malformed.
+#[test]
+fn a_spawn_may_start_up_to_65536_processes() {
+    let mut w = World::new(config(1, 4, 2));
+    w.run_for(Duration::from_millis(1));
+    assert!(
+        matches!(
+            spawn(&mut w, &pid(0), vec![cmd("a", 65_535), cmd("b", 1)]),
+            Err(RcError::Slots(SlotError::Exhausted { wanted: 65_536, .. }))
+        ),
+        "well-formed, too big for the slots"
+    );
+    assert_eq!(
+        spawn(&mut w, &pid(0), vec![cmd("a", 65_536), cmd("b", 1)]),
+        Err(RcError::BadRequest(
+            "a spawn may start at most 65536 processes"
+        ))
+    );
+}

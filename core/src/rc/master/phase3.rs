@@ -1,10 +1,11 @@
 //! Phase 3 and the end of a change: accept, confirm, the decision, rollback, exits and
 //! the grace period (thesis §6.4.2, §7.4.3; `RC-1`, `RC-7`..`RC-13`).
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{Master, MasterOutput, Route, Waiter};
+use super::{Change, Master, MasterOutput, Route, Waiter};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
@@ -457,20 +458,21 @@ impl Master {
             self.out
                 .push_back(MasterOutput::NodeReleased(crate::rc::types::NodeId(node)));
         }
-        let misattribute = self.bug(Bug::MisattributeExit);
-        let owner = self
-            .changes
-            .iter()
-            .filter(|(_, c)| !c.done || misattribute)
-            .find(|(_, c)| {
-                let i = &c.info;
-                match i.status {
-                    _ if misattribute => i.includes(pid),
-                    RcStatus::Finalized => i.removed.contains(pid),
-                    _ => i.added.contains(pid),
-                }
-            })
-            .map(|(d, c)| (d.clone(), c.info.status));
+        let owner = if self.bug(Bug::MisattributeExit) {
+            planted_misattributed_owner(&self.changes, pid)
+        } else {
+            self.changes
+                .iter()
+                .filter(|(_, c)| !c.done)
+                .find(|(_, c)| {
+                    let i = &c.info;
+                    match i.status {
+                        RcStatus::Finalized => i.removed.contains(pid),
+                        _ => i.added.contains(pid),
+                    }
+                })
+                .map(|(d, c)| (d.clone(), c.info.status))
+        };
         match owner {
             Some((delta, status)) => {
                 if !status.is_final() {
@@ -687,4 +689,16 @@ fn planted_some_confirmed(change: &super::Change) -> bool {
         .iter()
         .any(|p| change.confirmed.contains(p))
         || change.info.added.is_empty()
+}
+
+/// Planted `MisattributeExit`: an exit charged to the first change, done or not, that
+/// names the process at all (added or removed), whatever its status.
+fn planted_misattributed_owner(
+    changes: &BTreeMap<PsetName, Change>,
+    pid: &ProcessId,
+) -> Option<(PsetName, RcStatus)> {
+    changes
+        .iter()
+        .find(|(_, c)| c.info.includes(pid))
+        .map(|(d, c)| (d.clone(), c.info.status))
 }
