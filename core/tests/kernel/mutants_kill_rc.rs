@@ -83,7 +83,7 @@ fn forward(w: &mut World, from: ProcessId, request: ClientRequest) -> ClientRepl
 
 /// [`forward`], returning `None` if the master does not answer at once.
 fn forward_now(w: &mut World, from: ProcessId, request: ClientRequest) -> Option<ClientReply> {
-    use dynres_core::rc::{MasterInput, MasterOutput, NodeId, ToDaemon, ToMaster};
+    use dynres_core::rc::{MasterInput, NodeId, ToMaster};
     while w.master.poll_output().is_some() {}
     let msg = ToMaster::Forward {
         from: from.clone(),
@@ -99,9 +99,16 @@ fn forward_now(w: &mut World, from: ProcessId, request: ClientRequest) -> Option
             },
         )
         .expect("a forwarded request is served");
+    forwarded_reply(w, &from)
+}
+
+/// The master's reply to `from`'s request forwarded by [`forward_now`], among its
+/// queued outputs (all drained).
+fn forwarded_reply(w: &mut World, from: &ProcessId) -> Option<ClientReply> {
+    use dynres_core::rc::{MasterOutput, ToDaemon};
     std::iter::from_fn(|| w.master.poll_output()).find_map(|o| match o {
         MasterOutput::Send(e) => match e.msg {
-            ToDaemon::Reply { to, req: 77, reply } if to == from => Some(reply),
+            ToDaemon::Reply { to, req: 77, reply } if &to == from => Some(reply),
             _ => None,
         },
         _ => None,
@@ -1165,7 +1172,7 @@ fn a_late_change_request_of_a_dead_process_starts_nothing() {
 /// (here at its deadline, the root never accepting), with `Aborted`.
 #[test]
 fn a_waiting_confirm_learns_the_change_aborted() {
-    use dynres_core::rc::{MasterInput, MasterOutput, ToDaemon};
+    use dynres_core::rc::MasterInput;
     let mut w = World::new(config(1, 4, 2));
     w.behaviour.confirm = false;
     let delta = announce_add(&mut w, 1);
@@ -1178,13 +1185,7 @@ fn a_waiting_confirm_learns_the_change_aborted() {
     w.master
         .handle(at, MasterInput::Timeout)
         .expect("a timeout");
-    let answer = std::iter::from_fn(|| w.master.poll_output()).find_map(|o| match o {
-        MasterOutput::Send(e) => match e.msg {
-            ToDaemon::Reply { to, req: 77, reply } if to == pid(2) => Some(reply),
-            _ => None,
-        },
-        _ => None,
-    });
+    let answer = forwarded_reply(&mut w, &pid(2));
     assert_eq!(w.master.status(&delta), RcStatus::Aborted);
     assert_eq!(
         answer,
