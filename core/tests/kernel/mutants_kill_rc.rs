@@ -1264,3 +1264,328 @@ fn a_loss_fails_only_the_fences_waiting_for_the_lost_process() {
     assert!(matches!(w.wait(&pid(1), last), CallResult::Fence(Ok(_))));
     assert!(matches!(w.wait(&pid(0), on_x), CallResult::Fence(Ok(_))));
 }
+
+/// `daemon/modex.rs` `Daemon::expire_gathers`: `!g.forwarded && g.deadline <= now` →
+/// `||` failed every gather still waiting on its node at any daemon timeout. A gather
+/// fails with `Timeout` only at its deadline (`MODEX-5`): woken before it (its timer
+/// serves every gather of the node), the daemon keeps waiting, and the late member
+/// completes the modex.
+#[test]
+fn a_daemon_woken_early_keeps_a_gather_before_its_deadline() {
+    use dynres_core::rc::ModexData;
+    let mut w = World::new(config(1, 4, 2));
+    let r = root();
+    let first = w.call(&pid(0), modex_call(&r, 0));
+    w.run_for(Duration::from_millis(1));
+    assert!(w.modex_batches.is_empty(), "node 0 still waits for rank 1");
+    let now = w.now;
+    w.daemons[0]
+        .handle(now, DaemonInput::Timeout)
+        .expect("an early wake-up is served");
+    let second = w.call(&pid(1), modex_call(&r, 1));
+    for (rank, id) in [(0, first), (1, second)] {
+        let CallResult::Modex(Ok(ModexData { entries, .. })) = w.wait(&pid(rank), id) else {
+            panic!("rank {rank}: modex failed: {:?}", w.results)
+        };
+        assert_eq!(entries.len(), 2, "rank {rank}");
+    }
+}
+
+/// `master/growth.rs` `Master::send_replica`: `!c.done` → `c.done`, and
+/// `status != Finalized || bug(..)` → `&&`: an added node's daemon got no undecided
+/// change. Its replica holds every change still in progress before any change can place
+/// a process there (`RC-14`, `RC-21`), so its processes' queries see it (`RC-4`).
+#[test]
+fn an_added_node_learns_the_change_in_progress() {
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce_add(&mut w, 1);
+    w.add_node("n1", 2).expect("the node joins");
+    w.run_for(Duration::from_millis(1));
+    let held: Vec<&PsetName> = w.daemons[1].changes().map(|c| &c.delta).collect();
+    assert_eq!(held, [&delta]);
+}
+
+/// `master/growth.rs` `Master::expire_growth`: `!g.refused && (denied || deadline <=
+/// now)` → `||` refused a request waiting for slots at any master timeout. It is refused
+/// only when the driver denies the slots or its deadline passes (`RC-21`): woken before
+/// (the master has one timer for all its deadlines), it keeps waiting and starts on the
+/// node that comes.
+#[test]
+fn a_request_waiting_for_slots_outlives_an_early_wake_up() {
+    use dynres_core::rc::{MasterInput, MasterOutput};
+    let mut cfg = config(1, 2, 2);
+    cfg.grow_wait = Some(Duration::from_millis(1000));
+    let mut w = World::new(cfg);
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(10));
+    assert!(w.statuses.is_empty(), "it waits for a node");
+    let now = w.now;
+    w.master
+        .handle(now, MasterInput::Timeout)
+        .expect("an early wake-up is served");
+    w.add_node("n1", 1).expect("the node joins");
+    w.run_for(Duration::from_millis(1));
+    assert!(
+        !w.notices
+            .iter()
+            .any(|n| matches!(n, MasterOutput::Refused { .. })),
+        "{:?}",
+        w.notices
+    );
+    assert_eq!(w.statuses.len(), 1, "it started on the new node");
+}
+
+/// `master/modex.rs` `Master::on_modex_batch`: `version != current &&
+/// !bug(ModexIgnoreVersion)` → `&& bug(..)` gathered a batch for a version the pset no
+/// longer has (the gather then failed for every node of the pset). A batch at another
+/// version than the master's is answered `Stale`, with the current version, to the node
+/// that sent it alone: no modex is open at the master (`MODEX-2`).
+#[test]
+fn the_master_answers_a_batch_at_an_old_version_stale() {
+    use dynres_core::rc::{MasterInput, MasterOutput, NodeId, ToDaemon, ToMaster};
+    // Ranks 0 and 1 on node 0; the new rank 2 on node 1.
+    let mut w = World::new(config(2, 2, 2));
+    let r = root();
+    let old = w.version(&r);
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    let current = w.version(&r);
+    assert!(current > old);
+    while w.master.poll_output().is_some() {}
+    let msg = ToMaster::Modex {
+        pset: r.clone(),
+        version: old,
+        timeout: Duration::from_millis(1000),
+        entries: vec![(pid(0), "a".into()), (pid(1), "b".into())],
+    };
+    let now = w.now;
+    w.master
+        .handle(
+            now,
+            MasterInput::FromDaemon {
+                node: NodeId(0),
+                msg,
+            },
+        )
+        .expect("served");
+    let done: Vec<_> = std::iter::from_fn(|| w.master.poll_output())
+        .filter_map(|o| match o {
+            MasterOutput::Send(e) => match e.msg {
+                ToDaemon::ModexDone {
+                    version, result, ..
+                } => Some((e.to, version, result)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        done,
+        [(
+            NodeId(0),
+            old,
+            Err(RcError::Stale {
+                pset: r,
+                version: current
+            })
+        )]
+    );
+}
+
+/// `master/phase1.rs` `Master::dequeue`: `!in_flight && !growing` → `||` started every
+/// queued request of the application at once. One change per application is undecided
+/// at a time (`RC-15`): when the first aborts, only the next queued one starts.
+#[test]
+fn a_decided_change_starts_only_the_next_queued_request() {
+    let mut w = World::new(config(1, 8, 2));
+    w.behaviour.confirm = false;
+    for _ in 0..3 {
+        w.request(ChangeRequest::add(APP, 1));
+    }
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(w.statuses.len(), 1, "two wait in the queue");
+    // No accept: the first change aborts at its deadline (500 ms).
+    w.run_for(Duration::from_millis(600));
+    let announced: Vec<&PsetName> = w
+        .statuses
+        .iter()
+        .filter(|(_, s)| *s == RcStatus::Announced)
+        .map(|(d, _)| d)
+        .collect();
+    assert_eq!(announced.len(), 2, "{:?}", w.statuses);
+}
+
+/// `master/phase1.rs` `Master::start_change`: `(add && adds == 0) || (sub && removes ==
+/// 0)` → `&&` let an ADD of no process through. A change must add or remove at least
+/// one process (`RC-2`).
+#[test]
+fn an_add_of_no_process_is_refused() {
+    let mut w = World::new(config(1, 4, 2));
+    w.request(ChangeRequest::add(APP, 0));
+    w.run_for(Duration::from_millis(1));
+    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
+    assert!(
+        w.notices.iter().any(|n| matches!(
+            n,
+            dynres_core::rc::MasterOutput::Refused {
+                error: RcError::BadRequest("a change must add or remove at least one process"),
+                ..
+            }
+        )),
+        "{:?}",
+        w.notices
+    );
+}
+
+/// `master/phase1.rs` `Master::start_change`: `!in_app(p) || !is_running(p)` → `&&` let
+/// a SUB name a running process of another application. A named victim must be a
+/// running process of the application (`RC-5`).
+#[test]
+fn a_sub_may_not_name_a_process_of_another_application() {
+    let mut cfg = config(1, 8, 3);
+    cfg.apps.push(("other".to_string(), 1));
+    let mut w = World::new(cfg);
+    let stranger = pid(3);
+    assert_eq!(
+        w.members(&root()),
+        [0, 1, 2],
+        "rank 3 is the other application's"
+    );
+    let mut req = ChangeRequest::sub(APP, 1);
+    req.victims = vec![stranger.clone()];
+    w.request(req);
+    w.run_for(Duration::from_millis(1));
+    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
+    assert!(
+        w.notices.iter().any(|n| matches!(
+            n,
+            dynres_core::rc::MasterOutput::Refused {
+                error: RcError::NotPermitted(p),
+                ..
+            } if *p == stranger
+        )),
+        "{:?}",
+        w.notices
+    );
+}
+
+/// `master/phase3.rs` `confirm_key` → `String::new()` / `"xyzzy"`: the decision is
+/// published under `{delta}:confirm` (`RC-12`), where new processes look it up.
+#[test]
+fn the_decision_is_published_under_the_confirm_key() {
+    let mut w = World::new(config(1, 4, 2));
+    w.request(ChangeRequest::add(APP, 1));
+    w.run_for(Duration::from_millis(1));
+    let delta = w.statuses.last().expect("announced").0.clone();
+    w.adapt(&pid(0), None);
+    w.run_for(Duration::from_millis(100));
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    let res = w.call_wait(
+        &pid(1),
+        ClientCall::Lookup {
+            key: format!("{delta}:confirm"),
+            wait: None,
+        },
+    );
+    assert_eq!(res, CallResult::Lookup(Ok("success".to_string())));
+}
+
+/// `master/phase3.rs` `Master::accept`: the guard `!status.is_final()` → `true` parked a
+/// blocking accept that had just decided its SUB. A blocking accept waits only for an
+/// undecided change: the SUB's last accept finalizes it and is answered at once
+/// (`RC-8`, `RC-13`).
+#[test]
+fn the_blocking_accept_that_decides_a_sub_is_answered_at_once() {
+    let mut w = World::new(config(1, 4, 3));
+    let delta = announce(&mut w, ChangeRequest::sub(APP, 1));
+    let r = root();
+    apply(
+        &mut w,
+        0,
+        set_op(SetOp::Difference, &r, &delta, &r, AttrUpdate::none()),
+    );
+    let accept = ClientRequest::Accept {
+        delta: delta.clone(),
+        new_pset: r.clone(),
+        bound: None,
+        wait: Some(Duration::from_secs(5)),
+    };
+    let Some(ClientReply::Accept(Ok(a))) = forward_now(&mut w, pid(0), accept) else {
+        panic!("the deciding accept waits")
+    };
+    assert_eq!(a.status, RcStatus::Finalized);
+}
+
+/// `master/phase3.rs` `Master::check_accept`: `!in_bound_now && !in_bound_at_announce`
+/// → `&& in_bound_at_announce` let a process outside the bound pset accept. Only a
+/// member of the bound pset (now or when the change was announced) accepts (`RC-8`).
+#[test]
+fn a_process_outside_the_bound_pset_may_not_accept() {
+    let mut w = World::new(config(1, 4, 3));
+    // The application's pset inactive, ex2 = app − {2} active: ex2 is the only malleable
+    // pset, and rank 2 is in the application but not in ex2.
+    let ex2 = name("mpi://app/app/ex2");
+    let inactive = PsetOp::Null {
+        target: root(),
+        attrs: AttrUpdate::active(false),
+    };
+    let ex = set_op(
+        SetOp::Difference,
+        &root(),
+        &name("mpi://SELF"),
+        &ex2,
+        AttrUpdate::active(true),
+    );
+    apply_all(&mut w, 2, vec![inactive, ex]);
+    assert_eq!(
+        w.master.registry().malleable(APP),
+        std::slice::from_ref(&ex2)
+    );
+    let delta = announce_add(&mut w, 1);
+    apply(
+        &mut w,
+        0,
+        set_op(SetOp::Union, &ex2, &delta, &ex2, AttrUpdate::none()),
+    );
+    let accept = |rank: u32, w: &mut World| {
+        let call = ClientCall::Accept {
+            delta: delta.clone(),
+            new_pset: ex2.clone(),
+            bound: None,
+            wait: None,
+        };
+        w.call_wait(&pid(rank), call)
+    };
+    assert_eq!(
+        accept(2, &mut w),
+        CallResult::Accept(Err(RcError::NotPermitted(pid(2))))
+    );
+    assert!(matches!(accept(0, &mut w), CallResult::Accept(Ok(_))));
+}
+
+/// `master/phase3.rs` `Master::confirm`: the `Finalized` arm deleted parked a confirm
+/// that came after the decision. A confirm of a FINALIZED change is answered `Ok` at
+/// once (`RC-9`).
+#[test]
+fn a_confirm_after_the_decision_is_answered_at_once() {
+    let mut w = World::new(config(1, 4, 2));
+    let delta = announce_add(&mut w, 1);
+    grow_root(&mut w, &delta);
+    assert!(matches!(
+        accept_by(&mut w, 0, &delta),
+        CallResult::Accept(Ok(_))
+    ));
+    let confirm = || ClientRequest::Confirm {
+        delta: delta.clone(),
+        ok: true,
+    };
+    assert_eq!(
+        forward(&mut w, pid(2), confirm()),
+        ClientReply::Confirmed(Ok(()))
+    );
+    assert_eq!(w.master.status(&delta), RcStatus::Finalized);
+    assert_eq!(
+        forward_now(&mut w, pid(2), confirm()),
+        Some(ClientReply::Confirmed(Ok(())))
+    );
+}

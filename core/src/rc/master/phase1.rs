@@ -18,7 +18,7 @@ impl Master {
     /// application is undecided at a time; later ones wait in a bounded FIFO (`RC-15`).
     pub(crate) fn request_change(&mut self, now: Instant, from: Requester, req: ChangeRequest) {
         let busy = if self.bug(Bug::OneChangePerJob) {
-            !self.in_flight.is_empty()
+            self.planted_any_in_flight()
         } else {
             self.in_flight.contains_key(&req.app)
         };
@@ -41,7 +41,7 @@ impl Master {
     pub(crate) fn dequeue(&mut self, now: Instant, app: &str) {
         while !self.in_flight.contains_key(app) && !self.growing(app) {
             let next = if self.bug(Bug::DequeueNewest) {
-                self.queue.iter().rposition(|(_, r)| r.app == app)
+                self.planted_newest_queued(app)
             } else {
                 self.queue.iter().position(|(_, r)| r.app == app)
             };
@@ -158,24 +158,10 @@ impl Master {
         // Work on copies; commit at the end.
         let mut registry = self.registry.clone();
         let mut slots = self.slots.clone();
-        let first_rank = self.next_rank;
-        // Planted: the counter is rolled back with an aborted change.
-        let first_rank = match self
-            .changes
-            .values()
-            .rev()
-            .find(|c| c.info.status == RcStatus::Aborted)
-        {
-            Some(c)
-                if self.bug(Bug::ReuseRankAfterAbort)
-                    && c.info
-                        .added
-                        .last()
-                        .is_some_and(|p| p.rank + 1 == first_rank) =>
-            {
-                c.info.added.first().map_or(first_rank, |p| p.rank)
-            }
-            _ => first_rank,
+        let first_rank = if self.bug(Bug::ReuseRankAfterAbort) {
+            self.planted_rank_after_abort()
+        } else {
+            self.next_rank
         };
         let added: Vec<ProcessId> = (0..adds)
             .map(|i| ProcessId::new(self.cfg.namespace.clone(), first_rank.saturating_add(i)))
@@ -298,5 +284,41 @@ impl Master {
         );
         tracing::debug!(%delta, kind = ?req.kind, "change announced");
         Ok(delta)
+    }
+}
+
+/// Planted-bug code (never run in a tested build; the mutation run leaves `planted_*`
+/// functions out).
+impl Master {
+    /// Planted `OneChangePerJob`: any change in flight blocks every application.
+    fn planted_any_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    /// Planted `DequeueNewest`: the queue served last in, first out.
+    fn planted_newest_queued(&self, app: &str) -> Option<usize> {
+        self.queue.iter().rposition(|(_, r)| r.app == app)
+    }
+
+    /// Planted `ReuseRankAfterAbort`: the rank counter rolled back with the last aborted
+    /// change when that change took the newest ranks.
+    fn planted_rank_after_abort(&self) -> u32 {
+        let first_rank = self.next_rank;
+        match self
+            .changes
+            .values()
+            .rev()
+            .find(|c| c.info.status == RcStatus::Aborted)
+        {
+            Some(c)
+                if c.info
+                    .added
+                    .last()
+                    .is_some_and(|p| p.rank + 1 == first_rank) =>
+            {
+                c.info.added.first().map_or(first_rank, |p| p.rank)
+            }
+            _ => first_rank,
+        }
     }
 }

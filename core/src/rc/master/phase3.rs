@@ -62,7 +62,7 @@ impl Master {
                     }
                 }
                 // SUB is decided by its accepts alone: one per X_c(U) member (RC-8).
-                let planted = kind != RcType::Sub && self.bug(Bug::FinalizeOnAccept);
+                let planted = self.bug(Bug::FinalizeOnAccept) && planted_finalizes_on_accept(kind);
                 let waits = self.bug(Bug::SubWaitsForExits);
                 if (kind == RcType::Sub && all_in && !waits) || planted {
                     self.finalize(now, &delta);
@@ -191,7 +191,7 @@ impl Master {
         // else is refused before it can count or abort anything. (Planted: the accept's
         // check, the caller's application, used instead.)
         let permitted = if self.bugs.has(Bug::ConfirmFromAnyMember) {
-            self.app_of.get(&route.pid) == Some(&change.info.app)
+            planted_member_of_app(&self.app_of, &route.pid, &change.info.app)
         } else {
             change.info.added.contains(&route.pid)
         };
@@ -701,4 +701,15 @@ fn planted_misattributed_owner(
         .iter()
         .find(|(_, c)| c.info.includes(pid))
         .map(|(d, c)| (d.clone(), c.info.status))
+}
+
+/// Planted bug `FinalizeOnAccept`: an ADD or REPLACE decided by its accepts, as a SUB is.
+fn planted_finalizes_on_accept(kind: RcType) -> bool {
+    kind != RcType::Sub
+}
+
+/// Planted bug `ConfirmFromAnyMember`: the accept's check (the caller's application)
+/// used for a confirm.
+fn planted_member_of_app(app_of: &BTreeMap<ProcessId, String>, pid: &ProcessId, app: &str) -> bool {
+    app_of.get(pid).map(String::as_str) == Some(app)
 }
