@@ -142,6 +142,19 @@ fn daemon_serves(w: &mut World, request: ClientRequest) -> Vec<DaemonOutput> {
     std::iter::from_fn(|| d.poll_output()).collect()
 }
 
+/// Asserts that no change was announced and that the master refused a request with
+/// `error` (`RC-2`: refused with nothing changed).
+fn assert_refused(w: &World, error: RcError) {
+    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
+    assert!(
+        w.notices.iter().any(
+            |n| matches!(n, dynres_core::rc::MasterOutput::Refused { error: e, .. } if *e == error)
+        ),
+        "{:?}",
+        w.notices
+    );
+}
+
 fn accept_by(w: &mut World, rank: u32, delta: &PsetName) -> CallResult {
     let accept = ClientCall::Accept {
         delta: delta.clone(),
@@ -888,18 +901,7 @@ fn an_add_naming_a_pset_that_is_not_malleable_is_refused() {
     req.bound = Some(PsetName::world());
     w.request(req);
     w.run_for(Duration::from_millis(1));
-    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
-    assert!(
-        w.notices.iter().any(|n| matches!(
-            n,
-            dynres_core::rc::MasterOutput::Refused {
-                error: RcError::BadRequest("the bound pset is not malleable"),
-                ..
-            }
-        )),
-        "{:?}",
-        w.notices
-    );
+    assert_refused(&w, RcError::BadRequest("the bound pset is not malleable"));
 }
 
 /// `rc/client.rs` `Client::poll_timeout` → `Some(Default::default())` asked its driver to
@@ -1423,17 +1425,9 @@ fn an_add_of_no_process_is_refused() {
     let mut w = World::new(config(1, 4, 2));
     w.request(ChangeRequest::add(APP, 0));
     w.run_for(Duration::from_millis(1));
-    assert!(w.statuses.is_empty(), "{:?}", w.statuses);
-    assert!(
-        w.notices.iter().any(|n| matches!(
-            n,
-            dynres_core::rc::MasterOutput::Refused {
-                error: RcError::BadRequest("a change must add or remove at least one process"),
-                ..
-            }
-        )),
-        "{:?}",
-        w.notices
+    assert_refused(
+        &w,
+        RcError::BadRequest("a change must add or remove at least one process"),
     );
 }
 
