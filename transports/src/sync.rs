@@ -50,6 +50,23 @@ pub(crate) fn heavy_barrier() -> bool {
     }
 }
 
+/// Whether this kernel offers [`heavy_barrier`] (asked once per process).
+pub(crate) fn heavy_barrier_supported() -> bool {
+    #[cfg(loom)]
+    {
+        true
+    }
+    #[cfg(not(loom))]
+    {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            // SAFETY: as in `heavy_barrier`.
+            let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+            cmds >= 0 && cmds & i64::from(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0
+        })
+    }
+}
+
 #[cfg(not(loom))]
 const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
 #[cfg(not(loom))]

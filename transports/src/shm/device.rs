@@ -13,7 +13,7 @@ use super::record::{
 };
 use super::ring::{Consumer, Producer, RawStorage};
 use super::segment::{self, pid_alive};
-use super::waiter::{WaitOutcome, arm_wake_flag, calibrated_spins, take_wake_flag};
+use super::waiter::{WaitOutcome, arm_wake_flag, arm_wake_flags, calibrated_spins, take_wake_flag};
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
     ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
@@ -1026,12 +1026,23 @@ impl ShmDevice {
             .map(|(_, c)| &c.peer.slot(c.out_slot).waiting as *const AtomicU32)
             .collect();
         let arm = || {
-            for f in &flags {
-                // SAFETY: the peers' inboxes stay mapped while `self.conns` holds them,
-                // which outlives this call; nothing is removed from `conns` during the
-                // wait.
-                arm_wake_flag(unsafe { &**f });
+            if !flags.is_empty() {
+                arm_wake_flags(|| {
+                    for f in &flags {
+                        // SAFETY: the peers' inboxes stay mapped while `self.conns`
+                        // holds them, which outlives this call; nothing is removed
+                        // from `conns` during the wait.
+                        arm_wake_flag(unsafe { &**f });
+                    }
+                });
             }
+        };
+        // Without the kernel's barrier a receiver's cheap check may miss our flag: then
+        // do not sleep for long (the wait is re-armed and re-checked every millisecond).
+        let timeout = if flags.is_empty() || crate::sync::heavy_barrier_supported() {
+            timeout
+        } else {
+            timeout.min(Duration::from_millis(1))
         };
         let conns = &mut self.conns;
         let peer_running = || conns_running(conns);

@@ -90,7 +90,7 @@ pub struct Slot {
     /// Sender pid.
     pub pid: AtomicU32,
     /// Raised by the sender before each sleep for ring space (after taking its ticket,
-    /// followed by a membarrier: [`super::waiter::arm_wake_flag`]); the receiver, after
+    /// followed by a membarrier: [`super::waiter::arm_wake_flags`]); the receiver, after
     /// freeing space, looks at it with a plain load and, if it is up, swaps it to 0
     /// and wakes the sender ([`super::waiter::take_wake_flag`]).
     pub waiting: AtomicU32,

@@ -6,20 +6,12 @@
 //! peer that would produce the event is known not to be running (it is itself blocked),
 //! spinning is pointless and skipped.
 //!
-//! Protocol (no lost wake-ups): the waiter reads `seq` (its ticket), registers in
-//! `sleepers`, fences, re-checks its condition, and sleeps only while `seq` still equals
-//! the ticket (the futex compares atomically with going to sleep). The notifier
-//! publishes its data, fences, and only if it sees `sleepers != 0` bumps `seq` and wakes.
-//! It is the store-buffer (Dekker) pattern: with a full fence on each side, either the
-//! notifier sees the sleeper or the sleeper's re-check sees the data.
-//!
-//! Which fences (issue 15): a message is notified on every send and a sleep is rare, so
-//! the notifier's side is the cheap one of an asymmetric barrier (a compiler fence and a
-//! plain load: no atomic read-modify-write per message) and the waiter pays for both with
-//! `membarrier(2)` before its re-check ([`crate::sync::heavy_barrier`]). A process that
-//! could not register for peers' barriers (`DYNRES_SHM_ASYM=0`, or no kernel support)
-//! notifies the old way instead: it bumps `seq` unconditionally and reads `sleepers` with
-//! an RMW, which pairs with the sleeper's `fetch_add` through release/acquire alone.
+//! Protocol (no lost wake-ups): the notifier publishes its data, then bumps `seq`, then
+//! wakes only if `sleepers != 0`. The waiter reads `seq`, re-checks its condition,
+//! registers in `sleepers`, and sleeps only while `seq` is unchanged (the futex compares
+//! atomically with going to sleep). With SeqCst on `seq` and `sleepers` either the
+//! notifier sees the sleeper, or the sleeper sees the new `seq`. The notifier reads
+//! `sleepers` with an RMW so this holds under acquire/release reasoning too.
 
 use std::time::Duration;
 
@@ -72,35 +64,18 @@ impl WaitWord {
 
     /// Tells the owner something changed. Call after publishing the data. Returns
     /// whether a sleeper had to be woken.
-    #[inline]
     pub fn notify(&self) -> bool {
-        self.notify_with(crate::sync::asymmetric_barriers())
-    }
-
-    /// [`WaitWord::notify`] with the cheap side of the asymmetric barrier (`cheap`, only
-    /// when this process is registered for peers' barriers) or the RMW protocol.
-    #[inline]
-    fn notify_with(&self, cheap: bool) -> bool {
-        if cheap {
-            // Stands for a full fence between our data stores and this load: the
-            // sleeper's `heavy_barrier` runs one on our CPU (module docs).
-            crate::sync::light_barrier();
-            if self.sleepers.load(Ordering::Relaxed) == 0 {
-                return false;
-            }
-            self.seq.fetch_add(1, Ordering::SeqCst);
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        // An RMW rather than a load: an RMW reads the latest value in the modification
+        // order, so this pairs with the sleeper's `fetch_add` through release/acquire
+        // alone (loom models SeqCst loads as merely acquire, and found the lost wake-up
+        // a plain load allows there).
+        if self.sleepers.fetch_add(0, Ordering::SeqCst) != 0 {
+            self.wake_all();
+            true
         } else {
-            self.seq.fetch_add(1, Ordering::SeqCst);
-            // An RMW rather than a load: an RMW reads the latest value in the
-            // modification order, so this pairs with the sleeper's `fetch_add` through
-            // release/acquire alone (loom models SeqCst loads as merely acquire, and
-            // found the lost wake-up a plain load allows there).
-            if self.sleepers.fetch_add(0, Ordering::SeqCst) == 0 {
-                return false;
-            }
+            false
         }
-        self.wake_all();
-        true
     }
 
     /// Waits until `ready()` holds: spins up to `spins` times (0 when `peer_running`
@@ -120,7 +95,7 @@ impl WaitWord {
 
     /// [`WaitWord::wait_until`], calling `arm` before every attempt to block (after the
     /// spin and after the ticket is taken, before the condition is re-checked): the place to
-    /// raise flags that ask a peer for a wake-up ([`arm_wake_flag`]), so a peer
+    /// raise flags that ask a peer for a wake-up ([`arm_wake_flags`]), so a peer
     /// that clears a flag while waking us is asked again if we sleep again.
     pub fn wait_until_armed(
         &self,
@@ -143,36 +118,23 @@ impl WaitWord {
             }
         }
         loop {
-            // The ticket first: a notifier that sees us registered bumps `seq` past it,
-            // so we cannot sleep on it. The flags after the ticket: a peer that takes a
-            // flag raised here and notifies has bumped `seq` past this ticket; in the
-            // other order its notification could be counted in the ticket and the flag
-            // already gone when it frees more (loom:
+            // The ticket before the flags: a peer that takes a flag raised here and
+            // notifies has bumped `seq` past this ticket, so we cannot sleep on it. In
+            // the other order its notification could be counted in the ticket and the
+            // flag already gone when it frees more (loom:
             // `loom_space_waiter_rearms_after_a_partial_wakeup`).
             let ticket = self.seq.load(Ordering::SeqCst);
-            self.sleepers.fetch_add(1, Ordering::SeqCst);
             arm();
-            // The heavy side of the barrier whose light side notifiers (and receivers
-            // taking wake flags) run: after it, either they see `sleepers` and the flags,
-            // or the re-check below sees their stores. If the kernel refused it, a
-            // notifier's cheap check may miss us: do not sleep for long (re-armed and
-            // re-checked every millisecond).
-            let fenced = crate::sync::heavy_barrier();
             if ready() {
-                self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 return WaitOutcome::Ready;
             }
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
             if let Some(r) = my_running {
                 r.store(0, Ordering::Relaxed);
             }
             #[cfg(not(loom))]
             SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let capped = if fenced {
-                timeout
-            } else {
-                Some(timeout.map_or(UNFENCED_SLEEP, |t| t.min(UNFENCED_SLEEP)))
-            };
-            let woke = self.block(ticket, capped);
+            let woke = self.block(ticket, timeout);
             if let Some(r) = my_running {
                 r.store(1, Ordering::Relaxed);
             }
@@ -181,8 +143,6 @@ impl WaitWord {
                 return WaitOutcome::Ready;
             }
             if !woke {
-                // Early when capped: callers treat a timeout as "check the peers and
-                // wait again", so a capped sleep only costs them one more look.
                 return WaitOutcome::TimedOut;
             }
         }
@@ -244,11 +204,19 @@ impl WaitWord {
     }
 }
 
-/// Waiter side of a wake-up flag (a sender waiting for ring space): raises `flag`, so
-/// that whoever frees the space either sees it in [`take_wake_flag`] or has its freeing
-/// store visible to the caller's re-check. Call it in the `arm` of
-/// [`WaitWord::wait_until_armed`], which issues the heavy barrier after `arm` and before
-/// the re-check (that barrier is what the receiver's cheap check pairs with).
+/// Waiter side of a wake-up flag (a sender waiting for ring space): raises `flag`
+/// and then issues the heavy side of an asymmetric barrier, so that whoever frees the
+/// space either sees the flag in [`take_wake_flag`] or has its freeing store visible
+/// to the condition the caller checks next (before it sleeps). Call it before
+/// re-checking the condition, e.g. in the `arm` of [`WaitWord::wait_until_armed`];
+/// several flags may be raised with `raise` and fenced once. Returns false if the
+/// kernel refused the barrier (the caller must then not sleep for long).
+pub fn arm_wake_flags(raise: impl FnOnce()) -> bool {
+    raise();
+    crate::sync::heavy_barrier()
+}
+
+/// Raises one flag for [`arm_wake_flags`].
 pub fn arm_wake_flag(flag: &AtomicU32) {
     flag.swap(1, Ordering::SeqCst);
 }
@@ -270,10 +238,6 @@ pub fn take_wake_flag(flag: &AtomicU32) -> bool {
     }
     flag.swap(0, Ordering::AcqRel) != 0
 }
-
-/// How long a wait sleeps at most when the kernel refused its heavy barrier: a
-/// notifier's cheap check may then have missed it, so it looks again this often.
-const UNFENCED_SLEEP: Duration = Duration::from_millis(1);
 
 impl Default for WaitWord {
     fn default() -> Self {
@@ -407,24 +371,20 @@ mod loom_tests {
 
     /// The notifier publishes then notifies; the waiter (not spinning, as when the peer
     /// is not running) must never sleep through it. A lost wake-up is a loom deadlock.
-    /// Both notifier protocols: the cheap one (light barrier, plain load of `sleepers`)
-    /// and the RMW one of a process not registered for barriers.
     #[test]
     fn loom_no_lost_wakeup() {
-        for cheap in [true, false] {
-            loom::model(move || {
-                let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
-                let s2 = s.clone();
-                let t = loom::thread::spawn(move || {
-                    s2.1.store(1, Ordering::Release);
-                    s2.0.notify_with(cheap);
-                });
-                let out =
-                    s.0.wait_until(0, || false, || s.1.load(Ordering::Acquire) == 1, None, None);
-                assert_eq!(out, WaitOutcome::Ready);
-                t.join().unwrap();
+        loom::model(|| {
+            let s = Arc::new((WaitWord::new(), LoomU32::new(0)));
+            let s2 = s.clone();
+            let t = loom::thread::spawn(move || {
+                s2.1.store(1, Ordering::Release);
+                s2.0.notify();
             });
-        }
+            let out =
+                s.0.wait_until(0, || false, || s.1.load(Ordering::Acquire) == 1, None, None);
+            assert_eq!(out, WaitOutcome::Ready);
+            t.join().unwrap();
+        });
     }
 
     /// Two events in a row, with a short spin first: both must be observed.
@@ -494,7 +454,7 @@ mod loom_tests {
                     None,
                     None,
                     || {
-                        arm_wake_flag(&s.1);
+                        arm_wake_flags(|| arm_wake_flag(&s.1));
                     },
                 );
                 assert_eq!(out, WaitOutcome::Ready);
@@ -542,7 +502,7 @@ mod loom_tests {
                 None,
                 None,
                 || {
-                    arm_wake_flag(&s.1);
+                    arm_wake_flags(|| arm_wake_flag(&s.1));
                 },
             );
             assert_eq!(out, WaitOutcome::Ready);
