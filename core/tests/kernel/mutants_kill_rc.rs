@@ -69,7 +69,12 @@ fn grow_root(w: &mut World, delta: &PsetName) {
 
 /// An ADD of one process, phase 2 done and the root's accept in (accepted, `Ok`).
 fn root_accepted_add(w: &mut World) -> PsetName {
-    let delta = announce_add(w, 1);
+    root_accepted_add_of(w, 1)
+}
+
+/// An ADD of `n` whose root applied its phase 2 and accepted; returns its delta.
+fn root_accepted_add_of(w: &mut World, n: u32) -> PsetName {
+    let delta = announce_add(w, n);
     grow_root(w, &delta);
     assert!(matches!(accept_by(w, 0, &delta), CallResult::Accept(Ok(_))));
     delta
@@ -765,12 +770,7 @@ fn an_aborted_sub_restores_the_inactive_psets_that_followed_its_delta() {
 #[test]
 fn a_confirm_is_answered_at_the_decision() {
     let mut w = World::new(config(1, 4, 2));
-    let delta = announce_add(&mut w, 2);
-    grow_root(&mut w, &delta);
-    assert!(matches!(
-        accept_by(&mut w, 0, &delta),
-        CallResult::Accept(Ok(_))
-    ));
+    let delta = root_accepted_add_of(&mut w, 2);
     let confirm = || ClientRequest::Confirm {
         delta: delta.clone(),
         ok: true,
@@ -1563,12 +1563,7 @@ fn a_process_outside_the_bound_pset_may_not_accept() {
 #[test]
 fn a_confirm_after_the_decision_is_answered_at_once() {
     let mut w = World::new(config(1, 4, 2));
-    let delta = announce_add(&mut w, 1);
-    grow_root(&mut w, &delta);
-    assert!(matches!(
-        accept_by(&mut w, 0, &delta),
-        CallResult::Accept(Ok(_))
-    ));
+    let delta = root_accepted_add_of(&mut w, 1);
     let confirm = || ClientRequest::Confirm {
         delta: delta.clone(),
         ok: true,
