@@ -14,7 +14,8 @@ use crate::error::{Result, TransportError};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
-const VERSION: u32 = 2;
+/// Layout version: 3 since the wait word became one 64-bit `seq | sleepers` word.
+const VERSION: u32 = 3;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 

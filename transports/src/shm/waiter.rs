@@ -6,16 +6,20 @@
 //! peer that would produce the event is known not to be running (it is itself blocked),
 //! spinning is pointless and skipped.
 //!
-//! Protocol (no lost wake-ups): the notifier publishes its data, then bumps `seq`, then
-//! wakes only if `sleepers != 0`. The waiter reads `seq`, re-checks its condition,
-//! registers in `sleepers`, and sleeps only while `seq` is unchanged (the futex compares
-//! atomically with going to sleep). With SeqCst on `seq` and `sleepers` either the
-//! notifier sees the sleeper, or the sleeper sees the new `seq`. The notifier reads
-//! `sleepers` with an RMW so this holds under acquire/release reasoning too.
+//! Protocol (no lost wake-ups): `seq` and `sleepers` are the two halves of one 64-bit
+//! word. The notifier publishes its data, then bumps `seq` with one atomic add, whose
+//! result says whether anyone sleeps (then it wakes them). The waiter reads `seq` (its
+//! ticket), re-checks its condition, registers in `sleepers` with an atomic add, and
+//! sleeps only while `seq` is still its ticket (the futex, on the `seq` half, compares
+//! atomically with going to sleep). Both adds are read-modify-writes of the same word,
+//! so they are totally ordered: either the notifier's sees the sleeper, or the
+//! sleeper's sees the new `seq`. One word makes the notify a single locked instruction;
+//! two words needed a second one to read `sleepers` (an RMW there too, because a plain
+//! load does not pair with the sleeper's add under acquire/release, as loom showed).
 
 use std::time::Duration;
 
-use crate::sync::{AtomicU32, Ordering, spin_hint};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, spin_hint};
 
 #[cfg(not(loom))]
 static SLEEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -27,11 +31,12 @@ pub fn sleep_count() -> u64 {
     SLEEPS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The futex word pair one process waits on; lives in that process' shared segment.
+/// The futex word one process waits on; lives in that process' shared segment.
 #[repr(C)]
 pub struct WaitWord {
-    seq: AtomicU32,
-    sleepers: AtomicU32,
+    /// `seq << 32 | sleepers`: `seq` counts notifications (it wraps; the futex waits on
+    /// this half), `sleepers` the waiters registered to be woken.
+    state: AtomicU64,
     /// loom has no futex: model it with a mutex and condvar, which have the same
     /// compare-then-sleep atomicity, so lost wake-ups surface as loom deadlocks.
     #[cfg(loom)]
@@ -53,8 +58,7 @@ impl WaitWord {
     /// A fresh word.
     pub fn new() -> Self {
         Self {
-            seq: AtomicU32::new(0),
-            sleepers: AtomicU32::new(0),
+            state: AtomicU64::new(0),
             #[cfg(loom)]
             lock: loom::sync::Mutex::new(()),
             #[cfg(loom)]
@@ -65,12 +69,9 @@ impl WaitWord {
     /// Tells the owner something changed. Call after publishing the data. Returns
     /// whether a sleeper had to be woken.
     pub fn notify(&self) -> bool {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        // An RMW rather than a load: an RMW reads the latest value in the modification
-        // order, so this pairs with the sleeper's `fetch_add` through release/acquire
-        // alone (loom models SeqCst loads as merely acquire, and found the lost wake-up
-        // a plain load allows there).
-        if self.sleepers.fetch_add(0, Ordering::SeqCst) != 0 {
+        // Adding to the upper half never carries into `sleepers`; a carry out of bit 63
+        // (seq wrapping) is dropped.
+        if sleepers(self.state.fetch_add(SEQ_ONE, Ordering::SeqCst)) != 0 {
             self.wake_all();
             true
         } else {
@@ -123,22 +124,23 @@ impl WaitWord {
             // the other order its notification could be counted in the ticket and the
             // flag already gone when it frees more (loom:
             // `loom_space_waiter_rearms_after_a_partial_wakeup`).
-            let ticket = self.seq.load(Ordering::SeqCst);
+            let ticket = seq(self.state.load(Ordering::SeqCst));
             arm();
             if ready() {
                 return WaitOutcome::Ready;
             }
-            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            let registered = self.state.fetch_add(1, Ordering::SeqCst);
             if let Some(r) = my_running {
                 r.store(0, Ordering::Relaxed);
             }
             #[cfg(not(loom))]
             SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let woke = self.block(ticket, timeout);
+            // A notification since the ticket: no need to ask the kernel.
+            let woke = seq(registered) != ticket || self.block(ticket, timeout);
             if let Some(r) = my_running {
                 r.store(1, Ordering::Relaxed);
             }
-            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            self.state.fetch_sub(1, Ordering::SeqCst);
             if ready() {
                 return WaitOutcome::Ready;
             }
@@ -158,13 +160,13 @@ impl WaitWord {
         let tsp = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: `seq` is a live, 4-byte aligned u32 (AtomicU32 has u32's layout); the
-        // shared (non-PRIVATE) futex op is required because waker and waiter are in
-        // different processes mapping the same page; `tsp` is null or points to `ts`.
+        // SAFETY: `seq_half` is a live, 4-byte aligned u32; the shared (non-PRIVATE)
+        // futex op is required because waker and waiter are in different processes
+        // mapping the same page; `tsp` is null or points to `ts`.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_futex,
-                self.seq.as_ptr(),
+                self.seq_half(),
                 libc::FUTEX_WAIT,
                 ticket,
                 tsp,
@@ -176,14 +178,15 @@ impl WaitWord {
     #[cfg(not(loom))]
     fn wake_all(&self) {
         // SAFETY: as in `block`; FUTEX_WAKE only reads the address.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.seq.as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            )
-        };
+        unsafe { libc::syscall(libc::SYS_futex, self.seq_half(), libc::FUTEX_WAKE, i32::MAX) };
+    }
+
+    /// The `seq` half of the word, for the futex (which compares 32 bits).
+    #[cfg(not(loom))]
+    fn seq_half(&self) -> *const u32 {
+        let half = if cfg!(target_endian = "little") { 1 } else { 0 };
+        // SAFETY: the word is 8 bytes; either half is in bounds and 4-byte aligned.
+        unsafe { self.state.as_ptr().cast::<u32>().add(half) }
     }
 
     #[cfg(loom)]
@@ -191,7 +194,7 @@ impl WaitWord {
         let g = self.lock.lock().unwrap();
         // The kernel compares under its bucket lock after a full barrier; an RMW read
         // is the model's equivalent.
-        if self.seq.fetch_add(0, Ordering::SeqCst) == ticket {
+        if seq(self.state.fetch_add(0, Ordering::SeqCst)) == ticket {
             drop(self.cv.wait(g).unwrap());
         }
         true
@@ -202,6 +205,19 @@ impl WaitWord {
         let _g = self.lock.lock().unwrap();
         self.cv.notify_all();
     }
+}
+
+/// One notification in [`WaitWord`]'s word.
+const SEQ_ONE: u64 = 1 << 32;
+
+/// The notification count of a [`WaitWord`] value.
+fn seq(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
+/// The registered sleepers of a [`WaitWord`] value.
+fn sleepers(word: u64) -> u32 {
+    word as u32
 }
 
 /// Waiter side of a wake-up flag (a sender waiting for ring space): raises `flag`
@@ -354,6 +370,29 @@ mod tests {
             w.0.wait_until(0, || false, || w.1.load(Ordering::Acquire), None, None);
         assert_eq!(out, WaitOutcome::Ready);
         t.join().unwrap();
+    }
+
+    /// With nothing to wake it, a waiter sleeps in the futex until its timeout. The
+    /// futex must wait on the `seq` half of the word: on the other half the kernel's
+    /// compare fails at once and the wait never sleeps and never times out (checked in
+    /// a thread, so that bug fails here instead of hanging).
+    #[test]
+    fn a_waiter_sleeps_on_the_seq_half_until_its_timeout() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let w = WaitWord::new();
+            // seq 2 against 1 sleeper once registered: the two halves differ.
+            w.notify();
+            w.notify();
+            let before = sleep_count();
+            let out = w.wait_until(0, || false, || false, Some(Duration::from_millis(30)), None);
+            let _ = tx.send((out, sleep_count() - before));
+        });
+        let (out, sleeps) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the wait neither slept nor timed out");
+        assert_eq!(out, WaitOutcome::TimedOut);
+        assert!(sleeps >= 1);
     }
 
     #[test]
