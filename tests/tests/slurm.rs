@@ -94,6 +94,28 @@ impl Cluster {
     }
 }
 
+/// Waits until `sinfo` shows each node in its state. Slurm moves a released node
+/// through COMPLETING (its epilog) before IDLE, which takes seconds on a quiet machine
+/// and much longer on a loaded one (a 30 s limit once failed while a mutation run held
+/// both cores), so the limit is generous: the wait ends as soon as the states hold.
+fn wait_node_states(cluster: &Cluster, want: &[(&str, &str)]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let states = cluster.node_states();
+        let holds = want
+            .iter()
+            .all(|(n, st)| states.iter().any(|s| s.0 == *n && s.1 == *st));
+        if holds {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sinfo never showed {want:?}: {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.cmd().arg("stop").output();
@@ -211,19 +233,10 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
         "{st}"
     );
     // Slurm has them back: idle while the job still holds n1.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let states = cluster.node_states();
-        let of = |n: &str| states.iter().find(|s| s.0 == n).map(|s| s.1.clone());
-        if of("n2").as_deref() == Some("idle")
-            && of("n3").as_deref() == Some("idle")
-            && of("n1").as_deref() == Some("allocated")
-        {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "sinfo: {states:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_node_states(
+        &cluster,
+        &[("n1", "allocated"), ("n2", "idle"), ("n3", "idle")],
+    );
     // GROW-1, RC-21: growth beyond n1 asks Slurm for a second allocation; its node
     // (n2 or n3) joins the job and runs the new processes.
     rt.change(job, "grow", "+2");
@@ -246,16 +259,7 @@ fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     );
     // GROW-2: shrinking it away gives the second allocation back.
     rt.change(job, "shrink", "-2");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let states = cluster.node_states();
-        let idle = |n: &str| states.contains(&(n.to_string(), "idle".to_string()));
-        if idle("n2") && idle("n3") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "sinfo: {states:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_node_states(&cluster, &[("n2", "idle"), ("n3", "idle")]);
     // RC-21: what Slurm cannot grant (4 more nodes of a 3-node cluster) ends ABORTED
     // with one clear line, and the job goes on.
     let r = rt.run(&["grow", job, "+8"]);
