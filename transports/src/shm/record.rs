@@ -12,9 +12,10 @@ pub(crate) fn stream_chunk(cap: usize) -> usize {
 /// Records start on cache lines: a small message then costs the reader one data line
 /// (plus the head index), as in a bare flag-and-buffer exchange.
 const RECORD_ALIGN: usize = 64;
-static PAD: [u8; RECORD_ALIGN] = [0; RECORD_ALIGN];
 
-/// Padding after a record of header + `payload` bytes.
+/// Padding after a record of header + `payload` bytes. It is published but never
+/// written (readers skip it), so it holds stale bytes of an earlier lap of the same
+/// ring: only this sender's own earlier messages to the same receiver.
 pub(crate) fn pad_for(payload: usize) -> usize {
     (RECORD_ALIGN - (RECORD_HEADER_LEN + payload) % RECORD_ALIGN) % RECORD_ALIGN
 }
@@ -33,7 +34,7 @@ pub(crate) fn push_message(
     if !*header_sent {
         let rec = header.to_record();
         if payload.len() <= eager {
-            if out.push_all(&[&rec, payload, &PAD[..pad]]) {
+            if out.push_record(&rec, payload, pad) {
                 *header_sent = true;
                 *sent = payload.len() + pad;
                 return true;
@@ -59,7 +60,7 @@ pub(crate) fn push_message(
             let k = (payload.len() - *sent).min(chunk);
             out.push_some(&payload[*sent..*sent + k])
         } else {
-            out.push_some(&PAD[..left])
+            out.skip_some(left)
         };
     }
     true

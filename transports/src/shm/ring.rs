@@ -93,6 +93,7 @@ unsafe impl RingStorage for RawStorage {
     fn cap(&self) -> usize {
         self.cap
     }
+    #[inline(always)]
     unsafe fn write(&self, off: usize, src: &[u8]) {
         // SAFETY: caller guarantees the range is inside the mapping and not being read;
         // the source is process-private so the ranges cannot overlap.
@@ -100,6 +101,7 @@ unsafe impl RingStorage for RawStorage {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
         }
     }
+    #[inline(always)]
     unsafe fn read(&self, off: usize, dst: &mut [u8]) {
         // SAFETY: as for `write`, with the roles swapped.
         unsafe {
@@ -152,33 +154,43 @@ fn ctrl<'a>(p: NonNull<RingControl>) -> &'a RingControl {
 
 /// Copies `src` into the ring at logical position `pos`, wrapping.
 ///
+/// Inlined, with the common unwrapped case as its own branch: a copy whose length is
+/// a constant at the call site (a record header) then compiles to a few moves instead
+/// of a `memcpy` call — a noticeable share of a small message's cost.
+///
 /// # Safety
 /// The range `[pos, pos + src.len())` must be free (not readable by the consumer).
+#[inline(always)]
 unsafe fn copy_in<S: RingStorage>(data: &S, pos: u64, src: &[u8]) {
     let cap = data.cap();
     let off = (pos as usize) & (cap - 1);
-    let first = src.len().min(cap - off);
-    // SAFETY: bounds computed above; freedom of the range is the caller's contract.
+    // SAFETY: bounds computed here; freedom of the range is the caller's contract.
     unsafe {
-        data.write(off, &src[..first]);
-        if first < src.len() {
+        if src.len() <= cap - off {
+            data.write(off, src);
+        } else {
+            let first = cap - off;
+            data.write(off, &src[..first]);
             data.write(0, &src[first..]);
         }
     }
 }
 
-/// Copies from the ring at `pos` into `dst`, wrapping.
+/// Copies from the ring at `pos` into `dst`, wrapping (inlined like [`copy_in`]).
 ///
 /// # Safety
 /// The range must be published (readable) and not yet freed.
+#[inline(always)]
 unsafe fn copy_out<S: RingStorage>(data: &S, pos: u64, dst: &mut [u8]) {
     let cap = data.cap();
     let off = (pos as usize) & (cap - 1);
-    let first = dst.len().min(cap - off);
-    // SAFETY: bounds computed above; publication is the caller's contract.
+    // SAFETY: bounds computed here; publication is the caller's contract.
     unsafe {
-        data.read(off, &mut dst[..first]);
-        if first < dst.len() {
+        if dst.len() <= cap - off {
+            data.read(off, dst);
+        } else {
+            let first = cap - off;
+            data.read(off, &mut dst[..first]);
             data.read(0, &mut dst[first..]);
         }
     }
@@ -234,6 +246,43 @@ impl<S: RingStorage> Producer<S> {
         true
     }
 
+    /// Writes `head` and then `body` as one record followed by `skip` bytes that are
+    /// published without being written, if all fit; publishes once. The skipped bytes
+    /// keep whatever an earlier lap left there: only for padding no reader looks at
+    /// (writing it cost a `memcpy` per small message).
+    #[inline]
+    pub fn push_record<const H: usize>(
+        &mut self,
+        head: &[u8; H],
+        body: &[u8],
+        skip: usize,
+    ) -> bool {
+        let total = (H + body.len() + skip) as u64;
+        let cap = self.data.cap() as u64;
+        if cap - (self.head - self.cached_tail) < total && (self.free() as u64) < total {
+            return false;
+        }
+        // SAFETY: `free()` showed `total` bytes after `head` are not readable.
+        unsafe {
+            copy_in(&self.data, self.head, head);
+            copy_in(&self.data, self.head + H as u64, body);
+        }
+        self.head += total;
+        ctrl(self.ctrl).head.0.store(self.head, Ordering::Release);
+        true
+    }
+
+    /// Publishes up to `n` bytes without writing them (see [`Producer::push_record`]);
+    /// returns how many.
+    pub fn skip_some(&mut self, n: usize) -> usize {
+        let n = n.min(self.free());
+        if n > 0 {
+            self.head += n as u64;
+            ctrl(self.ctrl).head.0.store(self.head, Ordering::Release);
+        }
+        n
+    }
+
     /// Writes as much of `src` as fits and publishes it; returns the bytes written.
     pub fn push_some(&mut self, src: &[u8]) -> usize {
         let n = src.len().min(self.free());
@@ -263,6 +312,7 @@ impl<S: RingStorage> Consumer<S> {
     }
 
     /// Published, unread bytes.
+    #[inline]
     pub fn available(&mut self) -> usize {
         if self.cached_head == self.tail {
             self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
@@ -291,6 +341,7 @@ impl<S: RingStorage> Consumer<S> {
     }
 
     /// Copies the next `dst.len()` bytes without consuming them, if available.
+    #[inline]
     pub fn peek_exact(&mut self, dst: &mut [u8]) -> bool {
         if self.available() < dst.len() {
             self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
@@ -315,6 +366,7 @@ impl<S: RingStorage> Consumer<S> {
 
     /// Copies `dst.len()` bytes starting `skip` bytes past the read position, without
     /// consuming them, if that many are available.
+    #[inline]
     pub fn peek_at(&mut self, skip: usize, dst: &mut [u8]) -> bool {
         let want = skip + dst.len();
         if self.available() < want {
@@ -331,6 +383,7 @@ impl<S: RingStorage> Consumer<S> {
 
     /// Consumes `n` bytes without copying them, if that many are available (one store
     /// of the read position for a record read with [`Consumer::peek_at`]).
+    #[inline]
     pub fn discard(&mut self, n: usize) -> bool {
         if self.available() < n {
             self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
@@ -403,6 +456,36 @@ mod tests {
         assert_eq!(&rest, b"cdexWRAP");
         assert!(!c.has_data());
         assert!(!c.pop_exact(&mut [0u8; 1]));
+    }
+
+    /// `push_record` writes head and body, wrapping at the end of the ring (here the
+    /// head is cut by the end, then the body), publishes the skipped bytes unwritten
+    /// (they keep what was there), and refuses a record whose skip does not fit.
+    #[test]
+    fn push_record_wraps_and_skips_without_writing() {
+        let ctrl = RingControl::new();
+        let mut bytes = vec![b'.'; 16];
+        let (mut p, mut c) = pair(&ctrl, &mut bytes);
+        assert!(p.push_record(b"HHHH", b"bbbbbbbbbb", 0));
+        let mut first = [0u8; 14];
+        assert!(c.pop_exact(&mut first));
+        assert_eq!(&first, b"HHHHbbbbbbbbbb");
+        assert!(
+            p.push_record(b"ABCD", b"xyz", 2),
+            "head cut by the end of the ring"
+        );
+        assert!(!p.push_record(b"EF", b"", 6), "7 bytes are free, not 8");
+        let mut r = [0u8; 9];
+        assert!(c.pop_exact(&mut r));
+        // The two skipped bytes (ring bytes 5 and 6) still hold the first lap's data.
+        assert_eq!(&r, b"ABCDxyzbb");
+        assert_eq!(p.skip_some(5), 5);
+        assert!(c.discard(5));
+        assert!(p.push_record(b"EF", b"ghij", 0), "the body wraps");
+        let mut r = [0u8; 6];
+        assert!(c.pop_exact(&mut r));
+        assert_eq!(&r, b"EFghij");
+        assert_eq!(p.skip_some(100), 16, "skip_some stops at the free space");
     }
 
     #[test]
