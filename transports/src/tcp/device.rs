@@ -42,7 +42,7 @@ pub struct TcpConfig {
     /// chunk out while we copy the next one in. Measured, not derived: on loopback a
     /// single `send` of 1 MiB or more is far slower than two halves (a raw C ping-pong:
     /// 1 MiB − 4 KiB in one call ~90 µs one-way, 1 MiB in one call ~165 µs, 1 MiB in
-    /// two 512 KiB calls ~108 µs, same run).
+    /// two 512 KiB calls 108–127 µs, one session).
     pub write_chunk: usize,
 }
 
