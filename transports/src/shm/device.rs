@@ -968,7 +968,8 @@ impl ShmDevice {
             if tries > spins {
                 return Ok(Err(buf));
             }
-            cons.prefetch_next();
+            // No prefetch of the record's line here: issued with every look at the
+            // head it competed with the writer for that line (issue 15, fifth pass).
             crate::sync::spin_hint();
         }
         let header = MsgHeader::from_record(&hb);

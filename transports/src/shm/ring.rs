@@ -65,11 +65,6 @@ pub unsafe trait RingStorage {
     /// # Safety
     /// `off + dst.len() <= cap()`, and no writer may be writing that range.
     unsafe fn read(&self, off: usize, dst: &mut [u8]);
-    /// Hints that the byte at `off` (`< cap()`) will be read soon. Not a read: it may
-    /// be called on bytes the producer is writing. Does nothing by default.
-    fn prefetch(&self, off: usize) {
-        let _ = off;
-    }
 }
 
 /// Ring bytes in (shared) memory addressed by a raw pointer.
@@ -107,18 +102,6 @@ unsafe impl RingStorage for RawStorage {
         unsafe {
             std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
         }
-    }
-    #[inline]
-    fn prefetch(&self, off: usize) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `off & (cap - 1)` is inside the mapping; a prefetch reads no memory in
-        // the language's sense (it cannot fault or race), it only moves the cache line.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(self.ptr.as_ptr().add(off & (self.cap - 1)).cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = off;
     }
 }
 
@@ -353,15 +336,6 @@ impl<S: RingStorage> Consumer<S> {
         // release them, so the producer cannot overwrite them meanwhile.
         unsafe { copy_out(&self.data, self.tail, dst) };
         true
-    }
-
-    /// Hints that the next record will be read soon (see [`RingStorage::prefetch`]): a
-    /// spinning reader calls it with every look at the head index, so that the record's
-    /// cache line travels while the head's does, not after it.
-    #[inline]
-    pub fn prefetch_next(&self) {
-        self.data
-            .prefetch((self.tail as usize) & (self.data.cap() - 1));
     }
 
     /// Copies `dst.len()` bytes starting `skip` bytes past the read position, without
