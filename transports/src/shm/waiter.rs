@@ -133,10 +133,12 @@ impl WaitWord {
             if let Some(r) = my_running {
                 r.store(0, Ordering::Relaxed);
             }
-            #[cfg(not(loom))]
-            SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // A notification since the ticket: no need to ask the kernel.
-            let woke = seq(registered) != ticket || self.block(ticket, timeout);
+            let woke = seq(registered) != ticket || {
+                #[cfg(not(loom))]
+                SLEEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.block(ticket, timeout)
+            };
             if let Some(r) = my_running {
                 r.store(1, Ordering::Relaxed);
             }
@@ -160,9 +162,11 @@ impl WaitWord {
         let tsp = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: `seq_half` is a live, 4-byte aligned u32; the shared (non-PRIVATE)
-        // futex op is required because waker and waiter are in different processes
-        // mapping the same page; `tsp` is null or points to `ts`.
+        // SAFETY: `seq_half` is a live, 4-byte aligned u32 (the kernel compares it with a
+        // 32-bit load, which on the supported targets reads an aligned half of a 64-bit
+        // atomic word consistently); the shared (non-PRIVATE) futex op is required
+        // because waker and waiter are in different processes mapping the same page;
+        // `tsp` is null or points to `ts`.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_futex,
