@@ -184,7 +184,7 @@ fn io_err(what: &str) -> impl FnOnce(io::Error) -> TransportError + '_ {
 impl TcpDevice {
     /// Binds the listening socket.
     pub fn new(mut cfg: TcpConfig) -> Result<Self> {
-        if let Some(n) = sockbuf_override() {
+        if let Some(n) = env_number::<usize>(SOCKBUF_ENV) {
             cfg.socket_buffer = (n > 0).then_some(n);
         }
         let listener = TcpListener::bind(cfg.bind)
@@ -197,8 +197,11 @@ impl TcpDevice {
             // Accepted sockets inherit the listener's buffer sizes.
             set_buffers(listener.as_raw_fd(), n)?;
         }
-        let spin = spin_override().or(cfg.spin).unwrap_or_else(calibrated_spin);
-        let write_chunk = match env_usize(WRITE_CHUNK_ENV).unwrap_or(cfg.write_chunk) {
+        let spin = env_number(SPIN_ENV)
+            .map(Duration::from_micros)
+            .or(cfg.spin)
+            .unwrap_or_else(calibrated_spin);
+        let write_chunk = match env_number(WRITE_CHUNK_ENV).unwrap_or(cfg.write_chunk) {
             0 => usize::MAX,
             n => n,
         };
@@ -576,19 +579,9 @@ pub const SOCKBUF_ENV: &str = "DYNRES_TCP_SOCKBUF";
 /// Environment override of [`TcpConfig::write_chunk`], in bytes (0: no cap).
 pub const WRITE_CHUNK_ENV: &str = "DYNRES_TCP_WRITE_CHUNK";
 
-fn env_usize(name: &str) -> Option<usize> {
+/// A number from the environment (`None`: unset or not a number).
+fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-fn sockbuf_override() -> Option<usize> {
-    env_usize(SOCKBUF_ENV)
-}
-
-fn spin_override() -> Option<Duration> {
-    std::env::var(SPIN_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .map(Duration::from_micros)
 }
 
 /// The spin budget used when [`TcpConfig::spin`] is `None`: 8 × the cost of one
