@@ -8,7 +8,7 @@ use super::layout::{
     ACK_DONE, ACK_FALLBACK, CMA_NO, CMA_OK, Inbox, SLOT_CLAIMED, SLOT_CLOSED, SLOT_OPEN, Slot,
 };
 use super::record::{
-    FLAG_RTS, RTS_DESC_LEN, pad_for, parse_rts, push_message, record_flags, rts_record,
+    FLAG_RTS, RTS_DESC_LEN, pad_for, parse_head, parse_rts, push_message, push_whole, rts_record,
     stream_chunk,
 };
 use super::ring::{Consumer, Producer, RawStorage};
@@ -119,6 +119,8 @@ enum Rx {
         header: MsgHeader,
         sink: Sink,
         got: usize,
+        /// Padding after the payload, to the next line.
+        pad: usize,
     },
     /// A single-copy request: the payload is at `addr` in the sender, waiting to be
     /// read (when a receive is posted for it) and acknowledged under `seq`.
@@ -153,6 +155,9 @@ struct TxState {
     sent: usize,
     /// The single-copy request sent for it, until the receiver answers.
     cma_seq: Option<u64>,
+    /// Record bytes between header and payload: the descriptor of a refused
+    /// single-copy request, which the payload then follows in the ring.
+    lead: usize,
 }
 
 struct PendingSend {
@@ -229,6 +234,7 @@ fn advance(
             Some(ACK_FALLBACK) => {
                 st.cma_seq = None;
                 c.cma_wait = None;
+                st.lead = RTS_DESC_LEN;
             }
             // Not answered yet, or being read.
             _ => return (false, false),
@@ -239,8 +245,8 @@ fn advance(
         && c.peer.slot(c.out_slot).cma.load(Ordering::Relaxed) == CMA_OK
     {
         let seq = c.cma_seq + 1;
-        let rec = rts_record(header, payload.as_ptr() as u64, seq);
-        if !c.out.push_all(&[&rec]) {
+        let ((words, mark), desc) = rts_record(header, payload.as_ptr() as u64, seq);
+        if !c.out.push_stamped(&words, mark, &desc, 0) {
             return (false, false);
         }
         c.cma_seq = seq;
@@ -256,6 +262,7 @@ fn advance(
         header,
         payload,
         eager,
+        st.lead,
         &mut st.header_sent,
         &mut st.sent,
     );
@@ -715,11 +722,13 @@ impl ShmDevice {
                         inbox.slot(slot).cma.store(CMA_NO, Ordering::Relaxed);
                         ack.answer_request(seq, ACK_FALLBACK);
                         notify_peer(&c.peer);
-                        // The payload now follows in the ring, as after a header.
+                        // The payload now follows in the ring, as after a header (after the
+                        // request's descriptor, so its padding counts that too).
                         c.rx = Rx::Payload {
                             header,
                             sink,
                             got: 0,
+                            pad: pad_for(RTS_DESC_LEN + len),
                         };
                     }
                     Err(cma::ReadError::Gone) => {
@@ -736,18 +745,17 @@ impl ShmDevice {
             popped = true;
             match &mut c.rx {
                 Rx::Idle => {
-                    let mut hb = [0u8; RECORD_HEADER_LEN];
-                    if !cons.peek_exact(&mut hb) {
+                    let Some((words, mark)) = cons.peek_header() else {
                         break;
-                    }
-                    let header = MsgHeader::from_record(&hb);
-                    if record_flags(&hb) & FLAG_RTS != 0 {
+                    };
+                    let (header, flags) = parse_head(&words, mark);
+                    if flags & FLAG_RTS != 0 {
                         // A single-copy request: published whole, header + descriptor.
                         let mut desc = [0u8; RTS_DESC_LEN];
                         if cons.available() < RECORD_HEADER_LEN + RTS_DESC_LEN {
                             break;
                         }
-                        cons.pop_exact(&mut hb);
+                        cons.discard(RECORD_HEADER_LEN);
                         cons.pop_exact(&mut desc);
                         let (addr, seq) = parse_rts(&desc);
                         let sink = self.matcher.incoming(id, header);
@@ -759,7 +767,7 @@ impl ShmDevice {
                         };
                         continue;
                     }
-                    cons.pop_exact(&mut hb);
+                    cons.discard(RECORD_HEADER_LEN);
                     let sink = self.matcher.incoming(id, header);
                     if header.len == 0 {
                         self.matcher.finish(sink);
@@ -770,10 +778,16 @@ impl ShmDevice {
                             header,
                             sink,
                             got: 0,
+                            pad: pad_for(header.len as usize),
                         };
                     }
                 }
-                Rx::Payload { header, sink, got } => {
+                Rx::Payload {
+                    header,
+                    sink,
+                    got,
+                    pad,
+                } => {
                     let len = header.len as usize;
                     let n = if let Some(win) = self.matcher.posted_window(*sink) {
                         // Fast path: straight from the ring into the user's buffer.
@@ -800,7 +814,7 @@ impl ShmDevice {
                     *got += n;
                     if *got == len {
                         self.matcher.finish(*sink);
-                        c.rx = Rx::Pad(pad_for(len));
+                        c.rx = Rx::Pad(*pad);
                         events += 1;
                     }
                 }
@@ -961,34 +975,35 @@ impl ShmDevice {
         let Some((slot, cons)) = c.inbound.as_mut() else {
             return Ok(Err(buf));
         };
-        let mut hb = [0u8; RECORD_HEADER_LEN];
         let mut tries = 0u32;
-        while !cons.peek_exact(&mut hb) {
+        // Where the ring's next line is trusted this watches only that line, whose
+        // stamp arrives with the record (see `ring`); no prefetch of the record's line:
+        // issued with every look at `head` it competed with the writer for that line
+        // (issue 15, fifth pass).
+        let (words, mark) = loop {
+            if let Some(h) = cons.poll_header() {
+                break h;
+            }
             tries += 1;
             if tries > spins {
                 return Ok(Err(buf));
             }
-            // No prefetch of the record's line here: issued with every look at the
-            // head it competed with the writer for that line (issue 15, fifth pass).
             crate::sync::spin_hint();
-        }
-        let header = MsgHeader::from_record(&hb);
+        };
+        let (header, flags) = parse_head(&words, mark);
         let len = header.len as usize;
         let record = RECORD_HEADER_LEN + len + pad_for(len);
-        if record_flags(&hb) != 0
-            || !spec.matches(id, &header)
-            || len > eager
-            || len > buf.len()
-            || cons.available() < record
-        {
+        if flags != 0 || !spec.matches(id, &header) || len > eager || len > buf.len() {
             return Ok(Err(buf));
         }
+        // SAFETY: no flag, so the sender pushed this record whole (`push_message`),
+        // with one stamp: whichever of stamp or `head` showed us its header shows all of it.
+        unsafe { cons.extend_published(record) };
         let mut buf = buf;
         buf.truncate(len);
-        // The record is published whole (checked above): the payload straight from
-        // behind the header, then one release of header, payload and padding.
-        cons.peek_at(RECORD_HEADER_LEN, &mut buf);
-        cons.discard(record);
+        // The record is published whole (above): the payload straight from behind
+        // the header, then one release of header, payload and padding.
+        cons.take_record(RECORD_HEADER_LEN, &mut buf, record);
         let slot = *slot;
         if let Some(inbox) = self.inbox.as_ref() {
             if take_wake_flag(&inbox.slot(slot).waiting) {
@@ -1171,6 +1186,16 @@ impl Device for ShmDevice {
             len: payload.len() as u64,
             ..header
         };
+        // The common case first, with nothing in between: an eager message on a
+        // connection with nothing queued, pushed whole (what `advance` does with it).
+        if payload.len() <= eager {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if c.tx.is_empty() && push_whole(&mut c.out, &header, payload) {
+                    notify_peer(&c.peer);
+                    return Ok(());
+                }
+            }
+        }
         let cma_min = self.cma_min;
         let mut st = TxState::default();
         loop {

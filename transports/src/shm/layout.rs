@@ -14,8 +14,9 @@ use crate::error::{Result, TransportError};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
-/// Layout version: 3 since the wait word became one 64-bit `seq | sleepers` word.
-const VERSION: u32 = 3;
+/// Layout version: 4 since ring records carry a stamp in their mark word (3: the wait
+/// word became one 64-bit `seq | sleepers` word).
+const VERSION: u32 = 4;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 
@@ -436,7 +437,7 @@ mod loom_tests {
             let first = loom::thread::spawn(move || {
                 // SAFETY: `s1` keeps the control block alive; the claim makes this the
                 // only producer.
-                let mut p = unsafe { Producer::new(NonNull::from(&s1.ring), CellStorage(c1)) };
+                let mut p = unsafe { Producer::new(NonNull::from(&s1.ring), c1) };
                 assert_eq!(p.push_some(&[1, 2]), 2);
                 drop(p);
                 s1.close(&g1);
@@ -449,7 +450,7 @@ mod loom_tests {
                     return false;
                 }
                 // SAFETY: as above, for the new claim.
-                let mut p = unsafe { Producer::new(NonNull::from(&s2.ring), CellStorage(c2)) };
+                let mut p = unsafe { Producer::new(NonNull::from(&s2.ring), c2) };
                 assert_eq!(p.push_some(&[3]), 1);
                 s2.state.store(SLOT_OPEN, Ordering::Release);
                 true
@@ -457,7 +458,7 @@ mod loom_tests {
 
             let ctrl = NonNull::from(&slot.ring);
             // SAFETY: `slot` outlives the consumer; one consumer at a time.
-            let mut cons = unsafe { Consumer::new(ctrl, CellStorage(cells.clone())) };
+            let mut cons = unsafe { Consumer::new(ctrl, cells.clone()) };
             while conn_gen.load(Ordering::Acquire) == 0 {
                 loom::thread::yield_now();
             }
@@ -471,7 +472,7 @@ mod loom_tests {
             if second.join().unwrap() {
                 // The next claimer wrote at the start of a reset ring.
                 // SAFETY: as above.
-                let mut cons = unsafe { Consumer::new(ctrl, CellStorage(cells.clone())) };
+                let mut cons = unsafe { Consumer::new(ctrl, cells.clone()) };
                 let mut b = [0u8; 1];
                 assert!(cons.pop_exact(&mut b));
                 assert_eq!(b, [3]);

@@ -6,6 +6,17 @@
 //! publishes with a Release store of `head` after copying, the consumer frees with a
 //! Release store of `tail` after copying out: the Acquire loads on the other side are
 //! what make the copied bytes visible (checked by the loom tests below).
+//!
+//! **Stamped records.** A record pushed with [`Producer::push_stamped`] starts on a
+//! [`LINE`] and begins with a [`HEAD_LEN`]-byte head whose last 8 bytes (the *mark
+//! word*) are stored last, atomically, with a stamp derived from the record's position
+//! ([`stamp`]). A consumer waiting for the next record can then watch that one line
+//! instead of `head`'s: the bytes and the sign that they are there arrive together, one
+//! cache-line transfer per small message instead of two (issue 15, sixth pass). A line
+//! may also hold an earlier lap's payload, which could look like any stamp, so the
+//! consumer trusts a line's mark only if that line's last write was a record start it
+//! read itself (its *trust* bitmap; see [`Consumer::poll_header`]); elsewhere it falls
+//! back to `head`, and after one lap of stamped records every line is trusted again.
 
 use std::ptr::NonNull;
 
@@ -65,6 +76,36 @@ pub unsafe trait RingStorage {
     /// # Safety
     /// `off + dst.len() <= cap()`, and no writer may be writing that range.
     unsafe fn read(&self, off: usize, dst: &mut [u8]);
+    /// Stores the 8-byte word at `off` atomically, with Release ordering.
+    ///
+    /// # Safety
+    /// `off` is 8-aligned, `off + 8 <= cap()`, and the word is only ever written with
+    /// this method while a reader may load it with [`RingStorage::load_word`].
+    unsafe fn store_word(&self, off: usize, v: u64);
+    /// Loads the 8-byte word at `off` atomically, with Acquire ordering.
+    ///
+    /// # Safety
+    /// As for [`RingStorage::store_word`].
+    unsafe fn load_word(&self, off: usize) -> u64;
+}
+
+/// Ring lines: stamped records start on them (a cache line).
+pub const LINE: usize = 64;
+/// Bytes of a stamped record's head: [`HEAD_WORDS`] words, then the mark word.
+pub const HEAD_LEN: usize = 32;
+/// Words of a record's head before its mark word.
+pub const HEAD_WORDS: usize = 3;
+/// Offset of the mark word in a record's head.
+const MARK_OFF: usize = 8 * HEAD_WORDS;
+/// The stamp's place in the mark word (its top 30 bits); the caller owns the rest.
+pub const STAMP_SHIFT: u32 = 34;
+
+/// The stamp of a record starting at `pos`: its line number, modulo 2^30. A line's
+/// previous stamp is that of the record one lap earlier, `cap / LINE` lines back,
+/// which differs for any ring under 64 GiB.
+#[inline(always)]
+pub fn stamp(pos: u64) -> u64 {
+    (pos / LINE as u64) & ((1 << (64 - STAMP_SHIFT)) - 1)
 }
 
 /// Ring bytes in (shared) memory addressed by a raw pointer.
@@ -92,17 +133,75 @@ unsafe impl RingStorage for RawStorage {
     unsafe fn write(&self, off: usize, src: &[u8]) {
         // SAFETY: caller guarantees the range is inside the mapping and not being read;
         // the source is process-private so the ranges cannot overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
-        }
+        unsafe { copy_bytes(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) }
     }
     #[inline(always)]
     unsafe fn read(&self, off: usize, dst: &mut [u8]) {
         // SAFETY: as for `write`, with the roles swapped.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        unsafe { copy_bytes(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) }
+    }
+    #[inline(always)]
+    unsafe fn store_word(&self, off: usize, v: u64) {
+        // SAFETY: in bounds and 8-aligned (the caller's contract; the mapping is
+        // page-aligned); only ever accessed atomically while shared. Plain std atomics
+        // even under loom: loom models this protocol with `CellStorage`.
+        unsafe { word(self.ptr, off).store(v, std::sync::atomic::Ordering::Release) }
+    }
+    #[inline(always)]
+    unsafe fn load_word(&self, off: usize) -> u64 {
+        // SAFETY: as for `store_word`.
+        unsafe { word(self.ptr, off).load(std::sync::atomic::Ordering::Acquire) }
+    }
+}
+
+/// Copies `n` bytes between non-overlapping ranges. Up to 32 bytes (a small
+/// message's payload) inline, as two overlapping loads and stores of the widest size
+/// that fits: a `memcpy` call on each side of a small message is a measurable share
+/// of its latency (issue 15, sixth pass).
+///
+/// # Safety
+/// As for `ptr::copy_nonoverlapping`.
+#[inline(always)]
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below lies inside `[0, n)` of its range (the caller's).
+    unsafe {
+        match n {
+            0 => {}
+            1..=3 => {
+                // First, middle and last byte cover 1, 2 or 3 bytes.
+                *dst = *src;
+                *dst.add(n / 2) = *src.add(n / 2);
+                *dst.add(n - 1) = *src.add(n - 1);
+            }
+            4..=7 => {
+                let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
+                wr(dst.cast::<u32>(), a);
+                wr(dst.add(n - 4).cast::<u32>(), b);
+            }
+            8..=16 => {
+                let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
+                wr(dst.cast::<u64>(), a);
+                wr(dst.add(n - 8).cast::<u64>(), b);
+            }
+            17..=32 => {
+                let (a, b) = (rd(src.cast::<u128>()), rd(src.add(n - 16).cast::<u128>()));
+                wr(dst.cast::<u128>(), a);
+                wr(dst.add(n - 16).cast::<u128>(), b);
+            }
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
         }
     }
+}
+
+/// The 8-byte word at `off` of a raw ring as an atomic.
+///
+/// # Safety
+/// `off` is 8-aligned and inside the mapping, which outlives the returned reference.
+#[inline(always)]
+unsafe fn word<'a>(ptr: NonNull<u8>, off: usize) -> &'a std::sync::atomic::AtomicU64 {
+    // SAFETY: the caller's contract; AtomicU64 is valid for any bit pattern.
+    unsafe { &*ptr.as_ptr().add(off).cast::<std::sync::atomic::AtomicU64>() }
 }
 
 // SAFETY: the storage is plain bytes; synchronisation is the ring protocol's job.
@@ -122,6 +221,15 @@ pub struct Consumer<S: RingStorage> {
     data: S,
     tail: u64,
     cached_head: u64,
+    /// One bit per line: set when the line's last write was the start of a stamped
+    /// record whose head we read, so its mark word holds that record's stamp until the
+    /// producer stores the next one (any other content could fake a stamp).
+    trust: Box<[u64]>,
+    /// Lines in the ring (`cap / LINE`).
+    lines: usize,
+    /// A record's head was read at `tail` (by [`Consumer::peek_header`] or
+    /// [`Consumer::poll_header`]) and not yet consumed.
+    head_read: bool,
 }
 
 // SAFETY: an end only touches its own ring through atomics and its storage; moving it
@@ -229,33 +337,57 @@ impl<S: RingStorage> Producer<S> {
         true
     }
 
-    /// Writes `head` and then `body` as one record followed by `skip` bytes that are
-    /// published without being written, if all fit; publishes once. The skipped bytes
-    /// keep whatever an earlier lap left there: only for padding no reader looks at
-    /// (writing it cost a `memcpy` per small message).
+    /// Writes a stamped record — its head (the three words `head`, then the mark word
+    /// `mark`), then `body`, then `skip` bytes that are published without being
+    /// written — if all fit; publishes once. The mark word goes last, atomically, with
+    /// the record's [`stamp`] in its top 30 bits (which must be zero in `mark`): a
+    /// consumer that sees the stamp sees the whole push. Words are stored
+    /// little-endian. The skipped bytes keep whatever an earlier lap left there: only
+    /// for padding no reader looks at (writing it cost a `memcpy` per small message).
+    ///
+    /// The head is taken as words, not bytes: a mark word assembled from narrower
+    /// stores on the stack and loaded whole stalls store forwarding, several
+    /// nanoseconds per message (issue 15, sixth pass).
+    ///
+    /// The write position must be on a [`LINE`]: every record of a ring read with
+    /// [`Consumer::poll_header`] starts with this call and ends on a line.
     #[inline]
-    pub fn push_record<const H: usize>(
+    pub fn push_stamped(
         &mut self,
-        head: &[u8; H],
+        head: &[u64; HEAD_WORDS],
+        mark: u64,
         body: &[u8],
         skip: usize,
     ) -> bool {
-        let total = (H + body.len() + skip) as u64;
+        debug_assert_eq!(
+            self.head % LINE as u64,
+            0,
+            "stamped records start on a line"
+        );
+        debug_assert_eq!(mark >> STAMP_SHIFT, 0, "the stamp bits are the ring's");
+        let total = (HEAD_LEN + body.len() + skip) as u64;
         let cap = self.data.cap() as u64;
         if cap - (self.head - self.cached_tail) < total && (self.free() as u64) < total {
             return false;
         }
-        // SAFETY: `free()` showed `total` bytes after `head` are not readable.
+        let off = (self.head as usize) & (self.data.cap() - 1);
+        // SAFETY: `free()` showed `total` bytes after `head` are not readable; the
+        // head lies inside one line (the ring is a whole number of lines), so its
+        // 8-aligned mark word does too; a reader loads it only with `load_word`.
         unsafe {
-            copy_in(&self.data, self.head, head);
-            copy_in(&self.data, self.head + H as u64, body);
+            for (i, w) in head.iter().enumerate() {
+                self.data.write(off + 8 * i, &w.to_le_bytes());
+            }
+            copy_in(&self.data, self.head + HEAD_LEN as u64, body);
+            self.data
+                .store_word(off + MARK_OFF, mark | (stamp(self.head) << STAMP_SHIFT));
         }
         self.head += total;
         ctrl(self.ctrl).head.0.store(self.head, Ordering::Release);
         true
     }
 
-    /// Publishes up to `n` bytes without writing them (see [`Producer::push_record`]);
+    /// Publishes up to `n` bytes without writing them (see [`Producer::push_stamped`]);
     /// returns how many.
     pub fn skip_some(&mut self, n: usize) -> usize {
         let n = n.min(self.free());
@@ -286,11 +418,16 @@ impl<S: RingStorage> Consumer<S> {
         let c = self::ctrl(ctrl);
         let tail = c.tail.0.load(Ordering::Relaxed);
         let cached_head = c.head.0.load(Ordering::Acquire);
+        let lines = data.cap() / LINE;
         Self {
             ctrl,
             data,
             tail,
             cached_head,
+            // Nothing is trusted yet: the lines may hold anything (a recycled slot).
+            trust: vec![0; lines.div_ceil(64)].into_boxed_slice(),
+            lines,
+            head_read: false,
         }
     }
 
@@ -301,6 +438,136 @@ impl<S: RingStorage> Consumer<S> {
             self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
         }
         (self.cached_head - self.tail) as usize
+    }
+
+    /// The head (words, then mark word with its stamp bits cleared) of the stamped
+    /// record at the read position, if it is published.
+    ///
+    /// Where the read position's line is trusted this looks only at that line: its
+    /// mark word carries this record's stamp once the record is there (and the rest
+    /// of that push, so with [`Consumer::extend_published`] the caller may read it
+    /// without loading `head`). Elsewhere it reads `head`, like [`Consumer::peek_header`].
+    #[inline]
+    pub fn poll_header(&mut self) -> Option<([u64; HEAD_WORDS], u64)> {
+        let off = (self.tail as usize) & (self.data.cap() - 1);
+        if self.lines == 0 || self.tail % LINE as u64 != 0 || !self.trusted(off / LINE) {
+            return self.peek_header();
+        }
+        // SAFETY: a line-aligned offset, so the mark word is 8-aligned and inside.
+        let w = unsafe { self.data.load_word(off + MARK_OFF) };
+        if w >> STAMP_SHIFT != stamp(self.tail) {
+            return None;
+        }
+        self.cached_head = self.cached_head.max(self.tail + HEAD_LEN as u64);
+        // SAFETY: the Acquire load of the stamp, stored after these bytes, publishes
+        // them; we do not release them, so the producer cannot overwrite them.
+        Some(unsafe { self.head_at(off, w) })
+    }
+
+    /// The head of the stamped record at the read position if `head` shows it
+    /// published (the mark word read atomically, its stamp bits cleared).
+    pub fn peek_header(&mut self) -> Option<([u64; HEAD_WORDS], u64)> {
+        if self.available() < HEAD_LEN {
+            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            if ((self.cached_head - self.tail) as usize) < HEAD_LEN {
+                return None;
+            }
+        }
+        debug_assert_eq!(
+            self.tail % LINE as u64,
+            0,
+            "stamped records start on a line"
+        );
+        let off = (self.tail as usize) & (self.data.cap() - 1);
+        // SAFETY: published (the Acquire load of head) and not released; line-aligned.
+        unsafe {
+            let w = self.data.load_word(off + MARK_OFF);
+            Some(self.head_at(off, w))
+        }
+    }
+
+    /// The head at `off` whose mark word is `w`.
+    ///
+    /// # Safety
+    /// The head at `off` is published and not released.
+    #[inline(always)]
+    unsafe fn head_at(&mut self, off: usize, w: u64) -> ([u64; HEAD_WORDS], u64) {
+        let mut words = [0u64; HEAD_WORDS];
+        for (i, word) in words.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            // SAFETY: the caller's contract.
+            unsafe { self.data.read(off + 8 * i, &mut b) };
+            *word = u64::from_le_bytes(b);
+        }
+        self.head_read = true;
+        (words, w & ((1 << STAMP_SHIFT) - 1))
+    }
+
+    /// Takes the `n` bytes from the read position as published: the caller read a
+    /// record head with [`Consumer::poll_header`] whose push (by the caller's own
+    /// record format) wrote those `n` bytes.
+    ///
+    /// # Safety
+    /// The push that stored the stamp at the read position wrote at least `n` bytes;
+    /// otherwise the caller may read bytes the producer is writing.
+    #[inline]
+    pub unsafe fn extend_published(&mut self, n: usize) {
+        self.cached_head = self.cached_head.max(self.tail + n as u64);
+    }
+
+    fn trusted(&self, line: usize) -> bool {
+        self.trust[line / 64] & (1 << (line % 64)) != 0
+    }
+
+    /// Consuming `[tail, tail + n)`: its lines now hold what this lap wrote, trusted
+    /// only where a stamped record's head was read at its start.
+    #[inline(always)]
+    fn note_lines(&mut self, n: usize) {
+        let line = LINE as u64;
+        // A one-line record whose head we read (a small message): one bit. The ring
+        // is a power of two, so are its lines (`lines - 1` masks; 0 lines: no bits).
+        if n == LINE && self.head_read && self.tail % line == 0 && self.lines > 0 {
+            let i = (self.tail / line) as usize & (self.lines - 1);
+            self.trust[i / 64] |= 1 << (i % 64);
+        } else if self.lines > 0 {
+            self.note_lines_slow(n);
+        }
+        self.head_read = false;
+    }
+
+    /// [`Consumer::note_lines`] for any range.
+    fn note_lines_slow(&mut self, n: usize) {
+        let line = LINE as u64;
+        let first = self.tail.next_multiple_of(line);
+        let end = self.tail + n as u64;
+        if first < end {
+            let count = ((end - first).div_ceil(line) as usize).min(self.lines);
+            let from = (first / line) as usize & (self.lines - 1);
+            clear_bits(&mut self.trust, self.lines, from, count);
+            if self.head_read && first == self.tail {
+                self.trust[from / 64] |= 1 << (from % 64);
+            }
+        }
+    }
+
+    /// Copies `dst.len()` bytes from `skip` bytes past the read position and consumes
+    /// `n` bytes (a whole record, payload behind its head), if `n` are available and
+    /// cover the copy: one release for the record.
+    #[inline]
+    pub fn take_record(&mut self, skip: usize, dst: &mut [u8], n: usize) -> bool {
+        if skip + dst.len() > n {
+            return false;
+        }
+        if self.available() < n {
+            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            if ((self.cached_head - self.tail) as usize) < n {
+                return false;
+            }
+        }
+        // SAFETY: published (checked above) and not yet released.
+        unsafe { copy_out(&self.data, self.tail + skip as u64, dst) };
+        self.release(n);
+        true
     }
 
     /// Whether unread bytes are published, without touching our cached state (for the
@@ -388,9 +655,39 @@ impl<S: RingStorage> Consumer<S> {
         (self.cached_head - self.tail) as usize
     }
 
+    #[inline]
     fn release(&mut self, n: usize) {
+        self.note_lines(n);
         self.tail += n as u64;
         ctrl(self.ctrl).tail.0.store(self.tail, Ordering::Release);
+    }
+}
+
+/// Clears `count` bits of a `len`-bit bitmap starting at bit `from`, wrapping.
+fn clear_bits(bits: &mut [u64], len: usize, from: usize, count: usize) {
+    if count >= len {
+        bits.fill(0);
+        return;
+    }
+    let first = count.min(len - from);
+    clear_run(bits, from, first);
+    clear_run(bits, 0, count - first);
+}
+
+/// Clears bits `[from, from + n)` (no wrapping), a word at a time.
+fn clear_run(bits: &mut [u64], from: usize, n: usize) {
+    let (mut i, end) = (from, from + n);
+    while i < end {
+        let w = i / 64;
+        let lo = i % 64;
+        let hi = (end - w * 64).min(64);
+        let mask = if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        bits[w] &= !mask;
+        i = w * 64 + hi;
     }
 }
 
@@ -432,34 +729,128 @@ mod tests {
         assert!(!c.pop_exact(&mut [0u8; 1]));
     }
 
-    /// `push_record` writes head and body, wrapping at the end of the ring (here the
-    /// head is cut by the end, then the body), publishes the skipped bytes unwritten
-    /// (they keep what was there), and refuses a record whose skip does not fit.
+    /// A record head (words, mark word) whose bytes are all `id` but for `flags` in
+    /// the mark word's upper half (the stamp bits are the ring's).
+    fn head(id: u8, flags: u32) -> ([u64; HEAD_WORDS], u64) {
+        let w = u64::from_le_bytes([id; 8]);
+        (
+            [w; HEAD_WORDS],
+            (w & 0xffff_ffff) | (u64::from(flags) << 32),
+        )
+    }
+
+    /// `push_stamped` with a [`head`].
+    fn push(p: &mut Producer<RawStorage>, id: u8, flags: u32, body: &[u8], skip: usize) -> bool {
+        let (words, mark) = head(id, flags);
+        p.push_stamped(&words, mark, body, skip)
+    }
+
+    /// Writes `word` as line `line`'s mark word by hand: what an earlier lap's payload
+    /// may have left there, or a producer's stamp store seen before its `head` store.
+    fn forge_mark(bytes: &mut [u8], line: usize, word: u64) {
+        let at = line * LINE + MARK_OFF;
+        bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
+    }
+
+    /// `push_stamped` writes head and body (the body wrapping at the end of the
+    /// ring), publishes the skipped bytes unwritten (they keep what was there), stamps
+    /// the mark word, and refuses a record that does not fit.
     #[test]
-    fn push_record_wraps_and_skips_without_writing() {
+    fn push_stamped_wraps_and_skips_without_writing() {
         let ctrl = RingControl::new();
-        let mut bytes = vec![b'.'; 16];
+        let mut bytes = vec![b'.'; 2 * LINE];
         let (mut p, mut c) = pair(&ctrl, &mut bytes);
-        assert!(p.push_record(b"HHHH", b"bbbbbbbbbb", 0));
-        let mut first = [0u8; 14];
-        assert!(c.pop_exact(&mut first));
-        assert_eq!(&first, b"HHHHbbbbbbbbbb");
-        assert!(
-            p.push_record(b"ABCD", b"xyz", 2),
-            "head cut by the end of the ring"
+        assert!(push(&mut p, 1, 0, &[b'a'; 16], 16));
+        assert_eq!(
+            c.peek_header(),
+            Some(head(1, 0)),
+            "the stamp bits are cleared for the caller"
         );
-        assert!(!p.push_record(b"EF", b"", 6), "7 bytes are free, not 8");
-        let mut r = [0u8; 9];
-        assert!(c.pop_exact(&mut r));
-        // The two skipped bytes (ring bytes 5 and 6) still hold the first lap's data.
-        assert_eq!(&r, b"ABCDxyzbb");
-        assert_eq!(p.skip_some(5), 5);
-        assert!(c.discard(5));
-        assert!(p.push_record(b"EF", b"ghij", 0), "the body wraps");
-        let mut r = [0u8; 6];
-        assert!(c.pop_exact(&mut r));
-        assert_eq!(&r, b"EFghij");
-        assert_eq!(p.skip_some(100), 16, "skip_some stops at the free space");
+        assert!(c.discard(LINE));
+        assert!(!push(&mut p, 2, 3, &[b'b'; 48], 49), "129 bytes, 128 free");
+        assert!(push(&mut p, 2, 3, &[b'b'; 48], 48));
+        assert_eq!(c.poll_header(), Some(head(2, 3)), "flags come back");
+        let mut body = [0u8; 48];
+        assert!(c.peek_at(HEAD_LEN, &mut body), "the body wraps");
+        assert_eq!(body, [b'b'; 48]);
+        assert!(c.discard(2 * LINE));
+        drop((p, c));
+        assert_eq!(&bytes[..16], &[b'b'; 16], "the wrapped end of the body");
+        // Bytes 16..64 were skipped: they keep the first lap's head and body.
+        assert_eq!(&bytes[16..24], &[1; 8]);
+        let mark = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+        assert_eq!(mark >> STAMP_SHIFT, stamp(0), "the first record's stamp");
+        assert_eq!(mark & 0xffff_ffff, u64::from(u32::from_le_bytes([1; 4])));
+        assert_eq!(&bytes[32..48], &[b'a'; 16]);
+        let mark = u64::from_le_bytes(bytes[88..96].try_into().unwrap());
+        assert_eq!(mark >> STAMP_SHIFT, stamp(64));
+    }
+
+    /// The consumer watches a line's stamp only where it read a record start itself
+    /// on the previous lap: a fresh ring's bytes, or a line an earlier record's
+    /// payload covered, may hold anything, including the very stamp it waits for.
+    #[test]
+    fn a_line_is_watched_only_after_a_record_start_was_read_there() {
+        let ctrl = RingControl::new();
+        let mut bytes = vec![0u8; 4 * LINE];
+        let raw = bytes.as_mut_ptr();
+        // SAFETY (for the `forge` calls below): the bytes outlive the test's ends, and
+        // only the test thread touches them.
+        let forge = |line: usize, pos: u64| unsafe {
+            forge_mark(
+                std::slice::from_raw_parts_mut(raw, 4 * LINE),
+                line,
+                stamp(pos) << STAMP_SHIFT,
+            )
+        };
+        forge(0, 0);
+        let (mut p, mut c) = pair(&ctrl, &mut bytes);
+        assert_eq!(c.poll_header(), None, "a fresh ring is not trusted");
+        // Lap 1: a two-line record (line 1 is payload), then two one-line ones.
+        assert!(push(&mut p, 1, 0, &[b'x'; 96], 0));
+        assert!(push(&mut p, 2, 0, &[], 32));
+        assert!(push(&mut p, 3, 0, &[], 32));
+        for (id, len) in [(1, 2 * LINE), (2, LINE), (3, LINE)] {
+            assert_eq!(c.poll_header(), Some(head(id, 0)));
+            assert!(c.discard(len));
+        }
+        // Lap 2 at line 0 (trusted): the stamp alone shows a record, before `head`.
+        assert_eq!(c.poll_header(), None, "line 0 holds last lap's stamp");
+        assert!(push(&mut p, 4, 0, &[b'y'; 32], 0));
+        // As if the producer's `head` store were not visible yet.
+        ctrl.head.0.store(4 * LINE as u64, Ordering::Relaxed);
+        assert_eq!(
+            c.poll_header(),
+            Some(head(4, 0)),
+            "the stamp shows the record"
+        );
+        // SAFETY: the record was pushed whole, one line.
+        unsafe { c.extend_published(LINE) };
+        let mut body = [0u8; 32];
+        assert!(c.peek_at(HEAD_LEN, &mut body));
+        assert_eq!(body, [b'y'; 32]);
+        assert!(c.discard(LINE));
+        ctrl.head.0.store(5 * LINE as u64, Ordering::Release);
+        // Line 1 held payload last lap: its mark word is not believed.
+        forge(1, 5 * LINE as u64);
+        assert_eq!(c.poll_header(), None, "an untrusted line waits for head");
+        assert!(push(&mut p, 5, 0, &[], 32));
+        assert_eq!(c.poll_header(), Some(head(5, 0)), "published through head");
+        assert!(c.discard(LINE));
+    }
+
+    proptest! {
+        /// `clear_bits` clears exactly the wrapped run it is given.
+        #[test]
+        fn clear_bits_clears_the_wrapped_run(len in 1usize..200, from in 0usize..200, count in 0usize..220) {
+            let from = from % len;
+            let mut bits = vec![u64::MAX; len.div_ceil(64)];
+            clear_bits(&mut bits, len, from, count);
+            for i in 0..len {
+                let cleared = count >= len || (i + len - from) % len < count;
+                prop_assert_eq!(bits[i / 64] & (1 << (i % 64)) == 0, cleared, "bit {}", i);
+            }
+        }
     }
 
     #[test]
@@ -514,34 +905,50 @@ pub(crate) mod loom_storage {
     use super::RingStorage;
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicU64, Ordering};
 
     /// Ring bytes as loom cells, so loom flags any read of a byte that is not ordered
-    /// after its write (a missing Acquire/Release would show up here).
-    pub(crate) struct CellStorage(pub(crate) Arc<Vec<UnsafeCell<u8>>>);
+    /// after its write (a missing Acquire/Release would show up here); the 8-byte
+    /// words reached with `store_word`/`load_word` (mark words) are loom atomics of
+    /// their own, which the ring's users never also reach as bytes.
+    #[derive(Clone)]
+    pub(crate) struct CellStorage {
+        bytes: Arc<Vec<UnsafeCell<u8>>>,
+        words: Arc<Vec<AtomicU64>>,
+    }
 
     impl CellStorage {
-        /// `n` zeroed cells.
-        pub(crate) fn cells(n: usize) -> Arc<Vec<UnsafeCell<u8>>> {
-            Arc::new((0..n).map(|_| UnsafeCell::new(0)).collect())
+        /// `n` zeroed bytes.
+        pub(crate) fn cells(n: usize) -> Self {
+            Self {
+                bytes: Arc::new((0..n).map(|_| UnsafeCell::new(0)).collect()),
+                words: Arc::new((0..n.div_ceil(8)).map(|_| AtomicU64::new(0)).collect()),
+            }
         }
     }
 
     // SAFETY: `cap()` cells exist for the life of the Arc.
     unsafe impl RingStorage for CellStorage {
         fn cap(&self) -> usize {
-            self.0.len()
+            self.bytes.len()
         }
         unsafe fn write(&self, off: usize, src: &[u8]) {
             for (i, b) in src.iter().enumerate() {
                 // SAFETY: loom checks exclusivity itself.
-                self.0[off + i].with_mut(|p| unsafe { *p = *b });
+                self.bytes[off + i].with_mut(|p| unsafe { *p = *b });
             }
         }
         unsafe fn read(&self, off: usize, dst: &mut [u8]) {
             for (i, d) in dst.iter_mut().enumerate() {
                 // SAFETY: loom checks the access is ordered after the write.
-                *d = self.0[off + i].with(|p| unsafe { *p });
+                *d = self.bytes[off + i].with(|p| unsafe { *p });
             }
+        }
+        unsafe fn store_word(&self, off: usize, v: u64) {
+            self.words[off / 8].store(v, Ordering::Release);
+        }
+        unsafe fn load_word(&self, off: usize) -> u64 {
+            self.words[off / 8].load(Ordering::Acquire)
         }
     }
 }
@@ -552,16 +959,30 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
+    /// A ring of `bytes` cells and its two ends. The ends point into the control
+    /// block: the returned Arc (and its clones) must outlive them.
+    fn loom_pair(
+        bytes: usize,
+    ) -> (
+        Arc<RingControl>,
+        Producer<CellStorage>,
+        Consumer<CellStorage>,
+    ) {
+        let ctrl = Arc::new(RingControl::new());
+        let cells = CellStorage::cells(bytes);
+        let cp = NonNull::from(&*ctrl);
+        // SAFETY: the caller keeps the control block alive (the Arc); the cells live
+        // as long as the ends' storage.
+        let prod = unsafe { Producer::new(cp, cells.clone()) };
+        // SAFETY: as above; one consumer.
+        let cons = unsafe { Consumer::new(cp, cells) };
+        (ctrl, prod, cons)
+    }
+
     #[test]
     fn loom_spsc_delivers_in_order_across_wrap() {
         loom::model(|| {
-            let ctrl = Arc::new(RingControl::new());
-            let cells = CellStorage::cells(4);
-            let cp = NonNull::from(&*ctrl);
-            // SAFETY: `ctrl` and `cells` are kept alive by the Arcs moved into each thread.
-            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
-            // SAFETY: as above; one consumer.
-            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            let (ctrl, mut prod, mut cons) = loom_pair(4);
             let keep = ctrl.clone();
             let t = loom::thread::spawn(move || {
                 let _keep = keep;
@@ -586,6 +1007,42 @@ mod loom_tests {
             }
             t.join().unwrap();
             assert_eq!(got, [1, 2, 3, 4, 5, 6]);
+        });
+    }
+
+    /// Three one-line records through a two-line ring: the first lap is read through
+    /// `head`, the third record through line 0's stamp alone. Every byte of a record
+    /// read through its stamp must be ordered after the producer wrote it (the cells
+    /// would flag it), and the consumer never mistakes last lap's stamp for this one.
+    #[test]
+    fn loom_stamped_records_are_read_whole_through_the_stamp() {
+        loom::model(|| {
+            let (ctrl, mut prod, mut cons) = loom_pair(2 * LINE);
+            let keep = ctrl.clone();
+            let t = loom::thread::spawn(move || {
+                let _keep = keep;
+                for id in 1..=3u8 {
+                    while !prod.push_stamped(&[u64::from(id), 0, 0], 0, &[id; 32], 0) {
+                        loom::thread::yield_now();
+                    }
+                }
+            });
+            for id in 1..=3u8 {
+                let (words, _) = loop {
+                    match cons.poll_header() {
+                        Some(h) => break h,
+                        None => loom::thread::yield_now(),
+                    }
+                };
+                assert_eq!(words[0], u64::from(id));
+                // SAFETY: each push wrote one whole line.
+                unsafe { cons.extend_published(LINE) };
+                let mut body = [0u8; 32];
+                assert!(cons.peek_at(HEAD_LEN, &mut body));
+                assert_eq!(body, [id; 32]);
+                assert!(cons.discard(LINE));
+            }
+            t.join().unwrap();
         });
     }
 }

@@ -471,9 +471,9 @@ mod loom_tests {
             let cells = CellStorage::cells(2);
             let cp = NonNull::from(&*ctrl);
             // SAFETY: `ctrl` and `cells` outlive both ends (Arcs held by both threads).
-            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
+            let mut prod = unsafe { Producer::new(cp, cells.clone()) };
             // SAFETY: as above; one consumer.
-            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            let mut cons = unsafe { Consumer::new(cp, cells.clone()) };
             assert!(prod.push_all(&[&[1, 2]]), "the ring starts full");
             let (s2, keep) = (s.clone(), ctrl.clone());
             let receiver = loom::thread::spawn(move || {
@@ -522,9 +522,9 @@ mod loom_tests {
             let cells = CellStorage::cells(2);
             let cp = NonNull::from(&*ctrl);
             // SAFETY: `ctrl` and `cells` outlive both ends (Arcs held by both threads).
-            let mut prod = unsafe { Producer::new(cp, CellStorage(cells.clone())) };
+            let mut prod = unsafe { Producer::new(cp, cells.clone()) };
             // SAFETY: as above; one consumer.
-            let mut cons = unsafe { Consumer::new(cp, CellStorage(cells.clone())) };
+            let mut cons = unsafe { Consumer::new(cp, cells.clone()) };
             assert!(prod.push_all(&[&[1, 2]]), "the ring starts full");
             let (s2, keep) = (s.clone(), ctrl.clone());
             let receiver = loom::thread::spawn(move || {

@@ -1,28 +1,43 @@
 //! Tests of the shared-memory device (in-process pairs of devices).
 
+/// A header with source 1, tag `tag`, context 0 (its length is the payload's).
+fn hdr(tag: u64) -> crate::MsgHeader {
+    crate::MsgHeader {
+        source: 1,
+        tag,
+        context_id: 0,
+        len: 0,
+    }
+}
+
+/// Two devices with `cfg`, the first connected to the second: (a, b, a→b, b's end).
+fn pair_with(
+    cfg: super::ShmConfig,
+) -> (
+    super::ShmDevice,
+    super::ShmDevice,
+    crate::ConnId,
+    crate::ConnId,
+) {
+    use crate::device::Device;
+    let mut a = super::ShmDevice::new(cfg.clone()).unwrap();
+    let mut b = super::ShmDevice::new(cfg).unwrap();
+    let mut pb = crate::PeerAddrs::default();
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    let ba = crate::device::accept_blocking(&mut b, std::time::Duration::from_secs(10)).unwrap();
+    (a, b, ab, ba)
+}
+
 mod basic {
     use super::super::*;
-    use crate::device::{accept_blocking, recv_blocking, wait_send};
+    use super::hdr;
+    use crate::device::{recv_blocking, wait_send};
 
     const T: Duration = Duration::from_secs(10);
 
     fn pair() -> (ShmDevice, ShmDevice, ConnId, ConnId) {
-        let mut a = ShmDevice::new(ShmConfig::default()).unwrap();
-        let mut b = ShmDevice::new(ShmConfig::default()).unwrap();
-        let mut pb = PeerAddrs::default();
-        b.local_address(&mut pb);
-        let ab = a.connect(&pb).unwrap();
-        let ba = accept_blocking(&mut b, T).unwrap();
-        (a, b, ab, ba)
-    }
-
-    fn hdr(tag: u64) -> MsgHeader {
-        MsgHeader {
-            source: 1,
-            tag,
-            context_id: 0,
-            len: 0,
-        }
+        super::pair_with(ShmConfig::default())
     }
 
     #[test]
@@ -163,6 +178,7 @@ mod rendezvous {
 
 mod fast_path {
     use super::super::*;
+    use super::hdr;
     use crate::device::accept_blocking;
 
     /// The receive fast path must not consume a message that does not match, and must
@@ -205,25 +221,114 @@ mod fast_path {
             Err(TransportError::Timeout(..))
         ));
     }
+
+    /// Over many laps of the ring, messages of mixed sizes — one-line records read
+    /// through their stamp, multi-line ones that leave payload where later records
+    /// start (lines the receiver must stop trusting), streamed ones, and bursts read
+    /// through `head` — all arrive intact and in order. The payloads are hostile:
+    /// wherever one covers a line start, it holds the stamp the record starting
+    /// there one lap later will carry, and before each burst a receive must find
+    /// nothing (a receiver that trusted such a line would take the forgery).
+    #[test]
+    fn mixed_sizes_over_many_laps_arrive_intact_in_order() {
+        use crate::shm::ring::{LINE, STAMP_SHIFT, stamp};
+        const CAP: usize = 64 * 1024;
+        let t = Duration::from_secs(10);
+        let (mut a, mut b, ab, ba) = super::pair_with(ShmConfig {
+            ring_bytes: CAP,
+            eager_threshold: 2048,
+            ..ShmConfig::default()
+        });
+        let on = RecvSpec {
+            conn: Some(ba),
+            ..RecvSpec::default()
+        };
+        // Message `i` of `len` bytes whose record starts at ring position `pos`.
+        let msg = |i: u64, len: usize, pos: usize| -> Vec<u8> {
+            let mut m: Vec<u8> = (0..len).map(|k| (i as usize * 131 + k * 7) as u8).collect();
+            let body = pos + RECORD_HEADER_LEN;
+            let mut line = pos + LINE;
+            while line + 32 <= body + len {
+                let at = line + 24 - body;
+                let forged = stamp((line + CAP) as u64) << STAMP_SHIFT;
+                m[at..at + 8].copy_from_slice(&forged.to_le_bytes());
+                line += LINE;
+            }
+            m
+        };
+        // Sizes from a fixed LCG: mostly up to one line of payload, some up to the
+        // eager threshold, a few streamed (above it).
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut size = || {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            match (x >> 33) % 16 {
+                0 => 2049 + (x >> 40) as usize % 6000,
+                1..=4 => 33 + (x >> 40) as usize % 2016,
+                _ => (x >> 40) as usize % 33,
+            }
+        };
+        let (mut sent, mut got, mut pos) = (0u64, 0u64, 0usize);
+        while pos < 20 * CAP {
+            assert!(
+                matches!(
+                    b.recv(on, vec![0; 8192], Duration::ZERO),
+                    Err(TransportError::Timeout(..))
+                ),
+                "nothing was sent yet (message {sent}, ring position {pos})"
+            );
+            // Bursts of up to three before reading: the later ones are read after
+            // the first, through whatever path the device takes.
+            let mut burst = Vec::new();
+            for _ in 0..1 + sent % 3 {
+                let len = size();
+                let m = msg(sent, len, pos);
+                let h = if len > 2048 {
+                    Some(a.isend(ab, hdr(sent), m).unwrap())
+                } else {
+                    a.send(ab, hdr(sent), &m, t).unwrap();
+                    None
+                };
+                burst.push((len, pos, h));
+                pos += RECORD_HEADER_LEN + len + pad_for(len);
+                sent += 1;
+            }
+            for (len, at, h) in burst {
+                let r = if h.is_some() {
+                    let rh = b.post_recv(on, vec![0; len]).unwrap();
+                    loop {
+                        a.progress().unwrap();
+                        b.progress().unwrap();
+                        if let Some(r) = b.test_recv(rh).unwrap() {
+                            break r;
+                        }
+                    }
+                } else {
+                    b.recv(on, vec![0; len], t).unwrap()
+                };
+                assert_eq!(r.header.tag, got, "in order");
+                assert!(
+                    r.data == msg(got, len, at),
+                    "message {got} ({len} B) intact"
+                );
+                if let Some(h) = h {
+                    crate::device::wait_send(&mut a, h, t).unwrap();
+                }
+                got += 1;
+            }
+        }
+        assert!(sent > 1000, "{sent} messages");
+    }
 }
 
 /// Slot recycling and per-connection state in a long-lived process that sees many
 /// short-lived peers come and go (the launcher's rank 0 across grow/shrink changes).
 mod recycling {
     use super::super::*;
+    use super::hdr;
     use crate::shm::layout::SLOT_FREE;
 
     const T: Duration = Duration::from_secs(10);
     const CYCLES: usize = 200;
-
-    fn hdr(tag: u64) -> MsgHeader {
-        MsgHeader {
-            source: 1,
-            tag,
-            context_id: 0,
-            len: 0,
-        }
-    }
 
     fn addrs(d: &ShmDevice) -> PeerAddrs {
         let mut a = PeerAddrs::default();
@@ -389,6 +494,7 @@ mod recycling {
 
 mod single_copy {
     use super::super::*;
+    use super::hdr;
     use crate::device::{accept_blocking, recv_blocking, wait_send};
     use crate::shm::layout::CMA_UNKNOWN;
 
@@ -412,15 +518,6 @@ mod single_copy {
         let ba = accept_blocking(&mut b, T).unwrap();
         a.progress().unwrap();
         (a, b, ab, ba)
-    }
-
-    fn hdr(tag: u64) -> MsgHeader {
-        MsgHeader {
-            source: 1,
-            tag,
-            context_id: 0,
-            len: 0,
-        }
     }
 
     fn pattern(seed: u8, len: usize) -> Vec<u8> {
