@@ -435,9 +435,19 @@ impl<S: RingStorage> Consumer<S> {
     #[inline]
     pub fn available(&mut self) -> usize {
         if self.cached_head == self.tail {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
         }
         (self.cached_head - self.tail) as usize
+    }
+
+    /// Refreshes what we know to be published from `head`. Only ever forward: after
+    /// reading records through their stamps we may be ahead of a `head` store still
+    /// on its way, and taking that older value would make `cached_head - tail` wrap
+    /// (a receiver then read garbage as a record, issue 15, sixth pass).
+    #[inline]
+    fn load_head(&mut self) {
+        let h = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+        self.cached_head = self.cached_head.max(h);
     }
 
     /// The head (words, then mark word with its stamp bits cleared) of the stamped
@@ -468,7 +478,7 @@ impl<S: RingStorage> Consumer<S> {
     /// published (the mark word read atomically, its stamp bits cleared).
     pub fn peek_header(&mut self) -> Option<([u64; HEAD_WORDS], u64)> {
         if self.available() < HEAD_LEN {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < HEAD_LEN {
                 return None;
             }
@@ -559,7 +569,7 @@ impl<S: RingStorage> Consumer<S> {
             return false;
         }
         if self.available() < n {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < n {
                 return false;
             }
@@ -573,13 +583,14 @@ impl<S: RingStorage> Consumer<S> {
     /// Whether unread bytes are published, without touching our cached state (for the
     /// waiter's condition, which may run on a shared reference).
     pub fn has_data(&self) -> bool {
-        ctrl(self.ctrl).head.0.load(Ordering::Acquire) != self.tail
+        // `>`, not `!=`: `head` may still lag behind records read through their stamps.
+        ctrl(self.ctrl).head.0.load(Ordering::Acquire) > self.tail
     }
 
     /// Reads exactly `dst.len()` bytes if that many are available.
     pub fn pop_exact(&mut self, dst: &mut [u8]) -> bool {
         if self.available() < dst.len() {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < dst.len() {
                 return false;
             }
@@ -594,7 +605,7 @@ impl<S: RingStorage> Consumer<S> {
     #[inline]
     pub fn peek_exact(&mut self, dst: &mut [u8]) -> bool {
         if self.available() < dst.len() {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < dst.len() {
                 return false;
             }
@@ -611,7 +622,7 @@ impl<S: RingStorage> Consumer<S> {
     pub fn peek_at(&mut self, skip: usize, dst: &mut [u8]) -> bool {
         let want = skip + dst.len();
         if self.available() < want {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < want {
                 return false;
             }
@@ -627,7 +638,7 @@ impl<S: RingStorage> Consumer<S> {
     #[inline]
     pub fn discard(&mut self, n: usize) -> bool {
         if self.available() < n {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
             if ((self.cached_head - self.tail) as usize) < n {
                 return false;
             }
@@ -639,7 +650,7 @@ impl<S: RingStorage> Consumer<S> {
     /// Reads up to `dst.len()` available bytes; returns how many.
     pub fn pop_some(&mut self, dst: &mut [u8]) -> usize {
         if self.available() < dst.len() {
-            self.cached_head = ctrl(self.ctrl).head.0.load(Ordering::Acquire);
+            self.load_head();
         }
         let n = dst.len().min((self.cached_head - self.tail) as usize);
         if n > 0 {
@@ -830,10 +841,15 @@ mod tests {
         assert!(c.peek_at(HEAD_LEN, &mut body));
         assert_eq!(body, [b'y'; 32]);
         assert!(c.discard(LINE));
-        ctrl.head.0.store(5 * LINE as u64, Ordering::Release);
-        // Line 1 held payload last lap: its mark word is not believed.
+        // Line 1 held payload last lap: its mark word is not believed, and `head`,
+        // still behind the record we read through its stamp, shows nothing either
+        // (not a negative amount: it once wrapped to "everything").
         forge(1, 5 * LINE as u64);
         assert_eq!(c.poll_header(), None, "an untrusted line waits for head");
+        assert!(!c.has_data(), "a lagging head is not data");
+        assert_eq!(c.pop_some(&mut [0u8; 8]), 0);
+        ctrl.head.0.store(5 * LINE as u64, Ordering::Release);
+        assert_eq!(c.poll_header(), None, "head caught up: still nothing new");
         assert!(push(&mut p, 5, 0, &[], 32));
         assert_eq!(c.poll_header(), Some(head(5, 0)), "published through head");
         assert!(c.discard(LINE));
@@ -1010,24 +1026,22 @@ mod loom_tests {
         });
     }
 
-    /// Three one-line records through a two-line ring: the first lap is read through
-    /// `head`, the third record through line 0's stamp alone. Every byte of a record
-    /// read through its stamp must be ordered after the producer wrote it (the cells
-    /// would flag it), and the consumer never mistakes last lap's stamp for this one.
-    #[test]
-    fn loom_stamped_records_are_read_whole_through_the_stamp() {
-        loom::model(|| {
-            let (ctrl, mut prod, mut cons) = loom_pair(2 * LINE);
+    /// Pushes one stamped record per body length (record `i` carries id `i + 1`
+    /// and a body of that byte) through a ring of `lines` lines, and reads each back
+    /// through `poll_header`, checking its id and body.
+    fn stamped_run(lines: usize, bodies: &'static [usize]) {
+        loom::model(move || {
+            let (ctrl, mut prod, mut cons) = loom_pair(lines * LINE);
             let keep = ctrl.clone();
             let t = loom::thread::spawn(move || {
                 let _keep = keep;
-                for id in 1..=3u8 {
-                    while !prod.push_stamped(&[u64::from(id), 0, 0], 0, &[id; 32], 0) {
+                for (id, &body) in (1u8..).zip(bodies) {
+                    while !prod.push_stamped(&[u64::from(id), 0, 0], 0, &vec![id; body], 0) {
                         loom::thread::yield_now();
                     }
                 }
             });
-            for id in 1..=3u8 {
+            for (id, &body) in (1u8..).zip(bodies) {
                 let (words, _) = loop {
                     match cons.poll_header() {
                         Some(h) => break h,
@@ -1035,14 +1049,31 @@ mod loom_tests {
                     }
                 };
                 assert_eq!(words[0], u64::from(id));
-                // SAFETY: each push wrote one whole line.
-                unsafe { cons.extend_published(LINE) };
-                let mut body = [0u8; 32];
-                assert!(cons.peek_at(HEAD_LEN, &mut body));
-                assert_eq!(body, [id; 32]);
-                assert!(cons.discard(LINE));
+                // SAFETY: each push wrote its whole record.
+                unsafe { cons.extend_published(HEAD_LEN + body) };
+                let mut b = vec![0u8; body];
+                assert!(cons.take_record(HEAD_LEN, &mut b, HEAD_LEN + body));
+                assert_eq!(b, vec![id; body]);
             }
             t.join().unwrap();
         });
+    }
+
+    /// Three one-line records through a two-line ring: the first lap is read through
+    /// `head`, the third record through line 0's stamp alone. Every byte of a record
+    /// read through its stamp must be ordered after the producer wrote it (the cells
+    /// would flag it), and the consumer never mistakes last lap's stamp for this one.
+    #[test]
+    fn loom_stamped_records_are_read_whole_through_the_stamp() {
+        stamped_run(2, &[32, 32, 32]);
+    }
+
+    /// A two-line record, two one-line ones, then a lap: line 0 is read through its
+    /// stamp, line 1 (payload last lap) through `head` — which may still lag behind
+    /// the record just read through its stamp. The consumer must then wait, not read
+    /// (loom explores the producer stopped between its stamp and `head` stores).
+    #[test]
+    fn loom_after_a_stamped_read_a_lagging_head_shows_nothing() {
+        stamped_run(4, &[96, 32, 32, 32, 32]);
     }
 }

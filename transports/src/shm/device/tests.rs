@@ -318,6 +318,61 @@ mod fast_path {
         }
         assert!(sent > 1000, "{sent} messages");
     }
+
+    /// Two threads ping-pong small messages with random pauses on both sides, so
+    /// replies are read through their stamp, through `head` after a sleep, and
+    /// while the sender's `head` store is still on its way: a receiver that has
+    /// moved past records through their stamps must never take a lagging `head` for
+    /// less than what it already read (it did once: the receive then read garbage).
+    #[test]
+    fn threads_with_pauses_read_every_reply_once_in_order() {
+        let t = Duration::from_secs(10);
+        let (mut a, mut b, ab, ba) = super::pair_with(ShmConfig {
+            ring_bytes: 64 * 1024,
+            ..ShmConfig::default()
+        });
+        let n = 30_000u64;
+        // A fixed LCG per side: mostly no pause, sometimes a spin, rarely a sleep.
+        let pause = |x: &mut u64| {
+            *x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            match (*x >> 33) % 64 {
+                0 => std::thread::sleep(Duration::from_micros((*x >> 40) % 50)),
+                1..=8 => {
+                    for i in 0..(*x >> 40) % 5000 {
+                        std::hint::black_box(i);
+                    }
+                }
+                _ => {}
+            }
+        };
+        let echo = std::thread::spawn(move || {
+            let on = RecvSpec {
+                conn: Some(ba),
+                ..RecvSpec::default()
+            };
+            let mut x = 7;
+            for _ in 0..n {
+                let r = b.recv(on, vec![0; 64], t).unwrap();
+                pause(&mut x);
+                b.send(ba, r.header, &r.data, t).unwrap();
+            }
+        });
+        let on = RecvSpec {
+            conn: Some(ab),
+            ..RecvSpec::default()
+        };
+        let mut x = 11;
+        for i in 0..n {
+            let m: Vec<u8> = (0..i % 64).map(|k| (i + k) as u8).collect();
+            a.send(ab, hdr(i), &m, t).unwrap();
+            pause(&mut x);
+            let r = a.recv(on, vec![0; 64], t).unwrap();
+            assert_eq!((r.header.tag, r.data), (i, m), "reply {i}");
+        }
+        echo.join().unwrap();
+    }
 }
 
 /// Slot recycling and per-connection state in a long-lived process that sees many
