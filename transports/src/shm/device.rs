@@ -976,8 +976,9 @@ impl ShmDevice {
             return Ok(Err(buf));
         };
         let mut tries = 0u32;
-        // Where the ring's next line is trusted this watches only that line, whose
-        // stamp arrives with the record (see `ring`); no prefetch of the record's line:
+        // Watches the record's own line, whose stamp arrives with the record, where
+        // that line is trusted, and `head` (see `Consumer::poll_header`); no prefetch
+        // of the record's line:
         // issued with every look at `head` it competed with the writer for that line
         // (issue 15, fifth pass).
         let (words, mark) = loop {
