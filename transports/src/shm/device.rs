@@ -976,11 +976,10 @@ impl ShmDevice {
             return Ok(Err(buf));
         };
         let mut tries = 0u32;
-        // Watches the record's own line, whose stamp arrives with the record, where
-        // that line is trusted, and `head` (see `Consumer::poll_header`); no prefetch
-        // of the record's line:
-        // issued with every look at `head` it competed with the writer for that line
-        // (issue 15, fifth pass).
+        // Watches `head` and, where that line is trusted, the record's own line,
+        // whose stamp arrives with the record (see `Consumer::poll_header`). No
+        // prefetch of the record's line: issued with every look at `head`, it
+        // competed with the writer for that line (issue 15, fifth pass).
         let (words, mark) = loop {
             if let Some(h) = cons.poll_header() {
                 break h;
