@@ -440,6 +440,17 @@ impl<S: RingStorage> Consumer<S> {
         (self.cached_head - self.tail) as usize
     }
 
+    /// Whether `n` bytes from the read position are published, loading `head` only
+    /// when what we know already falls short.
+    #[inline]
+    fn published(&mut self, n: usize) -> bool {
+        if self.available() >= n {
+            return true;
+        }
+        self.load_head();
+        ((self.cached_head - self.tail) as usize) >= n
+    }
+
     /// Refreshes what we know to be published from `head`. Only ever forward: after
     /// reading records through their stamps we may be ahead of a `head` store still
     /// on its way, and taking that older value would make `cached_head - tail` wrap
@@ -482,11 +493,8 @@ impl<S: RingStorage> Consumer<S> {
     /// The head of the stamped record at the read position if `head` shows it
     /// published (the mark word read atomically, its stamp bits cleared).
     pub fn peek_header(&mut self) -> Option<([u64; HEAD_WORDS], u64)> {
-        if self.available() < HEAD_LEN {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < HEAD_LEN {
-                return None;
-            }
+        if !self.published(HEAD_LEN) {
+            return None;
         }
         debug_assert_eq!(
             self.tail % LINE as u64,
@@ -534,6 +542,10 @@ impl<S: RingStorage> Consumer<S> {
         self.trust[line / 64] & (1 << (line % 64)) != 0
     }
 
+    fn trust_line(&mut self, line: usize) {
+        self.trust[line / 64] |= 1 << (line % 64);
+    }
+
     /// Consuming `[tail, tail + n)`: its lines now hold what this lap wrote, trusted
     /// only where a stamped record's head was read at its start.
     #[inline(always)]
@@ -542,8 +554,7 @@ impl<S: RingStorage> Consumer<S> {
         // A one-line record whose head we read (a small message): one bit. The ring
         // is a power of two, so are its lines (`lines - 1` masks; 0 lines: no bits).
         if n == LINE && self.head_read && self.tail % line == 0 && self.lines > 0 {
-            let i = (self.tail / line) as usize & (self.lines - 1);
-            self.trust[i / 64] |= 1 << (i % 64);
+            self.trust_line((self.tail / line) as usize & (self.lines - 1));
         } else if self.lines > 0 {
             self.note_lines_slow(n);
         }
@@ -560,7 +571,7 @@ impl<S: RingStorage> Consumer<S> {
             let from = (first / line) as usize & (self.lines - 1);
             clear_bits(&mut self.trust, self.lines, from, count);
             if self.head_read && first == self.tail {
-                self.trust[from / 64] |= 1 << (from % 64);
+                self.trust_line(from);
             }
         }
     }
@@ -573,11 +584,8 @@ impl<S: RingStorage> Consumer<S> {
         if skip + dst.len() > n {
             return false;
         }
-        if self.available() < n {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < n {
-                return false;
-            }
+        if !self.published(n) {
+            return false;
         }
         // SAFETY: published (checked above) and not yet released.
         unsafe { copy_out(&self.data, self.tail + skip as u64, dst) };
@@ -594,30 +602,12 @@ impl<S: RingStorage> Consumer<S> {
 
     /// Reads exactly `dst.len()` bytes if that many are available.
     pub fn pop_exact(&mut self, dst: &mut [u8]) -> bool {
-        if self.available() < dst.len() {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < dst.len() {
-                return false;
-            }
+        if !self.published(dst.len()) {
+            return false;
         }
         // SAFETY: the Acquire load of head shows these bytes are published.
         unsafe { copy_out(&self.data, self.tail, dst) };
         self.release(dst.len());
-        true
-    }
-
-    /// Copies the next `dst.len()` bytes without consuming them, if available.
-    #[inline]
-    pub fn peek_exact(&mut self, dst: &mut [u8]) -> bool {
-        if self.available() < dst.len() {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < dst.len() {
-                return false;
-            }
-        }
-        // SAFETY: the Acquire load of head shows these bytes are published; we do not
-        // release them, so the producer cannot overwrite them meanwhile.
-        unsafe { copy_out(&self.data, self.tail, dst) };
         true
     }
 
@@ -626,11 +616,8 @@ impl<S: RingStorage> Consumer<S> {
     #[inline]
     pub fn peek_at(&mut self, skip: usize, dst: &mut [u8]) -> bool {
         let want = skip + dst.len();
-        if self.available() < want {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < want {
-                return false;
-            }
+        if !self.published(want) {
+            return false;
         }
         // SAFETY: the Acquire load of head shows these bytes are published; we do not
         // release them, so the producer cannot overwrite them meanwhile.
@@ -642,11 +629,8 @@ impl<S: RingStorage> Consumer<S> {
     /// of the read position for a record read with [`Consumer::peek_at`]).
     #[inline]
     pub fn discard(&mut self, n: usize) -> bool {
-        if self.available() < n {
-            self.load_head();
-            if ((self.cached_head - self.tail) as usize) < n {
-                return false;
-            }
+        if !self.published(n) {
+            return false;
         }
         self.release(n);
         true
@@ -654,9 +638,8 @@ impl<S: RingStorage> Consumer<S> {
 
     /// Reads up to `dst.len()` available bytes; returns how many.
     pub fn pop_some(&mut self, dst: &mut [u8]) -> usize {
-        if self.available() < dst.len() {
-            self.load_head();
-        }
+        // Whether all of `dst` is there or not, take what is.
+        self.published(dst.len());
         let n = dst.len().min((self.cached_head - self.tail) as usize);
         if n > 0 {
             // SAFETY: the Acquire load of head shows these bytes are published.
@@ -664,11 +647,6 @@ impl<S: RingStorage> Consumer<S> {
             self.release(n);
         }
         n
-    }
-
-    /// Bytes in use right now (for deciding whether a blocked producer needs a wake-up).
-    pub fn used(&self) -> usize {
-        (self.cached_head - self.tail) as usize
     }
 
     #[inline]
