@@ -127,6 +127,17 @@ impl SlotMap {
             .any(|s| matches!(s, SlotState::Occupied(_) | SlotState::Leaving(_)))
     }
 
+    /// Whether `node` is being emptied: it holds processes and every one of them is
+    /// leaving (removed by a decided change, or killed as the added process of an
+    /// aborted one). It is released (`SLOT-3`) when the last of them exits; a driver
+    /// that gives nodes back (`RC-20`) may wait for it so that nodes one change empties
+    /// go back together.
+    pub fn is_emptying(&self, node: u32) -> bool {
+        let slots = self.node_slots(node);
+        slots.iter().any(|s| matches!(s, SlotState::Leaving(_)))
+            && !slots.iter().any(|s| matches!(s, SlotState::Occupied(_)))
+    }
+
     fn node_slots(&self, node: u32) -> &[SlotState] {
         let n = node as usize;
         match (self.starts.get(n), self.starts.get(n + 1)) {
@@ -347,6 +358,37 @@ mod tests {
         assert_eq!(m.free_count(), 16 - 10);
         assert_eq!((m.node_of(15), m.node_of(16)), (Some(3), None));
         assert!(!m.is_allocated(99));
+    }
+
+    #[test]
+    fn a_node_is_emptying_while_all_its_processes_leave() {
+        let mut m = four_by_four();
+        // Node 0 full (ranks 0-3), node 1 full (4-7), node 2 with rank 8.
+        m.place(&pids(0..9)).unwrap();
+        assert!((0..4).all(|n| !m.is_emptying(n)), "nothing leaves yet");
+        // Remove the highest three: node 2's only process and two of node 1's.
+        let victims = m.victims(3).unwrap();
+        assert_eq!(victims, pids(6..9).into_iter().rev().collect::<Vec<_>>());
+        m.mark_leaving(&victims).unwrap();
+        assert!(m.is_emptying(2), "its only process leaves");
+        assert!(!m.is_emptying(1), "two processes stay on it");
+        assert!(
+            !m.is_emptying(0) && !m.is_emptying(3),
+            "untouched, and empty"
+        );
+        // Node 1's other two leave as well.
+        m.mark_leaving(&pids(4..6)).unwrap();
+        assert!(m.is_emptying(1));
+        // A node stops emptying once its last process exited (it is released).
+        assert_eq!(m.free(&victims[0]), Ok(Some(2)));
+        assert!(!m.is_emptying(2));
+        assert_eq!(m.free(&victims[1]), Ok(None));
+        assert!(m.is_emptying(1), "three of its processes still leave");
+        for p in victims[2..].iter().chain(&pids(4..6)) {
+            m.free(p).unwrap();
+        }
+        assert!(!m.is_emptying(1), "released");
+        assert!(!m.is_emptying(99));
     }
 
     #[test]

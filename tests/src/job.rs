@@ -127,27 +127,16 @@ pub fn wait_bounded(
     limit: Duration,
 ) -> Result<Finished, Finished> {
     // Read both pipes while waiting, so a chatty child cannot block on a full pipe.
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
+    let pipes = Pipes::drain(&mut child);
+    finish_bounded(child, pipes, runtime_dir, limit)
+}
+
+fn finish_bounded(
+    mut child: Child,
+    pipes: Pipes,
+    runtime_dir: PathBuf,
+    limit: Duration,
+) -> Result<Finished, Finished> {
     let deadline = Instant::now() + limit;
     let mut killed = false;
     let status = loop {
@@ -161,13 +150,101 @@ pub fn wait_bounded(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let (stdout, stderr) = pipes.finish(Duration::from_secs(10));
     let output = Output {
         status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout,
+        stderr,
     };
     let f = Finished::new(output, runtime_dir);
     if killed { Err(f) } else { Ok(f) }
+}
+
+/// What a child wrote to one pipe: all of it up to [`Capture::HEAD`] bytes, then the
+/// last [`Capture::TAIL`] bytes, so a job printing for minutes neither blocks on its
+/// pipe nor fills the test's memory.
+#[derive(Default)]
+struct Capture {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: u64,
+}
+
+impl Capture {
+    const HEAD: usize = 4 << 20;
+    const TAIL: usize = 4 << 20;
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        let room = Self::HEAD - self.head.len();
+        let first = bytes.len().min(room);
+        self.head.extend_from_slice(&bytes[..first]);
+        bytes = &bytes[first..];
+        self.tail.extend(bytes);
+        let over = self.tail.len().saturating_sub(Self::TAIL);
+        self.tail.drain(..over);
+        self.dropped += over as u64;
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut v = self.head.clone();
+        if self.dropped > 0 {
+            v.extend_from_slice(
+                format!("\n[... {} bytes not kept ...]\n", self.dropped).as_bytes(),
+            );
+        }
+        v.extend(self.tail.iter());
+        v
+    }
+}
+
+/// Both pipes of a child, read on threads of their own from the start.
+struct Pipes {
+    out: std::sync::Arc<std::sync::Mutex<Capture>>,
+    err: std::sync::Arc<std::sync::Mutex<Capture>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pipes {
+    fn drain(child: &mut Child) -> Pipes {
+        let mut readers = Vec::new();
+        let mut read = |r: Option<Box<dyn Read + Send>>| {
+            let cap = std::sync::Arc::new(std::sync::Mutex::new(Capture::default()));
+            if let Some(mut r) = r {
+                let c = cap.clone();
+                readers.push(std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n @ 1..) = r.read(&mut buf) {
+                        c.lock().expect("capture").push(&buf[..n]);
+                    }
+                }));
+            }
+            cap
+        };
+        let out = read(
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let err = read(
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        Pipes { out, err, readers }
+    }
+
+    /// Both streams once the pipes closed, or as far as read after `bound` (a
+    /// straggler of the killed job may still hold them open).
+    fn finish(self, bound: Duration) -> (Vec<u8>, Vec<u8>) {
+        let deadline = Instant::now() + bound;
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let take = |c: &std::sync::Mutex<Capture>| c.lock().map(|c| c.bytes()).unwrap_or_default();
+        (take(&self.out), take(&self.err))
+    }
 }
 
 /// A finished `dynres` invocation.
@@ -298,7 +375,9 @@ impl Runtime {
 /// A running `dynres` in a process group of its own. If the test ends before it does (a
 /// failed assertion unwinds), the whole group is killed and reaped: a failing test must
 /// not leave a job running.
-pub struct Running(Option<Child>);
+/// Its stdout and stderr are read from the start, so a chatty job never blocks on a
+/// full pipe however long the test waits.
+pub struct Running(Option<(Child, Pipes)>);
 
 impl Running {
     /// Starts `cmd` (stdout and stderr piped) as the leader of a new process group.
@@ -310,63 +389,52 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn dynres");
-        Running(Some(child))
+        Running::adopt(child)
     }
 
     /// Takes charge of `child`, started with `process_group(0)` by the caller.
-    pub fn adopt(child: Child) -> Running {
-        Running(Some(child))
+    pub fn adopt(mut child: Child) -> Running {
+        let pipes = Pipes::drain(&mut child);
+        Running(Some((child, pipes)))
     }
 
     /// Its pid.
     pub fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
+        self.0.as_ref().map_or(0, |(c, _)| c.id())
     }
 
-    /// Hands the process over, e.g. to [`wait_bounded`] (which kills it on its bound).
-    pub fn into_child(mut self) -> Child {
-        self.0.take().expect("not taken yet")
+    /// Waits (at most `limit`) for the process to end; `Err`: it had to be killed.
+    pub fn wait(mut self, runtime_dir: PathBuf, limit: Duration) -> Result<Finished, Finished> {
+        let (child, pipes) = self.0.take().expect("not taken yet");
+        finish_bounded(child, pipes, runtime_dir, limit)
+    }
+
+    /// Waits (at most `limit`) for the process to end; panics with its output if it has
+    /// to be killed.
+    pub fn finish(self, runtime_dir: PathBuf, limit: Duration) -> Finished {
+        self.wait(runtime_dir, limit)
+            .unwrap_or_else(|f| panic!("the job did not end in {limit:?}\n{}", f.dump()))
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
+        if let Some((mut c, pipes)) = self.0.take() {
             // SAFETY: kill has no memory-safety preconditions; -pid names the group.
             unsafe {
                 libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL);
             }
-            // A failing test shows what the job said: the panic alone rarely tells why.
-            // Read on a thread, boundedly: a straggler may still hold the pipes.
-            if std::thread::panicking() {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let (out, err) = (c.stdout.take(), c.stderr.take());
-                std::thread::spawn(move || {
-                    use std::io::Read;
-                    let mut text = String::new();
-                    if let Some(mut o) = out {
-                        let _ = o.read_to_string(&mut text);
-                    }
-                    if let Some(mut e) = err {
-                        let _ = e.read_to_string(&mut text);
-                    }
-                    let _ = tx.send(text);
-                });
-                if let Ok(text) = rx.recv_timeout(Duration::from_secs(5)) {
-                    eprintln!("--- output of the killed job\n{text}");
-                }
-            }
             let _ = c.wait();
+            // A failing test shows what the job said: the panic alone rarely tells why.
+            if std::thread::panicking() {
+                let (out, err) = pipes.finish(Duration::from_secs(5));
+                eprintln!(
+                    "--- output of the killed job\n{}{}",
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&err)
+                );
+            }
         }
-    }
-}
-
-impl Running {
-    /// Waits (at most `limit`) for the process to end; panics with its output if it has
-    /// to be killed.
-    pub fn finish(self, runtime_dir: PathBuf, limit: Duration) -> Finished {
-        wait_bounded(self.into_child(), runtime_dir, limit)
-            .unwrap_or_else(|f| panic!("the job did not end in {limit:?}\n{}", f.dump()))
     }
 }
 
@@ -424,4 +492,57 @@ pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.
     let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
     assert_eq!(r, 0, "kill({pid}, {sig})");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_keeps_head_and_tail_and_says_what_it_dropped() {
+        let mut c = Capture::default();
+        c.push(b"first line\n");
+        assert_eq!(c.bytes(), b"first line\n");
+        // Fill the head, then write twice the tail's size of numbered bytes.
+        c.push(&vec![b'h'; Capture::HEAD - 11]);
+        let body: Vec<u8> = (0..2 * Capture::TAIL).map(|i| (i % 251) as u8).collect();
+        for chunk in body.chunks(60_000) {
+            c.push(chunk);
+        }
+        let got = c.bytes();
+        assert!(got.starts_with(b"first line\nhhh"));
+        let note = format!("\n[... {} bytes not kept ...]\n", Capture::TAIL);
+        let at = Capture::HEAD;
+        assert_eq!(&got[at..at + note.len()], note.as_bytes());
+        assert_eq!(&got[at + note.len()..], &body[Capture::TAIL..]);
+    }
+
+    #[test]
+    fn a_running_job_that_prints_more_than_a_pipe_holds_is_not_blocked() {
+        // 1 MiB through each pipe, far more than the 64 KiB a pipe buffers: with
+        // nobody reading, the child would block and be killed at the bound.
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2; echo done >&2",
+        ]);
+        let run = Running::start(cmd);
+        // It ends (a zombie until reaped) while the test is busy elsewhere.
+        let stat = format!("/proc/{}/stat", run.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let state = || {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            s.rsplit(") ").next().and_then(|r| r.chars().next())
+        };
+        while state() != Some('Z') {
+            assert!(Instant::now() < deadline, "blocked writing: {:?}", state());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let f = run
+            .wait(std::env::temp_dir(), Duration::from_secs(20))
+            .unwrap_or_else(|f| panic!("blocked: {}", f.code.is_none()));
+        assert_eq!(f.code, Some(0));
+        assert_eq!(f.stdout.len(), 1 << 20);
+        assert!(f.stderr.ends_with("done\n"));
+    }
 }

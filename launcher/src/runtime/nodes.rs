@@ -204,73 +204,92 @@ impl Nodes {
         added
     }
 
-    /// Gives `node` back to Slurm (RC-20; core accepted it): ends its daemon, then
-    /// shrinks the allocation to the nodes not given back with `scontrol update`.
-    /// Updates run one at a time, each with the list as it is then, so nodes given back
-    /// together end in one allocation without them.
-    pub fn return_to_slurm(&mut self, node: u32) {
-        if let Some(job) = self.grown.get(&node).cloned() {
-            return self.return_to_grant(node, job);
+    /// Gives `batch` back to Slurm (RC-20; core accepted each, GROW-4: the nodes a
+    /// change emptied come together): their daemons end, then, on a thread of its own,
+    /// one `scontrol update` shrinks the job's allocation to the nodes not given back,
+    /// and each second allocation of the batch is shrunk to its nodes still used or
+    /// cancelled (GROW-2). Slurm without an accounting database resizes a job once
+    /// only, so nodes emptied by one change must go in one update. The engine never
+    /// waits for Slurm: nothing here takes a lock the engine holds.
+    pub fn return_to_slurm(&mut self, batch: &[u32]) {
+        let mut own = Vec::new();
+        let mut grants: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for &node in batch {
+            match self.grown.get(&node) {
+                Some(job) => grants.entry(job.clone()).or_default().push(node),
+                None if self.slurm_job.is_some() => own.push(node),
+                None => {}
+            }
+        }
+        for (job, nodes) in grants {
+            self.return_to_grant(&nodes, job);
         }
         let Some(job) = self.slurm_job.clone() else {
             return;
         };
-        let host = self.host(node).to_string();
+        if own.is_empty() {
+            return;
+        }
+        let hosts: Vec<String> = own.iter().map(|n| self.host(*n).to_string()).collect();
         let all: Vec<String> = self.hosts.iter().map(|h| h.name.clone()).collect();
         let slurm = self.slurm.clone();
         let cwd = self.slurm_dir.clone();
-        if let Ok(mut s) = slurm.lock() {
-            s.returned.insert(host.clone());
-        }
-        self.give_back(node, move || {
+        self.give_back(&own, move || {
+            // Updates run one at a time, each with every node given back so far: a
+            // node Slurm kept once is offered again with the next.
             let Ok(mut s) = slurm.lock() else {
                 return;
             };
+            s.returned.extend(hosts.iter().cloned());
             let keep: Vec<&str> = all
                 .iter()
                 .filter(|h| !s.returned.contains(*h))
                 .map(String::as_str)
                 .collect();
             let list = keep.join(",");
+            let given = hosts.join(",");
             if s.applied.as_deref() == Some(list.as_str()) {
-                tracing::info!(node, host, "node given back to Slurm job {job}");
+                tracing::info!(hosts = given, "node given back to Slurm job {job}");
                 return;
             }
             match super::slurm::shrink_to(&job, &list, &cwd) {
                 Ok(()) => {
                     s.applied = Some(list);
-                    tracing::info!(node, host, "node given back to Slurm job {job}");
+                    tracing::info!(hosts = given, "node given back to Slurm job {job}");
                 }
-                Err(why) => tracing::error!(node, host, "{why}"),
+                Err(why) => tracing::warn!(
+                    hosts = given,
+                    "{why}; the node stays in Slurm job {job} until the job ends \
+                     (offered again with the next node given back)"
+                ),
             }
         });
     }
 
-    /// Gives back `node` of second allocation `job` (GROW-2): its daemon ends, and the
-    /// allocation is cancelled once none of its nodes is used any more (or shrunk to
-    /// the nodes still used).
-    fn return_to_grant(&mut self, node: u32, job: String) {
-        let host = self.host(node).to_string();
-        let same: Vec<u32> = self
+    /// Gives back `nodes` of second allocation `job` (GROW-2): their daemons end, and
+    /// the allocation is cancelled once none of its nodes is used any more (or shrunk
+    /// to the nodes still used).
+    fn return_to_grant(&mut self, nodes: &[u32], job: String) {
+        let keep: Vec<String> = self
             .grown
             .iter()
-            .filter(|(_, j)| **j == job)
-            .map(|(n, _)| *n)
+            .filter(|(n, j)| **j == job && !nodes.contains(n) && self.is_live(**n))
+            .map(|(n, _)| self.host(*n).to_string())
             .collect();
-        let keep: Vec<String> = same
-            .iter()
-            .filter(|n| **n != node && self.is_live(**n))
-            .map(|n| self.host(*n).to_string())
-            .collect();
+        let given: Vec<&str> = nodes.iter().map(|n| self.host(*n)).collect();
+        let given = given.join(",");
         let cwd = self.slurm_dir.clone();
-        self.give_back(node, move || {
+        self.give_back(nodes, move || {
             if keep.is_empty() {
                 super::slurm::release(&job);
                 return;
             }
             match super::slurm::shrink_to(&job, &keep.join(","), &cwd) {
-                Ok(()) => tracing::info!(node, host, "node given back to Slurm job {job}"),
-                Err(why) => tracing::error!(node, host, "{why}"),
+                Ok(()) => tracing::info!(hosts = given, "node given back to Slurm job {job}"),
+                Err(why) => tracing::warn!(
+                    hosts = given,
+                    "{why}; Slurm job {job} is cancelled when the job ends"
+                ),
             }
         });
     }
@@ -394,37 +413,42 @@ impl Nodes {
         )
     }
 
-    /// Ends `node`'s daemon because the node was given back (RC-20; its processes are
-    /// gone already): `Shutdown`, and its end is not a loss. Then runs `then` (the
-    /// resource manager's side) on a thread of its own once the daemon's agent exited
-    /// (bounded), so the engine never waits for it.
-    pub fn give_back(&mut self, node: u32, then: impl FnOnce() + Send + 'static) {
-        let Some(r) = self.remote.get_mut(&node) else {
-            return;
-        };
-        if let State::Up { conn, .. } = &mut r.state {
-            let _ = conn.send(&encode_link(&LinkMsg::Shutdown));
-            let _ = conn.flush();
+    /// Ends the daemons of `nodes` because the nodes were given back (RC-20; their
+    /// processes are gone already): `Shutdown`, and their end is not a loss. Then runs
+    /// `then` (the resource manager's side) on a thread of its own once their agents
+    /// exited (bounded), so the engine never waits for it.
+    pub fn give_back(&mut self, nodes: &[u32], then: impl FnOnce() + Send + 'static) {
+        let mut agents = Vec::new();
+        for node in nodes {
+            let Some(r) = self.remote.get_mut(node) else {
+                continue;
+            };
+            if let State::Up { conn, .. } = &mut r.state {
+                let _ = conn.send(&encode_link(&LinkMsg::Shutdown));
+                let _ = conn.flush();
+            }
+            r.state = State::Returned;
+            agents.extend(r.agent.take());
         }
-        r.state = State::Returned;
-        let agent = r.agent.take();
-        let spawned = std::thread::Builder::new()
-            .name(format!("dynres-return-{node}"))
-            .spawn(move || {
-                if let Some(mut a) = agent {
-                    let deadline = Instant::now() + Duration::from_secs(10);
-                    while matches!(a.try_wait(), Ok(None)) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    if matches!(a.try_wait(), Ok(None)) {
-                        let _ = a.kill();
-                        let _ = a.wait();
-                    }
+        let name = format!(
+            "dynres-return-{}",
+            nodes.first().copied().unwrap_or(NO_NODE)
+        );
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for mut a in agents {
+                while matches!(a.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                then();
-            });
+                if matches!(a.try_wait(), Ok(None)) {
+                    let _ = a.kill();
+                    let _ = a.wait();
+                }
+            }
+            then();
+        });
         if let Err(e) = spawned {
-            tracing::error!(node, error = %e, "no thread to give the node back");
+            tracing::error!(?nodes, error = %e, "no thread to give the nodes back");
         }
     }
 

@@ -106,17 +106,19 @@ fn hosts_of_job(text: &str) -> Result<Vec<Host>, String> {
         .collect())
 }
 
-/// How often, and how far apart, a refused `scontrol update` is tried again: Slurm
-/// refuses updates of a job it is still registering ("try again in a bit").
-const UPDATE_TRIES: u32 = 40;
+/// How long refusals that Slurm calls transient ("try again in a bit") are retried, and
+/// the pause between tries. A time bound, not a count: slurmctld itself waits up to 5 s
+/// before it refuses a job whose accounting record is being set.
+const UPDATE_FOR: Duration = Duration::from_secs(20);
 const UPDATE_PAUSE: Duration = Duration::from_millis(250);
 
 /// Shrinks Slurm job `job` to the nodes `list` (`scontrol update JobId=… NodeList=…`,
-/// RC-20, GROW-2), run in `cwd` (scontrol writes `slurm_job_<id>_resize.*` there).
-/// Transient refusals are retried for about 10 s.
+/// RC-20, GROW-2, GROW-4), run in `cwd` (scontrol writes `slurm_job_<id>_resize.*`
+/// there). Refusals Slurm calls transient are retried for [`UPDATE_FOR`]; others end
+/// the attempt at once. The error says what Slurm said last.
 pub fn shrink_to(job: &str, list: &str, cwd: &Path) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..UPDATE_TRIES {
+    let deadline = std::time::Instant::now() + UPDATE_FOR;
+    loop {
         let out = Command::new("scontrol")
             .current_dir(cwd)
             .arg("update")
@@ -128,11 +130,20 @@ pub fn shrink_to(job: &str, list: &str, cwd: &Path) -> Result<(), String> {
         if out.status.success() {
             return Ok(());
         }
-        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        tracing::debug!(job, "scontrol update refused, trying again: {last}");
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if !transient(&said) || std::time::Instant::now() >= deadline {
+            return Err(format!("Slurm did not shrink job {job} to {list}: {said}"));
+        }
+        tracing::debug!(job, "scontrol update refused, trying again: {said}");
         std::thread::sleep(UPDATE_PAUSE);
     }
-    Err(format!("scontrol could not give the node back: {last}"))
+}
+
+/// Whether Slurm marks a refusal as one to try again. Without an accounting database
+/// (`AccountingStorageType=accounting_storage/none`), Slurm 22.05 gives every resize
+/// after a job's first this same answer forever, so retrying stays bounded.
+fn transient(said: &str) -> bool {
+    said.contains("try again")
 }
 
 /// Cancels Slurm job `job` (a second allocation whose nodes the job no longer uses).
@@ -200,6 +211,14 @@ mod tests {
             ]
         );
         assert!(hosts_of_job("JobId=7 NumCPUs=2").is_err());
+    }
+
+    #[test]
+    fn only_refusals_slurm_calls_transient_are_retried() {
+        assert!(transient(
+            "Job update not available right now, the DB index is being set, try again in a bit for job 1"
+        ));
+        assert!(!transient("Invalid node name specified for job 1"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use dynres_core::rc::wire::{decode_to_daemon, decode_to_master, encode_to_daemon
 use dynres_core::rc::{DaemonInput, MasterInput, NodeId, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
 
-use super::{Engine, RemoteProc};
+use super::{Engine, HOLD_BOUND, RemoteProc};
 use crate::runtime::daemon::Upstream;
 use crate::runtime::nodes::Nodes;
 use crate::runtime::signals;
@@ -35,8 +35,13 @@ impl Engine {
         self
     }
 
-    /// Heartbeats and failure detection on master ↔ daemon links (HB-1..3).
+    /// Heartbeats and failure detection on master ↔ daemon links (HB-1..3), and the
+    /// bound on emptied nodes held for others (GROW-4).
     pub(super) fn tick_links(&mut self) {
+        if !self.returning.is_empty() {
+            // Held nodes go at the latest after HOLD_BOUND (GROW-4).
+            self.drain();
+        }
         if let Some(nodes) = &mut self.nodes {
             let dead = nodes.tick();
             if !dead.is_empty() {
@@ -192,21 +197,49 @@ impl Engine {
 
     /// (Master) RC-20: offers emptied nodes back to core; those it accepts are given
     /// back to the resource manager. A node a change placed a process on meanwhile is
-    /// refused and kept.
+    /// refused and kept. GROW-4: emptied nodes are held while another node that would
+    /// be given back is still being emptied (core's `is_emptying`), so the nodes one
+    /// change empties go back in one resource manager update — but never longer than
+    /// [`HOLD_BOUND`].
     pub(super) fn return_nodes(&mut self) {
-        while let Some(node) = self.to_return.pop() {
-            let now = self.now();
-            let Some(m) = &mut self.master else {
+        self.returning.extend(self.to_return.drain(..));
+        if self.returning.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let (Some(m), Some(nodes)) = (&mut self.master, &mut self.nodes) else {
+            self.returning.clear();
+            return;
+        };
+        let emptying: Vec<u32> = nodes
+            .others()
+            .into_iter()
+            .filter(|n| nodes.gives_back(*n) && nodes.is_live(*n) && m.slots().is_emptying(*n))
+            .collect();
+        if !emptying.is_empty() {
+            let Some(held) = self.held_since else {
+                tracing::debug!(?emptying, held = ?self.returning, "emptied nodes wait for others");
+                self.held_since = Some(std::time::Instant::now());
                 return;
             };
+            if held.elapsed() < HOLD_BOUND {
+                return;
+            }
+            tracing::warn!(
+                ?emptying,
+                "nodes still emptying after {HOLD_BOUND:?}; giving back the others without them"
+            );
+        }
+        self.held_since = None;
+        let mut accepted = Vec::new();
+        for node in std::mem::take(&mut self.returning) {
             match m.handle(now, MasterInput::NodeReturned { node: NodeId(node) }) {
-                Ok(()) => {
-                    if let Some(nodes) = &mut self.nodes {
-                        nodes.return_to_slurm(node);
-                    }
-                }
+                Ok(()) => accepted.push(node),
                 Err(e) => tracing::debug!(node, error = %e, "node kept"),
             }
+        }
+        if !accepted.is_empty() {
+            nodes.return_to_slurm(&accepted);
         }
     }
 
