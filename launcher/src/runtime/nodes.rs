@@ -231,7 +231,7 @@ impl Nodes {
             return;
         }
         let hosts: Vec<String> = own.iter().map(|n| self.host(*n).to_string()).collect();
-        let all: Vec<String> = self.hosts.iter().map(|h| h.name.clone()).collect();
+        let all = own_allocation(&self.hosts, &self.grown);
         let slurm = self.slurm.clone();
         let cwd = self.slurm_dir.clone();
         self.give_back(&own, move || {
@@ -743,5 +743,37 @@ fn authenticate(
         }
         // AUTH-4: refused and logged; nothing of the job changes.
         Err(e) => tracing::warn!(%peer, error = %e, "refused a daemon"),
+    }
+}
+
+/// The hosts of the job's own Slurm allocation: every host but those of second
+/// allocations (GROW-1), which an update of the job's allocation must not name (Slurm
+/// refuses a node list that is not a subset of the job's).
+fn own_allocation(hosts: &[Host], grown: &BTreeMap<u32, String>) -> Vec<String> {
+    hosts
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| !grown.contains_key(&(*n as u32)))
+        .map(|(_, h)| h.name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_allocation_leaves_out_second_allocations() {
+        let host = |name: &str| Host {
+            name: name.into(),
+            slots: 2,
+        };
+        let hosts = [host("n1"), host("n2"), host("n3"), host("n4")];
+        let grown = BTreeMap::from([(2, "7".to_string()), (3, "8".to_string())]);
+        assert_eq!(own_allocation(&hosts, &grown), ["n1", "n2"]);
+        assert_eq!(
+            own_allocation(&hosts, &BTreeMap::new()),
+            ["n1", "n2", "n3", "n4"]
+        );
     }
 }
