@@ -197,6 +197,24 @@ impl Capture {
     }
 }
 
+/// Reads `pipe` (if any) into a capture on a thread of its own, pushed to `readers`.
+fn capture(
+    pipe: Option<impl Read + Send + 'static>,
+    readers: &mut Vec<std::thread::JoinHandle<()>>,
+) -> std::sync::Arc<std::sync::Mutex<Capture>> {
+    let cap = std::sync::Arc::new(std::sync::Mutex::new(Capture::default()));
+    if let Some(mut r) = pipe {
+        let c = cap.clone();
+        readers.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            while let Ok(n @ 1..) = r.read(&mut buf) {
+                c.lock().expect("capture").push(&buf[..n]);
+            }
+        }));
+    }
+    cap
+}
+
 /// Both pipes of a child, read on threads of their own from the start.
 struct Pipes {
     out: std::sync::Arc<std::sync::Mutex<Capture>>,
@@ -207,31 +225,8 @@ struct Pipes {
 impl Pipes {
     fn drain(child: &mut Child) -> Pipes {
         let mut readers = Vec::new();
-        let mut read = |r: Option<Box<dyn Read + Send>>| {
-            let cap = std::sync::Arc::new(std::sync::Mutex::new(Capture::default()));
-            if let Some(mut r) = r {
-                let c = cap.clone();
-                readers.push(std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 << 10];
-                    while let Ok(n @ 1..) = r.read(&mut buf) {
-                        c.lock().expect("capture").push(&buf[..n]);
-                    }
-                }));
-            }
-            cap
-        };
-        let out = read(
-            child
-                .stdout
-                .take()
-                .map(|r| Box::new(r) as Box<dyn Read + Send>),
-        );
-        let err = read(
-            child
-                .stderr
-                .take()
-                .map(|r| Box::new(r) as Box<dyn Read + Send>),
-        );
+        let out = capture(child.stdout.take(), &mut readers);
+        let err = capture(child.stderr.take(), &mut readers);
         Pipes { out, err, readers }
     }
 

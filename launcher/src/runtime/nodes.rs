@@ -252,16 +252,12 @@ impl Nodes {
                 tracing::info!(hosts = given, "node given back to Slurm job {job}");
                 return;
             }
-            match super::slurm::shrink_to(&job, &list, &cwd) {
-                Ok(()) => {
-                    s.applied = Some(list);
-                    tracing::info!(hosts = given, "node given back to Slurm job {job}");
-                }
-                Err(why) => tracing::warn!(
-                    hosts = given,
-                    "{why}; the node stays in Slurm job {job} until the job ends \
-                     (offered again with the next node given back)"
-                ),
+            let kept = format!(
+                "the node stays in Slurm job {job} until the job ends (offered again with \
+                 the next node given back)"
+            );
+            if shrink_logged(&job, &list, &cwd, &given, &kept) {
+                s.applied = Some(list);
             }
         });
     }
@@ -284,13 +280,8 @@ impl Nodes {
                 super::slurm::release(&job);
                 return;
             }
-            match super::slurm::shrink_to(&job, &keep.join(","), &cwd) {
-                Ok(()) => tracing::info!(hosts = given, "node given back to Slurm job {job}"),
-                Err(why) => tracing::warn!(
-                    hosts = given,
-                    "{why}; Slurm job {job} is cancelled when the job ends"
-                ),
-            }
+            let kept = format!("Slurm job {job} is cancelled when the job ends");
+            shrink_logged(&job, &keep.join(","), &cwd, &given, &kept);
         });
     }
 
@@ -743,6 +734,22 @@ fn authenticate(
         }
         // AUTH-4: refused and logged; nothing of the job changes.
         Err(e) => tracing::warn!(%peer, error = %e, "refused a daemon"),
+    }
+}
+
+/// Shrinks Slurm job `job` to `list` and logs the outcome for the hosts `given`: one
+/// info line, or one warning with Slurm's answer and what follows (`kept`). Whether
+/// Slurm did it.
+fn shrink_logged(job: &str, list: &str, cwd: &std::path::Path, given: &str, kept: &str) -> bool {
+    match super::slurm::shrink_to(job, list, cwd) {
+        Ok(()) => {
+            tracing::info!(hosts = given, "node given back to Slurm job {job}");
+            true
+        }
+        Err(why) => {
+            tracing::warn!(hosts = given, "{why}; {kept}");
+            false
+        }
     }
 }
 
