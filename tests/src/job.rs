@@ -6,14 +6,21 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// The `dynres` binary of this build (built on demand if a lone `cargo test -p
-/// dynres-tests` did not build it).
+/// The `dynres` binary of this build, (re)built on demand: a lone `cargo test -p
+/// dynres-tests` builds the launcher's library but not its binary, so a binary older
+/// than this test executable may predate the code under test.
 pub fn dynres_bin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_dynres).clone()
+}
+
+fn build_dynres() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     // target/<profile>/deps/<test> → target/<profile>/dynres
     let dir = exe
@@ -21,10 +28,15 @@ pub fn dynres_bin() -> PathBuf {
         .and_then(Path::parent)
         .expect("target directory");
     let bin = dir.join("dynres");
-    if !bin.exists() {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let stale = match (modified(&bin), modified(&exe)) {
+        (Some(b), Some(e)) => b < e,
+        _ => true,
+    };
+    if stale {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "dynres-launcher", "--bin", "dynres"]);
+        cmd.args(["build", "-q", "-p", "dynres-launcher", "--bin", "dynres"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
