@@ -10,6 +10,13 @@
 //! two raw baselines: a busy-polling one (non-blocking socket, spinning on `read`, as
 //! the MPI libraries do) and a blocking one.
 //!
+//! **A/A control.** The first baseline of each device (spin-flag, busy-poll) runs twice
+//! per size and round, on its own second segment or socket: before the device and
+//! again after it. `--compare` ends with a table of per-round ratios, the device
+//! against the baseline next to the baseline's second run against its first: how far
+//! two measurements of the same exchange differ here, so a reader can tell a real gap
+//! from noise.
+//!
 //! Where Open MPI is installed (`mpicc` and an Open MPI `mpirun` on `PATH`), each device
 //! also gets an **Open MPI** column from the same run: `benches/mpi_pingpong.c` is built
 //! with `mpicc` and run under `mpirun -np 2 --bind-to core --mca pml ob1` with the btl
@@ -311,8 +318,12 @@ impl RawLink for TcpStream {
 
 #[derive(Default)]
 struct Results {
-    /// Names of the raw baselines, in the order of the sample vectors below.
+    /// Names of the raw baselines, in the order of the sample vectors below: those
+    /// measured before the device, then the repeats measured after it.
     raw_names: Vec<&'static str>,
+    /// How many of `raw_names` are repeats (the last ones), each of the baseline at
+    /// the same index among the first ones: the A/A control.
+    repeats: usize,
     /// (size, device half-RTT samples µs, per raw baseline: samples µs)
     lat: Vec<(usize, Vec<f64>, Vec<Vec<f64>>)>,
     /// device and per-raw bandwidth samples, GB/s
@@ -323,20 +334,30 @@ fn no_raw_bw() -> bool {
     std::env::var("DYNRES_BENCH_NO_RAW_BW").is_ok()
 }
 
-/// The initiator side: latency for every size, then bandwidth, `rounds` times,
-/// alternating the raw baselines and the device so drift hits all alike.
+/// The initiator side: latency for every size, then bandwidth, `rounds` times. In
+/// each, the raw baselines `before` run, then the device, then the `after` ones: those
+/// are repeats of the first `before` baselines (the A/A control), so that a baseline
+/// brackets the device and the spread between its two runs shows how far two
+/// measurements of the *same* exchange differ on this machine.
 fn drive(
     dev: &mut dyn Device,
     c: ConnId,
-    raws: &mut [(&'static str, &mut dyn RawLink)],
+    before: &mut [(&'static str, &mut dyn RawLink)],
+    after: &mut [(&'static str, &mut dyn RawLink)],
 ) -> Results {
+    let n_raws = before.len() + after.len();
     let mut res = Results {
-        raw_names: raws.iter().map(|(n, _)| *n).collect(),
-        bw: (Vec::new(), vec![Vec::new(); raws.len()]),
+        raw_names: before
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(after.iter().map(|(n, _)| *n))
+            .collect(),
+        repeats: after.len(),
+        bw: (Vec::new(), vec![Vec::new(); n_raws]),
         ..Results::default()
     };
     for &s in &SIZES {
-        res.lat.push((s, Vec::new(), vec![Vec::new(); raws.len()]));
+        res.lat.push((s, Vec::new(), vec![Vec::new(); n_raws]));
     }
     let out = vec![7u8; CHUNK];
     let mut back = vec![0u8; CHUNK];
@@ -346,7 +367,7 @@ fn drive(
             let b = batch(s);
             // Half the round trip, µs, per round trip of the batch.
             let per = |t: Instant| t.elapsed().as_nanos() as f64 / (2000.0 * b as f64);
-            for (r, (_, raw)) in raws.iter_mut().enumerate() {
+            let mut time_raw = |raw: &mut dyn RawLink| {
                 let mut raw_t = Vec::with_capacity(n);
                 for j in 0..n + warm {
                     let t = Instant::now();
@@ -357,7 +378,10 @@ fn drive(
                         raw_t.push(per(t));
                     }
                 }
-                res.lat[i].2[r].push(median(&mut raw_t));
+                median(&mut raw_t)
+            };
+            for (r, (_, raw)) in before.iter_mut().enumerate() {
+                res.lat[i].2[r].push(time_raw(&mut **raw));
             }
             let mut dev_t = Vec::with_capacity(n);
             let mut rb = vec![0u8; s];
@@ -371,15 +395,21 @@ fn drive(
                 }
             }
             res.lat[i].1.push(median(&mut dev_t));
+            for (r, (_, raw)) in after.iter_mut().enumerate() {
+                res.lat[i].2[before.len() + r].push(time_raw(&mut **raw));
+            }
         }
         let n = bw_chunks() as u64;
         let gb = (n as f64 * CHUNK as f64) / 1e9;
-        for (r, (_, raw)) in raws.iter_mut().enumerate() {
+        let stream_raw = |raw: &mut dyn RawLink| {
             let t = Instant::now();
             if !no_raw_bw() {
                 raw.stream_out(n, &out);
             }
-            res.bw.1[r].push(gb / t.elapsed().as_secs_f64());
+            gb / t.elapsed().as_secs_f64()
+        };
+        for (r, (_, raw)) in before.iter_mut().enumerate() {
+            res.bw.1[r].push(stream_raw(&mut **raw));
         }
         let t = Instant::now();
         for _ in 0..n {
@@ -388,32 +418,49 @@ fn drive(
         let ack = dev.recv(spec(c), vec![0; 1], T).expect("ack");
         assert_eq!(ack.data.len(), 1);
         res.bw.0.push(gb / t.elapsed().as_secs_f64());
+        for (r, (_, raw)) in after.iter_mut().enumerate() {
+            res.bw.1[before.len() + r].push(stream_raw(&mut **raw));
+        }
     }
     res
 }
 
-/// The echo side: mirrors `drive` exactly.
-fn serve(dev: &mut dyn Device, c: ConnId, raws: &mut [&mut dyn RawLink]) {
+/// The echo side: mirrors `drive` exactly (`before`, the device, `after`).
+fn serve(
+    dev: &mut dyn Device,
+    c: ConnId,
+    before: &mut [&mut dyn RawLink],
+    after: &mut [&mut dyn RawLink],
+) {
     let mut buf = vec![0u8; CHUNK];
     for _ in 0..rounds() {
         for &s in &SIZES {
             let (n, warm) = samples(s);
             let total = (n + warm) * batch(s);
-            for raw in raws.iter_mut() {
+            let mut pong_raw = |raw: &mut dyn RawLink| {
                 for _ in 0..total {
                     raw.pong(&mut buf[..s]);
                 }
+            };
+            for raw in before.iter_mut() {
+                pong_raw(&mut **raw);
             }
             let mut rb = vec![0u8; s];
             for _ in 0..total {
                 rb = dev_pong(dev, c, rb);
             }
+            for raw in after.iter_mut() {
+                pong_raw(&mut **raw);
+            }
         }
         let n = bw_chunks() as u64;
-        for raw in raws.iter_mut() {
+        let mut stream_raw = |raw: &mut dyn RawLink| {
             if !no_raw_bw() {
                 raw.stream_in(n, &mut buf);
             }
+        };
+        for raw in before.iter_mut() {
+            stream_raw(&mut **raw);
         }
         let mut rb = vec![0u8; CHUNK];
         for _ in 0..n {
@@ -422,6 +469,9 @@ fn serve(dev: &mut dyn Device, c: ConnId, raws: &mut [&mut dyn RawLink]) {
                 .data;
         }
         dev.send(c, hdr(1), &[1], T).expect("ack");
+        for raw in after.iter_mut() {
+            stream_raw(&mut **raw);
+        }
     }
 }
 
@@ -431,11 +481,12 @@ fn child_main(kind: &str) {
     pin(1);
     let addr = std::env::var("BENCH_ADDR").expect("addr");
     if kind == "shm" {
-        let mut it = addr.splitn(4, ',');
+        let mut it = addr.splitn(5, ',');
         let host_id = it.next().unwrap().parse().unwrap();
         let pid = it.next().unwrap().parse().unwrap();
         let segment = it.next().unwrap().to_owned();
         let raw_name = it.next().unwrap().to_owned();
+        let again_name = it.next().unwrap().to_owned();
         let mut dev = ShmDevice::new(ShmConfig::default()).expect("shm");
         let peer = PeerAddrs {
             shm: Some(ShmAddr {
@@ -447,12 +498,14 @@ fn child_main(kind: &str) {
         };
         let c = dev.connect(&peer).expect("connect");
         let mut raw = Raw::new(Segment::open(&raw_name).expect("raw segment"));
-        serve(&mut dev, c, &mut [&mut raw]);
+        let mut again = Raw::new(Segment::open(&again_name).expect("raw segment"));
+        serve(&mut dev, c, &mut [&mut raw], &mut [&mut again]);
     } else {
-        let mut it = addr.splitn(3, ',');
+        let mut it = addr.splitn(4, ',');
         let dev_addr = it.next().unwrap();
         let raw_addr = it.next().unwrap();
         let busy_addr = it.next().unwrap();
+        let again_addr = it.next().unwrap();
         let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
         let peer = PeerAddrs {
             tcp: Some(dev_addr.parse().unwrap()),
@@ -462,7 +515,8 @@ fn child_main(kind: &str) {
         let mut raw = TcpStream::connect(raw_addr).expect("raw connect");
         raw.set_nodelay(true).unwrap();
         let mut busy = BusyTcp::new(TcpStream::connect(busy_addr).expect("busy connect"));
-        serve(&mut dev, c, &mut [&mut busy, &mut raw]);
+        let mut again = BusyTcp::new(TcpStream::connect(again_addr).expect("busy connect"));
+        serve(&mut dev, c, &mut [&mut busy, &mut raw], &mut [&mut again]);
     }
 }
 
@@ -477,14 +531,26 @@ fn spawn(kind: &str, addr: String) -> Child {
 fn run_shm() -> Results {
     let mut dev = ShmDevice::new(ShmConfig::default()).expect("shm");
     let raw_name = format!("{SEGMENT_PREFIX}{}-rawbench", std::process::id());
-    let mut raw = Raw::new(Segment::create(&raw_name, RAW_DATA + 2 * CHUNK).expect("raw segment"));
+    let again_name = format!("{SEGMENT_PREFIX}{}-rawbench-again", std::process::id());
+    let raw_seg =
+        |name: &str| Raw::new(Segment::create(name, RAW_DATA + 2 * CHUNK).expect("raw segment"));
+    let mut raw = raw_seg(&raw_name);
+    let mut again = raw_seg(&again_name);
     let a = dev.addr().clone();
     let mut child = spawn(
         "shm",
-        format!("{},{},{},{raw_name}", a.host_id, a.pid, a.segment),
+        format!(
+            "{},{},{},{raw_name},{again_name}",
+            a.host_id, a.pid, a.segment
+        ),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
-    let r = drive(&mut dev, c, &mut [("raw spin-flag copy", &mut raw)]);
+    let r = drive(
+        &mut dev,
+        c,
+        &mut [("raw spin-flag copy", &mut raw)],
+        &mut [("raw spin-flag copy, again", &mut again)],
+    );
     assert!(child.wait().expect("child").success());
     r
 }
@@ -493,23 +559,27 @@ fn run_tcp() -> Results {
     let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let lb = TcpListener::bind("127.0.0.1:0").unwrap();
+    let la = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut child = spawn(
         "tcp",
         format!(
-            "{},{},{}",
+            "{},{},{},{}",
             dev.listen_addr(),
             l.local_addr().unwrap(),
-            lb.local_addr().unwrap()
+            lb.local_addr().unwrap(),
+            la.local_addr().unwrap()
         ),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
     let (mut raw, _) = l.accept().unwrap();
     raw.set_nodelay(true).unwrap();
     let mut busy = BusyTcp::new(lb.accept().unwrap().0);
+    let mut again = BusyTcp::new(la.accept().unwrap().0);
     let r = drive(
         &mut dev,
         c,
         &mut [("raw busy-poll", &mut busy), ("raw blocking", &mut raw)],
+        &mut [("raw busy-poll, again", &mut again)],
     );
     assert!(child.wait().expect("child").success());
     r
@@ -634,11 +704,23 @@ struct Summary {
     raw_names: Vec<&'static str>,
     lat: Vec<(usize, f64, Vec<f64>)>,
     bw: (f64, Vec<f64>),
+    /// The A/A control: (index of a repeated baseline in `raw_names`, index of the
+    /// baseline it repeats).
+    repeats: Vec<(usize, usize)>,
+    /// Per size, per round: the device's median and each raw baseline's.
+    per_round: Vec<(Vec<f64>, Vec<Vec<f64>>)>,
 }
 
 fn summarize(mut r: Results) -> Summary {
+    let first_repeat = r.raw_names.len() - r.repeats;
     Summary {
         raw_names: r.raw_names.clone(),
+        repeats: (0..r.repeats).map(|i| (first_repeat + i, i)).collect(),
+        per_round: r
+            .lat
+            .iter()
+            .map(|(_, d, raws)| (d.clone(), raws.clone()))
+            .collect(),
         lat: r
             .lat
             .iter_mut()
@@ -649,6 +731,19 @@ fn summarize(mut r: Results) -> Summary {
             r.bw.1.iter_mut().map(|w| median(w)).collect(),
         ),
     }
+}
+
+impl Summary {
+    fn is_repeat(&self, raw: usize) -> bool {
+        self.repeats.iter().any(|&(r, _)| r == raw)
+    }
+}
+
+/// `a/b` per round, as "median (min–max)" over the rounds.
+fn ratio_spread(a: &[f64], b: &[f64]) -> String {
+    let mut v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    let mid = median(&mut v);
+    format!("{mid:.2}× ({:.2}–{:.2})", v[0], v[v.len() - 1])
 }
 
 /// The long table: one row per device, measure and raw baseline.
@@ -686,9 +781,11 @@ fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
     for (n, s) in &all {
         head += &format!(" {n} device |");
         rule += "---|";
-        for raw in &s.raw_names {
-            head += &format!(" {n} {raw} | {n} dev/{raw} |");
-            rule += "---|---|";
+        for (j, raw) in s.raw_names.iter().enumerate() {
+            if !s.is_repeat(j) {
+                head += &format!(" {n} {raw} | {n} dev/{raw} |");
+                rule += "---|---|";
+            }
         }
     }
     println!("{head}\n{rule}");
@@ -697,8 +794,10 @@ fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
         for (_, s) in &all {
             let (_, d, raws) = &s.lat[i];
             row += &format!(" {} |", us(*d));
-            for w in raws {
-                row += &format!(" {} | **{:.2}×** |", us(*w), d / w);
+            for (j, w) in raws.iter().enumerate() {
+                if !s.is_repeat(j) {
+                    row += &format!(" {} | **{:.2}×** |", us(*w), d / w);
+                }
             }
         }
         println!("{row}");
@@ -706,11 +805,45 @@ fn report_compare(shm: Option<&Summary>, tcp: Option<&Summary>) {
     let mut row = String::from("| stream 1 MiB msgs |");
     for (_, s) in &all {
         row += &format!(" {:.2} GB/s |", s.bw.0);
-        for w in &s.bw.1 {
-            row += &format!(" {w:.2} GB/s | **{:.0} %** |", 100.0 * s.bw.0 / w);
+        for (j, w) in s.bw.1.iter().enumerate() {
+            if !s.is_repeat(j) {
+                row += &format!(" {w:.2} GB/s | **{:.0} %** |", 100.0 * s.bw.0 / w);
+            }
         }
     }
     println!("{row}");
+    report_control(&all);
+}
+
+/// The A/A control under `--compare`: per size, the device against a baseline round
+/// by round, next to the same baseline measured again after the device against its
+/// first run. A device ratio inside the A/A spread is not distinguishable from the
+/// baseline on this machine; one outside it is a real difference.
+fn report_control(all: &[(&str, &Summary)]) {
+    let mut head = String::from("\n| size (per round: median (min–max)) |");
+    let mut rule = String::from("|---|");
+    for (n, s) in all {
+        for &(_, of) in &s.repeats {
+            let raw = s.raw_names[of];
+            head += &format!(" {n} dev/{raw} | {n} {raw}: again/first |");
+            rule += "---|---|";
+        }
+    }
+    println!("{head}\n{rule}");
+    for (i, size) in SIZES.iter().enumerate() {
+        let mut row = format!("| {} |", fmt_size(*size));
+        for (_, s) in all {
+            let (d, raws) = &s.per_round[i];
+            for &(again, of) in &s.repeats {
+                row += &format!(
+                    " {} | {} |",
+                    ratio_spread(d, &raws[of]),
+                    ratio_spread(&raws[again], &raws[of])
+                );
+            }
+        }
+        println!("{row}");
+    }
 }
 
 fn main() {
