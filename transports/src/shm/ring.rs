@@ -351,6 +351,13 @@ impl<S: RingStorage> Producer<S> {
     ///
     /// The write position must be on a [`LINE`]: every record of a ring read with
     /// [`Consumer::poll_header`] starts with this call and ends on a line.
+    ///
+    /// The record's first line — the one a waiting consumer keeps loading for the
+    /// stamp — is written last, in one burst: the body beyond it first, then the head
+    /// words, the body's first bytes and the mark. Written in record order, a body of
+    /// more than a few words kept the first line between its head stores and its mark
+    /// long enough for the consumer's next load to take it back, and the mark store
+    /// had to fetch it once more: a second cross-core transfer per message.
     #[inline]
     pub fn push_stamped(
         &mut self,
@@ -371,14 +378,18 @@ impl<S: RingStorage> Producer<S> {
             return false;
         }
         let off = (self.head as usize) & (self.data.cap() - 1);
+        // The body's bytes that share the first line with the head.
+        let (near, far) = body.split_at(body.len().min(LINE - HEAD_LEN));
         // SAFETY: `free()` showed `total` bytes after `head` are not readable; the
         // head lies inside one line (the ring is a whole number of lines), so its
-        // 8-aligned mark word does too; a reader loads it only with `load_word`.
+        // 8-aligned mark word and `near` do too; a reader loads the mark only with
+        // `load_word`.
         unsafe {
+            copy_in(&self.data, self.head + LINE as u64, far);
             for (i, w) in head.iter().enumerate() {
                 self.data.write(off + 8 * i, &w.to_le_bytes());
             }
-            copy_in(&self.data, self.head + HEAD_LEN as u64, body);
+            self.data.write(off + HEAD_LEN, near);
             self.data
                 .store_word(off + MARK_OFF, mark | (stamp(self.head) << STAMP_SHIFT));
         }
@@ -967,6 +978,8 @@ mod loom_tests {
         Producer<CellStorage>,
         Consumer<CellStorage>,
     ) {
+        // Offsets are positions masked with `cap - 1`.
+        assert!(bytes.is_power_of_two(), "a ring of {bytes} bytes");
         let ctrl = Arc::new(RingControl::new());
         let cells = CellStorage::cells(bytes);
         let cp = NonNull::from(&*ctrl);
@@ -1058,5 +1071,13 @@ mod loom_tests {
     #[test]
     fn loom_after_a_stamped_read_a_lagging_head_shows_nothing() {
         stamped_run(4, &[96, 32, 32, 32, 32]);
+    }
+
+    /// A two-line record read through its stamp: its body beyond the first line is
+    /// written before that line (`push_stamped` writes the watched line last), and
+    /// must still be ordered before the stamp.
+    #[test]
+    fn loom_a_two_line_record_is_read_whole_through_its_stamp() {
+        stamped_run(4, &[32, 32, 32, 32, 96]);
     }
 }
