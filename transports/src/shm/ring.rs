@@ -358,7 +358,7 @@ impl<S: RingStorage> Producer<S> {
     /// more than a few words kept the first line between its head stores and its mark
     /// long enough for the consumer's next load to take it back, and the mark store
     /// had to fetch it once more: a second cross-core transfer per message.
-    #[inline]
+    #[inline(always)]
     pub fn push_stamped(
         &mut self,
         head: &[u64; HEAD_WORDS],
@@ -590,7 +590,7 @@ impl<S: RingStorage> Consumer<S> {
     /// Copies `dst.len()` bytes from `skip` bytes past the read position and consumes
     /// `n` bytes (a whole record, payload behind its head), if `n` are available and
     /// cover the copy: one release for the record.
-    #[inline]
+    #[inline(always)]
     pub fn take_record(&mut self, skip: usize, dst: &mut [u8], n: usize) -> bool {
         if skip + dst.len() > n {
             return false;
