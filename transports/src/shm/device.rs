@@ -814,7 +814,11 @@ impl ShmDevice {
                     *got += n;
                     if *got == len {
                         self.matcher.finish(*sink);
-                        c.rx = Rx::Pad(*pad);
+                        // A record that ends on a line has no padding: idle at once.
+                        // (`Pad(0)` would stay until the next record arrives, and the
+                        // receive fast path, which wants an idle connection, would be
+                        // declined for every later message of such a size.)
+                        c.rx = if *pad == 0 { Rx::Idle } else { Rx::Pad(*pad) };
                         events += 1;
                     }
                 }

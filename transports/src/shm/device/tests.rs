@@ -222,6 +222,28 @@ mod fast_path {
         ));
     }
 
+    /// A message taken through the queues leaves its connection idle, whether or not
+    /// its record needs padding to end on a line: the fast path wants an idle
+    /// connection, and one left waiting for zero bytes of padding sent every later
+    /// message of a padless size (payload 32 + 64k bytes) the slow way.
+    #[test]
+    fn a_message_read_through_the_queues_leaves_its_connection_idle() {
+        let t = Duration::from_secs(10);
+        let (mut a, mut b, ab, ba) = super::pair_with(ShmConfig::default());
+        for len in [96, 100, 224, 1, 992] {
+            let padless = (RECORD_HEADER_LEN + len) % crate::shm::ring::LINE == 0;
+            a.send(ab, hdr(len as u64), &vec![len as u8; len], t)
+                .unwrap();
+            // No connection named: the general path, not the fast one.
+            let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; 1024], t).unwrap();
+            assert_eq!(r.data, vec![len as u8; len]);
+            assert!(
+                matches!(b.conns[&ba].rx, Rx::Idle),
+                "{len} B (padless: {padless}): connection not idle after its message"
+            );
+        }
+    }
+
     /// Over many laps of the ring, messages of mixed sizes — one-line records read
     /// through their stamp, multi-line ones that leave payload where later records
     /// start (lines the receiver must stop trusting), streamed ones, and bursts read
