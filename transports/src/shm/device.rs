@@ -331,6 +331,9 @@ pub struct ShmDevice {
     /// from this payload offset on.
     #[cfg(test)]
     refuse_read_at: Option<usize>,
+    /// Test hook: receives the fast path completed.
+    #[cfg(test)]
+    fast_receives: u64,
 }
 
 impl ShmDevice {
@@ -384,6 +387,8 @@ impl ShmDevice {
             cma_reads: 0,
             #[cfg(test)]
             refuse_read_at: None,
+            #[cfg(test)]
+            fast_receives: 0,
         })
     }
 
@@ -1013,6 +1018,10 @@ impl ShmDevice {
             if take_wake_flag(&inbox.slot(slot).waiting) {
                 notify_peer(&c.peer);
             }
+        }
+        #[cfg(test)]
+        {
+            self.fast_receives += 1;
         }
         Ok(Ok(Received {
             header,

@@ -244,6 +244,36 @@ mod fast_path {
         }
     }
 
+    /// Every eager size takes the receive fast path again after a message of that
+    /// size went through the queues: no size may leave its connection in a state the
+    /// fast path declines (a cliff in latency, not in correctness, that the bench's
+    /// few sizes can miss).
+    #[test]
+    fn every_eager_size_returns_to_the_fast_path() {
+        let t = Duration::from_secs(10);
+        let cfg = ShmConfig::default();
+        let eager = cfg.eager_threshold;
+        let (mut a, mut b, ab, ba) = super::pair_with(cfg);
+        let on = RecvSpec {
+            conn: Some(ba),
+            ..RecvSpec::default()
+        };
+        let sizes = (0..=320)
+            .chain((352..=eager).step_by(32))
+            .chain([eager - 1]);
+        for len in sizes {
+            let m = vec![len as u8; len];
+            a.send(ab, hdr(1), &m, t).unwrap();
+            let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; eager], t).unwrap();
+            assert_eq!(r.data, m, "{len} B through the queues");
+            a.send(ab, hdr(2), &m, t).unwrap();
+            let before = b.fast_receives;
+            let r = b.recv(on, vec![0; eager], t).unwrap();
+            assert_eq!((r.header.tag, &r.data), (2, &m), "{len} B");
+            assert_eq!(b.fast_receives, before + 1, "{len} B: not the fast path");
+        }
+    }
+
     /// Over many laps of the ring, messages of mixed sizes — one-line records read
     /// through their stamp, multi-line ones that leave payload where later records
     /// start (lines the receiver must stop trusting), streamed ones, and bursts read
