@@ -173,6 +173,9 @@ pub struct TcpDevice {
     spin: Duration,
     /// Cap on one write call (see [`TcpConfig::write_chunk`]); `usize::MAX`: none.
     write_chunk: usize,
+    /// Test hook: receives the fast path completed.
+    #[cfg(test)]
+    fast_receives: u64,
 }
 
 const STAGE: usize = 64 * 1024;
@@ -222,6 +225,8 @@ impl TcpDevice {
             send_done: IdMap::default(),
             listener_ready: true,
             progress_calls: 0,
+            #[cfg(test)]
+            fast_receives: 0,
         })
     }
 
@@ -1114,6 +1119,10 @@ impl TcpDevice {
         idle = None;
         let failed = loop {
             if got == len {
+                #[cfg(test)]
+                {
+                    self.fast_receives += 1;
+                }
                 return Ok(Fast::Done(Received {
                     header: fh.msg,
                     conn: id,

@@ -600,3 +600,33 @@ fn fast_path_keeps_the_byte_stream_in_order() {
     let got = rx.join().unwrap().unwrap();
     assert!(got == huge, "1 MiB after a split header arrives intact");
 }
+
+/// Every size takes the receive fast path again after a message of that size went
+/// through the queues, around the staging buffer's size too: no size may leave its
+/// connection in a state the fast path declines (the shared-memory device had such a
+/// cliff, issue 15).
+#[test]
+fn every_size_returns_to_the_fast_path() {
+    let (mut a, mut b, ab, ba) = pair();
+    let on = RecvSpec {
+        conn: Some(ba),
+        context_id: 9,
+        ..RecvSpec::default()
+    };
+    let near_stage = (STAGE - 2 * FRAME_HEADER_LEN)..=(STAGE + 2 * FRAME_HEADER_LEN);
+    let sizes = (0..=320)
+        .chain((352..=STAGE).step_by(1024))
+        .chain(near_stage);
+    let max = 2 * STAGE;
+    for len in sizes {
+        let m = vec![len as u8; len];
+        a.send(ab, hdr(1), &m, T).unwrap();
+        let r = recv_blocking(&mut b, any(), vec![0; max], T).unwrap();
+        assert_eq!(r.data, m, "{len} B through the queues");
+        a.send(ab, hdr(2), &m, T).unwrap();
+        let before = b.fast_receives;
+        let r = b.recv(on, vec![0; max], T).unwrap();
+        assert_eq!((r.header.tag, &r.data), (2, &m), "{len} B");
+        assert_eq!(b.fast_receives, before + 1, "{len} B: not the fast path");
+    }
+}
