@@ -239,3 +239,32 @@ pub fn accept_blocking<D: Device + ?Sized>(dev: &mut D, timeout: Duration) -> Re
         dev.wait_activity((deadline - now).min(Duration::from_millis(20)))?;
     }
 }
+
+/// Sends a message of each of `sizes` twice from `a` on `ab` to `b`: the first is
+/// received through the queues (`slow`, a spec the fast path does not take), the
+/// second with `fast`, which must complete on the device's receive fast path
+/// (`fast_receives` of `b` goes up by one). Both must arrive whole. For the devices'
+/// tests: no message size may leave a connection where the fast path declines it.
+#[cfg(test)]
+pub(crate) fn assert_every_size_returns_to_the_fast_path<D: Device>(
+    (a, ab): (&mut D, ConnId),
+    b: &mut D,
+    (slow, fast): (RecvSpec, RecvSpec),
+    header: MsgHeader,
+    sizes: impl Iterator<Item = usize>,
+    fast_receives: impl Fn(&D) -> u64,
+) {
+    let t = Duration::from_secs(10);
+    for len in sizes {
+        let m = vec![len as u8; len];
+        let cap = len.max(1) * 2;
+        a.send(ab, MsgHeader { tag: 1, ..header }, &m, t).unwrap();
+        let r = recv_blocking(b, slow, vec![0; cap], t).unwrap();
+        assert_eq!(r.data, m, "{len} B through the queues");
+        a.send(ab, MsgHeader { tag: 2, ..header }, &m, t).unwrap();
+        let before = fast_receives(b);
+        let r = b.recv(fast, vec![0; cap], t).unwrap();
+        assert_eq!((r.header.tag, &r.data), (2, &m), "{len} B");
+        assert_eq!(fast_receives(b), before + 1, "{len} B: not the fast path");
+    }
+}

@@ -250,7 +250,6 @@ mod fast_path {
     /// few sizes can miss).
     #[test]
     fn every_eager_size_returns_to_the_fast_path() {
-        let t = Duration::from_secs(10);
         let cfg = ShmConfig::default();
         let eager = cfg.eager_threshold;
         let (mut a, mut b, ab, ba) = super::pair_with(cfg);
@@ -261,17 +260,14 @@ mod fast_path {
         let sizes = (0..=320)
             .chain((352..=eager).step_by(32))
             .chain([eager - 1]);
-        for len in sizes {
-            let m = vec![len as u8; len];
-            a.send(ab, hdr(1), &m, t).unwrap();
-            let r = recv_blocking(&mut b, RecvSpec::default(), vec![0; eager], t).unwrap();
-            assert_eq!(r.data, m, "{len} B through the queues");
-            a.send(ab, hdr(2), &m, t).unwrap();
-            let before = b.fast_receives;
-            let r = b.recv(on, vec![0; eager], t).unwrap();
-            assert_eq!((r.header.tag, &r.data), (2, &m), "{len} B");
-            assert_eq!(b.fast_receives, before + 1, "{len} B: not the fast path");
-        }
+        crate::device::assert_every_size_returns_to_the_fast_path(
+            (&mut a, ab),
+            &mut b,
+            (RecvSpec::default(), on),
+            hdr(0),
+            sizes,
+            |d: &ShmDevice| d.fast_receives,
+        );
     }
 
     /// Over many laps of the ring, messages of mixed sizes — one-line records read

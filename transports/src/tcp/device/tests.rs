@@ -617,16 +617,12 @@ fn every_size_returns_to_the_fast_path() {
     let sizes = (0..=320)
         .chain((352..=STAGE).step_by(1024))
         .chain(near_stage);
-    let max = 2 * STAGE;
-    for len in sizes {
-        let m = vec![len as u8; len];
-        a.send(ab, hdr(1), &m, T).unwrap();
-        let r = recv_blocking(&mut b, any(), vec![0; max], T).unwrap();
-        assert_eq!(r.data, m, "{len} B through the queues");
-        a.send(ab, hdr(2), &m, T).unwrap();
-        let before = b.fast_receives;
-        let r = b.recv(on, vec![0; max], T).unwrap();
-        assert_eq!((r.header.tag, &r.data), (2, &m), "{len} B");
-        assert_eq!(b.fast_receives, before + 1, "{len} B: not the fast path");
-    }
+    crate::device::assert_every_size_returns_to_the_fast_path(
+        (&mut a, ab),
+        &mut b,
+        (any(), on),
+        hdr(0),
+        sizes,
+        |d: &TcpDevice| d.fast_receives,
+    );
 }
