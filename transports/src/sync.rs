@@ -16,6 +16,50 @@ pub(crate) fn spin_hint() {
     std::hint::spin_loop();
 }
 
+/// Asks for the cache line at `p` in this core's cache, ready to be written (x86's
+/// `prefetchw`, where the CPU has it; nothing elsewhere and under loom). A hint only:
+/// it never faults and changes no memory.
+#[inline]
+pub(crate) fn prefetch_for_write(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if prefetchw_supported() {
+        // SAFETY: a prefetch reads and writes nothing and never faults, whatever `p`.
+        unsafe {
+            core::arch::asm!(
+                "prefetchw [{p}]",
+                p = in(reg) p,
+                options(nostack, readonly, preserves_flags)
+            )
+        };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}
+
+/// Whether this CPU has `prefetchw` (CPUID 0x8000_0001, ECX bit 8); asked once.
+/// (The compiler's own write prefetch becomes a read prefetch without the target
+/// feature, which the default target does not enable.)
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+fn prefetchw_supported() -> bool {
+    use std::sync::atomic::AtomicU8;
+    // 0: not asked yet, 1: no, 2: yes.
+    static HAS: AtomicU8 = AtomicU8::new(0);
+    match HAS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            // Leaf 0x8000_0001 is asked only when the highest extended leaf reaches it.
+            let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+            let has =
+                max >= 0x8000_0001 && core::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+            HAS.store(
+                if has { 2 } else { 1 },
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            has
+        }
+        v => v == 2,
+    }
+}
+
 /// The cheap side of an asymmetric barrier: orders nothing on the CPU, only stops the
 /// compiler from moving memory accesses across it. It stands for a full fence because
 /// the other side, [`heavy_barrier`], makes every CPU running a registered process

@@ -76,6 +76,9 @@ pub unsafe trait RingStorage {
     /// # Safety
     /// `off + dst.len() <= cap()`, and no writer may be writing that range.
     unsafe fn read(&self, off: usize, dst: &mut [u8]);
+    /// Asks for the line holding offset `off` in this core's cache, ready to be
+    /// written (a hint; the default does nothing).
+    fn prefetch_for_write(&self, _off: usize) {}
     /// Stores the 8-byte word at `off` atomically, with Release ordering.
     ///
     /// # Safety
@@ -154,6 +157,10 @@ unsafe impl RingStorage for RawStorage {
     unsafe fn load_word(&self, off: usize) -> u64 {
         // SAFETY: as for `store_word`.
         unsafe { word(self.ptr, off).load(std::sync::atomic::Ordering::Acquire) }
+    }
+    #[inline(always)]
+    fn prefetch_for_write(&self, off: usize) {
+        crate::sync::prefetch_for_write(self.ptr.as_ptr().wrapping_add(off));
     }
 }
 
@@ -309,6 +316,15 @@ impl<S: RingStorage> Producer<S> {
     /// Ring capacity.
     pub fn cap(&self) -> usize {
         self.data.cap()
+    }
+
+    /// Asks for the line the next record will start on in this core's cache, ready
+    /// to be written: a caller about to push soon takes the line from the consumer
+    /// (which keeps loading it for the stamp) while it is still busy with other work.
+    #[inline(always)]
+    pub fn prefetch_next_record(&self) {
+        self.data
+            .prefetch_for_write((self.head as usize) & (self.data.cap() - 1));
     }
 
     /// Free bytes (refreshing the consumer's position only when needed).
