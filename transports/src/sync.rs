@@ -156,3 +156,17 @@ pub(crate) fn asymmetric_barriers() -> bool {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    /// The ring asks for lines it may not be allowed to touch yet (the peer's next
+    /// record line): the hint must never fault or access memory, whatever the address.
+    #[test]
+    fn a_write_prefetch_never_faults() {
+        super::prefetch_for_write(std::ptr::null());
+        super::prefetch_for_write(usize::MAX as *const u8);
+        let line = [0u8; 64];
+        super::prefetch_for_write(line.as_ptr());
+        assert_eq!(line, [0u8; 64], "a hint changes no memory");
+    }
+}
