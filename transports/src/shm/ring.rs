@@ -164,6 +164,13 @@ unsafe impl RingStorage for RawStorage {
     }
 }
 
+/// The offset in the ring's storage of absolute position `pos` (the ring's size is a
+/// power of two).
+#[inline(always)]
+fn offset<S: RingStorage>(data: &S, pos: u64) -> usize {
+    (pos as usize) & (data.cap() - 1)
+}
+
 /// Copies `n` bytes between non-overlapping ranges. Up to 32 bytes (a small
 /// message's payload) inline, as two overlapping loads and stores of the widest size
 /// that fits: a `memcpy` call on each side of a small message is a measurable share
@@ -264,7 +271,7 @@ fn ctrl<'a>(p: NonNull<RingControl>) -> &'a RingControl {
 #[inline(always)]
 unsafe fn copy_in<S: RingStorage>(data: &S, pos: u64, src: &[u8]) {
     let cap = data.cap();
-    let off = (pos as usize) & (cap - 1);
+    let off = offset(data, pos);
     // SAFETY: bounds computed here; freedom of the range is the caller's contract.
     unsafe {
         if src.len() <= cap - off {
@@ -284,7 +291,7 @@ unsafe fn copy_in<S: RingStorage>(data: &S, pos: u64, src: &[u8]) {
 #[inline(always)]
 unsafe fn copy_out<S: RingStorage>(data: &S, pos: u64, dst: &mut [u8]) {
     let cap = data.cap();
-    let off = (pos as usize) & (cap - 1);
+    let off = offset(data, pos);
     // SAFETY: bounds computed here; publication is the caller's contract.
     unsafe {
         if dst.len() <= cap - off {
@@ -323,8 +330,7 @@ impl<S: RingStorage> Producer<S> {
     /// (which keeps loading it for the stamp) while it is still busy with other work.
     #[inline(always)]
     pub fn prefetch_next_record(&self) {
-        self.data
-            .prefetch_for_write((self.head as usize) & (self.data.cap() - 1));
+        self.data.prefetch_for_write(offset(&self.data, self.head));
     }
 
     /// Free bytes (refreshing the consumer's position only when needed).
@@ -396,7 +402,7 @@ impl<S: RingStorage> Producer<S> {
         if cap - (self.head - self.cached_tail) < total && (self.free() as u64) < total {
             return false;
         }
-        let off = (self.head as usize) & (self.data.cap() - 1);
+        let off = offset(&self.data, self.head);
         // The body's bytes that share the first line with the head.
         let (near, far) = body.split_at(body.len().min(LINE - HEAD_LEN));
         // SAFETY: `free()` showed `total` bytes after `head` are not readable; the
@@ -505,7 +511,7 @@ impl<S: RingStorage> Consumer<S> {
     /// ~8 ns against `head`'s, and `head` then tends to show the record first.
     #[inline]
     pub fn poll_header(&mut self) -> Option<([u64; HEAD_WORDS], u64)> {
-        let off = (self.tail as usize) & (self.data.cap() - 1);
+        let off = offset(&self.data, self.tail);
         if self.lines != 0 && self.tail % LINE as u64 == 0 && self.trusted(off / LINE) {
             // SAFETY: a line-aligned offset, so the mark word is 8-aligned and inside.
             let w = unsafe { self.data.load_word(off + MARK_OFF) };
@@ -531,7 +537,7 @@ impl<S: RingStorage> Consumer<S> {
             0,
             "stamped records start on a line"
         );
-        let off = (self.tail as usize) & (self.data.cap() - 1);
+        let off = offset(&self.data, self.tail);
         // SAFETY: published (the Acquire load of head) and not released; line-aligned.
         unsafe {
             let w = self.data.load_word(off + MARK_OFF);
@@ -630,7 +636,7 @@ impl<S: RingStorage> Consumer<S> {
             // The mark word must lie in the range being consumed: published, and
             // not writable by the producer until we release it.
             let safe = at + (MARK_OFF + 8) as u64 <= end && {
-                let off = (at as usize) & (self.data.cap() - 1);
+                let off = offset(&self.data, at);
                 // SAFETY: line-aligned, so 8-aligned and inside; published and not
                 // yet released (checked above).
                 let w = unsafe { self.data.load_word(off + MARK_OFF) };
