@@ -494,6 +494,45 @@ pub fn synthetic_idle() -> Vec<String> {
     .to_vec()
 }
 
+/// The runtime process (master or node daemon) that the `dynres` process `supervisor`
+/// supervises (RT-4: the pid a caller starts forks the runtime and watches it): its
+/// only child. Waits for it (bounded: 10 s).
+pub fn runtime_of(supervisor: u32) -> u32 {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children"))
+                .unwrap_or_default();
+        if let Some(p) = kids.split_whitespace().find_map(|p| p.parse().ok()) {
+            return p;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "dynres process {supervisor} has no runtime child"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Pids of the live processes whose command line is exactly `args` (e.g. a `sleep`
+/// with a number no other test uses), zombies excluded: what a test left running.
+pub fn processes_running(args: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = args.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
+                .filter(|p| {
+                    // `State:\tZ` is a zombie: dead, only not yet reaped by its parent.
+                    std::fs::read_to_string(format!("/proc/{p}/status"))
+                        .is_ok_and(|s| !s.lines().any(|l| l.starts_with("State:\tZ")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Sends `sig` to process `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.

@@ -8,6 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link, is_link_type};
 use dynres_core::rc::wire::{decode_to_master, encode_to_daemon};
 use dynres_core::rc::{LaunchCommand, ToDaemon, ToMaster};
@@ -109,6 +110,19 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
     })
 }
 
+/// A spawn of `rank` running `sleep 30`: a process that does not end on its own.
+fn spawn_sleep(rank: u32) -> Vec<u8> {
+    encode_to_daemon(&ToDaemon::Spawn {
+        app: "spawn-0".into(),
+        command: LaunchCommand {
+            program: "/bin/sleep".into(),
+            args: vec!["30".into()],
+            env: vec![],
+        },
+        procs: vec![pid(rank)],
+    })
+}
+
 fn pid(rank: u32) -> ProcessId {
     ProcessId::new(Namespace::new("job"), rank)
 }
@@ -139,8 +153,8 @@ fn a_daemon_takes_setup_first_and_only_for_its_node() {
 
 /// LINK-3, LINK-4, LINK-5: core's frames pass the daemon unchanged both ways; a process
 /// that ends is reported (`Started`, then `Ended` with its code) before core's `Exited`
-/// for it; `Shutdown` kills what still runs, reports it as killed, and the daemon exits
-/// 0.
+/// for it; `Shutdown` kills what still runs, reports it as ended by the job (NODE-4),
+/// and the daemon exits 0.
 #[test]
 fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     let rt = Runtime::new("link-ends");
@@ -165,7 +179,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
             Got::Link(LinkMsg::Ended {
                 rank: 5,
                 code: 3,
-                killed: false,
+                cause: KillCause::None,
                 ..
             })
         ),
@@ -178,15 +192,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     );
 
     // A process that does not end on its own, started with a spawn's command.
-    m.send(&encode_to_daemon(&ToDaemon::Spawn {
-        app: "spawn-0".into(),
-        command: LaunchCommand {
-            program: "/bin/sleep".into(),
-            args: vec!["30".into()],
-            env: vec![],
-        },
-        procs: vec![pid(6)],
-    }));
+    m.send(&spawn_sleep(6));
     let started = m.next();
     let os_pid = match started {
         Got::Link(LinkMsg::Started { rank: 6, os_pid }) => os_pid,
@@ -199,7 +205,7 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
             ended,
             Got::Link(LinkMsg::Ended {
                 rank: 6,
-                killed: true,
+                cause: KillCause::JobEnding,
                 ..
             })
         ),
@@ -213,4 +219,104 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
         alive.is_empty() || !alive.contains("(sleep)"),
         "the spawned process is gone: {alive}"
     );
+}
+
+/// RT-3, NODE-4: a master that falls silent past the heartbeat bound (HB-2) makes the
+/// daemon end its node's processes on its own — reported as `NodeEnding`, a loss for
+/// the job, never as a removal or the job's own end. RT-4: a `Signal` from the master
+/// reaches the node's processes first.
+#[test]
+fn a_daemon_that_loses_its_master_reports_its_kills_as_its_own() {
+    let rt = Runtime::new("link-silent");
+    let mut m = FakeMaster::start(&rt);
+    let mut s = setup(
+        NODE,
+        "/bin/sh",
+        &[
+            "-c",
+            "trap 'echo usr1 > /dev/null; exit 7' USR1; echo up; sleep 30 & wait",
+        ],
+    );
+    if let LinkMsg::Setup(x) = &mut s {
+        x.heartbeat_ms = 100;
+    }
+    m.send(&encode_link(&s));
+    m.send(&encode_to_daemon(&ToDaemon::JobData {
+        added: vec![pid(5), pid(6)],
+        removed: vec![],
+    }));
+    m.send(&encode_to_daemon(&ToDaemon::Launch {
+        procs: vec![pid(5), pid(6)],
+    }));
+    for _ in 0..2 {
+        let started = m.next();
+        assert!(
+            matches!(started, Got::Link(LinkMsg::Started { .. })),
+            "{started:?}"
+        );
+    }
+    // Keep the link alive while the shells install their traps, then signal them.
+    for _ in 0..5 {
+        m.send(&encode_link(&LinkMsg::Heartbeat));
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    m.send(&encode_link(&LinkMsg::Signal {
+        signal: libc::SIGUSR1 as u32,
+    }));
+    let mut ended = Vec::new();
+    while ended.len() < 2 {
+        match m.next() {
+            Got::Link(LinkMsg::Ended {
+                rank, code, cause, ..
+            }) => ended.push((rank, code, cause)),
+            Got::Core(ToMaster::Exited { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    ended.sort();
+    assert_eq!(
+        ended,
+        [(5, 7, KillCause::None), (6, 7, KillCause::None)],
+        "RT-4: the master's SIGUSR1 reached both processes"
+    );
+
+    // One more, then silence: the daemon ends them on its own account.
+    m.send(&encode_to_daemon(&ToDaemon::JobData {
+        added: vec![pid(7)],
+        removed: vec![],
+    }));
+    m.send(&spawn_sleep(7));
+    loop {
+        match m.next() {
+            Got::Link(LinkMsg::Started { rank: 7, .. }) => break,
+            Got::Core(ToMaster::Exited { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let ended = loop {
+        match m.next() {
+            Got::Link(m @ LinkMsg::Ended { rank: 7, .. }) => break m,
+            Got::Core(ToMaster::Exited { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(
+        matches!(
+            ended,
+            LinkMsg::Ended {
+                code: 137,
+                cause: KillCause::NodeEnding,
+                ..
+            }
+        ),
+        "NODE-4: a kill for a silent master is the daemon's own: {ended:?}"
+    );
+    let f = m.finish(&rt);
+    assert_ne!(
+        f.code,
+        Some(0),
+        "RT-3: the daemon exits non-zero\n{}",
+        f.dump()
+    );
+    assert!(f.stderr.contains("lost the master"), "{}", f.dump());
 }

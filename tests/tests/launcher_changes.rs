@@ -81,7 +81,7 @@ fn non_blocking_accept_returns_pending_while_new_processes_start() {
     // The new processes joined the communicator and finished with the job.
     assert!(!rows[fin][6].is_empty(), "{}", f.dump());
     for rank in 2..5 {
-        let line = format!("exited rank={rank} how=exit 0 killed=false");
+        let line = format!("exited rank={rank} how=exit 0 cause=None");
         assert!(f.stderr.contains(&line), "{line}\n{}", f.dump());
     }
     f.assert_nothing_left();

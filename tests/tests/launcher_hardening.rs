@@ -11,7 +11,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use dynres_launcher::auth::{HELLO_OK, Peer, encode_hello};
-use dynres_tests::job::{Finished, Runtime, synthetic_idle, wait_bounded};
+use dynres_tests::job::{Finished, Runtime, runtime_of, synthetic_idle, wait_bounded};
 
 /// `nobody`: tests that need a second user run the runtime (or own files) as it.
 const NOBODY: u32 = 65534;
@@ -431,8 +431,10 @@ fn a_runtime_out_of_threads_does_not_panic_and_serves_again_afterwards() {
         |s| s.lines().filter(|l| l.ends_with("running")).count() == 2,
     );
 
-    // From now on the runtime may start only a few more threads.
-    set_nproc(child.id(), tasks_of(NOBODY) + 3);
+    // From now on the runtime may start only a few more threads (the runtime process,
+    // not its supervisor: RT-4).
+    let runtime = runtime_of(child.id());
+    set_nproc(runtime, tasks_of(NOBODY) + 3);
     let mut held = Vec::new();
     for _ in 0..40 {
         for sock in ["control.sock", "cli.sock"] {
@@ -452,7 +454,7 @@ fn a_runtime_out_of_threads_does_not_panic_and_serves_again_afterwards() {
         "an answer",
         |s| s.contains("PROCESSES"),
     );
-    set_nproc(child.id(), u64::MAX);
+    set_nproc(runtime, u64::MAX);
     let f = terminate(&rt, child);
     assert_eq!(f.code, Some(130), "{}", f.dump());
     assert!(!f.stderr.contains("panicked"), "{}", f.dump());

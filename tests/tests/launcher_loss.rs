@@ -39,7 +39,7 @@ fn a_failed_process_ends_the_job_and_is_named() {
     );
     for r in [0, 2] {
         let l = exit_line(&f, r).unwrap_or_default();
-        assert!(l.contains("killed=true"), "rank {r}: {l}\n{}", f.dump());
+        assert!(l.contains("cause=JobEnding"), "rank {r}: {l}\n{}", f.dump());
     }
     f.assert_nothing_left();
 }
@@ -64,7 +64,7 @@ fn with_on_loss_continue_the_survivors_finish() {
     for r in [0, 2] {
         let l = exit_line(&f, r).unwrap_or_default();
         assert!(
-            l.contains("how=exit 0") && l.contains("killed=false"),
+            l.contains("how=exit 0") && l.contains("cause=None"),
             "rank {r}: {l}\n{}",
             f.dump()
         );
@@ -83,7 +83,13 @@ fn a_process_that_finishes_early_ends_nothing() {
         r#"[ "$DYNRES_RANK" = 1 ] && exit 0; sleep 0.5"#,
     );
     assert_eq!(f.code, Some(0), "{}", f.dump());
-    assert!(!f.stderr.contains("killed=true"), "{}", f.dump());
+    assert!(
+        !f.stderr
+            .lines()
+            .any(|l| l.contains("cause=") && !l.contains("cause=None")),
+        "nothing was killed: {}",
+        f.dump()
+    );
 }
 
 /// RC-18 in a malleable job: kill -9 of rank 1 while the synthetic grows and shrinks

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use dynres_tests::job::{Finished, Running, Runtime, signal, synthetic_idle, synthetic_step};
+use dynres_tests::job::{
+    Finished, Running, Runtime, processes_running, runtime_of, signal, synthetic_idle,
+    synthetic_step,
+};
 
 /// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
 /// the logged pid is the daemon's).
@@ -254,7 +257,9 @@ fn a_lost_node_with_processes_ends_the_job() {
             .count()
             == 2
     });
-    signal(daemon, libc::SIGKILL);
+    // The daemon process itself, as a crash would (the agent's pid is its supervisor,
+    // RT-4, which then ends the node's processes).
+    signal(runtime_of(daemon), libc::SIGKILL);
     let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
     assert_eq!(f.code, Some(1), "{}", f.dump());
     let last = f.stderr.trim().lines().last().unwrap_or_default();
@@ -393,6 +398,8 @@ fn a_silent_daemon_is_a_lost_node() {
     let child = Running::start(cmd);
     rt.wait_for_job(job);
     let (daemon, _) = wait_daemon(&rt, job, &log, 1);
+    // The daemon process itself (the agent's pid supervises it, RT-4).
+    let daemon = runtime_of(daemon);
     signal(daemon, libc::SIGSTOP);
     rt.wait_status(job, "node 1 gone", |s| {
         node_state(s, 1) == Some("gone".into())
@@ -505,4 +512,43 @@ fn a_spawn_places_its_children_on_another_host() {
         f.dump()
     );
     f.assert_nothing_left();
+}
+
+/// NODE-4, RT-3: a master that stalls past the daemons' heartbeat bound (here SIGSTOP)
+/// makes a remote daemon end its node's processes on its own; that is a loss, not a
+/// removal: the job ends non-zero naming the node, never 0 without that rank's work.
+/// (Before NODE-4 the daemon reported them as killed on purpose and the job exited 0.)
+#[test]
+fn a_master_stall_that_ends_a_node_fails_the_job() {
+    let rt = Runtime::new("mh-stall");
+    let (agent, log) = agent(&rt);
+    let job = "mhstall";
+    let h = hosts(2, 2);
+    // Ranks 0, 1 on the master's host finish after 6 s; ranks 2, 3 on host 2 would too.
+    let extra = strs(&["--heartbeat-ms", "100", "--", "sleep", "6.25"]);
+    let cmd = run_cmd(&rt, job, 4, &h, &agent, &extra);
+    let child = Running::start(cmd);
+    rt.wait_for_job(job);
+    wait_daemon(&rt, job, &log, 1);
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while processes_running(&["sleep", "6.25"]).len() < 4 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the ranks never all started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let master = runtime_of(child.id());
+    signal(master, libc::SIGSTOP);
+    // Ten heartbeats of silence and a margin: the daemon gives up on the master.
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(master, libc::SIGCONT);
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(30));
+    assert_eq!(f.code, Some(1), "a rank's work was lost\n{}", f.dump());
+    let last = f.stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("dynres: job failed: ") && last.contains("127.0.0.2"),
+        "the failure names the node\n{}",
+        f.dump()
+    );
 }

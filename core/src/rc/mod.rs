@@ -11,6 +11,7 @@
 
 mod client;
 mod daemon;
+pub mod ends;
 mod error;
 pub mod master;
 mod msg;

@@ -2,6 +2,7 @@
 //! 0x05xx): round trips, documented types, typed errors for malformed frames, no panics
 //! on arbitrary or mutated bytes.
 
+use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{
     LinkMsg, MAX_ARGS, NodeSetup, decode_link, encode_link, is_link_type,
 };
@@ -44,15 +45,16 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
         setup,
         Just(LinkMsg::Heartbeat),
         (any::<u32>(), any::<u32>()).prop_map(|(rank, os_pid)| LinkMsg::Started { rank, os_pid }),
-        (any::<u32>(), any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
-            |(rank, os_pid, code, killed)| LinkMsg::Ended {
+        (any::<u32>(), any::<u32>(), any::<u32>(), 0u8..4).prop_map(
+            |(rank, os_pid, code, cause)| LinkMsg::Ended {
                 rank,
                 os_pid,
                 code,
-                killed
+                cause: KillCause::from_code(cause).expect("0..4 are causes"),
             }
         ),
         Just(LinkMsg::Shutdown),
+        any::<u32>().prop_map(|signal| LinkMsg::Signal { signal }),
     ]
     .boxed()
 }
@@ -103,11 +105,12 @@ fn every_control_message_has_its_documented_type() {
                 rank: 0,
                 os_pid: 1,
                 code: 137,
-                killed: false,
+                cause: KillCause::NodeEnding,
             },
             0x0504,
         ),
         (LinkMsg::Shutdown, 0x0505),
+        (LinkMsg::Signal { signal: 10 }, 0x0506),
     ];
     for (m, t) in cases {
         let f = encode_link(&m);
@@ -148,7 +151,7 @@ fn malformed_control_messages_are_typed_errors() {
         decode_link(&f),
         Err(WireError::TrailingBytes { extra: 1 })
     ));
-    // `Ended` whose killed flag is 7.
+    // `Ended` whose kill cause is 7 (NODE-4: 0–3 only).
     let mut f = Vec::new();
     encode_frame(&mut f, 0x0504, |b| {
         b.extend_from_slice(&[0; 12]);

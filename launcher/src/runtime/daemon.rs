@@ -179,8 +179,10 @@ fn handshake(
 /// Runs node `node`'s daemon of the job whose master listens at `master` (`host:port`)
 /// until the master ends the job (LINK-5) or is lost (RT-3).
 pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
-    // RT-3: before any thread exists.
-    super::watchdog::start().map_err(|e| LauncherError::io("start the daemon's watchdog", e))?;
+    // RT-3, RT-4: before any thread exists; from here on this is the daemon, and the
+    // pid its launch agent started supervises it.
+    let supervised = super::supervisor::start()
+        .map_err(|e| LauncherError::io("start the daemon's supervisor", e))?;
     let key = read_key()?;
     let mut stream = connect(master)?;
     // `frames` may hold what the master sent right after `Setup`: the reader goes on
@@ -198,6 +200,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
     let dir_name = format!("{}.node{node}", setup.job);
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
     let dir = JobDir::create(&root, &dir_name, &secret)?;
+    supervised.job_dir(dir.path());
     let sock = dir.control_sock();
     let listener = UnixListener::bind(&sock)
         .map_err(|e| LauncherError::io(format!("bind {}", sock.display()), e))?;
@@ -251,6 +254,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
     .with_upstream(upstream);
     let outcome = engine.run(rx);
     server.stop();
+    super::supervisor::end_orphans();
     drop(dir);
     Ok(outcome)
 }

@@ -14,8 +14,8 @@ mod server;
 mod signals;
 mod slurm;
 mod status;
+mod supervisor;
 mod tools;
-mod watchdog;
 
 use std::os::unix::net::UnixListener;
 use std::time::Duration as StdDuration;
@@ -193,6 +193,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     let root = env::runtime_root();
     // Checks the id before the kernel names a namespace after it.
     crate::private::job_path(&root, &job_id)?;
+    // RT-4: before any thread exists; from here on this is the runtime, and the pid the
+    // caller started (the job id's default) supervises it.
+    let supervised =
+        supervisor::start().map_err(|e| LauncherError::io("start the runtime's supervisor", e))?;
     let namespace = Namespace::new(format!("job-{job_id}"));
     let (hosts, own) = if cfg.hosts.is_empty() {
         let me = Host {
@@ -228,6 +232,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     .map_err(LauncherError::Start)?;
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
     let dir = JobDir::create(&root, &job_id, &secret)?;
+    supervised.job_dir(dir.path());
     let bind = |p: &std::path::Path| {
         UnixListener::bind(p).map_err(|e| LauncherError::io(format!("bind {}", p.display()), e))
     };
@@ -328,6 +333,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     for s in servers {
         s.stop();
     }
+    supervisor::end_orphans();
     drop(dir);
     Ok(outcome)
 }

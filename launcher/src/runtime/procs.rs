@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use dynres_core::rc::ends::KillCause;
+
 use super::engine::Event;
 use crate::env;
 use crate::error::LauncherError;
@@ -110,8 +112,8 @@ pub struct Child {
     pub os_pid: u32,
     /// When it was launched.
     pub launched: std::time::Instant,
-    /// Whether the runtime killed it.
-    pub killed: bool,
+    /// Why the runtime killed it, if it did (NODE-4).
+    pub cause: KillCause,
     /// Its exit, once reaped.
     pub exit: Option<ExitStatus>,
     /// Output forwarders.
@@ -216,7 +218,7 @@ fn reap(rank: u32, proc: std::process::Child, exited: OwnedFd, events: &Sender<E
             let p = mine.lock().ok().and_then(|mut p| p.take());
             if let Some((mut p, exited)) = p {
                 let status = p.wait();
-                signal(&exited);
+                mark_exited(&exited);
                 let _ = tx.send(Event::Exited { rank, status });
             }
         });
@@ -227,7 +229,7 @@ fn reap(rank: u32, proc: std::process::Child, exited: OwnedFd, events: &Sender<E
             tracing::error!(rank, error = %e, "cannot start a thread to reap rank {rank}; killing it");
             let _ = p.kill();
             let status = p.wait();
-            signal(&exited);
+            mark_exited(&exited);
             let _ = events.send(Event::Exited { rank, status });
         }
     }
@@ -244,7 +246,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Makes the read end of `w`'s pipe readable for good (it is never read).
-fn signal(w: &OwnedFd) {
+fn mark_exited(w: &OwnedFd) {
     // SAFETY: writes one byte from a valid buffer to a descriptor we own.
     let _ = unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
 }
@@ -311,7 +313,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
                 // cannot run without its forwarder.
                 let _ = child.kill();
                 let _ = child.wait();
-                signal(&exited_w);
+                mark_exited(&exited_w);
                 return Err(std::io::Error::new(
                     e.kind(),
                     format!("cannot start a thread to forward its output: {e}"),
@@ -323,7 +325,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         Child {
             os_pid,
             launched,
-            killed: false,
+            cause: KillCause::None,
             exit: None,
             threads,
         },
@@ -427,11 +429,16 @@ fn forward(
 
 /// Sends SIGKILL to a process.
 pub fn kill(os_pid: u32) {
+    send_signal(os_pid, libc::SIGKILL);
+}
+
+/// Sends `sig` to a process.
+pub fn send_signal(os_pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions. The pid is a child not yet
     // reaped (the caller checks), so it cannot have been reused.
-    let r = unsafe { libc::kill(os_pid as libc::pid_t, libc::SIGKILL) };
+    let r = unsafe { libc::kill(os_pid as libc::pid_t, sig) };
     if r != 0 {
-        tracing::debug!(os_pid, error = %std::io::Error::last_os_error(), "kill");
+        tracing::debug!(os_pid, sig, error = %std::io::Error::last_os_error(), "kill");
     }
 }
 

@@ -11,11 +11,12 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::wire::prim::{put_seq, put_str, put_u32, seq, string, u32};
+use crate::wire::prim::{put_seq, put_str, put_u8, put_u32, seq, string, u8, u32};
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all};
 
 use super::MAX_APP_LEN;
-use super::values::{boolean, put_bool};
+use super::values::invalid;
+use crate::rc::ends::KillCause;
 
 /// First type of the runtime link's control messages.
 pub const LINK_FIRST: u16 = 0x0501;
@@ -27,6 +28,7 @@ const HEARTBEAT: u16 = 0x0502;
 const STARTED: u16 = 0x0503;
 const ENDED: u16 = 0x0504;
 const SHUTDOWN: u16 = 0x0505;
+const SIGNAL: u16 = 0x0506;
 
 /// Longest program path, job id, namespace or address in a [`NodeSetup`], in bytes.
 pub const MAX_SETUP_STR: usize = 4096;
@@ -82,8 +84,15 @@ pub enum LinkMsg {
         os_pid: u32,
         /// Exit code, or 128 + signal number when a signal ended it.
         code: u32,
-        /// Whether the runtime killed it (a kill asked for by core, or the job ending).
-        killed: bool,
+        /// Why the runtime killed it, if it did (NODE-4): whether the job removed it,
+        /// was ending, or the daemon ended it on its own.
+        cause: KillCause,
+    },
+    /// Master → daemon: deliver this signal (SIGUSR1 or SIGUSR2) to every process of
+    /// the node, as `dynres run` does to its own (RT-4).
+    Signal {
+        /// The signal number.
+        signal: u32,
     },
     /// Master → daemon: the job is over; kill what still runs, report it, and exit
     /// (`LINK-5`).
@@ -119,13 +128,14 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
             rank,
             os_pid,
             code,
-            killed,
+            cause,
         } => encode_frame(&mut out, ENDED, |b| {
             put_u32(b, *rank);
             put_u32(b, *os_pid);
             put_u32(b, *code);
-            put_bool(b, *killed);
+            put_u8(b, cause.code());
         }),
+        LinkMsg::Signal { signal } => encode_frame(&mut out, SIGNAL, |b| put_u32(b, *signal)),
         LinkMsg::Shutdown => encode_frame(&mut out, SHUTDOWN, |_| {}),
     }
     out
@@ -177,16 +187,22 @@ pub fn decode_link(frame: &[u8]) -> Result<LinkMsg, WireError> {
             let (i, rank) = u32(i)?;
             let (i, os_pid) = u32(i)?;
             let (i, code) = u32(i)?;
-            let (i, killed) = boolean(i)?;
+            let (i, byte) = u8(i)?;
+            let cause = KillCause::from_code(byte)
+                .map_or_else(|| invalid("kill cause", byte.into()), Ok)?;
             Ok((
                 i,
                 LinkMsg::Ended {
                     rank,
                     os_pid,
                     code,
-                    killed,
+                    cause,
                 },
             ))
+        }),
+        SIGNAL => parse_all(body, |i| {
+            let (i, signal) = u32(i)?;
+            Ok((i, LinkMsg::Signal { signal }))
         }),
         SHUTDOWN => parse_all(body, |i| Ok((i, LinkMsg::Shutdown))),
         other => Err(WireError::UnknownType { msg_type: other }),

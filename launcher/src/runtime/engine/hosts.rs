@@ -4,6 +4,7 @@
 //! (RC-20); on a node daemon, the link to the master (LINK-1..5, RT-3).
 
 use dynres_core::Rank;
+use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{LinkMsg, decode_link, encode_link, is_link_type};
 use dynres_core::rc::wire::{decode_to_daemon, decode_to_master, encode_to_daemon};
 use dynres_core::rc::{DaemonInput, MasterInput, NodeId, ToDaemon, ToMaster};
@@ -62,7 +63,8 @@ impl Engine {
         if self.upstream_done.is_none() {
             tracing::error!("lost the master: {why}; ending this node's processes");
             self.upstream_done = Some(Err(format!("lost the master: {why}")));
-            self.kill_all();
+            // NODE-4: ended on this daemon's own account, a loss for the job.
+            self.kill_all(KillCause::NodeEnding);
         }
     }
 
@@ -84,11 +86,11 @@ impl Engine {
                     rank,
                     os_pid,
                     code,
-                    killed,
+                    cause,
                 }) => {
                     if let Some(p) = self.remote_procs.get_mut(&rank) {
                         p.os_pid = p.os_pid.or(Some(os_pid).filter(|p| *p != 0));
-                        p.ended = Some((code, killed));
+                        p.ended = Some((code, cause));
                     }
                 }
                 Ok(m) => self.node_violation(node, format!("unexpected {m:?} from a daemon")),
@@ -150,13 +152,13 @@ impl Engine {
     }
 
     /// (Node daemon) LINK-4: how a process ended, before core's `Exited` for it.
-    pub(super) fn report_end(&mut self, rank: Rank, os_pid: u32, code: u32, killed: bool) {
+    pub(super) fn report_end(&mut self, rank: Rank, os_pid: u32, code: u32, cause: KillCause) {
         if self.upstream.is_some() {
             self.upstream_send(&encode_link(&LinkMsg::Ended {
                 rank,
                 os_pid,
                 code,
-                killed,
+                cause,
             }));
         }
     }
@@ -182,8 +184,12 @@ impl Engine {
                     if self.upstream_done.is_none() {
                         self.upstream_done = Some(Ok(()));
                     }
-                    self.kill_all();
+                    self.kill_all(KillCause::JobEnding);
                 }
+                Ok(LinkMsg::Signal { signal }) => match i32::try_from(signal) {
+                    Ok(s) if s == libc::SIGUSR1 || s == libc::SIGUSR2 => self.forward_signal(s),
+                    _ => self.master_gone(format!("the master asked for signal {signal}")),
+                },
                 Ok(m) => self.master_gone(format!("unexpected {m:?} from the master")),
                 Err(e) => self.master_gone(format!("malformed frame from the master: {e}")),
             }

@@ -19,6 +19,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration as StdDuration;
 
 use dynres_core::pset::PsetName;
+use dynres_core::rc::ends::{KillCause, judge};
 use dynres_core::rc::wire::link::{LinkMsg, encode_link};
 use dynres_core::rc::wire::{encode_reply, encode_to_master};
 use dynres_core::rc::{
@@ -169,8 +170,8 @@ pub(super) struct RemoteProc {
     pub node: u32,
     /// Its pid there, once started.
     pub os_pid: Option<u32>,
-    /// How it ended (exit code or 128 + signal, whether the runtime killed it).
-    pub ended: Option<(u32, bool)>,
+    /// How it ended (exit code or 128 + signal, why the runtime killed it; LINK-4).
+    pub ended: Option<(u32, KillCause)>,
 }
 
 /// The runtime's state: on the master's host, core's master and its own node's daemon
@@ -210,8 +211,9 @@ pub struct Engine {
     pub(super) job_id: String,
     on_loss: OnLoss,
     spawner: Option<(Sender<procs::LaunchJob>, std::thread::JoinHandle<()>)>,
-    /// Launches asked of the spawner and not yet reported; `true`: kill on arrival.
-    launching: BTreeMap<Rank, bool>,
+    /// Launches asked of the spawner and not yet reported; `Some`: kill on arrival,
+    /// and why.
+    launching: BTreeMap<Rank, Option<KillCause>>,
     /// Running processes (exited ones move to `exited`).
     pub(super) children: BTreeMap<Rank, Child>,
     /// The last [`HISTORY`] exits.
@@ -341,7 +343,10 @@ impl Engine {
             if interrupted_at.is_none() && signals::interrupted() {
                 interrupted_at = Some(std::time::Instant::now());
                 tracing::warn!("interrupted: killing the job");
-                self.kill_all();
+                self.kill_all(self.end_cause());
+            }
+            for sig in signals::take_forwarded() {
+                self.forward_signal(sig);
             }
             if interrupted_at.is_some_and(|t| t.elapsed() > INTERRUPT_BOUND) {
                 tracing::error!(
@@ -427,19 +432,59 @@ impl Engine {
         }
     }
 
-    fn kill_all(&mut self) {
-        for c in self.children.values_mut().filter(|c| !c.killed) {
-            c.killed = true;
+    /// Why this runtime kills everything now (NODE-4): the master ends the job by its
+    /// own decision; a node daemon does so when its master said so (`Shutdown`), and
+    /// on its own otherwise (its master lost or silent, RT-3, or a signal).
+    fn end_cause(&self) -> KillCause {
+        match (&self.master, &self.upstream_done) {
+            (Some(_), _) | (None, Some(Ok(()))) => KillCause::JobEnding,
+            (None, _) => KillCause::NodeEnding,
+        }
+    }
+
+    fn kill_all(&mut self, cause: KillCause) {
+        // RT-4: the children of the ranks killed now come to us, also if the
+        // supervisor is gone (`end_orphans` ends them before we exit).
+        super::supervisor::catch_orphans();
+        for c in self
+            .children
+            .values_mut()
+            // Not one already reaped (a loss being judged): its pid may be reused.
+            .filter(|c| c.cause == KillCause::None && c.exit.is_none())
+        {
+            c.cause = cause;
             procs::kill(c.os_pid);
         }
         for k in self.launching.values_mut() {
-            *k = true;
+            k.get_or_insert(cause);
         }
         // Other nodes end their processes on `Shutdown` and report them (LINK-5); the
         // processes of a node whose daemon never connected never started.
         if let Some(nodes) = &mut self.nodes {
             for node in nodes.shutdown() {
                 self.remote_procs.retain(|_, p| p.node != node);
+            }
+        }
+    }
+
+    /// RT-4: SIGUSR1/SIGUSR2 sent to `dynres run` go to every process of the job, as
+    /// mpirun forwards them: this node's directly, the other nodes' through their
+    /// daemons (`LinkMsg::Signal`).
+    fn forward_signal(&mut self, sig: libc::c_int) {
+        tracing::info!(signal = sig, "forwarding a signal to the job's processes");
+        for c in self
+            .children
+            .values()
+            .filter(|c| c.cause == KillCause::None && c.exit.is_none())
+        {
+            procs::send_signal(c.os_pid, sig);
+        }
+        if let Some(nodes) = &mut self.nodes {
+            let frame = encode_link(&LinkMsg::Signal { signal: sig as u32 });
+            for node in nodes.others() {
+                if nodes.is_live(node) {
+                    let _ = nodes.send(node, &frame);
+                }
             }
         }
     }
@@ -512,7 +557,11 @@ impl Engine {
     }
 
     fn on_launched(&mut self, rank: Rank, child: std::io::Result<Child>) {
-        let kill = self.launching.remove(&rank).unwrap_or(false) || signals::interrupted();
+        let kill = self
+            .launching
+            .remove(&rank)
+            .flatten()
+            .or_else(|| signals::interrupted().then(|| self.end_cause()));
         match child {
             Ok(mut c) => {
                 tracing::debug!(rank, os_pid = c.os_pid, "launched");
@@ -520,8 +569,8 @@ impl Engine {
                     let os_pid = c.os_pid;
                     self.upstream_send(&encode_link(&LinkMsg::Started { rank, os_pid }));
                 }
-                if kill {
-                    c.killed = true;
+                if let Some(cause) = kill {
+                    c.cause = cause;
                     procs::kill(c.os_pid);
                 }
                 self.children.insert(rank, c);
@@ -529,7 +578,7 @@ impl Engine {
             Err(e) => {
                 tracing::error!(rank, error = %e, "launch failed");
                 self.failed.push(rank);
-                self.report_end(rank, 0, 127, false);
+                self.report_end(rank, 0, 127, KillCause::None);
                 let pid = self.pid(rank);
                 self.daemon_input(DaemonInput::Exited { pid });
             }
@@ -574,8 +623,8 @@ impl Engine {
             }
         };
         c.exit = Some(status);
-        if status.success() || c.killed {
-            tracing::debug!(rank, how = %procs::describe(&status), killed = c.killed, "exited");
+        if !judge(procs::code_of(&status), c.cause).is_loss() {
+            tracing::debug!(rank, how = %procs::describe(&status), cause = ?c.cause, "exited");
         } else {
             tracing::warn!(rank, how = %procs::describe(&status), "exited");
         }
@@ -583,11 +632,11 @@ impl Engine {
             // A process that did not finish cleanly cannot unlink its segments.
             procs::sweep_shm(&[c.os_pid]);
         }
-        let (os_pid, killed) = (c.os_pid, c.killed);
+        let (os_pid, cause) = (c.os_pid, c.cause);
         if let Some(conn) = self.by_rank.get(&rank).copied() {
             self.drop_conn(conn);
         }
-        self.report_end(rank, os_pid, procs::code_of(&status), killed);
+        self.report_end(rank, os_pid, procs::code_of(&status), cause);
         let pid = self.pid(rank);
         // Core learns the exit while the child is still listed, so that a loss it
         // reports can be judged by its exit status.
@@ -759,7 +808,7 @@ impl Engine {
             let Some(status) = c.exit else {
                 return;
             };
-            if status.success() || c.killed {
+            if !judge(procs::code_of(&status), c.cause).is_loss() {
                 tracing::debug!(rank, "process finished");
                 return;
             }
@@ -774,10 +823,16 @@ impl Engine {
             let host = self.nodes.as_ref().map_or("?", |n| n.host(p.node));
             let pid = p.os_pid.map_or("-".into(), |p| p.to_string());
             match (p.ended, &self.node_lost_why) {
-                (Some((code, killed)), _) if code == 0 || killed => {
+                (Some((code, cause)), _) if !judge(code, cause).is_loss() => {
                     tracing::debug!(rank, "process finished");
                     return;
                 }
+                // NODE-4: the node's daemon killed it without the job asking.
+                (Some((code, KillCause::NodeEnding)), _) => format!(
+                    "rank {rank} (pid {pid} on {host}) was ended by its node's daemon ({}): \
+                     the daemon lost the master or was signalled",
+                    procs::describe_code(code)
+                ),
                 (Some((code, _)), _) => format!(
                     "rank {rank} (pid {pid} on {host}) exited unexpectedly ({})",
                     procs::describe_code(code)
@@ -800,7 +855,7 @@ impl Engine {
             OnLoss::EndJob if self.ending.is_none() => {
                 tracing::error!("{why}; ending the job");
                 self.ending = Some(why);
-                self.kill_all();
+                self.kill_all(KillCause::JobEnding);
             }
             OnLoss::EndJob => tracing::error!("{why}"),
         }
@@ -881,12 +936,12 @@ impl Engine {
             DaemonOutput::Kill { procs } => {
                 for p in procs {
                     if let Some(k) = self.launching.get_mut(&p.rank) {
-                        *k = true;
+                        k.get_or_insert(KillCause::Removed);
                     }
                     if let Some(c) = self.children.get_mut(&p.rank) {
-                        if !c.killed {
+                        if c.cause == KillCause::None {
                             tracing::info!(rank = p.rank, os_pid = c.os_pid, "killing");
-                            c.killed = true;
+                            c.cause = KillCause::Removed;
                             procs::kill(c.os_pid);
                         }
                     }
@@ -915,7 +970,8 @@ impl Engine {
         let rank = job.rank;
         if self.ending.is_some() || signals::interrupted() {
             // The job is being ended: report the launch as failed at once.
-            self.report_end(rank, 0, 128 + 9, true);
+            let cause = self.end_cause();
+            self.report_end(rank, 0, 128 + 9, cause);
             let pid = self.pid(rank);
             self.daemon_input(DaemonInput::Exited { pid });
             return;
@@ -925,10 +981,10 @@ impl Engine {
             .as_ref()
             .is_some_and(|(tx, _)| tx.send(job).is_ok());
         if sent {
-            self.launching.insert(rank, false);
+            self.launching.insert(rank, None);
         } else {
             tracing::error!(rank, "launcher thread gone");
-            self.report_end(rank, 0, 127, false);
+            self.report_end(rank, 0, 127, KillCause::None);
             let pid = self.pid(rank);
             self.daemon_input(DaemonInput::Exited { pid });
         }
