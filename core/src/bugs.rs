@@ -225,6 +225,13 @@ pub enum Bug {
     /// (`HandshakeConfig::served`), so a late copy of the previous connection's Hello
     /// opens a ghost connection with an initiator already answered (`SPAWN-21`).
     ForgetServedConnections,
+    // issue 28: how a process' end counts (NODE-4)
+    /// `judge` counts a kill its node's daemon decided on its own (a lost master) as a
+    /// removal, so the job exits 0 without that process' work (`NODE-4`).
+    DaemonKillIsRemoval,
+    /// A daemon that lost its master reports its kills as the job's end (as after
+    /// `Shutdown`), which the master does not count as a loss (`NODE-4`).
+    LostMasterKillsAsShutdown,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

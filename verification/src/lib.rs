@@ -9,6 +9,7 @@
 //! [`pset_oracle`]), golden state counts, and the `check` command that runs them all.
 
 pub mod adapter;
+pub mod ends_model;
 pub mod fair;
 pub mod golden;
 pub mod models;

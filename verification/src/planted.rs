@@ -34,6 +34,16 @@ pub fn corpus() -> Vec<Planted> {
     };
     vec![
         p(
+            DaemonKillIsRemoval,
+            "ends-stall-2n-3r",
+            "NODE-4 a job that exits 0 lost no rank's work",
+        ),
+        p(
+            LostMasterKillsAsShutdown,
+            "ends-stall-2n-3r",
+            "NODE-4 a job that exits 0 lost no rank's work",
+        ),
+        p(
             AbortRestoresWholeJobData,
             "rc-spawn-add-1n-2e-2new",
             "SPAWN-17 SPAWN-19 a running child is in the job data and its spawn's pset",
@@ -425,6 +435,9 @@ pub fn unplanted() -> Vec<&'static str> {
     for cfg in crate::pset_model::pr_configs() {
         names.extend(always(&cfg.model()));
     }
+    for cfg in crate::ends_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
     let planted: BTreeSet<&str> = corpus().iter().map(|p| p.property).collect();
     names.retain(|n| !planted.contains(n));
     names.into_iter().collect()
@@ -448,6 +461,13 @@ pub struct Hunt {
 /// Plants one bug and searches for the expected counterexample.
 pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
     let bugs = Bugs::NONE.with(planted.bug);
+    if let Some(base) = crate::ends_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::ends_model::EndsConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
     if let Some(base) = spawn_configs::pr_configs()
         .into_iter()
         .find(|c| c.name == planted.config)

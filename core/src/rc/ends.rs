@@ -9,6 +9,8 @@
 //! Only the first two are the job's will; the third is a loss like any crash, whatever
 //! signal delivered it.
 
+use crate::bugs::{Bug, Bugs};
+
 /// Why the runtime killed a process, if it did. On the link as one byte (`Ended`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum KillCause {
@@ -72,13 +74,36 @@ impl Verdict {
 /// runtime killed it. Status 0 is always finished work; a kill counts as the job's will
 /// only when core removed the process or the master was ending the job.
 pub fn judge(code: u32, cause: KillCause) -> Verdict {
+    judge_with(Bugs::NONE, code, cause)
+}
+
+/// [`judge`] with planted bugs (the verification crate's models).
+pub fn judge_with(bugs: Bugs, code: u32, cause: KillCause) -> Verdict {
     if code == 0 {
         return Verdict::Finished;
     }
     match cause {
         KillCause::Removed => Verdict::Removed,
+        KillCause::NodeEnding if bugs.has(Bug::DaemonKillIsRemoval) => Verdict::Removed,
         KillCause::JobEnding => Verdict::Ended,
         KillCause::None | KillCause::NodeEnding => Verdict::Failed,
+    }
+}
+
+/// NODE-4, RT-3: the cause a node daemon gives the kills of its node's processes when it
+/// ends them all: the job's end only when its master said so (`Shutdown`,
+/// `master_said_so`); otherwise — a lost or silent master, a signal to the daemon — its
+/// own decision.
+pub fn daemon_kill_cause(master_said_so: bool) -> KillCause {
+    daemon_kill_cause_with(Bugs::NONE, master_said_so)
+}
+
+/// [`daemon_kill_cause`] with planted bugs (the verification crate's models).
+pub fn daemon_kill_cause_with(bugs: Bugs, master_said_so: bool) -> KillCause {
+    if master_said_so || bugs.has(Bug::LostMasterKillsAsShutdown) {
+        KillCause::JobEnding
+    } else {
+        KillCause::NodeEnding
     }
 }
 
@@ -108,6 +133,15 @@ mod tests {
         assert_eq!(judge(137, KillCause::Removed), Verdict::Removed);
         assert_eq!(judge(137, KillCause::JobEnding), Verdict::Ended);
         assert_eq!(judge(0, KillCause::NodeEnding), Verdict::Finished);
+    }
+
+    /// RT-3, NODE-4: only the master's `Shutdown` makes a daemon's kills the job's end.
+    #[test]
+    fn a_daemon_ends_on_the_jobs_account_only_when_told() {
+        assert_eq!(daemon_kill_cause(true), KillCause::JobEnding);
+        assert_eq!(daemon_kill_cause(false), KillCause::NodeEnding);
+        assert!(judge(137, daemon_kill_cause(false)).is_loss());
+        assert!(!judge(137, daemon_kill_cause(true)).is_loss());
     }
 
     #[test]

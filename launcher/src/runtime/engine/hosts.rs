@@ -64,7 +64,7 @@ impl Engine {
             tracing::error!("lost the master: {why}; ending this node's processes");
             self.upstream_done = Some(Err(format!("lost the master: {why}")));
             // NODE-4: ended on this daemon's own account, a loss for the job.
-            self.kill_all(KillCause::NodeEnding);
+            self.kill_all(self.end_cause());
         }
     }
 
@@ -184,7 +184,7 @@ impl Engine {
                     if self.upstream_done.is_none() {
                         self.upstream_done = Some(Ok(()));
                     }
-                    self.kill_all(KillCause::JobEnding);
+                    self.kill_all(self.end_cause());
                 }
                 Ok(LinkMsg::Signal { signal }) => match i32::try_from(signal) {
                     Ok(s) if s == libc::SIGUSR1 || s == libc::SIGUSR2 => self.forward_signal(s),

@@ -19,7 +19,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration as StdDuration;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::ends::{KillCause, judge};
+use dynres_core::rc::ends::{KillCause, daemon_kill_cause, judge};
 use dynres_core::rc::wire::link::{LinkMsg, encode_link};
 use dynres_core::rc::wire::{encode_reply, encode_to_master};
 use dynres_core::rc::{
@@ -436,9 +436,9 @@ impl Engine {
     /// own decision; a node daemon does so when its master said so (`Shutdown`), and
     /// on its own otherwise (its master lost or silent, RT-3, or a signal).
     fn end_cause(&self) -> KillCause {
-        match (&self.master, &self.upstream_done) {
-            (Some(_), _) | (None, Some(Ok(()))) => KillCause::JobEnding,
-            (None, _) => KillCause::NodeEnding,
+        match self.master {
+            Some(_) => KillCause::JobEnding,
+            None => daemon_kill_cause(matches!(self.upstream_done, Some(Ok(())))),
         }
     }
 
