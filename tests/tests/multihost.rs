@@ -14,13 +14,17 @@ use dynres_tests::job::{Finished, Running, Runtime, signal, synthetic_idle, synt
 /// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
 /// the logged pid is the daemon's).
 fn agent(rt: &Runtime) -> (PathBuf, PathBuf) {
-    let dir = rt.scratch();
+    agent_in(&rt.scratch(), "")
+}
+
+/// [`agent`] in `dir`, running the shell lines `before` ahead of the daemon.
+fn agent_in(dir: &Path, before: &str) -> (PathBuf, PathBuf) {
     let log = dir.join("agent.log");
     let script = dir.join("agent.sh");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\necho \"$$ $*\" >> {}\nshift\nexec \"$@\"\n",
+            "#!/bin/sh\necho \"$$ $*\" >> {}\n{before}shift\nexec \"$@\"\n",
             log.display()
         ),
     )
@@ -61,19 +65,12 @@ EOF
 /// (a test readies strangers at the master's port first).
 fn agent_waiting(rt: &Runtime) -> (PathBuf, PathBuf, PathBuf) {
     let dir = rt.scratch();
-    let log = dir.join("agent.log");
     let go = dir.join("go");
-    let script = dir.join("agent.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$$ $*\" >> {}\nn=0\nwhile [ ! -e {} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\nshift\nexec \"$@\"\n",
-            log.display(),
-            go.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let wait = format!(
+        "n=0\nwhile [ ! -e {} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\n",
+        go.display()
+    );
+    let (script, log) = agent_in(&dir, &wait);
     (script, log, go)
 }
 

@@ -88,7 +88,15 @@ impl Acceptor {
     }
 
     /// Stops accepting; logs what refusals are still held back (AUTH-8).
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Acceptor {
+    /// A master that ends without [`Acceptor::stop`] (an error while starting) must
+    /// not leave the thread accepting.
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -394,6 +402,14 @@ mod tests {
         (a, addr, rx)
     }
 
+    /// Small bounds, for tests that fill the table and wait for deadlines.
+    fn small(deadline: Duration) -> Limits {
+        Limits {
+            waiting: 8,
+            deadline,
+        }
+    }
+
     /// A daemon's side as `dynres daemon` runs it: tries again while the master drops
     /// the connection before its verdict (AUTH-7), at most `tries` times.
     fn daemon(addr: SocketAddr, node: u32, tries: u32) -> Result<(), AuthError> {
@@ -435,11 +451,7 @@ mod tests {
     /// yet node 1's daemon gets in; the trickling ones are closed at their deadline.
     #[test]
     fn a_slow_loris_and_a_flood_do_not_keep_the_daemon_out() {
-        let limits = Limits {
-            waiting: 8,
-            deadline: Duration::from_secs(2),
-        };
-        let (a, addr, up) = acceptor(limits, &[1]);
+        let (a, addr, up) = acceptor(small(Duration::from_secs(2)), &[1]);
         let stop = Arc::new(AtomicBool::new(false));
         let lorises: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let trickle = {
@@ -483,11 +495,7 @@ mod tests {
     /// timeout is still closed once the exchange's deadline passed.
     #[test]
     fn a_trickling_connection_is_closed_at_the_exchange_deadline() {
-        let limits = Limits {
-            waiting: 8,
-            deadline: Duration::from_millis(500),
-        };
-        let (a, addr, _up) = acceptor(limits, &[1]);
+        let (a, addr, _up) = acceptor(small(Duration::from_millis(500)), &[1]);
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();

@@ -346,11 +346,16 @@ mod tests {
         Duration::from_secs_f64(s)
     }
 
-    fn table(waiting: usize) -> Admission {
-        Admission::new(Limits {
+    /// A table of `waiting` places awaiting daemons for `nodes`.
+    fn table(waiting: usize, nodes: &[u32]) -> Admission {
+        let mut a = Admission::new(Limits {
             waiting,
             deadline: AUTH_BOUND,
-        })
+        });
+        for n in nodes {
+            a.expect(*n);
+        }
+        a
     }
 
     /// AUTH-6: the deadline is the exchange's, from the connection's arrival: a peer
@@ -359,8 +364,7 @@ mod tests {
     #[test]
     fn a_slow_loris_is_dropped_at_the_whole_exchange_deadline() {
         let t0 = Instant::now();
-        let mut a = table(8);
-        a.expect(1);
+        let mut a = table(8, &[1]);
         let (loris, _) = a.connected(t0, ip(9));
         let (stalling, _) = a.connected(t0 + secs(1.0), ip(2));
         a.hello(stalling, 1, [1; 32]).unwrap();
@@ -383,8 +387,7 @@ mod tests {
     #[test]
     fn a_flood_from_one_address_only_evicts_its_own_connections() {
         let t0 = Instant::now();
-        let mut a = table(8);
-        a.expect(1);
+        let mut a = table(8, &[1]);
         let (daemon, _) = a.connected(t0, ip(2));
         let mut flood = Vec::new();
         for i in 0..10_000u32 {
@@ -409,8 +412,7 @@ mod tests {
     #[test]
     fn a_flood_cannot_keep_the_expected_daemon_out() {
         let t0 = Instant::now();
-        let mut a = table(8);
-        a.expect(1);
+        let mut a = table(8, &[1]);
         let local = ip(1);
         // The table is full of the stranger's connections when the daemon arrives.
         for _ in 0..8 {
@@ -438,7 +440,7 @@ mod tests {
     #[test]
     fn an_unreserved_connection_goes_after_every_older_one() {
         let t0 = Instant::now();
-        let mut a = table(4);
+        let mut a = table(4, &[]);
         let (first, _) = a.connected(t0, ip(1));
         let evicted: Vec<ConnId> = (0..4).filter_map(|_| a.connected(t0, ip(1)).1).collect();
         assert_eq!(evicted, vec![first]);
@@ -450,9 +452,7 @@ mod tests {
     #[test]
     fn a_node_is_given_once_and_only_if_started() {
         let t0 = Instant::now();
-        let mut a = table(8);
-        a.expect(1);
-        a.expect(2);
+        let mut a = table(8, &[1, 2]);
         let (first, _) = a.connected(t0, ip(2));
         let (second, _) = a.connected(t0, ip(2));
         let (unknown, _) = a.connected(t0, ip(2));
