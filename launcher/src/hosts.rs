@@ -31,6 +31,11 @@ fn err(what: impl Into<String>, why: impl Into<String>) -> HostsError {
 /// Most slots one host may declare (the kernel bounds a job at 2^24 in all).
 const MAX_HOST_SLOTS: u32 = 1 << 20;
 
+/// Most hosts a Slurm node list or count list may expand to: each range is bounded,
+/// but a long list of them (`n[0-65535],n[0-65535],…`) would fill memory before the
+/// job's slot limit refuses it.
+pub const MAX_HOSTS: usize = 1 << 18;
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -71,6 +76,15 @@ fn push(hosts: &mut Vec<Host>, what: &str, name: &str, n: u32) -> Result<(), Hos
         }),
     }
     Ok(())
+}
+
+/// Reads and parses the hostfile `path`: a regular file of at most
+/// [`MAX_HOSTFILE`](crate::input::MAX_HOSTFILE) bytes (a FIFO or a device is refused
+/// without waiting on it).
+pub fn read_hostfile(path: &str) -> Result<Vec<Host>, HostsError> {
+    let text = crate::input::read_regular(std::path::Path::new(path), crate::input::MAX_HOSTFILE)
+        .map_err(|e| err(format!("hostfile {path}"), e.problem.to_string()))?;
+    parse_hostfile(path, &text)
 }
 
 /// Parses `--host h1:4,h2,h3:2` (a host without `:N` has one slot, as in `mpirun`).
@@ -166,6 +180,9 @@ pub fn expand_nodelist(list: &str) -> Result<Vec<String>, HostsError> {
                 _ => return Err(err(what, format!("bad range {range:?}"))),
             };
             let width = lo.len();
+            if out.len() as u64 + (b - a) >= MAX_HOSTS as u64 {
+                return Err(err(what, format!("more than {MAX_HOSTS} nodes")));
+            }
             for n in a..=b {
                 let name = format!("{prefix}{n:0width$}");
                 if !valid_name(&name) {
@@ -196,6 +213,9 @@ pub fn expand_counts(counts: &str) -> Result<Vec<u32>, HostsError> {
             None => (item, 1),
         };
         let n = slots(what, n)?;
+        if out.len() + times as usize > MAX_HOSTS {
+            return Err(err(what, format!("more than {MAX_HOSTS} nodes")));
+        }
         out.extend(std::iter::repeat_n(n, times as usize));
     }
     Ok(out)
@@ -269,6 +289,27 @@ mod tests {
         assert!(parse_hostfile("hf", "# nothing\n").is_err());
     }
 
+    /// A hostfile that is a device, or too large, is refused with one line naming it
+    /// (before: `/dev/zero` was read until memory ran out).
+    #[test]
+    fn a_hostfile_must_be_a_small_regular_file() {
+        assert_eq!(
+            read_hostfile("/dev/zero").unwrap_err().to_string(),
+            "hostfile /dev/zero: is a character device, not a regular file"
+        );
+        let f = std::env::temp_dir().join(format!("dynres-hosts-{}", std::process::id()));
+        std::fs::write(&f, "n1 slots=2\n").unwrap();
+        let path = f.to_str().unwrap();
+        assert_eq!(read_hostfile(path).unwrap(), [h("n1", 2)]);
+        let big = "n1\n".repeat(crate::input::MAX_HOSTFILE as usize / 3 + 1);
+        std::fs::write(&f, big).unwrap();
+        assert_eq!(
+            read_hostfile(path).unwrap_err().to_string(),
+            format!("hostfile {path}: is larger than the limit of 1048576 bytes")
+        );
+        let _ = std::fs::remove_file(&f);
+    }
+
     #[test]
     fn slurm_node_lists_and_counts_expand() {
         assert_eq!(
@@ -280,6 +321,13 @@ mod tests {
             assert!(expand_nodelist(bad).is_err(), "{bad:?}");
         }
         assert!(expand_counts("2(x0)").is_err());
+        // Bounded ranges, but too many of them.
+        let huge = ["n[00000-65535]"; 5].join(",");
+        assert_eq!(
+            expand_nodelist(&huge).unwrap_err().to_string(),
+            format!("SLURM_JOB_NODELIST: more than {MAX_HOSTS} nodes")
+        );
+        assert!(expand_counts(&["1(x65535)"; 5].join(",")).is_err());
         let env = |k: &str| match k {
             "SLURM_JOB_NODELIST" => Some("n[1-2]".to_string()),
             "SLURM_JOB_CPUS_PER_NODE" => Some("2(x2)".to_string()),

@@ -21,6 +21,7 @@ pub mod error;
 pub mod framing;
 pub mod hostauth;
 pub mod hosts;
+pub mod input;
 pub mod private;
 pub mod runtime;
 pub mod tool;

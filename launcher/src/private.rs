@@ -11,11 +11,12 @@
 //! what they were when checked.
 
 use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::LauncherError;
+use crate::input::{self, InputError, Problem};
 
 /// The effective uid: who must own what the runtime trusts.
 pub fn euid() -> u32 {
@@ -31,15 +32,18 @@ fn refuse(path: &Path, problem: impl Into<String>) -> LauncherError {
 }
 
 fn kind_of(m: &Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "a special file"
+    input::kind_of(m.file_type())
+}
+
+/// A private file that could not be used: one the runtime directory should not hold
+/// (a symlink, a FIFO, too large) is refused as unsafe; anything else failed.
+fn unusable(path: &Path, doing: &str, e: InputError) -> LauncherError {
+    match e.problem {
+        Problem::Io(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            refuse(path, "is a symbolic link")
+        }
+        Problem::Io(e) => LauncherError::io(format!("{doing} {}", path.display()), e),
+        p => refuse(path, p.to_string()),
     }
 }
 
@@ -127,38 +131,21 @@ pub fn ensure_dir(root: &Path) -> Result<(), LauncherError> {
     check_dir(root)
 }
 
-/// Opens `path` for reading if it is a regular file (not a symlink) owned by us with
-/// no permission for group or others.
+/// Opens `path` for reading if it is a regular file (not a symlink, not a FIFO: it is
+/// opened without blocking) owned by us with no permission for group or others.
 pub fn open_file(path: &Path) -> Result<File, LauncherError> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                refuse(path, "is a symbolic link")
-            } else {
-                LauncherError::io(format!("open {}", path.display()), e)
-            }
-        })?;
+    let f = input::open_regular(path, libc::O_NOFOLLOW).map_err(|e| unusable(path, "open", e))?;
     let m = f
         .metadata()
         .map_err(|e| LauncherError::io(format!("stat {}", path.display()), e))?;
-    if !m.is_file() {
-        return Err(refuse(path, format!("is {}, not a file", kind_of(&m))));
-    }
     check_owner_mode(path, &m)?;
     Ok(f)
 }
 
-/// Reads a small private file (at most `max` bytes) checked as by [`open_file`].
+/// Reads a small private file checked as by [`open_file`]; one of more than `max`
+/// bytes is refused (a truncated secret would only be refused later, less clearly).
 pub fn read_file(path: &Path, max: u64) -> Result<String, LauncherError> {
-    let mut s = String::new();
-    open_file(path)?
-        .take(max)
-        .read_to_string(&mut s)
-        .map_err(|e| LauncherError::io(format!("read {}", path.display()), e))?;
-    Ok(s)
+    input::read_bounded(path, open_file(path)?, max).map_err(|e| unusable(path, "read", e))
 }
 
 /// Where a job directory would be for `root` and `job`, refusing job ids that are not
@@ -228,7 +215,12 @@ mod tests {
         fs::write(&f, "s3cret").unwrap();
         fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(read_file(&f, 64).unwrap(), "s3cret");
-        assert_eq!(read_file(&f, 2).unwrap(), "s3");
+        assert!(problem(read_file(&f, 2).map(drop)).contains("larger than the limit of 2 bytes"));
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(problem(read_file(&fifo, 64).map(drop)).contains("is a FIFO, not a regular file"));
 
         fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(problem(read_file(&f, 64).map(drop)).contains("0644"));

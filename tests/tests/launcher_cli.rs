@@ -293,3 +293,42 @@ fn bad_programs_and_arguments_are_refused_before_anything_starts() {
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
 }
+
+/// Issue 28: a hostfile that is a device (`/dev/zero` grew the runtime by 600 MB/s), a
+/// FIFO (opening it hung) or a regular file over the 1 MiB limit is refused with one
+/// line naming it, and nothing starts.
+#[test]
+fn a_hostfile_that_is_not_a_small_regular_file_gets_one_line() {
+    let rt = Runtime::new("hostfile");
+    let scratch = rt.scratch();
+    let fifo = scratch.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = scratch.join("big");
+    std::fs::write(&big, "localhost slots=1\n".repeat(60_000)).unwrap();
+    let (fifo, big) = (fifo.display().to_string(), big.display().to_string());
+    let cases = [
+        (
+            "/dev/zero",
+            "hostfile /dev/zero: is a character device, not a regular file".to_string(),
+        ),
+        (
+            fifo.as_str(),
+            format!("hostfile {fifo}: is a FIFO, not a regular file"),
+        ),
+        (
+            big.as_str(),
+            format!("hostfile {big}: is larger than the limit of 1048576 bytes"),
+        ),
+    ];
+    for (file, want) in cases {
+        let cmd = rt.command(&["run", "-n", "1", "--hostfile", file, "--", "true"]);
+        let f = rt
+            .run_bounded(cmd, Duration::from_secs(30))
+            .unwrap_or_else(|f| panic!("--hostfile {file} hung\n{}", f.dump()));
+        assert!(matches!(f.code, Some(c) if c != 0), "{}", f.dump());
+        assert_eq!(f.stderr.trim(), format!("dynres: {want}"), "{}", f.dump());
+    }
+    assert_eq!(std::fs::read_dir(&rt.dir).unwrap().count(), 0);
+}

@@ -8,21 +8,26 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use dynres_launcher::hostauth::{AuthError, daemon_handshake};
 use dynres_tests::job::{
     Finished, Running, Runtime, processes_running, runtime_of, signal, synthetic_idle,
     synthetic_step,
 };
 
 /// A launch agent that logs `PID ARGS…` and runs the command here (`exec` keeps the pid:
-/// the logged pid is the daemon's).
+/// the logged pid is the daemon's supervisor, RT-4; `runtime_of` gives the daemon).
 fn agent(rt: &Runtime) -> (PathBuf, PathBuf) {
-    let dir = rt.scratch();
+    agent_in(&rt.scratch(), "")
+}
+
+/// [`agent`] in `dir`, running the shell lines `before` ahead of the daemon.
+fn agent_in(dir: &Path, before: &str) -> (PathBuf, PathBuf) {
     let log = dir.join("agent.log");
     let script = dir.join("agent.sh");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\necho \"$$ $*\" >> {}\nshift\nexec \"$@\"\n",
+            "#!/bin/sh\necho \"$$ $*\" >> {}\n{before}shift\nexec \"$@\"\n",
             log.display()
         ),
     )
@@ -57,6 +62,19 @@ EOF
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     (script, log, key)
+}
+
+/// Like [`agent`], but the agent starts the daemon only once the file it returns exists
+/// (a test readies strangers at the master's port first).
+fn agent_waiting(rt: &Runtime) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = rt.scratch();
+    let go = dir.join("go");
+    let wait = format!(
+        "n=0\nwhile [ ! -e {} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\n",
+        go.display()
+    );
+    let (script, log) = agent_in(&dir, &wait);
+    (script, log, go)
 }
 
 /// A `dynres daemon` for `node` that nobody started, handed `key` on stdin as a launch
@@ -314,7 +332,8 @@ fn a_daemon_with_the_wrong_key_is_refused() {
 }
 
 /// AUTH-5: even with the job's key, a second daemon for a node that has one, or a
-/// daemon for a node no daemon was started for, is refused and changes nothing.
+/// daemon for a node no daemon was started for, is refused before the verdict byte (it
+/// never reads the acceptance, only the refusal) and changes nothing.
 #[test]
 fn a_daemon_for_a_taken_or_unknown_node_is_refused_even_with_the_key() {
     let rt = Runtime::new("mh-auth5");
@@ -326,10 +345,14 @@ fn a_daemon_for_a_taken_or_unknown_node_is_refused_even_with_the_key() {
     rt.wait_for_job(job);
     let (_, master) = wait_daemon(&rt, job, &log, 1);
     let key = std::fs::read_to_string(&key).expect("the key the agent was handed");
-    for node in ["1", "7"] {
-        let fake = impostor(&rt, &master, node, key.trim())
-            .unwrap_or_else(|f| panic!("node {node}: the impostor was not refused\n{}", f.dump()));
-        assert_ne!(fake.code, Some(0), "node {node}: {}", fake.dump());
+    for node in [1, 7] {
+        let mut s = std::net::TcpStream::connect(&master).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let r = daemon_handshake(&mut s, key.trim().as_bytes(), node);
+        assert!(
+            matches!(r, Err(AuthError::Refused(n)) if n == node),
+            "node {node}: a key holder must be refused before the verdict: {r:?}"
+        );
     }
     // The job is unharmed: its real daemon is still the one up.
     let st = rt.run(&["status", job]);
@@ -350,6 +373,104 @@ fn a_daemon_for_a_taken_or_unknown_node_is_refused_even_with_the_key() {
     assert!(
         f.stderr.contains("no daemon was started for that node"),
         "{}",
+        f.dump()
+    );
+    f.assert_nothing_left();
+}
+
+/// The stranger process (`tests/src/bin/stranger.rs`) at `master`, killed when dropped.
+struct Stranger(std::process::Child);
+
+impl Stranger {
+    /// Starts it as `nobody` (a second local user) when the test runs as root; else as
+    /// this user, printing why that variant is skipped.
+    fn start(master: &str) -> Stranger {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stranger"));
+        cmd.arg(master)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            const NOBODY: libc::uid_t = 65534;
+            // SAFETY: the closure runs in the forked child before exec and makes only
+            // async-signal-safe system calls.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(NOBODY) != 0
+                        || libc::setuid(NOBODY) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        } else {
+            println!(
+                "skipped: not root: the stranger runs as this test's user, not as a second local user"
+            );
+        }
+        let mut child = cmd.spawn().expect("start the stranger");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the stranger did not start");
+        Stranger(child)
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// AUTH-6, AUTH-7, AUTH-8: while a stranger without the key (another local user when
+/// the test runs as root, so from the daemon's own address) keeps 40 connections to
+/// the master's daemon port open with a byte every 2 s and floods it with connections,
+/// node 1's daemon still gets in and the job succeeds; the refusals are summed up in a
+/// few log lines, not one each.
+#[test]
+fn strangers_cannot_keep_a_daemon_out() {
+    let rt = Runtime::new("mh-flood");
+    let (agent, log, go) = agent_waiting(&rt);
+    let cmd = run_cmd(
+        &rt,
+        "mhflood",
+        3,
+        "127.0.0.1:1,127.0.0.2:2",
+        &agent,
+        &strs(&["--", "true"]),
+    );
+    let child = Running::start(cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let master = loop {
+        if let Some(d) = daemons(&log).first() {
+            break d.2.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent was never called"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stranger = Stranger::start(&master);
+    std::fs::write(&go, "").unwrap();
+    let f = child.finish(rt.dir.clone(), Duration::from_secs(90));
+    drop(stranger);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let refusals: Vec<&str> = f.stderr.lines().filter(|l| l.contains("refused")).collect();
+    assert!(
+        (1..=10).contains(&refusals.len())
+            && refusals
+                .iter()
+                .any(|l| l.contains("more daemon connections in the last")),
+        "{} refusal lines\n{}",
+        refusals.len(),
         f.dump()
     );
     f.assert_nothing_left();

@@ -174,9 +174,7 @@ fn hosts_of(args: &RunArgs) -> Result<Placement, LauncherError> {
     let hosts = if let Some(h) = &args.host {
         hosts::parse_host_arg(h).map_err(usage)?
     } else if let Some(f) = &args.hostfile {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| LauncherError::io(format!("read the hostfile {f}"), e))?;
-        hosts::parse_hostfile(f, &text).map_err(usage)?
+        hosts::read_hostfile(f).map_err(usage)?
     } else if let Some(h) = hosts::from_slurm_env(|k| std::env::var(k).ok()) {
         // Inside an allocation: daemons are job steps on their node.
         agent = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]

@@ -130,17 +130,30 @@ fn connect(master: &str) -> Result<TcpStream, LauncherError> {
     }
 }
 
-/// Authenticates, then waits for the master's `Setup` (LINK-2).
-fn handshake(
-    stream: &mut TcpStream,
-    key: &[u8],
-    node: u32,
-) -> Result<(NodeSetup, FrameReader), LauncherError> {
-    stream
-        .set_read_timeout(Some(CONNECT_BOUND))
-        .and_then(|()| stream.set_write_timeout(Some(CONNECT_BOUND)))
-        .map_err(|e| LauncherError::io("set timeouts on the link", e))?;
-    hostauth::daemon_handshake(stream, key, node).map_err(link_err)?;
+/// Connects and authenticates (AUTH-1..3). A master that dropped the connection before
+/// its verdict (a flood of strangers, AUTH-7) is tried again until it would have given
+/// up on this daemon (HB-3).
+fn authenticated(master: &str, key: &[u8], node: u32) -> Result<TcpStream, LauncherError> {
+    let deadline = Instant::now() + super::nodes::CONNECT_BOUND;
+    loop {
+        let mut stream = connect(master)?;
+        stream
+            .set_read_timeout(Some(CONNECT_BOUND))
+            .and_then(|()| stream.set_write_timeout(Some(CONNECT_BOUND)))
+            .map_err(|e| LauncherError::io("set timeouts on the link", e))?;
+        match hostauth::daemon_handshake(&mut stream, key, node) {
+            Ok(()) => return Ok(stream),
+            Err(hostauth::AuthError::Dropped) if Instant::now() < deadline => {
+                tracing::debug!(node, "the master dropped the connection; trying again");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(link_err(e)),
+        }
+    }
+}
+
+/// Waits for the master's `Setup` (LINK-2).
+fn handshake(stream: &mut TcpStream, node: u32) -> Result<(NodeSetup, FrameReader), LauncherError> {
     let mut frames = FrameReader::new();
     let frame = match frames.next(stream) {
         Ok(Ok(Frame::Frame(f))) => f,
@@ -184,10 +197,10 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
     let supervised = super::supervisor::start()
         .map_err(|e| LauncherError::io("start the daemon's supervisor", e))?;
     let key = read_key()?;
-    let mut stream = connect(master)?;
+    let mut stream = authenticated(master, &key, node)?;
     // `frames` may hold what the master sent right after `Setup`: the reader goes on
     // from there.
-    let (setup, frames) = handshake(&mut stream, &key, node)?;
+    let (setup, frames) = handshake(&mut stream, node)?;
     tracing::info!(node, job = %setup.job, "daemon up");
     let _ = stream.set_nodelay(true);
     let node_ip = stream

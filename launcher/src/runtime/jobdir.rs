@@ -64,10 +64,11 @@ fn try_lock(f: &File) -> std::io::Result<bool> {
 /// Whether the runtime of the existing job directory `path` lives.
 fn owner(path: &Path) -> Result<Owner, LauncherError> {
     let pid_path = path.join(PID_FILE);
+    // Without blocking: a FIFO in its place must not hang the runtime.
     let f = match OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&pid_path)
     {
         Ok(f) => f,
@@ -76,13 +77,24 @@ fn owner(path: &Path) -> Result<Owner, LauncherError> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Owner::Unknown),
         Err(e) => return Err(LauncherError::io(format!("open {}", pid_path.display()), e)),
     };
+    let t = f
+        .metadata()
+        .map_err(io(format!("stat {}", pid_path.display())))?
+        .file_type();
+    if !t.is_file() {
+        return Err(LauncherError::UnsafeRuntimeDir {
+            path: pid_path,
+            problem: format!("is {}, not a regular file", crate::input::kind_of(t)),
+        });
+    }
     match try_lock(&f) {
         Ok(true) => Ok(Owner::Dead(Some(f))),
         Ok(false) => Ok(Owner::Alive),
         Err(e) => {
             // A filesystem without flock: fall back on the recorded pid.
             tracing::debug!(error = %e, "flock unavailable; checking the recorded pid");
-            let pid: Option<libc::pid_t> = fs::read_to_string(&pid_path)
+            // A pid is a few digits: a larger file is not one of ours.
+            let pid: Option<libc::pid_t> = crate::input::read_bounded(&pid_path, &f, 32)
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
             // SAFETY: kill with signal 0 only checks that the process exists.
@@ -333,6 +345,27 @@ mod tests {
         fs::remove_dir(r.join("k/junk")).unwrap();
         drop(JobDir::create(&r, "k", "s5").unwrap());
         assert!(entries(&r).is_empty(), "{:?}", entries(&r));
+        let _ = fs::remove_dir_all(&r);
+    }
+
+    /// A `pid` that is not a regular file (a FIFO: reading it, where `flock` is not
+    /// supported, would never end) is refused with one line naming it, and left alone.
+    #[test]
+    fn a_pid_file_that_is_not_a_regular_file_is_refused() {
+        let r = root("fifo");
+        private::ensure_dir(&r).unwrap();
+        fs::create_dir_all(r.join("j")).unwrap();
+        let fifo = r.join("j/pid");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = JobDir::create(&r, "j", "s").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("j/pid is a FIFO, not a regular file"),
+            "{e}"
+        );
+        assert_eq!(entries(&r.join("j")), ["pid"]);
         let _ = fs::remove_dir_all(&r);
     }
 }

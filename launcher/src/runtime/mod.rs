@@ -3,6 +3,8 @@
 //! (`spec/runtime.md`), the other hosts get a node daemon each (`dynres daemon`),
 //! started by a launch agent and linked to the master over TCP.
 
+mod acceptor;
+mod admission;
 mod conns;
 mod daemon;
 mod engine;

@@ -1,8 +1,9 @@
 //! The master's side of the other hosts (`spec/runtime.md`): starting their daemons
-//! through the launch agent (RT-2), accepting and authenticating them (AUTH-1..5),
-//! relaying frames to them without blocking (LINK-2, LINK-6), heartbeats and the
-//! failure detector (HB-1..3, NODE-1). Nothing here decides a protocol step: a node
-//! found dead is reported to the engine, which tells core (`NodeLost`, RC-17).
+//! through the launch agent (RT-2), accepting and authenticating them (AUTH-1..8, with
+//! `acceptor.rs`), relaying frames to them without blocking (LINK-2, LINK-6),
+//! heartbeats and the failure detector (HB-1..3, NODE-1). Nothing here decides a
+//! protocol step: a node found dead is reported to the engine, which tells core
+//! (`NodeLost`, RC-17).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,18 +11,17 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, encode_link};
 
+use super::acceptor::Acceptor;
 use super::conns::Conn;
 use super::engine::Event;
 use super::link;
 use crate::framing::FrameReader;
-use crate::hostauth;
 use crate::hosts::Host;
 
 /// The node of a master that serves none of the job's hosts (RT-1): every host then
@@ -36,11 +36,6 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// How long a daemon has to connect and authenticate after its launch (HB-3).
 pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
-/// How long one authentication exchange may take (AUTH-5).
-const AUTH_BOUND: Duration = Duration::from_secs(10);
-/// Most authentications in progress at once: a flood of connections costs threads
-/// only up to this.
-const MAX_AUTHENTICATING: usize = 16;
 
 /// The launch template every daemon gets in its `Setup` (LINK-2), minus the node.
 #[derive(Clone, Debug)]
@@ -102,8 +97,7 @@ pub struct Nodes {
     template: Template,
     remote: BTreeMap<u32, Remote>,
     events: Sender<Event>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    acceptor: Option<Acceptor>,
     /// The Slurm job whose emptied nodes are given back (RC-20), if any.
     slurm_job: Option<String>,
     /// Nodes of second allocations (GROW-1): node → its Slurm job.
@@ -142,8 +136,15 @@ impl Nodes {
         events: Sender<Event>,
     ) -> std::io::Result<Nodes> {
         let key = Arc::new(key);
-        let stop = Arc::new(AtomicBool::new(false));
-        let acceptor = accept_loop(listener, key.clone(), stop.clone(), events.clone())?;
+        let up = events.clone();
+        let acceptor = Acceptor::start(
+            listener,
+            key.clone(),
+            Default::default(),
+            move |node, stream| {
+                let _ = up.send(Event::NodeUp { node, stream });
+            },
+        )?;
         Ok(Nodes {
             hosts,
             own,
@@ -153,7 +154,6 @@ impl Nodes {
             template,
             remote: BTreeMap::new(),
             events,
-            stop,
             acceptor: Some(acceptor),
             slurm_job: None,
             grown: BTreeMap::new(),
@@ -325,6 +325,8 @@ impl Nodes {
             .arg(node.to_string())
             .stdin(Stdio::piped());
         tracing::info!(node, host, agent = %agent.join(" "), "starting a daemon");
+        // Before the daemon exists, so the acceptor knows its node when it connects.
+        self.awaiting(node, true);
         let started = cmd.spawn().map(|mut child| {
             // AUTH-1: the key goes over the agent's stdin, never on a command line. An
             // agent that does not take it has exited or will not start the daemon:
@@ -349,6 +351,7 @@ impl Nodes {
                 },
             ),
             Err(e) => {
+                self.awaiting(node, false);
                 let why = format!(
                     "cannot start the launch agent `{}` for {host}: {e}",
                     agent[0]
@@ -373,6 +376,16 @@ impl Nodes {
             },
         );
         Ok(())
+    }
+
+    /// Tells the acceptor whether `node` takes a daemon (AUTH-5): one that is not
+    /// awaited is refused before its verdict byte.
+    fn awaiting(&self, node: u32, yes: bool) {
+        match &self.acceptor {
+            Some(a) if yes => a.expect(node),
+            Some(a) => a.forget(node),
+            None => {}
+        }
     }
 
     /// Sends a frame to `node`'s daemon, or queues it until the daemon is up (RT-2).
@@ -411,6 +424,7 @@ impl Nodes {
     pub fn give_back(&mut self, nodes: &[u32], then: impl FnOnce() + Send + 'static) {
         let mut agents = Vec::new();
         for node in nodes {
+            self.awaiting(*node, false);
             let Some(r) = self.remote.get_mut(node) else {
                 continue;
             };
@@ -585,6 +599,7 @@ impl Nodes {
     /// Forgets `node`'s link: it is lost or done. Its agent is left to exit (a daemon
     /// whose link closed ends by itself, RT-3); [`Nodes::finish`] bounds the wait.
     pub fn drop_node(&mut self, node: u32) {
+        self.awaiting(node, false);
         if let Some(r) = self.remote.get_mut(&node) {
             if let State::Up { conn, .. } = &r.state {
                 conn.close();
@@ -605,6 +620,9 @@ impl Nodes {
                     let _ = conn.flush();
                 }
                 State::Starting { .. } => {
+                    if let Some(a) = &self.acceptor {
+                        a.forget(node);
+                    }
                     if let Some(a) = &mut r.agent {
                         let _ = a.kill();
                     }
@@ -646,9 +664,8 @@ impl Nodes {
                 let _ = t.join();
             }
         }
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
+        if let Some(a) = self.acceptor.take() {
+            a.stop();
         }
         // GROW-3: second allocations end with the job (those whose nodes were all given
         // back were cancelled then).
@@ -661,79 +678,6 @@ impl Nodes {
         for job in open {
             super::slurm::release(job);
         }
-    }
-}
-
-/// Accepts daemons until `stop`; each connection is authenticated on a thread of its
-/// own (bounded in time and number) and reported as [`Event::NodeUp`].
-fn accept_loop(
-    listener: TcpListener,
-    key: Arc<Vec<u8>>,
-    stop: Arc<AtomicBool>,
-    events: Sender<Event>,
-) -> std::io::Result<JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new()
-        .name("dynres-daemons".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let (stream, peer) = match listener.accept() {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a daemon failed");
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                };
-                if busy.load(Ordering::Relaxed) >= MAX_AUTHENTICATING {
-                    tracing::warn!(%peer, "refused a daemon connection: too many authenticating");
-                    continue;
-                }
-                let (key, events, busy2) = (key.clone(), events.clone(), busy.clone());
-                busy.fetch_add(1, Ordering::Relaxed);
-                let spawned = std::thread::Builder::new()
-                    .name("dynres-auth".into())
-                    .spawn(move || {
-                        authenticate(stream, peer, &key, &events);
-                        busy2.fetch_sub(1, Ordering::Relaxed);
-                    });
-                if spawned.is_err() {
-                    busy.fetch_sub(1, Ordering::Relaxed);
-                    tracing::warn!(%peer, "refused a daemon connection: no thread for it");
-                }
-            }
-        })
-}
-
-fn authenticate(
-    mut stream: TcpStream,
-    peer: std::net::SocketAddr,
-    key: &[u8],
-    events: &Sender<Event>,
-) {
-    let bounded = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(AUTH_BOUND)))
-        .and_then(|()| stream.set_write_timeout(Some(AUTH_BOUND)));
-    if bounded.is_err() {
-        return;
-    }
-    match hostauth::master_handshake(&mut stream, key) {
-        Ok(node) => {
-            let ready = stream
-                .set_read_timeout(None)
-                .and_then(|()| stream.set_write_timeout(None));
-            if ready.is_ok() {
-                let _ = events.send(Event::NodeUp { node, stream });
-            }
-        }
-        // AUTH-4: refused and logged; nothing of the job changes.
-        Err(e) => tracing::warn!(%peer, error = %e, "refused a daemon"),
     }
 }
 
