@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use dynres_transports::device::{Device, RecvSpec, accept_blocking, recv_blocking};
 use dynres_transports::shm::segment::{SEGMENT_PREFIX, Segment};
 use dynres_transports::shm::{ShmConfig, ShmDevice};
-use dynres_transports::tcp::{TcpConfig, TcpDevice};
+use dynres_transports::tcp::{DataKey, TcpConfig, TcpDevice, TcpKeys};
 use dynres_transports::{ConnId, MsgHeader, PeerAddrs, ShmAddr};
 
 const SIZES: [usize; 6] = [1, 64, 1024, 8 * 1024, 64 * 1024, 1024 * 1024];
@@ -477,6 +477,15 @@ fn serve(
 
 // ------------------------------------------------------------ wiring
 
+/// Both processes' TCP configuration: keyed like a job's (DATA-9: the handshake runs
+/// once, at set-up; the latencies measured are those of authenticated connections).
+fn keyed() -> TcpConfig {
+    TcpConfig {
+        keys: TcpKeys::with_default(DataKey::new([0x42; 32])),
+        ..TcpConfig::default()
+    }
+}
+
 fn child_main(kind: &str) {
     pin(1);
     let addr = std::env::var("BENCH_ADDR").expect("addr");
@@ -506,7 +515,7 @@ fn child_main(kind: &str) {
         let raw_addr = it.next().unwrap();
         let busy_addr = it.next().unwrap();
         let again_addr = it.next().unwrap();
-        let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
+        let mut dev = TcpDevice::new(keyed()).expect("tcp");
         let peer = PeerAddrs {
             tcp: Some(dev_addr.parse().unwrap()),
             ..PeerAddrs::default()
@@ -556,7 +565,7 @@ fn run_shm() -> Results {
 }
 
 fn run_tcp() -> Results {
-    let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
+    let mut dev = TcpDevice::new(keyed()).expect("tcp");
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let lb = TcpListener::bind("127.0.0.1:0").unwrap();
     let la = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -163,7 +163,7 @@ struct Ring {
 /// extra keys each used towards a set of peer addresses (say, the processes of another
 /// job this one connected to). A shared handle: clones see the same ring, so whoever
 /// built the device's [`TcpConfig`](super::TcpConfig) can add keys later. Consulted only
-/// while connections are set up, never per message.
+/// while connections are set up, never per message (DATA-9).
 ///
 /// Without a default key the ring is *open* (DATA-5): connections still run the
 /// handshake, with a key everyone knows, so they authenticate nothing. For tests and

@@ -130,6 +130,7 @@ struct Conn {
     control: Vec<u8>,
     /// The handshake is over: data frames may be sent and are believed (DATA-1). Until
     /// then queued data waits and a data frame from the peer closes the connection.
+    /// Checking it is all authentication adds to a message (DATA-9).
     ready: bool,
     hs: Hs,
     /// We accepted this socket: a stranger until its handshake ends (DATA-3).
@@ -1282,7 +1283,8 @@ impl Device for TcpDevice {
                 }
             }
             let c = self.conns.get_mut(&conn).expect("checked");
-            // DATA-1: nothing of ours goes out before the handshake is over.
+            // DATA-1: nothing of ours goes out before the handshake is over (DATA-9:
+            // the one check a message pays for it).
             if c.out.is_empty() && c.ready {
                 // Write straight from the caller's buffer: no intermediate copy — except
                 // that a small message goes out as one contiguous write (cheaper for the

@@ -105,8 +105,9 @@ fn in_child(name: &str) -> bool {
     false
 }
 
-/// DATA-1, DATA-3: connections that do not prove the key — no handshake, the old
-/// address-only HELLO, a key we do not hold, the job's (public) key id with a made-up
+/// DATA-1, DATA-3, DATA-5: connections that do not prove the key — no handshake, the
+/// old address-only HELLO, the open key of a device without one (a keyed device does not
+/// hold it), the job's (public) key id with no AUTH, the job's key id with a made-up
 /// AUTH, garbage — are refused and counted, nothing of them is kept, and their data
 /// reaches no receive, not even a wildcard one posted before they came; a member with
 /// the key gets through afterwards.
