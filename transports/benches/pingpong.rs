@@ -521,6 +521,9 @@ fn child_main(kind: &str) {
             ..PeerAddrs::default()
         };
         let c = dev.connect(&peer).expect("connect");
+        // The connection's handshake needs our reads before the raw links keep us
+        // busy: a first message completes it (the parent receives it).
+        dev.send(c, hdr(1), &[0], T).expect("set up the connection");
         let mut raw = TcpStream::connect(raw_addr).expect("raw connect");
         raw.set_nodelay(true).unwrap();
         let mut busy = BusyTcp::new(TcpStream::connect(busy_addr).expect("busy connect"));
@@ -580,6 +583,7 @@ fn run_tcp() -> Results {
         ),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
+    recv_blocking(&mut dev, spec(c), vec![0; 1], T).expect("the set-up message");
     let (mut raw, _) = l.accept().unwrap();
     raw.set_nodelay(true).unwrap();
     let mut busy = BusyTcp::new(lb.accept().unwrap().0);
