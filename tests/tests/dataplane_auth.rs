@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dynres_tests::job::{Running, Runtime, dynres_bin};
 use dynres_transports::MsgHeader;
-use dynres_transports::tcp::framing::{FrameHeader, FrameKind, encode};
+use dynres_transports::tcp::framing::{FrameKind, encode_frame as frame};
 use dynres_transports::tcp::{KeyId, auth};
 
 const NOBODY: u32 = 65534;
@@ -30,19 +30,6 @@ const LINGER: Duration = Duration::from_secs(4);
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn frame(kind: FrameKind, msg: MsgHeader, payload: &[u8]) -> Vec<u8> {
-    let mut out = encode(&FrameHeader {
-        kind,
-        msg: MsgHeader {
-            len: payload.len() as u64,
-            ..msg
-        },
-    })
-    .to_vec();
-    out.extend_from_slice(payload);
-    out
 }
 
 /// The pids whose parent is `parent`.

@@ -135,6 +135,21 @@ pub fn encode(h: &FrameHeader) -> [u8; FRAME_HEADER_LEN] {
     b
 }
 
+/// A whole frame in one buffer: `msg` with its length set to the payload's, then the
+/// payload (for the handshake's frames and for tests that play a raw peer).
+pub fn encode_frame(kind: FrameKind, msg: MsgHeader, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.extend_from_slice(&encode(&FrameHeader {
+        kind,
+        msg: MsgHeader {
+            len: payload.len() as u64,
+            ..msg
+        },
+    }));
+    out.extend_from_slice(payload);
+    out
+}
+
 type Raw = (u8, u8, u16, u64, u64, u32, u32);
 
 fn raw_header(i: &[u8]) -> nom::IResult<&[u8], Raw> {

@@ -39,17 +39,21 @@ fn settle(a: &mut TcpDevice, b: &mut TcpDevice) {
 }
 
 /// A frame as a raw peer writes it.
-fn frame(kind: FrameKind, msg: MsgHeader, payload: &[u8]) -> Vec<u8> {
-    let mut out = framing::encode(&FrameHeader {
-        kind,
-        msg: MsgHeader {
-            len: payload.len() as u64,
-            ..msg
-        },
-    })
-    .to_vec();
-    out.extend_from_slice(payload);
-    out
+use framing::encode_frame as frame;
+
+/// The next message on `conn` (at most `cap` bytes).
+fn received(b: &mut TcpDevice, conn: ConnId, cap: usize) -> Vec<u8> {
+    let on = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    recv_blocking(b, on, vec![0; cap], T).unwrap().data
+}
+
+/// `a` sends `msg` on `ab`, and `b` receives it on `ba`.
+fn assert_delivers(a: &mut TcpDevice, ab: ConnId, b: &mut TcpDevice, ba: ConnId, msg: &[u8]) {
+    a.send(ab, hdr(1), msg, T).unwrap();
+    assert_eq!(received(b, ba, msg.len()), msg);
 }
 
 /// Reads one frame off a blocking raw socket.
@@ -62,21 +66,19 @@ fn read_frame(raw: &mut TcpStream) -> (FrameHeader, Vec<u8>) {
     (fh, payload)
 }
 
-/// The connector's half of the handshake, by hand, on a raw socket to `b`: with `key`,
-/// claiming `claim`. Returns the socket, the device's connection once it accepted it,
-/// and every byte the raw side sent (for replays).
-fn raw_handshake(
-    b: &mut TcpDevice,
-    key: &DataKey,
+/// The connector's half of the handshake, by hand, on a raw socket to `to`, with
+/// `key`, claiming `claim`, in a thread (the device under test progresses meanwhile).
+/// Returns the socket and every byte it sent (for replays).
+fn spawn_raw(
+    to: SocketAddr,
+    key: DataKey,
     claim: SocketAddr,
-) -> (TcpStream, ConnId, Vec<u8>) {
-    let to = b.listen_addr();
-    let key2 = key.clone();
-    let client = std::thread::spawn(move || {
+) -> std::thread::JoinHandle<(TcpStream, Vec<u8>)> {
+    std::thread::spawn(move || {
         let mut raw = TcpStream::connect(to).unwrap();
         raw.set_read_timeout(Some(T)).unwrap();
         let nonce = auth::nonce().unwrap();
-        let hello = auth::encode_hello(key2.id(), &nonce, claim);
+        let hello = auth::encode_hello(key.id(), &nonce, claim);
         let mut sent = frame(FrameKind::Hello, MsgHeader::default(), &hello);
         raw.write_all(&sent).unwrap();
         let (fh, payload) = read_frame(&mut raw);
@@ -84,18 +86,28 @@ fn raw_handshake(
         let (theirs, tag) = auth::parse_challenge(&payload).unwrap();
         let t = auth::transcript(&hello, to, &theirs);
         assert!(
-            auth::verify_acceptor(&key2, &t, &tag),
+            auth::verify_acceptor(&key, &t, &tag),
             "the device proves the key"
         );
         let proof = frame(
             FrameKind::Auth,
             MsgHeader::default(),
-            &auth::connector_tag(&key2, &t),
+            &auth::connector_tag(&key, &t),
         );
         raw.write_all(&proof).unwrap();
         sent.extend_from_slice(&proof);
         (raw, sent)
-    });
+    })
+}
+
+/// [`spawn_raw`] to `b`, which accepts it. Returns the socket, the device's
+/// connection, and every byte the raw side sent.
+fn raw_handshake(
+    b: &mut TcpDevice,
+    key: &DataKey,
+    claim: SocketAddr,
+) -> (TcpStream, ConnId, Vec<u8>) {
+    let client = spawn_raw(b.listen_addr(), key.clone(), claim);
     let deadline = Instant::now() + T;
     let conn = loop {
         b.progress().unwrap();

@@ -28,32 +28,27 @@ fn until(b: &mut TcpDevice, what: &str, mut done: impl FnMut(&mut TcpDevice) -> 
     }
 }
 
-/// The connector's half of the handshake on a raw socket to `to`, in a thread (the
-/// device under test progresses meanwhile). Returns the socket and what it sent.
-fn spawn_raw(
-    to: SocketAddr,
-    key: DataKey,
-    claim: SocketAddr,
-) -> std::thread::JoinHandle<(TcpStream, Vec<u8>)> {
-    std::thread::spawn(move || {
-        let mut raw = TcpStream::connect(to).unwrap();
-        raw.set_read_timeout(Some(T)).unwrap();
-        let nonce = auth::nonce().unwrap();
-        let hello = auth::encode_hello(key.id(), &nonce, claim);
-        let mut sent = frame(FrameKind::Hello, MsgHeader::default(), &hello);
-        raw.write_all(&sent).unwrap();
-        let (_, payload) = read_frame(&mut raw);
-        let (theirs, _) = auth::parse_challenge(&payload).unwrap();
-        let t = auth::transcript(&hello, to, &theirs);
-        let proof = frame(
-            FrameKind::Auth,
-            MsgHeader::default(),
-            &auth::connector_tag(&key, &t),
-        );
-        raw.write_all(&proof).unwrap();
-        sent.extend_from_slice(&proof);
-        (raw, sent)
-    })
+/// Progresses `a` (and `other`) until the send `h` fails, and returns why; a send that
+/// completes is a test failure.
+fn send_failure(
+    a: &mut TcpDevice,
+    h: SendHandle,
+    mut other: Option<&mut TcpDevice>,
+) -> TransportError {
+    let deadline = Instant::now() + T;
+    loop {
+        a.progress().unwrap();
+        if let Some(o) = other.as_deref_mut() {
+            o.progress().unwrap();
+        }
+        match a.test_send(h) {
+            Ok(false) => {}
+            Ok(true) => panic!("sent to a peer without the key"),
+            Err(e) => return e,
+        }
+        assert!(Instant::now() < deadline, "the send never failed");
+        a.poll(Duration::from_millis(1)).unwrap();
+    }
 }
 
 /// The device closed its end: the raw peer reads EOF or a reset, not silence.
@@ -182,14 +177,7 @@ fn a_recorded_handshake_is_refused_on_a_new_connection() {
     let data = frame(FrameKind::Data, hdr(1), b"once");
     raw.write_all(&data).unwrap();
     recording.extend_from_slice(&data);
-    let on = RecvSpec {
-        conn: Some(conn),
-        ..any()
-    };
-    assert_eq!(
-        recv_blocking(&mut b, on, vec![0; 8], T).unwrap().data,
-        b"once"
-    );
+    assert_eq!(received(&mut b, conn, 8), b"once");
     drop(raw);
     until(&mut b, "the member's close", |b| b.by_addr.is_empty());
     let h = b.post_recv(any(), vec![0; 8]).unwrap();
@@ -256,17 +244,7 @@ fn a_key_authenticates_only_the_addresses_it_is_for() {
     b.local_address(&mut pb);
     let cb = c.connect(&pb).unwrap();
     let h = c.isend(cb, hdr(1), b"hello?".to_vec()).unwrap();
-    let deadline = Instant::now() + T;
-    let e = loop {
-        c.progress().unwrap();
-        b.progress().unwrap();
-        match c.test_send(h) {
-            Ok(false) => {}
-            Ok(true) => panic!("sent across jobs"),
-            Err(e) => break e,
-        }
-        assert!(Instant::now() < deadline, "the connector never learnt");
-    };
+    let e = send_failure(&mut c, h, Some(&mut b));
     assert!(
         matches!(
             e,
@@ -302,17 +280,7 @@ fn a_connector_sends_nothing_to_a_listener_without_the_key() {
     body.extend_from_slice(&auth::acceptor_tag(&DataKey::new([66; auth::KEY_LEN]), &t));
     s.write_all(&frame(FrameKind::Challenge, MsgHeader::default(), &body))
         .unwrap();
-    let deadline = Instant::now() + T;
-    let e = loop {
-        a.progress().unwrap();
-        match a.test_send(h) {
-            Ok(false) => {}
-            Ok(true) => panic!("sent to a listener without the key"),
-            Err(e) => break e,
-        }
-        assert!(Instant::now() < deadline, "no verdict");
-        a.poll(Duration::from_millis(1)).unwrap();
-    };
+    let e = send_failure(&mut a, h, None);
     assert!(
         matches!(
             e,
@@ -380,19 +348,8 @@ fn an_unexpected_flood_cuts_off_its_peer_and_only_it() {
     let u = b.matcher.usage(bh);
     assert!(u.bytes <= (1 << 20) + STAGE as u64, "{u:?}");
 
-    let on_good = RecvSpec {
-        conn: Some(bg),
-        ..any()
-    };
-    assert_eq!(
-        recv_blocking(&mut b, on_good, vec![0; 8], T).unwrap().data,
-        b"fine"
-    );
-    good.send(gb, hdr(3), b"still", T).unwrap();
-    assert_eq!(
-        recv_blocking(&mut b, on_good, vec![0; 8], T).unwrap().data,
-        b"still"
-    );
+    assert_eq!(received(&mut b, bg, 8), b"fine");
+    assert_delivers(&mut good, gb, &mut b, bg, b"still");
 }
 
 /// DATA-3: accepted connections that say nothing are bounded in number (the oldest
@@ -417,15 +374,7 @@ fn silent_strangers_are_bounded_and_timed_out() {
     }
     let mut a = TcpDevice::new(cfg).unwrap();
     let (ab, ba) = link(&mut a, &mut b);
-    a.send(ab, hdr(1), b"in", T).unwrap();
-    let on = RecvSpec {
-        conn: Some(ba),
-        ..any()
-    };
-    assert_eq!(
-        recv_blocking(&mut b, on, vec![0; 2], T).unwrap().data,
-        b"in"
-    );
+    assert_delivers(&mut a, ab, &mut b, ba, b"in");
 }
 
 /// DATA-3: strangers that connect and go (silently, after a HELLO, after garbage), a
@@ -530,13 +479,5 @@ fn accept_out_of_descriptors_backs_off() {
         );
         b.poll(Duration::from_millis(1)).unwrap();
     };
-    a.send(ab, hdr(1), b"after", T).unwrap();
-    let on = RecvSpec {
-        conn: Some(ba),
-        ..any()
-    };
-    assert_eq!(
-        recv_blocking(&mut b, on, vec![0; 8], T).unwrap().data,
-        b"after"
-    );
+    assert_delivers(&mut a, ab, &mut b, ba, b"after");
 }
