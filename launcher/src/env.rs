@@ -4,6 +4,12 @@
 pub const SOCKET: &str = "DYNRES_SOCKET";
 /// The per-job secret, hex; presented in the hello frame of every connection.
 pub const SECRET: &str = "DYNRES_SECRET";
+/// The job's data-plane key, 64 hex digits: every TCP connection between the job's
+/// processes proves it holds it (`spec/dataplane.md`, DATA-8). Derived from the job's
+/// daemon key by the master and by every daemon, so all processes of a job hold the
+/// same one. A process started by the runtime without it refuses to open its
+/// transport.
+pub const DATA_KEY: &str = "DYNRES_DATA_KEY";
 /// The job's namespace.
 pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
 /// The process' rank in the namespace.

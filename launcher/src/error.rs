@@ -144,6 +144,15 @@ pub enum CommError {
     /// A call was made with arguments it cannot work with.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The data-plane key the runtime gives (`DYNRES_DATA_KEY`) is missing or
+    /// malformed (its value is never part of the message).
+    #[error("{var}: {reason}")]
+    DataKey {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The node address the runtime gave (`DYNRES_NODE_ADDR`) is not an IP address.
     #[error("{var}={value:?} is not an IP address")]
     NodeAddr {

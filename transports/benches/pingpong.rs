@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use dynres_transports::device::{Device, RecvSpec, accept_blocking, recv_blocking};
 use dynres_transports::shm::segment::{SEGMENT_PREFIX, Segment};
 use dynres_transports::shm::{ShmConfig, ShmDevice};
-use dynres_transports::tcp::{TcpConfig, TcpDevice};
+use dynres_transports::tcp::{DataKey, TcpConfig, TcpDevice, TcpKeys};
 use dynres_transports::{ConnId, MsgHeader, PeerAddrs, ShmAddr};
 
 const SIZES: [usize; 6] = [1, 64, 1024, 8 * 1024, 64 * 1024, 1024 * 1024];
@@ -477,6 +477,15 @@ fn serve(
 
 // ------------------------------------------------------------ wiring
 
+/// Both processes' TCP configuration: keyed like a job's (DATA-9: the handshake runs
+/// once, at set-up; the latencies measured are those of authenticated connections).
+fn keyed() -> TcpConfig {
+    TcpConfig {
+        keys: TcpKeys::with_default(DataKey::new([0x42; 32])),
+        ..TcpConfig::default()
+    }
+}
+
 fn child_main(kind: &str) {
     pin(1);
     let addr = std::env::var("BENCH_ADDR").expect("addr");
@@ -506,12 +515,15 @@ fn child_main(kind: &str) {
         let raw_addr = it.next().unwrap();
         let busy_addr = it.next().unwrap();
         let again_addr = it.next().unwrap();
-        let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
+        let mut dev = TcpDevice::new(keyed()).expect("tcp");
         let peer = PeerAddrs {
             tcp: Some(dev_addr.parse().unwrap()),
             ..PeerAddrs::default()
         };
         let c = dev.connect(&peer).expect("connect");
+        // The connection's handshake needs our reads before the raw links keep us
+        // busy: a first message completes it (the parent receives it).
+        dev.send(c, hdr(1), &[0], T).expect("set up the connection");
         let mut raw = TcpStream::connect(raw_addr).expect("raw connect");
         raw.set_nodelay(true).unwrap();
         let mut busy = BusyTcp::new(TcpStream::connect(busy_addr).expect("busy connect"));
@@ -556,7 +568,7 @@ fn run_shm() -> Results {
 }
 
 fn run_tcp() -> Results {
-    let mut dev = TcpDevice::new(TcpConfig::default()).expect("tcp");
+    let mut dev = TcpDevice::new(keyed()).expect("tcp");
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let lb = TcpListener::bind("127.0.0.1:0").unwrap();
     let la = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -571,6 +583,7 @@ fn run_tcp() -> Results {
         ),
     );
     let c = accept_blocking(&mut dev, T).expect("accept");
+    recv_blocking(&mut dev, spec(c), vec![0; 1], T).expect("the set-up message");
     let (mut raw, _) = l.accept().unwrap();
     raw.set_nodelay(true).unwrap();
     let mut busy = BusyTcp::new(lb.accept().unwrap().0);

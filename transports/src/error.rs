@@ -3,6 +3,7 @@
 use std::io;
 
 use crate::device::DeviceKind;
+use crate::tcp::auth::HandshakeFailure;
 use crate::tcp::framing::FramingError;
 
 /// Result alias used throughout the crate.
@@ -53,6 +54,30 @@ pub enum TransportError {
         /// What was wrong.
         #[source]
         source: FramingError,
+    },
+    /// A TCP connection's handshake failed (`spec/dataplane.md`): the peer could not
+    /// prove it holds the key, claimed an address it may not, or broke the protocol.
+    /// The connection was closed before anything it sent was believed.
+    #[error("connection {conn} not authenticated: {reason}")]
+    Handshake {
+        /// Connection id on this device.
+        conn: u64,
+        /// What went wrong.
+        #[source]
+        reason: HandshakeFailure,
+    },
+    /// A peer sent more messages nobody asked for than the device buffers for one peer
+    /// (DATA-6); its connection was closed.
+    #[error(
+        "connection {conn} cut off: more than {messages} unexpected messages or {bytes} unexpected bytes"
+    )]
+    UnexpectedLimit {
+        /// Connection id on this device.
+        conn: u64,
+        /// The message limit.
+        messages: usize,
+        /// The byte limit.
+        bytes: u64,
     },
     /// A shared-memory segment is not ours or is corrupt.
     #[error("bad shared-memory segment {name}: {reason}")]
@@ -208,6 +233,19 @@ impl TransportError {
             Self::Malformed { conn, source } => Self::Malformed {
                 conn: *conn,
                 source: source.clone(),
+            },
+            Self::Handshake { conn, reason } => Self::Handshake {
+                conn: *conn,
+                reason: reason.clone(),
+            },
+            Self::UnexpectedLimit {
+                conn,
+                messages,
+                bytes,
+            } => Self::UnexpectedLimit {
+                conn: *conn,
+                messages: *messages,
+                bytes: *bytes,
             },
             Self::Verbs { what, source } => Self::Verbs {
                 what,

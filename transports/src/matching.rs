@@ -2,6 +2,14 @@
 //! messages in arrival order (MPI's two queues), and the "sink" an incoming message is
 //! streamed into — the posted user buffer when one matches (the fast path), otherwise
 //! an unexpected-message buffer.
+//!
+//! The unexpected queue is kept in arrival order with increasing ids, so a message is
+//! found by id with a binary search (each chunk of an arriving message looks it up: a
+//! linear scan made a flood of unexpected messages quadratic), and what each connection
+//! has queued is counted as it changes, so a device can bound it per peer (DATA-6) and
+//! ask whether a connection is quiet without a scan. A new receive still scans the
+//! queue for its first match (MPI order across sources and tags); a device's per-peer
+//! bound keeps that scan bounded.
 
 use std::collections::VecDeque;
 
@@ -37,6 +45,15 @@ pub(crate) enum Sink {
     Discard,
 }
 
+/// What one connection has in the unexpected queue.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// Messages queued (complete, arriving, or claimed by a receive while arriving).
+    pub(crate) messages: usize,
+    /// Payload bytes buffered for messages no receive has claimed.
+    pub(crate) bytes: u64,
+}
+
 /// The matching engine of one device.
 #[derive(Default)]
 pub(crate) struct Matcher {
@@ -45,7 +62,10 @@ pub(crate) struct Matcher {
     posted: Vec<Posted>,
     /// Incoming messages whose posted buffer is being filled.
     active: IdMap<RecvHandle, (ConnId, MsgHeader, Vec<u8>)>,
+    /// In arrival order, so ids increase (binary search by id).
     unexpected: VecDeque<Unexpected>,
+    /// Per connection with anything in `unexpected`; no entry: nothing.
+    usage: IdMap<ConnId, Usage>,
     done: IdMap<RecvHandle, Result<Received>>,
 }
 
@@ -60,7 +80,7 @@ impl Matcher {
             .position(|u| u.claimed_by.is_none() && spec.matches(u.conn, &u.header));
         match hit {
             Some(i) if self.unexpected[i].complete => {
-                let u = self.unexpected.remove(i).expect("index from position");
+                let u = self.remove_unexpected(i);
                 let r = deliver(u.conn, u.header, &u.data, buf);
                 self.done.insert(handle, r);
             }
@@ -80,8 +100,11 @@ impl Matcher {
                     let mut buf = buf;
                     buf.truncate(len);
                     buf[..u.data.len()].copy_from_slice(&u.data);
-                    u.data = Vec::new();
+                    let (conn, moved) = (u.conn, std::mem::take(&mut u.data).len() as u64);
                     u.claimed_by = Some((handle, buf));
+                    if let Some(n) = self.usage.get_mut(&conn) {
+                        n.bytes -= moved;
+                    }
                 }
             }
             None => self.posted.push(Posted { handle, spec, buf }),
@@ -125,6 +148,7 @@ impl Matcher {
         }
         self.next_unexpected += 1;
         let id = self.next_unexpected;
+        self.usage.entry(conn).or_default().messages += 1;
         self.unexpected.push_back(Unexpected {
             conn,
             header,
@@ -148,10 +172,16 @@ impl Matcher {
                 }
             }
             Sink::Unexpected(id) => {
-                if let Some(u) = self.unexpected.iter_mut().find(|u| u.id == id) {
+                if let Some(i) = self.find(id) {
+                    let u = &mut self.unexpected[i];
                     match &mut u.claimed_by {
                         Some((_, buf)) => buf[offset..offset + bytes.len()].copy_from_slice(bytes),
-                        None => u.data.extend_from_slice(bytes),
+                        None => {
+                            u.data.extend_from_slice(bytes);
+                            if let Some(n) = self.usage.get_mut(&u.conn) {
+                                n.bytes += bytes.len() as u64;
+                            }
+                        }
                     }
                 }
             }
@@ -162,7 +192,30 @@ impl Matcher {
     /// Whether nothing is queued that a new message on `conn` would have to be ordered
     /// against: no posted receive and no unexpected message from `conn`.
     pub(crate) fn quiet_for(&self, conn: ConnId) -> bool {
-        self.posted.is_empty() && !self.unexpected.iter().any(|u| u.conn == conn)
+        self.posted.is_empty() && !self.usage.contains_key(&conn)
+    }
+
+    /// What `conn` has in the unexpected queue (DATA-6).
+    pub(crate) fn usage(&self, conn: ConnId) -> Usage {
+        self.usage.get(&conn).copied().unwrap_or_default()
+    }
+
+    /// Index of unexpected message `id` (ids increase along the queue).
+    fn find(&self, id: u64) -> Option<usize> {
+        self.unexpected.binary_search_by_key(&id, |u| u.id).ok()
+    }
+
+    /// Takes message `i` out of the unexpected queue, and out of its connection's count.
+    fn remove_unexpected(&mut self, i: usize) -> Unexpected {
+        let u = self.unexpected.remove(i).expect("index in range");
+        if let Some(n) = self.usage.get_mut(&u.conn) {
+            n.messages -= 1;
+            n.bytes -= u.data.len() as u64;
+            if n.messages == 0 {
+                self.usage.remove(&u.conn);
+            }
+        }
+        u
     }
 
     /// Whether some posted receive could take a message arriving on `conn` (used to
@@ -177,12 +230,13 @@ impl Matcher {
     pub(crate) fn posted_window(&mut self, sink: Sink) -> Option<&mut [u8]> {
         match sink {
             Sink::Posted(h) => self.active.get_mut(&h).map(|(_, _, b)| b.as_mut_slice()),
-            Sink::Unexpected(id) => self
-                .unexpected
-                .iter_mut()
-                .find(|u| u.id == id)
-                .and_then(|u| u.claimed_by.as_mut())
-                .map(|(_, b)| b.as_mut_slice()),
+            Sink::Unexpected(id) => {
+                let i = self.find(id)?;
+                self.unexpected[i]
+                    .claimed_by
+                    .as_mut()
+                    .map(|(_, b)| b.as_mut_slice())
+            }
             Sink::Discard => None,
         }
     }
@@ -196,11 +250,11 @@ impl Matcher {
                 }
             }
             Sink::Unexpected(id) => {
-                let Some(i) = self.unexpected.iter().position(|u| u.id == id) else {
+                let Some(i) = self.find(id) else {
                     return;
                 };
                 if self.unexpected[i].claimed_by.is_some() {
-                    let u = self.unexpected.remove(i).expect("index from position");
+                    let u = self.remove_unexpected(i);
                     let (h, data) = u.claimed_by.expect("checked");
                     let (conn, header) = (u.conn, u.header);
                     self.done.insert(h, Ok(Received { header, conn, data }));
@@ -221,8 +275,8 @@ impl Matcher {
                 }
             }
             Sink::Unexpected(id) => {
-                if let Some(i) = self.unexpected.iter().position(|u| u.id == id) {
-                    let u = self.unexpected.remove(i).expect("index from position");
+                if let Some(i) = self.find(id) {
+                    let u = self.remove_unexpected(i);
                     if let Some((h, _)) = u.claimed_by {
                         self.done.insert(h, Err(err.duplicate()));
                     }
@@ -249,6 +303,7 @@ impl Matcher {
     /// with every connection a long-lived process ever had.
     pub(crate) fn forget_conn(&mut self, conn: ConnId, err: &TransportError) {
         self.fail_conn(conn, err);
+        self.usage.remove(&conn);
         let done = &mut self.done;
         self.unexpected.retain_mut(|u| {
             if u.conn != conn {
@@ -427,6 +482,51 @@ mod tests {
         );
         assert!(matches!(m.take(h3), Err(TransportError::PeerClosed { .. })));
         assert!(m.take(h).unwrap().is_none());
+    }
+
+    /// DATA-6: what each connection has queued is counted as its messages arrive, are
+    /// claimed while arriving, received, aborted or forgotten.
+    #[test]
+    fn unexpected_usage_is_counted_per_connection() {
+        let mut m = Matcher::default();
+        for _ in 0..3 {
+            let s = m.incoming(ConnId(1), hdr(1, 4));
+            m.append(s, 0, b"abcd");
+            m.finish(s);
+        }
+        let arriving = m.incoming(ConnId(1), hdr(2, 4));
+        m.append(arriving, 0, b"ab");
+        let s = m.incoming(ConnId(2), hdr(1, 1));
+        m.append(s, 0, b"z");
+        m.finish(s);
+        let usage = |messages, bytes| Usage { messages, bytes };
+        assert_eq!(m.usage(ConnId(1)), usage(4, 14));
+        assert!(!m.quiet_for(ConnId(1)));
+        let h = m.post(spec(Some(1)), vec![0; 4]);
+        assert_eq!(m.take(h).unwrap().unwrap().data, b"abcd");
+        assert_eq!(m.usage(ConnId(1)), usage(3, 10));
+        let c = m.post(spec(Some(2)), vec![0; 4]);
+        assert_eq!(
+            m.usage(ConnId(1)),
+            usage(3, 8),
+            "claimed bytes are the receive's"
+        );
+        m.append(arriving, 2, b"cd");
+        m.finish(arriving);
+        assert_eq!(m.take(c).unwrap().unwrap().data, b"abcd");
+        assert_eq!(m.usage(ConnId(1)), usage(2, 8));
+        let dropped = m.incoming(ConnId(1), hdr(3, 4));
+        m.append(dropped, 0, b"x");
+        let err = TransportError::PeerClosed {
+            conn: 1,
+            mid_message: true,
+        };
+        m.abort(dropped, &err);
+        assert_eq!(m.usage(ConnId(1)), usage(2, 8));
+        m.forget_conn(ConnId(1), &err);
+        assert_eq!(m.usage(ConnId(1)), Usage::default());
+        assert!(m.quiet_for(ConnId(1)));
+        assert_eq!(m.usage(ConnId(2)), usage(1, 1));
     }
 
     #[test]

@@ -411,8 +411,12 @@ mod tests {
         }
         let q = a.add_peer(remote);
         assert_eq!(a.route(&q).unwrap().0, DeviceKind::Tcp);
-        a.send(&q, hdr, b"over tcp", t).unwrap();
-        let r = late.recv(None, Some(4), 0, vec![0; 16], t).unwrap();
+        // A first TCP send waits for the receiver's side of the handshake (DATA-1):
+        // the receiver must be progressing meanwhile.
+        let r = std::thread::scope(|s| {
+            s.spawn(|| a.send(&q, hdr, b"over tcp", t).unwrap());
+            late.recv(None, Some(4), 0, vec![0; 16], t).unwrap()
+        });
         assert_eq!(r.data, b"over tcp");
     }
 }

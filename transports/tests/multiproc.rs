@@ -83,6 +83,9 @@ fn child(role: &str) {
                 // Single copy: wait until the parent has attached (and probed) our ring.
                 recv_blocking(dev.as_mut(), spec(Some(TAG_GO)), vec![0; 8], T).expect("go");
             }
+            // A first message completes the connection's set-up (over TCP, its
+            // handshake needs our reads: a sleeping process answers no CHALLENGE).
+            dev.send(conn, hdr(TAG_GO + 1, 0), b"up", T).unwrap();
             // Start a message far larger than the ring / socket buffers, tell the
             // parent, then wait to be killed with the message half sent.
             let h = dev
@@ -285,12 +288,14 @@ fn killed_mid_message(kind: &str) {
     let mut kids = Children(Vec::new());
     let child = kids.spawn("die_mid", kind, &addr_string(kind, dev.as_ref()), 9, 0);
     let pid = child.id();
+    // Accepting first: over TCP the child's first send waits for our side of the
+    // connection's handshake.
+    accept_blocking(dev.as_mut(), T).unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "in-flight");
-    accept_blocking(dev.as_mut(), T).unwrap();
     child.kill().unwrap();
     // Not reaped yet: the child is a zombie, which the shm device must treat as dead.
     let e = recv_blocking(dev.as_mut(), spec(Some(TAG_BIG)), vec![0; 64 << 20], T).unwrap_err();

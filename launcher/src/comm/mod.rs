@@ -3,7 +3,9 @@
 //! router picks shared memory for a peer on the same host (equal host ids) and TCP
 //! otherwise. The TCP endpoint listens on the node's address (`DYNRES_NODE_ADDR`,
 //! default `127.0.0.1`), any free port; `DYNRES_HOST_ID` overrides the host id (see
-//! [`crate::env`]).
+//! [`crate::env`]). Its connections authenticate with the job's data-plane key
+//! (`DYNRES_DATA_KEY`, `spec/dataplane.md`); [`Transport::add_peer_key`] adds a key for
+//! the processes of another job.
 //!
 //! The kernel tells a process a pset's size and version but not its member list, so a
 //! communicator is wired up by a modex over the pset (`spec/resource-change.md` §8):
@@ -23,7 +25,7 @@ use std::time::Duration;
 use dynres_core::pset::PsetName;
 use dynres_core::spawn::ContextIds;
 use dynres_transports::shm::{ShmConfig, ShmDevice};
-use dynres_transports::tcp::{TcpConfig, TcpDevice};
+use dynres_transports::tcp::{DataKey, KeyId, TcpConfig, TcpDevice, TcpKeys};
 use dynres_transports::{DeviceKind, MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
 
 use crate::client::Session;
@@ -55,6 +57,8 @@ pub struct Transport {
     /// transport rather than one per process: matching is per endpoint, and tests run
     /// several endpoints ("processes") in one process.
     ctx_ids: Rc<RefCell<ContextIds>>,
+    /// The TCP device's key ring (a shared handle).
+    keys: TcpKeys,
 }
 
 /// The devices of a [`Transport`], opened but not yet routed.
@@ -78,6 +82,7 @@ impl Transport {
 
     fn from_devices((shm, tcp): Devices) -> Transport {
         Transport {
+            keys: tcp.keys().clone(),
             router: Rc::new(RefCell::new(Router::new(vec![
                 Box::new(shm),
                 Box::new(tcp),
@@ -107,6 +112,22 @@ impl Transport {
     /// Finalizes the devices (also done on drop).
     pub fn finalize(&self) -> Result<(), CommError> {
         Ok(self.router.borrow_mut().finalize()?)
+    }
+
+    /// Uses `key` on TCP connections with the processes at `peers` (say, those of
+    /// another job this one connects to) instead of the job's key: our connections to
+    /// them present it, and a connection presenting it may claim only their addresses
+    /// (DATA-4). Peers without a TCP address are skipped. Takes effect for connections
+    /// set up afterwards.
+    pub fn add_peer_key(&self, key: DataKey, peers: &[PeerAddrs]) -> Result<KeyId, CommError> {
+        let id = self.keys.add(key);
+        self.keys
+            .use_for(id, peers.iter().filter_map(|p| p.tcp))
+            .map_err(|e| CommError::DataKey {
+                var: crate::env::DATA_KEY,
+                reason: e.to_string(),
+            })?;
+        Ok(id)
     }
 }
 
@@ -141,10 +162,37 @@ fn parse_node_addr(v: Option<&str>) -> Result<IpAddr, CommError> {
     }
 }
 
+/// The TCP device's keys from `DYNRES_DATA_KEY` (DATA-8). A process the runtime started
+/// (it has `DYNRES_SECRET`) must have the key: without it, it would accept connections
+/// from anyone. Outside a job (tests, tools) no key means an open ring (DATA-5).
+fn data_keys(key: Option<&str>, in_job: bool) -> Result<TcpKeys, CommError> {
+    let var = crate::env::DATA_KEY;
+    match key {
+        Some(hex) => DataKey::from_hex(hex)
+            .map(TcpKeys::with_default)
+            .map_err(|e| CommError::DataKey {
+                var,
+                reason: e.to_string(),
+            }),
+        None if in_job => Err(CommError::DataKey {
+            var,
+            reason: format!(
+                "not set, but {} is: a process of a job needs the job's data-plane key \
+                 (is the runtime older than this program?)",
+                crate::env::SECRET
+            ),
+        }),
+        None => Ok(TcpKeys::default()),
+    }
+}
+
 fn open_devices() -> Result<Devices, CommError> {
     let bind = SocketAddr::new(node_addr()?, 0);
+    let key = std::env::var(crate::env::DATA_KEY).ok();
+    let in_job = std::env::var_os(crate::env::SECRET).is_some();
     let tcp = TcpDevice::new(TcpConfig {
         bind,
+        keys: data_keys(key.as_deref(), in_job)?,
         ..TcpConfig::default()
     })?;
     let shm = ShmDevice::new(ShmConfig::default())?;
@@ -508,6 +556,91 @@ pub(crate) fn fnv32(bytes: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// DATA-8: a process of a job (it has `DYNRES_SECRET`) needs `DYNRES_DATA_KEY`; a
+    /// malformed key is an error that does not repeat the value; outside a job no key
+    /// means an open ring.
+    #[test]
+    fn the_data_key_comes_from_the_environment() {
+        let e = data_keys(None, true).unwrap_err().to_string();
+        assert!(
+            e.contains("DYNRES_DATA_KEY") && e.contains("not set"),
+            "{e}"
+        );
+        let e = data_keys(Some("secret-ish-but-not-hex"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret-ish"), "the value is echoed: {e}");
+        let key = DataKey::new([7; 32]);
+        assert!(!data_keys(Some(&key.to_hex()), true).unwrap().is_open());
+        assert!(data_keys(None, false).unwrap().is_open());
+    }
+
+    /// DATA-4: two transports of different jobs (different job keys) talk over TCP
+    /// once each has registered a shared key for the other's addresses, and not
+    /// before.
+    #[test]
+    fn a_peer_key_lets_two_jobs_talk() {
+        use std::sync::{Arc, Barrier, mpsc};
+        let t = Duration::from_secs(10);
+        let shared = DataKey::new([3; 32]);
+        let open = |job: u8| {
+            let tcp = TcpDevice::new(TcpConfig {
+                keys: TcpKeys::with_default(DataKey::new([job; 32])),
+                ..TcpConfig::default()
+            })
+            .unwrap();
+            Transport::from_devices((ShmDevice::new(ShmConfig::default()).unwrap(), tcp))
+        };
+        let header = MsgHeader {
+            source: 0,
+            tag: 5,
+            context_id: 1,
+            len: 0,
+        };
+        let (to_b, from_a) = mpsc::channel();
+        let (to_a, from_b) = mpsc::channel();
+        let registered = Arc::new(Barrier::new(2));
+        let (key_b, reg_b) = (shared.clone(), registered.clone());
+        let b = std::thread::spawn(move || {
+            let tb = open(2);
+            to_a.send(tb.local_addrs().tcp).unwrap();
+            let a = PeerAddrs {
+                tcp: from_a.recv().unwrap(),
+                ..PeerAddrs::default()
+            };
+            // Progress (and refuse A's first connection) for a while.
+            let r =
+                tb.router()
+                    .borrow_mut()
+                    .recv(None, Some(5), 1, vec![0; 8], Duration::from_secs(1));
+            assert!(r.is_err(), "heard another job");
+            tb.add_peer_key(key_b, &[a]).unwrap();
+            reg_b.wait();
+            let r = tb
+                .router()
+                .borrow_mut()
+                .recv(None, Some(5), 1, vec![0; 8], t);
+            r.unwrap().data
+        });
+        let ta = open(1);
+        to_b.send(ta.local_addrs().tcp).unwrap();
+        let b_addr = PeerAddrs {
+            tcp: from_b.recv().unwrap(),
+            ..PeerAddrs::default()
+        };
+        // Different job keys: B refuses the connection.
+        let p = ta.router().borrow_mut().add_peer(b_addr.clone());
+        let refused = ta.router().borrow_mut().send(&p, header, b"no", t);
+        assert!(refused.is_err(), "talked across jobs without a shared key");
+        drop(p);
+        ta.add_peer_key(shared, std::slice::from_ref(&b_addr))
+            .unwrap();
+        registered.wait();
+        let p = ta.router().borrow_mut().add_peer(b_addr);
+        ta.router().borrow_mut().send(&p, header, b"hi", t).unwrap();
+        assert_eq!(b.join().unwrap(), b"hi");
+    }
 
     #[test]
     fn addresses_round_trip_and_garbage_is_refused() {

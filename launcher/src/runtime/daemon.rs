@@ -244,6 +244,8 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         args: setup.args,
         socket: sock.display().to_string(),
         secret,
+        // DATA-8: derived from the key this daemon proved it holds, as the master does.
+        data_key: super::data_key(&key),
         namespace: setup.namespace.clone(),
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,

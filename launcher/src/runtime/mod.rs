@@ -143,13 +143,25 @@ fn validate(cfg: &JobConfig) -> Result<(), LauncherError> {
     procs::check_program(&cfg.program)
 }
 
+/// What the job's data-plane key is derived from the daemon key with (DATA-8).
+const DATA_KEY_LABEL: &[u8] = b"dynres data plane v1";
+
+/// The job's data-plane key (DATA-8): `HMAC-SHA256(daemon key, "dynres data plane v1")`,
+/// computed by the master and by every daemon from the key they share, so the processes
+/// of all hosts hold the same one, and the daemon key itself is never handed to them.
+pub(crate) fn data_key(link_key: &[u8]) -> dynres_transports::tcp::DataKey {
+    dynres_transports::tcp::DataKey::derive(link_key, DATA_KEY_LABEL)
+}
+
 /// Listens for the other hosts' daemons (AUTH, LINK): on this host's address when it
 /// is one of the job's hosts (then that address is also its node's, for its processes),
-/// else on every interface, reached by this machine's host name.
+/// else on every interface, reached by this machine's host name. `key` is the job's
+/// daemon key.
 fn start_nodes(
     hosts: &[Host],
     own: u32,
     agent: &Agent,
+    key: String,
     template: nodes::Template,
     events: std::sync::mpsc::Sender<Event>,
 ) -> Result<(nodes::Nodes, Option<String>), LauncherError> {
@@ -168,7 +180,6 @@ fn start_nodes(
         let a = l.local_addr().map_err(|e| LauncherError::io("listen", e))?;
         (l, a.to_string(), Some(a.ip().to_string()))
     };
-    let key = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
     let nodes = nodes::Nodes::new(
         hosts.to_vec(),
         own,
@@ -233,6 +244,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     })
     .map_err(LauncherError::Start)?;
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
+    // The daemon key exists on one host too: the data-plane key is derived from it.
+    let link_key = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
+    let data_key = data_key(link_key.as_bytes());
     let dir = JobDir::create(&root, &job_id, &secret)?;
     supervised.job_dir(dir.path());
     let bind = |p: &std::path::Path| {
@@ -280,7 +294,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     };
     // A job that may grow (GROW-1) needs the other hosts' side even on one host.
     let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE || cfg.grow_wait.is_some() {
-        match start_nodes(&hosts, own, &cfg.agent, template, tx.clone()) {
+        match start_nodes(&hosts, own, &cfg.agent, link_key, template, tx.clone()) {
             Ok((mut n, a)) => {
                 n.slurm_in(dir.path().to_path_buf());
                 if let Some(job) = &cfg.give_back {
@@ -303,6 +317,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         args: cfg.args.clone(),
         socket: dir.control_sock().display().to_string(),
         secret,
+        data_key,
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins,

@@ -27,6 +27,8 @@ pub struct LaunchSpec {
     pub socket: String,
     /// `DYNRES_SECRET`.
     pub secret: String,
+    /// `DYNRES_DATA_KEY`: the job's data-plane key (DATA-8).
+    pub data_key: dynres_transports::tcp::DataKey,
     /// `DYNRES_NAMESPACE`.
     pub namespace: String,
     /// `DYNRES_APP`.
@@ -268,6 +270,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     }
     cmd.env(env::SOCKET, &spec.socket)
         .env(env::SECRET, &spec.secret)
+        .env(env::DATA_KEY, spec.data_key.to_hex())
         .env(env::NAMESPACE, &spec.namespace)
         .env(env::RANK, rank.to_string())
         .env(env::APP, app)

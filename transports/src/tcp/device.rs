@@ -6,6 +6,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::auth::{self, DataKey, HandshakeError, HandshakeFailure, TcpKeys};
 use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
 use crate::device::{
@@ -15,7 +16,7 @@ use crate::device::{
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
 use crate::idmap::IdMap;
-use crate::matching::{Matcher, Sink};
+use crate::matching::{Matcher, Sink, Usage};
 
 /// Tunables of the TCP device.
 #[derive(Clone, Debug)]
@@ -44,6 +45,23 @@ pub struct TcpConfig {
     /// 1 MiB − 4 KiB in one call ~90 µs one-way, 1 MiB in one call ~165 µs, 1 MiB in
     /// two 512 KiB calls 108–127 µs, one session).
     pub write_chunk: usize,
+    /// The keys connections authenticate with (DATA-1, DATA-4). The default
+    /// (`TcpKeys::default()`) is *open*: no key, nothing authenticated (DATA-5) — for
+    /// tests and benchmarks; the runtime sets the job's key.
+    pub keys: TcpKeys,
+    /// How long a connection may take to finish its handshake before it is closed
+    /// (DATA-3), so a silent stranger cannot hold a file descriptor.
+    pub handshake_timeout: Duration,
+    /// Most accepted connections whose handshake is not finished; a new one beyond it
+    /// pushes out the oldest (DATA-3).
+    pub max_pending_handshakes: usize,
+    /// Most messages one peer may have in the unexpected queue; one more closes its
+    /// connection (DATA-6).
+    pub max_unexpected_messages: usize,
+    /// Most payload bytes one peer may have buffered in the unexpected queue; more
+    /// closes its connection (DATA-6). Large messages nobody asked for wait in the
+    /// socket and count only once buffered.
+    pub max_unexpected_bytes: u64,
 }
 
 impl Default for TcpConfig {
@@ -55,6 +73,11 @@ impl Default for TcpConfig {
             spin: None,
             socket_buffer: Some(4 << 20),
             write_chunk: DEFAULT_WRITE_CHUNK,
+            keys: TcpKeys::default(),
+            handshake_timeout: Duration::from_secs(10),
+            max_pending_handshakes: 128,
+            max_unexpected_messages: 1 << 16,
+            max_unexpected_bytes: 256 << 20,
         }
     }
 }
@@ -76,18 +99,44 @@ enum Rx {
     },
 }
 
+/// Where a socket stands in the connection handshake (DATA-1).
+enum Hs {
+    /// Connector: HELLO sent (its payload kept for the transcript), waiting for the
+    /// acceptor's CHALLENGE.
+    AwaitChallenge { key: DataKey, hello: Vec<u8> },
+    /// Acceptor: waiting for the connector's HELLO.
+    AwaitHello,
+    /// Acceptor: CHALLENGE sent, waiting for the connector's AUTH.
+    AwaitAuth {
+        key: DataKey,
+        transcript: Vec<u8>,
+        claim: SocketAddr,
+    },
+    /// Both sides proved the key: data flows.
+    Done,
+}
+
 struct Conn {
     stream: TcpStream,
-    /// The peer's listening address, from its HELLO.
+    /// The peer's listening address: the one we dialled, or the one its HELLO claimed
+    /// (once its handshake ended).
     peer_listen: Option<SocketAddr>,
     out: VecDeque<OutFrame>,
     /// Received bytes not yet consumed.
     stage: Vec<u8>,
     stage_pos: usize,
     rx: Rx,
-    /// HELLO payload being collected.
-    hello: Vec<u8>,
-    dead: Option<TransportError>,
+    /// Handshake payload being collected.
+    control: Vec<u8>,
+    /// The handshake is over: data frames may be sent and are believed (DATA-1). Until
+    /// then queued data waits and a data frame from the peer closes the connection.
+    /// Checking it is all authentication adds to a message (DATA-9).
+    ready: bool,
+    hs: Hs,
+    /// We accepted this socket: a stranger until its handshake ends (DATA-3).
+    incoming: bool,
+    /// When the handshake must be over (DATA-3); `None` once it is.
+    deadline: Option<Instant>,
     /// A large message nobody asked for yet: leave it in the kernel's socket buffer
     /// (TCP flow control is the rendezvous) until a receive is posted.
     stalled: bool,
@@ -108,6 +157,57 @@ impl Conn {
         self.alias_of.unwrap_or(own)
     }
 }
+
+/// What is left of a closed socket of an authenticated connection until it is
+/// disconnected: why it closed (later operations fail with it) — no file descriptor,
+/// no buffers (DATA-3).
+struct Tomb {
+    err: TransportError,
+    alias_of: Option<ConnId>,
+}
+
+/// The per-peer bounds of the unexpected queue (DATA-6).
+#[derive(Clone, Copy)]
+struct Limits {
+    messages: usize,
+    bytes: u64,
+}
+
+/// A frame of the handshake (no send handle: it is not the caller's).
+fn control_frame(kind: FrameKind, payload: Vec<u8>) -> OutFrame {
+    OutFrame {
+        handle: None,
+        head: framing::encode(&FrameHeader {
+            kind,
+            msg: MsgHeader {
+                len: payload.len() as u64,
+                ..MsgHeader::default()
+            },
+        }),
+        payload,
+        off: 0,
+    }
+}
+
+/// Whether the peer of `fd` has closed its end (what it sent may still be unread).
+fn peer_closing(fd: libc::c_int) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd for the duration of the call; zero timeout.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
+    r > 0 && p[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// How long the listener is left alone after `accept` ran out of file descriptors
+/// (DATA-7).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// At most one warning per this interval about refused connections (DATA-3); the
+/// others are counted and logged at debug level.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Outcome of the receive fast path.
 enum Fast {
@@ -156,7 +256,10 @@ pub struct TcpDevice {
     cfg: TcpConfig,
     listener: Option<TcpListener>,
     local: SocketAddr,
+    /// Open sockets.
     conns: IdMap<ConnId, Conn>,
+    /// Closed sockets of authenticated connections, until disconnected.
+    tombs: IdMap<ConnId, Tomb>,
     /// Keys of `conns`, kept in step, so `progress` (called in the spin loop) need not
     /// allocate.
     ids: Vec<ConnId>,
@@ -173,6 +276,17 @@ pub struct TcpDevice {
     spin: Duration,
     /// Cap on one write call (see [`TcpConfig::write_chunk`]); `usize::MAX`: none.
     write_chunk: usize,
+    limits: Limits,
+    /// Sockets whose handshake is not over (both directions).
+    pending: usize,
+    /// Accepted connections dropped before their handshake ended (DATA-3).
+    refused: u64,
+    /// When a refusal was last logged as a warning, and how many were not since.
+    refusal_log: (Option<Instant>, u64),
+    /// `accept` ran out of file descriptors: leave the listener until then (DATA-7).
+    accept_paused: Option<Instant>,
+    /// The file-descriptor shortage was logged (once per shortage).
+    starved_logged: bool,
     /// Test hook: receives the fast path completed.
     #[cfg(test)]
     fast_receives: u64,
@@ -208,14 +322,22 @@ impl TcpDevice {
             0 => usize::MAX,
             n => n,
         };
+        if cfg.keys.is_open() {
+            tracing::debug!(%local, "tcp device has no data-plane key: connections are not authenticated");
+        }
         tracing::debug!(%local, ?spin, "tcp device listening");
         Ok(Self {
             spin,
             write_chunk,
+            limits: Limits {
+                messages: cfg.max_unexpected_messages,
+                bytes: cfg.max_unexpected_bytes,
+            },
             cfg,
             listener: Some(listener),
             local,
             conns: IdMap::default(),
+            tombs: IdMap::default(),
             ids: Vec::new(),
             by_addr: HashMap::new(),
             accepted: VecDeque::new(),
@@ -225,9 +347,27 @@ impl TcpDevice {
             send_done: IdMap::default(),
             listener_ready: true,
             progress_calls: 0,
+            pending: 0,
+            refused: 0,
+            refusal_log: (None, 0),
+            accept_paused: None,
+            starved_logged: false,
             #[cfg(test)]
             fast_receives: 0,
         })
+    }
+
+    /// How many accepted connections were dropped before they proved they hold the key:
+    /// strangers, replays, wrong keys, second claims of an address, silent or evicted
+    /// handshakes (DATA-3). Never fatal to the device.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// The device's key ring (a shared handle: keys added to it take effect for the
+    /// connections set up afterwards).
+    pub fn keys(&self) -> &TcpKeys {
+        &self.cfg.keys
     }
 
     /// The listening address.
@@ -235,7 +375,9 @@ impl TcpDevice {
         self.local
     }
 
-    fn add_conn(&mut self, stream: TcpStream, peer_listen: Option<SocketAddr>) -> Result<ConnId> {
+    /// Adds a socket: one we opened to `dialled` (its HELLO is queued), or one we
+    /// accepted (`None`: it waits for the peer's HELLO).
+    fn add_conn(&mut self, stream: TcpStream, dialled: Option<SocketAddr>) -> Result<ConnId> {
         stream.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
         if let Some(n) = self.cfg.socket_buffer {
             set_buffers(stream.as_raw_fd(), n)?;
@@ -243,58 +385,63 @@ impl TcpDevice {
         stream
             .set_nonblocking(true)
             .map_err(io_err("tcp nonblocking"))?;
+        let mut out = VecDeque::new();
+        let hs = match dialled {
+            Some(addr) => {
+                // DATA-4: the key of the peer we dialled names itself in the HELLO.
+                let key = self.cfg.keys.for_peer(addr);
+                let hello = auth::encode_hello(key.id(), &auth::nonce()?, self.local);
+                out.push_back(control_frame(FrameKind::Hello, hello.clone()));
+                Hs::AwaitChallenge { key, hello }
+            }
+            None => Hs::AwaitHello,
+        };
         self.next_conn += 1;
         let id = ConnId(self.next_conn);
-        let hello = self.local.to_string().into_bytes();
-        let head = framing::encode(&FrameHeader {
-            kind: FrameKind::Hello,
-            msg: MsgHeader {
-                len: hello.len() as u64,
-                ..MsgHeader::default()
-            },
-        });
-        let mut out = VecDeque::new();
-        out.push_back(OutFrame {
-            handle: None,
-            head,
-            payload: hello,
-            off: 0,
-        });
         self.ids.push(id);
+        self.pending += 1;
         self.conns.insert(
             id,
             Conn {
                 stream,
-                peer_listen,
+                peer_listen: dialled,
                 out,
                 stage: vec![0; STAGE],
                 stage_pos: 0,
                 rx: Rx::Header,
-                hello: Vec::new(),
-                dead: None,
+                control: Vec::new(),
+                ready: false,
+                hs,
+                incoming: dialled.is_none(),
+                // DATA-3: read once per connection, at set-up.
+                deadline: Some(Instant::now() + self.cfg.handshake_timeout),
                 stalled: false,
                 alias_of: None,
                 moved: false,
             },
         );
-        if let Some(a) = peer_listen {
+        if let Some(a) = dialled {
             self.by_addr.insert(a, id);
         }
         Ok(id)
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
-        let c = self
-            .conns
-            .get_mut(&id)
-            .ok_or(TransportError::UnknownConn(id.0))?;
-        match &c.dead {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(c),
+        if let Some(t) = self.tombs.get(&id) {
+            return Err(t.err.duplicate());
         }
+        self.conns
+            .get_mut(&id)
+            .ok_or(TransportError::UnknownConn(id.0))
     }
 
     fn accept_new(&mut self) -> Result<usize> {
+        if let Some(until) = self.accept_paused {
+            if Instant::now() < until {
+                return Ok(0);
+            }
+            self.accept_paused = None;
+        }
         let mut n = 0;
         loop {
             let Some(l) = self.listener.as_ref() else {
@@ -302,39 +449,143 @@ impl TcpDevice {
             };
             match l.accept() {
                 Ok((s, from)) => {
+                    self.starved_logged = false;
                     tracing::debug!(%from, "tcp connection accepted");
-                    let id = self.add_conn(s, None)?;
-                    self.accepted.push_back(id);
-                    n += 1;
+                    self.make_room_for_a_stranger();
+                    match self.add_conn(s, None) {
+                        Ok(_) => n += 1,
+                        // DATA-3: a socket we cannot even set up (reset already, …)
+                        // is the stranger's problem, not ours.
+                        Err(e) => self.count_refusal(None, &e),
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // A connection that died before we accepted it is not our problem.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    // DATA-7: out of file descriptors (or memory). The connection waits
+                    // in the kernel's backlog; try again later instead of ending.
+                    self.accept_paused = Some(Instant::now() + ACCEPT_BACKOFF);
+                    if !std::mem::replace(&mut self.starved_logged, true) {
+                        tracing::warn!(error = %e, "tcp accept: out of resources, not accepting for {ACCEPT_BACKOFF:?}");
+                    }
+                    return Ok(n);
+                }
+                // A connection that died before we accepted it, or a network error
+                // accept(2) says to treat like EAGAIN: not our problem.
+                Err(e)
+                    if e.kind() == io::ErrorKind::ConnectionAborted
+                        || matches!(
+                            e.raw_os_error(),
+                            Some(
+                                libc::EPROTO
+                                    | libc::ENETDOWN
+                                    | libc::ENOPROTOOPT
+                                    | libc::EHOSTDOWN
+                                    | libc::ENONET
+                                    | libc::EHOSTUNREACH
+                                    | libc::EOPNOTSUPP
+                                    | libc::ENETUNREACH
+                                    | libc::EPERM
+                            )
+                        ) => {}
                 Err(e) => return Err(TransportError::io("tcp accept", e)),
             }
         }
     }
 
-    /// The sockets of the logical connection `id` belongs to (itself included).
-    fn group(&self, id: ConnId) -> Vec<ConnId> {
-        let Some(c) = self.conns.get(&id) else {
-            return Vec::new();
-        };
-        let root = c.logical(id);
-        self.conns
+    /// DATA-3: at most `max_pending_handshakes` strangers at a time; the oldest goes.
+    fn make_room_for_a_stranger(&mut self) {
+        if self.pending < self.cfg.max_pending_handshakes {
+            return;
+        }
+        let waiting = self.conns.iter().filter(|(_, c)| c.incoming && !c.ready);
+        if waiting.clone().count() < self.cfg.max_pending_handshakes {
+            return;
+        }
+        if let Some(oldest) = waiting.map(|(k, _)| *k).min() {
+            let e = self.refusal(oldest, HandshakeError::Evicted);
+            self.refuse(oldest, e);
+        }
+    }
+
+    /// DATA-3: closes every socket whose handshake is past its deadline.
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        let late: Vec<ConnId> = self
+            .conns
             .iter()
-            .filter(|(k, c)| **k == root || c.alias_of == Some(root))
+            .filter(|(_, c)| c.deadline.is_some_and(|d| now >= d))
             .map(|(k, _)| *k)
-            .collect()
+            .collect();
+        for id in late {
+            let e = self.refusal(id, HandshakeError::Deadline(self.cfg.handshake_timeout));
+            self.kill(id, e);
+        }
+    }
+
+    fn refusal(&self, id: ConnId, why: HandshakeError) -> TransportError {
+        TransportError::Handshake {
+            conn: id.0,
+            reason: HandshakeFailure::Refused(why),
+        }
+    }
+
+    /// Drops an accepted socket whose handshake did not finish (DATA-3): nothing of it
+    /// is kept — it was never bound to an address, never handed out by `accept`, and
+    /// never had a message matched.
+    fn refuse(&mut self, id: ConnId, err: TransportError) {
+        let Some(c) = self.conns.remove(&id) else {
+            return;
+        };
+        self.ids.retain(|k| *k != id);
+        self.pending -= 1;
+        let from = c.stream.peer_addr().ok();
+        // Dropping the stream closes the descriptor.
+        drop(c);
+        self.count_refusal(from, &err);
+    }
+
+    /// Counts a refused stranger and logs it, as a warning at most once per
+    /// [`REFUSAL_LOG_EVERY`].
+    fn count_refusal(&mut self, from: Option<SocketAddr>, err: &TransportError) {
+        self.refused += 1;
+        let now = Instant::now();
+        let (last, quiet) = &mut self.refusal_log;
+        if last.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_EVERY) {
+            tracing::warn!(from = ?from, error = %err, refused = self.refused, not_logged = *quiet, "tcp: refused a connection that did not authenticate");
+            *last = Some(now);
+            *quiet = 0;
+        } else {
+            *quiet += 1;
+            tracing::debug!(from = ?from, error = %err, "tcp: refused a connection that did not authenticate");
+        }
+    }
+
+    /// The connection `id`'s messages are matched under (its own id, or the first
+    /// socket's of a simultaneous connect), open or closed.
+    fn root_of(&self, id: ConnId) -> Option<ConnId> {
+        match self.conns.get(&id) {
+            Some(c) => Some(c.logical(id)),
+            None => self.tombs.get(&id).map(|t| t.alias_of.unwrap_or(id)),
+        }
     }
 
     /// Closes a socket after a peer failure or close. Receives waiting on its
     /// connection fail once no socket of the connection is left: the other half of a
     /// simultaneous connect may still hold messages the peer sent before it closed.
+    /// A stranger's socket is refused instead (DATA-3).
     fn kill(&mut self, id: ConnId, err: TransportError) {
+        if self.conns.get(&id).is_some_and(|c| c.incoming && !c.ready) {
+            self.refuse(id, err);
+            return;
+        }
         self.kill_socket(id, err.duplicate());
-        let Some(root) = self.conns.get(&id).map(|c| c.logical(id)) else {
+        let Some(root) = self.root_of(id) else {
             return;
         };
         if self.live_socket(root).is_none() {
@@ -344,20 +595,23 @@ impl TcpDevice {
 
     /// A socket of `root`'s connection that is still open, if any.
     fn live_socket(&self, root: ConnId) -> Option<ConnId> {
-        self.group(root)
-            .into_iter()
-            .find(|k| self.conns.get(k).is_some_and(|c| c.dead.is_none()))
+        self.conns
+            .iter()
+            .find(|(k, c)| **k == root || c.alias_of == Some(root))
+            .map(|(k, _)| *k)
     }
 
+    /// Closes an open socket, keeping only why (a [`Tomb`]).
     fn kill_socket(&mut self, id: ConnId, err: TransportError) {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(mut c) = self.conns.remove(&id) else {
             return;
         };
-        if c.dead.is_some() {
-            return;
+        self.ids.retain(|k| *k != id);
+        if !c.ready {
+            self.pending -= 1;
         }
         tracing::info!(conn = id.0, error = %err, "tcp connection closed");
-        // Best effort: the socket may already be gone.
+        // Best effort: the socket may already be gone. Dropping `c` closes it.
         let _ = c.stream.shutdown(Shutdown::Both);
         if let Rx::Payload { sink, .. } = std::mem::replace(&mut c.rx, Rx::Header) {
             self.matcher.abort(sink, &err);
@@ -372,7 +626,8 @@ impl TcpDevice {
                 self.by_addr.remove(&a);
             }
         }
-        c.dead = Some(err);
+        let alias_of = c.alias_of;
+        self.tombs.insert(id, Tomb { err, alias_of });
     }
 
     /// Writes queued frames; returns frames completed, or the error that kills the conn.
@@ -384,6 +639,10 @@ impl TcpDevice {
     ) -> Result<usize> {
         let mut n = 0;
         while let Some(f) = c.out.front_mut() {
+            // DATA-1: the caller's frames wait for the handshake; its own go first.
+            if !c.ready && f.handle.is_some() {
+                return Ok(n);
+            }
             let total = FRAME_HEADER_LEN + f.payload.len();
             while f.off < total {
                 let r = write_part(&mut c.stream, &f.head, &f.payload, f.off, chunk);
@@ -411,20 +670,24 @@ impl TcpDevice {
 
     /// Reads and parses everything available on one connection.
     fn read_conn(&mut self, id: ConnId) -> Result<usize, TransportError> {
-        let max = self.cfg.max_message;
-        let Some(c) = self.conns.get_mut(&id) else {
-            return Ok(0);
-        };
-        if c.dead.is_some() {
-            return Ok(0);
-        }
+        let (max, limits) = (self.cfg.max_message, self.limits);
         let mut events = 0;
         // A short read means the socket is drained: stop instead of paying for one more
         // read that would only say EAGAIN (poll is level-triggered, nothing is lost).
         let mut drained = false;
         loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return Ok(events);
+            };
             // 1. Consume staged bytes.
-            events += consume(c, &mut self.matcher, &mut self.by_addr, id, max)?;
+            let (n, control) = consume(c, &mut self.matcher, id, max, limits)?;
+            events += n;
+            if let Some(kind) = control {
+                // A handshake frame is complete: its step needs the whole device.
+                self.handshake(id, kind)?;
+                events += 1;
+                continue;
+            }
             if drained {
                 return Ok(events);
             }
@@ -494,17 +757,157 @@ impl TcpDevice {
         }
     }
 
-    /// Polls the listener and all sockets for at most `timeout`.
-    fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let mut fds = Vec::with_capacity(self.conns.len() + 1);
-        if let Some(l) = &self.listener {
-            fds.push(libc::pollfd {
-                fd: l.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+    /// One step of the connection handshake (DATA-1): a complete HELLO, CHALLENGE or
+    /// AUTH arrived on `id`, its payload in `control`. An error closes the socket.
+    fn handshake(&mut self, id: ConnId, kind: FrameKind) -> Result<()> {
+        let refused = |why| TransportError::Handshake {
+            conn: id.0,
+            reason: HandshakeFailure::Refused(why),
+        };
+        let malformed = |e| TransportError::Handshake {
+            conn: id.0,
+            reason: HandshakeFailure::Malformed(e),
+        };
+        let c = self.conns.get_mut(&id).expect("the caller read from it");
+        let payload = std::mem::take(&mut c.control);
+        match (std::mem::replace(&mut c.hs, Hs::Done), kind) {
+            (Hs::AwaitHello, FrameKind::Hello) => {
+                let hello = auth::parse_hello(&payload)
+                    .map_err(|reason| TransportError::Handshake { conn: id.0, reason })?;
+                let key = self
+                    .cfg
+                    .keys
+                    .lookup(hello.key)
+                    .ok_or_else(|| refused(HandshakeError::UnknownKey(hello.key)))?;
+                // DATA-4: a key authenticates only the addresses it is for.
+                if self.cfg.keys.for_peer(hello.addr).id() != key.id() {
+                    return Err(refused(HandshakeError::WrongKeyForAddress {
+                        key: key.id(),
+                        addr: hello.addr,
+                    }));
+                }
+                // DATA-1: a fresh nonce of ours in the transcript, so no recorded AUTH
+                // answers this CHALLENGE.
+                let nonce = auth::nonce()?;
+                let transcript = auth::transcript(&payload, self.local, &nonce);
+                let mut body = nonce.to_vec();
+                body.extend_from_slice(&auth::acceptor_tag(&key, &transcript));
+                let c = self.conns.get_mut(&id).expect("still there");
+                c.out.push_back(control_frame(FrameKind::Challenge, body));
+                c.hs = Hs::AwaitAuth {
+                    key,
+                    transcript,
+                    claim: hello.addr,
+                };
+            }
+            (Hs::AwaitChallenge { key, hello }, FrameKind::Challenge) => {
+                let (nonce, tag) = auth::parse_challenge(&payload).map_err(malformed)?;
+                let dialled = c.peer_listen.expect("a connector knows whom it dialled");
+                let t = auth::transcript(&hello, dialled, &nonce);
+                // DATA-1: the acceptor proves the key first; we answer nobody else.
+                if !auth::verify_acceptor(&key, &t, &tag) {
+                    return Err(refused(HandshakeError::BadTag));
+                }
+                // Our queued data waited behind the HELLO (flush holds the caller's
+                // frames until `ready`): nothing of it is written yet, so AUTH goes first.
+                debug_assert!(c.out.front().is_none_or(|f| f.off == 0));
+                let tag = auth::connector_tag(&key, &t);
+                c.out
+                    .push_front(control_frame(FrameKind::Auth, tag.to_vec()));
+                self.established(id);
+            }
+            (
+                Hs::AwaitAuth {
+                    key,
+                    transcript,
+                    claim,
+                },
+                FrameKind::Auth,
+            ) => {
+                let tag = auth::parse_auth(&payload).map_err(malformed)?;
+                if !auth::verify_connector(&key, &transcript, &tag) {
+                    return Err(refused(HandshakeError::BadTag));
+                }
+                self.claim(id, claim).map_err(refused)?;
+                self.established(id);
+                self.accepted.push_back(id);
+            }
+            (_, kind) => return Err(refused(HandshakeError::OutOfOrder(kind.name()))),
         }
-        for c in self.conns.values().filter(|c| c.dead.is_none()) {
+        let c = self.conns.get_mut(&id).expect("still there");
+        Self::flush(c, &mut self.send_done, id, self.write_chunk)?;
+        Ok(())
+    }
+
+    /// The handshake of `id` is over: data may flow (DATA-1).
+    fn established(&mut self, id: ConnId) {
+        let c = self.conns.get_mut(&id).expect("caller holds it");
+        c.ready = true;
+        c.hs = Hs::Done;
+        c.deadline = None;
+        self.pending -= 1;
+        tracing::debug!(conn = id.0, peer = ?c.peer_listen, incoming = c.incoming, "tcp connection authenticated");
+    }
+
+    /// DATA-2: an authenticated connector claims `addr`. It gets the address if nobody
+    /// holds it; it becomes the second socket of our own connection to `addr` when we
+    /// dialled it at the same time (simultaneous connect: each side's socket to the
+    /// other is half of one connection); it replaces a connection whose peer has
+    /// closed (it reconnects). Any other claim of a held address is refused.
+    fn claim(&mut self, id: ConnId, addr: SocketAddr) -> Result<(), HandshakeError> {
+        let held = self
+            .by_addr
+            .get(&addr)
+            .and_then(|o| Some((*o, self.conns.get(o)?)));
+        if let Some((owner, o)) = held {
+            let halved = self.conns.values().any(|c| c.alias_of == Some(owner));
+            if !o.incoming && !halved {
+                tracing::debug!(%addr, conn = id.0, of = owner.0, "simultaneous connect: second socket joins the first");
+                self.conns.get_mut(&id).expect("caller holds it").alias_of = Some(owner);
+            } else if peer_closing(o.stream.as_raw_fd()) {
+                self.by_addr.insert(addr, id);
+            } else {
+                return Err(HandshakeError::AddressClaimed(addr));
+            }
+        } else {
+            self.by_addr.insert(addr, id);
+        }
+        self.conns
+            .get_mut(&id)
+            .expect("caller holds it")
+            .peer_listen = Some(addr);
+        Ok(())
+    }
+
+    /// Polls the listener and all sockets for at most `timeout`.
+    fn poll(&mut self, mut timeout: Duration) -> Result<()> {
+        if self.pending > 0 {
+            self.expire_handshakes();
+        }
+        let mut fds = Vec::with_capacity(self.conns.len() + 1);
+        let mut listening = false;
+        if let Some(l) = &self.listener {
+            // DATA-7: a listener we may not accept from would wake every poll at once.
+            let paused = self
+                .accept_paused
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            match paused {
+                Some(left) if !left.is_zero() => {
+                    timeout = timeout.min(left);
+                    // Look again once the pause is over.
+                    self.listener_ready = true;
+                }
+                _ => {
+                    listening = true;
+                    fds.push(libc::pollfd {
+                        fd: l.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                }
+            }
+        }
+        for c in self.conns.values() {
             // A stalled connection is readable by design; only its writes matter.
             let mut events = if c.stalled { 0 } else { libc::POLLIN };
             if !c.out.is_empty() {
@@ -522,7 +925,7 @@ impl TcpDevice {
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if self.listener.is_some() && fds[0].revents & libc::POLLIN != 0 {
+        if listening && fds[0].revents & libc::POLLIN != 0 {
             self.listener_ready = true;
         }
         if r < 0 {
@@ -662,18 +1065,28 @@ fn classify(conn: ConnId, e: io::Error, mid_message: bool) -> TransportError {
     }
 }
 
-/// Parses frames out of the staged bytes of one connection.
+/// Parses frames out of the staged bytes of one connection. Stops after a complete
+/// handshake frame (its payload in `c.control`) and returns its kind: the handshake
+/// step needs the whole device, and what follows may depend on it.
 fn consume(
     c: &mut Conn,
     matcher: &mut Matcher,
-    by_addr: &mut HashMap<SocketAddr, ConnId>,
     id: ConnId,
     max: u64,
-) -> Result<usize> {
+    limits: Limits,
+) -> Result<(usize, Option<FrameKind>)> {
     let mut events = 0;
     let mut at = 0;
+    let mut control = None;
     let malformed = |source| TransportError::Malformed { conn: id.0, source };
-    while at < c.stage_pos {
+    // DATA-6: this peer has more in the unexpected queue than we keep for one peer.
+    let over = |u: Usage| u.messages > limits.messages || u.bytes > limits.bytes;
+    let cut_off = || TransportError::UnexpectedLimit {
+        conn: id.0,
+        messages: limits.messages,
+        bytes: limits.bytes,
+    };
+    while at < c.stage_pos && control.is_none() {
         match &mut c.rx {
             Rx::Header => {
                 let Some(fh) =
@@ -683,8 +1096,19 @@ fn consume(
                 };
                 at += FRAME_HEADER_LEN;
                 match fh.kind {
+                    // DATA-1: nothing a peer says is believed before its handshake.
+                    FrameKind::Data if !c.ready => {
+                        return Err(TransportError::Handshake {
+                            conn: id.0,
+                            reason: HandshakeFailure::Refused(HandshakeError::OutOfOrder("DATA")),
+                        });
+                    }
                     FrameKind::Data => {
-                        let sink = matcher.incoming(c.logical(id), fh.msg);
+                        let logical = c.logical(id);
+                        let sink = matcher.incoming(logical, fh.msg);
+                        if matches!(sink, Sink::Unexpected(_)) && over(matcher.usage(logical)) {
+                            return Err(cut_off());
+                        }
                         if fh.msg.len == 0 {
                             matcher.finish(sink);
                             events += 1;
@@ -692,13 +1116,18 @@ fn consume(
                             c.rx = Rx::Payload { fh, sink, got: 0 };
                         }
                     }
-                    FrameKind::Hello => {
-                        c.hello.clear();
-                        c.rx = Rx::Payload {
-                            fh,
-                            sink: Sink::Discard,
-                            got: 0,
-                        };
+                    kind => {
+                        c.control.clear();
+                        if fh.msg.len == 0 {
+                            // Nothing to collect (and no staged byte may follow).
+                            control = Some(kind);
+                        } else {
+                            c.rx = Rx::Payload {
+                                fh,
+                                sink: Sink::Discard,
+                                got: 0,
+                            };
+                        }
                     }
                 }
             }
@@ -706,27 +1135,26 @@ fn consume(
                 let len = fh.msg.len as usize;
                 let k = (len - *got).min(c.stage_pos - at);
                 let bytes = &c.stage[at..at + k];
-                if fh.kind == FrameKind::Hello {
-                    c.hello.extend_from_slice(bytes);
+                if fh.kind != FrameKind::Data {
+                    c.control.extend_from_slice(bytes);
                 } else if let Some(win) = matcher.posted_window(*sink) {
                     win[*got..*got + k].copy_from_slice(bytes);
                 } else {
                     matcher.append(*sink, *got, bytes);
+                    if matches!(sink, Sink::Unexpected(_))
+                        && over(matcher.usage(c.alias_of.unwrap_or(id)))
+                    {
+                        return Err(cut_off());
+                    }
                 }
                 *got += k;
                 at += k;
                 if *got == len {
-                    if fh.kind == FrameKind::Hello {
-                        let addr = framing::parse_hello(&c.hello).map_err(malformed)?;
-                        c.peer_listen = Some(addr);
-                        let owner = *by_addr.entry(addr).or_insert(id);
-                        if owner != id {
-                            tracing::debug!(%addr, conn = id.0, of = owner.0, "simultaneous connect: second socket joins the first");
-                            c.alias_of = Some(owner);
-                        }
-                    } else {
+                    if fh.kind == FrameKind::Data {
                         matcher.finish(*sink);
                         events += 1;
+                    } else {
+                        control = Some(fh.kind);
                     }
                     c.rx = Rx::Header;
                 }
@@ -735,7 +1163,7 @@ fn consume(
     }
     c.stage.copy_within(at..c.stage_pos, 0);
     c.stage_pos -= at;
-    Ok(events)
+    Ok((events, control))
 }
 
 impl Device for TcpDevice {
@@ -855,7 +1283,9 @@ impl Device for TcpDevice {
                 }
             }
             let c = self.conns.get_mut(&conn).expect("checked");
-            if c.out.is_empty() {
+            // DATA-1: nothing of ours goes out before the handshake is over (DATA-9:
+            // the one check a message pays for it).
+            if c.out.is_empty() && c.ready {
                 // Write straight from the caller's buffer: no intermediate copy — except
                 // that a small message goes out as one contiguous write (cheaper for the
                 // kernel than a two-element writev).
@@ -894,7 +1324,8 @@ impl Device for TcpDevice {
                     return Ok(());
                 }
             }
-            // Keep reading meanwhile: the peer may be blocked writing to us.
+            // Keep reading meanwhile: the peer may be blocked writing to us (or its
+            // CHALLENGE may be what we wait for).
             self.progress()?;
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + timeout);
@@ -910,7 +1341,7 @@ impl Device for TcpDevice {
             if let Err(e) = self.conn_mut(c) {
                 // What the peer sent before it closed can still be received, and the
                 // other half of a simultaneous connect may still deliver.
-                let open = self.conns.contains_key(&c) && self.live_socket(c).is_some();
+                let open = self.live_socket(c).is_some();
                 if !open && self.matcher.probe(&spec).is_none() {
                     return Err(e);
                 }
@@ -954,29 +1385,35 @@ impl Device for TcpDevice {
         if self.listener_ready || self.progress_calls % 1024 == 0 {
             self.listener_ready = false;
             events += self.accept_new()?;
-        }
-        for i in 0..self.ids.len() {
-            let id = self.ids[i];
-            let c = self.conns.get_mut(&id).expect("ids mirror conns");
-            if c.dead.is_some() {
-                continue;
+            // DATA-3: only while handshakes are pending, so data costs no clock read.
+            if self.pending > 0 {
+                self.expire_handshakes();
             }
+        }
+        // A socket that fails is removed from `ids` (and only that one): the next one
+        // then sits at the same index.
+        let mut i = 0;
+        while let Some(&id) = self.ids.get(i) {
+            let c = self.conns.get_mut(&id).expect("ids mirror conns");
+            let mut failed = None;
             if !c.out.is_empty() {
                 match Self::flush(c, &mut self.send_done, id, self.write_chunk) {
                     Ok(n) => events += n,
-                    Err(e) => {
-                        self.kill(id, e);
-                        events += 1;
-                        continue;
-                    }
+                    Err(e) => failed = Some(e),
                 }
             }
-            match self.read_conn(id) {
-                Ok(n) => events += n,
-                Err(e) => {
-                    self.kill(id, e);
-                    events += 1;
+            if failed.is_none() {
+                match self.read_conn(id) {
+                    Ok(n) => events += n,
+                    Err(e) => failed = Some(e),
                 }
+            }
+            if let Some(e) = failed {
+                self.kill(id, e);
+                events += 1;
+            }
+            if self.ids.get(i) == Some(&id) {
+                i += 1;
             }
         }
         Ok(events)
@@ -993,14 +1430,16 @@ impl Device for TcpDevice {
     }
 
     fn disconnect(&mut self, conn: ConnId) -> Result<()> {
-        if !self.conns.contains_key(&conn) {
+        if !self.conns.contains_key(&conn) && !self.tombs.contains_key(&conn) {
             return Err(TransportError::UnknownConn(conn.0));
         }
         // The second socket of a simultaneous connect goes with its connection.
         let halves: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.alias_of == Some(conn))
+            .map(|(k, c)| (k, c.alias_of))
+            .chain(self.tombs.iter().map(|(k, t)| (k, t.alias_of)))
+            .filter(|(_, a)| *a == Some(conn))
             .map(|(k, _)| *k)
             .collect();
         for k in halves {
@@ -1011,7 +1450,12 @@ impl Device for TcpDevice {
     }
 
     fn finalize(&mut self) -> Result<()> {
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        let ids: Vec<ConnId> = self
+            .conns
+            .keys()
+            .chain(self.tombs.keys())
+            .copied()
+            .collect();
         for id in ids {
             self.close_socket(id);
         }
@@ -1021,12 +1465,24 @@ impl Device for TcpDevice {
 }
 
 impl TcpDevice {
-    /// Closes one socket we no longer want; receives only it could satisfy fail.
+    /// Closes one socket we no longer want: receives only it could satisfy fail, and
+    /// what it delivered that nobody received is dropped (nothing can name it again).
     fn close_socket(&mut self, conn: ConnId) {
+        let err = TransportError::PeerClosed {
+            conn: conn.0,
+            mid_message: false,
+        };
+        if self.tombs.remove(&conn).is_some() {
+            self.matcher.forget_conn(conn, &err);
+            return;
+        }
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
         self.ids.retain(|k| *k != conn);
+        if !c.ready {
+            self.pending -= 1;
+        }
         if let Some(a) = c.peer_listen {
             if self.by_addr.get(&a) == Some(&conn) {
                 self.by_addr.remove(&a);
@@ -1034,11 +1490,7 @@ impl TcpDevice {
         }
         // Best effort: the peer may already be gone.
         let _ = c.stream.shutdown(Shutdown::Both);
-        let err = TransportError::PeerClosed {
-            conn: conn.0,
-            mid_message: false,
-        };
-        self.matcher.fail_conn(conn, &err);
+        self.matcher.forget_conn(conn, &err);
         for f in c.out {
             if let Some(h) = f.handle {
                 self.send_done.insert(h, Err(err.duplicate()));
@@ -1073,7 +1525,7 @@ impl TcpDevice {
         let Some(c) = self.conns.get_mut(&id) else {
             return Ok(Fast::General(buf));
         };
-        if c.dead.is_some() || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
+        if !c.ready || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
             return Ok(Fast::General(buf));
         }
         let mut idle: Option<Instant> = None;
@@ -1204,7 +1656,12 @@ impl TcpDevice {
         };
         let mut fds = [libc::pollfd {
             fd: c.stream.as_raw_fd(),
-            events: libc::POLLOUT | libc::POLLIN,
+            // Before the handshake is over, space to write is not what we wait for.
+            events: if c.ready {
+                libc::POLLOUT | libc::POLLIN
+            } else {
+                libc::POLLIN
+            },
             revents: 0,
         }];
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;

@@ -5,11 +5,15 @@
 //! context_id u32 | len u32            (all little-endian)
 //! ```
 //!
+//! Kinds: 1 DATA (an application message), 2 HELLO, 3 CHALLENGE, 4 AUTH. The last three
+//! are the connection handshake (`spec/dataplane.md`, payloads in [`super::auth`]):
+//! HELLO at most [`MAX_HELLO_LEN`] bytes, CHALLENGE exactly 64, AUTH exactly 32; their
+//! source, tag and context fields are sent as zero and ignored. A connection carries
+//! HELLO → CHALLENGE → AUTH first and DATA only after (DATA-1).
+//!
 //! Everything a peer sends is untrusted: any deviation is a [`FramingError`] and the
 //! connection is closed; nothing here can panic or allocate by the peer's say-so beyond
 //! the configured maximum message size.
-
-use std::net::SocketAddr;
 
 use nom::Parser;
 use nom::bytes::streaming::tag;
@@ -21,7 +25,8 @@ use crate::header::MsgHeader;
 pub const MAGIC: [u8; 4] = *b"DYNR";
 /// Encoded header length.
 pub const FRAME_HEADER_LEN: usize = 32;
-/// Longest HELLO payload (a textual socket address).
+/// Longest HELLO payload (41 bytes of version, key id and nonce, then a textual socket
+/// address of at most 55 characters).
 pub const MAX_HELLO_LEN: u64 = 128;
 
 /// Frame kinds.
@@ -29,9 +34,45 @@ pub const MAX_HELLO_LEN: u64 = 128;
 pub enum FrameKind {
     /// An application message.
     Data,
-    /// First frame on a connection: the sender's listening address, so either side can
-    /// reuse the connection instead of opening a second one.
+    /// First frame on a connection, from the connector: its listening address (so
+    /// either side can reuse the connection instead of opening a second one), the key
+    /// it authenticates with and its nonce.
     Hello,
+    /// The acceptor's answer to a HELLO: its nonce and its proof of the key.
+    Challenge,
+    /// The connector's proof of the key; data may follow.
+    Auth,
+}
+
+impl FrameKind {
+    fn code(self) -> u8 {
+        match self {
+            FrameKind::Data => 1,
+            FrameKind::Hello => 2,
+            FrameKind::Challenge => 3,
+            FrameKind::Auth => 4,
+        }
+    }
+
+    /// The kind's name, for errors and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameKind::Data => "DATA",
+            FrameKind::Hello => "HELLO",
+            FrameKind::Challenge => "CHALLENGE",
+            FrameKind::Auth => "AUTH",
+        }
+    }
+
+    /// Longest payload of a handshake frame; `None` for data.
+    fn handshake_max(self) -> Option<u64> {
+        match self {
+            FrameKind::Data => None,
+            FrameKind::Hello => Some(MAX_HELLO_LEN),
+            FrameKind::Challenge => Some(super::auth::CHALLENGE_LEN as u64),
+            FrameKind::Auth => Some(super::auth::AUTH_LEN as u64),
+        }
+    }
 }
 
 /// A decoded frame header.
@@ -68,25 +109,45 @@ pub enum FramingError {
         /// Limit.
         max: u64,
     },
-    /// HELLO payload is not a socket address.
+    /// HELLO payload is not version, key id, nonce and a socket address.
     #[error("bad HELLO payload: {0}")]
     BadHello(String),
+    /// A CHALLENGE or AUTH payload of the wrong length.
+    #[error("{kind} payload of {len} bytes has the wrong length")]
+    BadHandshake {
+        /// The frame kind.
+        kind: &'static str,
+        /// Its payload length.
+        len: usize,
+    },
 }
 
 /// Encodes a frame header.
 pub fn encode(h: &FrameHeader) -> [u8; FRAME_HEADER_LEN] {
     let mut b = [0u8; FRAME_HEADER_LEN];
     b[0..4].copy_from_slice(&MAGIC);
-    b[4] = match h.kind {
-        FrameKind::Data => 1,
-        FrameKind::Hello => 2,
-    };
+    b[4] = h.kind.code();
     b[8..16].copy_from_slice(&h.msg.source.to_le_bytes());
     b[16..24].copy_from_slice(&h.msg.tag.to_le_bytes());
     b[24..28].copy_from_slice(&h.msg.context_id.to_le_bytes());
     // Lengths above u32::MAX are refused by the sender before encoding.
     b[28..32].copy_from_slice(&(h.msg.len as u32).to_le_bytes());
     b
+}
+
+/// A whole frame in one buffer: `msg` with its length set to the payload's, then the
+/// payload (for the handshake's frames and for tests that play a raw peer).
+pub fn encode_frame(kind: FrameKind, msg: MsgHeader, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.extend_from_slice(&encode(&FrameHeader {
+        kind,
+        msg: MsgHeader {
+            len: payload.len() as u64,
+            ..msg
+        },
+    }));
+    out.extend_from_slice(payload);
+    out
 }
 
 type Raw = (u8, u8, u16, u64, u64, u32, u32);
@@ -118,17 +179,15 @@ pub fn parse_header(input: &[u8], max_len: u64) -> Result<Option<FrameHeader>, F
     let kind = match kind {
         1 => FrameKind::Data,
         2 => FrameKind::Hello,
+        3 => FrameKind::Challenge,
+        4 => FrameKind::Auth,
         k => return Err(FramingError::UnknownKind(k)),
     };
     if flags != 0 || reserved != 0 {
         return Err(FramingError::Reserved { flags, reserved });
     }
     let len = u64::from(len);
-    let max = if kind == FrameKind::Hello {
-        MAX_HELLO_LEN
-    } else {
-        max_len
-    };
+    let max = kind.handshake_max().unwrap_or(max_len);
     if len > max {
         return Err(FramingError::TooLarge { len, max });
     }
@@ -141,13 +200,6 @@ pub fn parse_header(input: &[u8], max_len: u64) -> Result<Option<FrameHeader>, F
             len,
         },
     }))
-}
-
-/// Parses a HELLO payload.
-pub fn parse_hello(payload: &[u8]) -> Result<SocketAddr, FramingError> {
-    let s = std::str::from_utf8(payload).map_err(|e| FramingError::BadHello(e.to_string()))?;
-    s.parse()
-        .map_err(|e: std::net::AddrParseError| FramingError::BadHello(e.to_string()))
 }
 
 /// A decoded frame: header and payload.
@@ -167,8 +219,23 @@ pub fn decode_stream(mut input: &[u8], max_len: u64) -> Result<(Vec<Frame>, usiz
             break;
         }
         let payload = &input[FRAME_HEADER_LEN..total as usize];
-        if h.kind == FrameKind::Hello {
-            parse_hello(payload)?;
+        match h.kind {
+            FrameKind::Data => {}
+            FrameKind::Hello => {
+                // A HELLO of another version is well-formed framing: refused later, by
+                // the handshake, not here.
+                if let Err(super::auth::HandshakeFailure::Malformed(e)) =
+                    super::auth::parse_hello(payload)
+                {
+                    return Err(e);
+                }
+            }
+            FrameKind::Challenge => {
+                super::auth::parse_challenge(payload)?;
+            }
+            FrameKind::Auth => {
+                super::auth::parse_auth(payload)?;
+            }
         }
         frames.push((h, payload.to_vec()));
         input = &input[total as usize..];
@@ -297,14 +364,48 @@ mod tests {
             assert_eq!(parse_header(&bytes, 1 << 20), Err(want), "{what}");
         }
         assert_eq!(parse_header(&good[..31], 1 << 20), Ok(None), "incomplete");
+        for (kind, max) in [(3, 64u32), (4, 32)] {
+            let mut b = with(4, kind);
+            b[28..32].copy_from_slice(&(max + 1).to_le_bytes());
+            assert_eq!(
+                parse_header(&b, 1 << 20),
+                Err(FramingError::TooLarge {
+                    len: u64::from(max) + 1,
+                    max: u64::from(max)
+                }),
+                "kind {kind}"
+            );
+        }
+        // Handshake payloads of the wrong shape are typed errors in a stream too.
+        let frame = |kind: FrameKind, payload: &[u8]| {
+            let mut b = encode(&FrameHeader {
+                kind,
+                msg: MsgHeader {
+                    len: payload.len() as u64,
+                    ..MsgHeader::default()
+                },
+            })
+            .to_vec();
+            b.extend_from_slice(payload);
+            b
+        };
         assert!(matches!(
-            parse_hello(b"not an addr"),
+            decode_stream(&frame(FrameKind::Hello, b"not a hello"), 1 << 20),
             Err(FramingError::BadHello(_))
         ));
-        assert!(matches!(
-            parse_hello(&[0xff, 0xfe]),
-            Err(FramingError::BadHello(_))
-        ));
-        assert_eq!(parse_hello(b"127.0.0.1:9").unwrap().port(), 9);
+        assert_eq!(
+            decode_stream(&frame(FrameKind::Challenge, &[0; 10]), 1 << 20),
+            Err(FramingError::BadHandshake {
+                kind: "CHALLENGE",
+                len: 10
+            })
+        );
+        assert_eq!(
+            decode_stream(&frame(FrameKind::Auth, &[0; 31]), 1 << 20),
+            Err(FramingError::BadHandshake {
+                kind: "AUTH",
+                len: 31
+            })
+        );
     }
 }

@@ -1,18 +1,124 @@
 //! Tests of the TCP device: round trips, reuse, and hostile peers.
 
 use super::*;
-use crate::device::{accept_blocking, recv_blocking};
+use crate::device::recv_blocking;
+
+mod hostile;
 
 const T: Duration = Duration::from_secs(10);
 
 fn pair() -> (TcpDevice, TcpDevice, ConnId, ConnId) {
-    let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
-    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    pair_with(TcpConfig::default())
+}
+
+/// `a` connects to `b`; both progress until `b` has accepted the authenticated
+/// connection (the handshake needs both sides).
+fn link(a: &mut TcpDevice, b: &mut TcpDevice) -> (ConnId, ConnId) {
     let mut pb = PeerAddrs::default();
     b.local_address(&mut pb);
     let ab = a.connect(&pb).unwrap();
-    let ba = accept_blocking(&mut b, T).unwrap();
-    (a, b, ab, ba)
+    let deadline = Instant::now() + T;
+    loop {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        if let Some(ba) = b.accept().unwrap() {
+            return (ab, ba);
+        }
+        assert!(Instant::now() < deadline, "no handshake");
+    }
+}
+
+/// Both progress until neither has a handshake pending.
+fn settle(a: &mut TcpDevice, b: &mut TcpDevice) {
+    let deadline = Instant::now() + T;
+    while a.pending + b.pending > 0 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(Instant::now() < deadline, "handshakes never ended");
+    }
+}
+
+/// A frame as a raw peer writes it.
+use framing::encode_frame as frame;
+
+/// The next message on `conn` (at most `cap` bytes).
+fn received(b: &mut TcpDevice, conn: ConnId, cap: usize) -> Vec<u8> {
+    let on = RecvSpec {
+        conn: Some(conn),
+        ..any()
+    };
+    recv_blocking(b, on, vec![0; cap], T).unwrap().data
+}
+
+/// `a` sends `msg` on `ab`, and `b` receives it on `ba`.
+fn assert_delivers(a: &mut TcpDevice, ab: ConnId, b: &mut TcpDevice, ba: ConnId, msg: &[u8]) {
+    a.send(ab, hdr(1), msg, T).unwrap();
+    assert_eq!(received(b, ba, msg.len()), msg);
+}
+
+/// Reads one frame off a blocking raw socket.
+fn read_frame(raw: &mut TcpStream) -> (FrameHeader, Vec<u8>) {
+    let mut head = [0u8; FRAME_HEADER_LEN];
+    raw.read_exact(&mut head).unwrap();
+    let fh = framing::parse_header(&head, 1 << 20).unwrap().unwrap();
+    let mut payload = vec![0; fh.msg.len as usize];
+    raw.read_exact(&mut payload).unwrap();
+    (fh, payload)
+}
+
+/// The connector's half of the handshake, by hand, on a raw socket to `to`, with
+/// `key`, claiming `claim`, in a thread (the device under test progresses meanwhile).
+/// Returns the socket and every byte it sent (for replays).
+fn spawn_raw(
+    to: SocketAddr,
+    key: DataKey,
+    claim: SocketAddr,
+) -> std::thread::JoinHandle<(TcpStream, Vec<u8>)> {
+    std::thread::spawn(move || {
+        let mut raw = TcpStream::connect(to).unwrap();
+        raw.set_read_timeout(Some(T)).unwrap();
+        let nonce = auth::nonce().unwrap();
+        let hello = auth::encode_hello(key.id(), &nonce, claim);
+        let mut sent = frame(FrameKind::Hello, MsgHeader::default(), &hello);
+        raw.write_all(&sent).unwrap();
+        let (fh, payload) = read_frame(&mut raw);
+        assert_eq!(fh.kind, FrameKind::Challenge);
+        let (theirs, tag) = auth::parse_challenge(&payload).unwrap();
+        let t = auth::transcript(&hello, to, &theirs);
+        assert!(
+            auth::verify_acceptor(&key, &t, &tag),
+            "the device proves the key"
+        );
+        let proof = frame(
+            FrameKind::Auth,
+            MsgHeader::default(),
+            &auth::connector_tag(&key, &t),
+        );
+        raw.write_all(&proof).unwrap();
+        sent.extend_from_slice(&proof);
+        (raw, sent)
+    })
+}
+
+/// [`spawn_raw`] to `b`, which accepts it. Returns the socket, the device's
+/// connection, and every byte the raw side sent.
+fn raw_handshake(
+    b: &mut TcpDevice,
+    key: &DataKey,
+    claim: SocketAddr,
+) -> (TcpStream, ConnId, Vec<u8>) {
+    let client = spawn_raw(b.listen_addr(), key.clone(), claim);
+    let deadline = Instant::now() + T;
+    let conn = loop {
+        b.progress().unwrap();
+        if let Some(c) = b.accept().unwrap() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "raw handshake not accepted");
+        b.poll(Duration::from_millis(1)).unwrap();
+    };
+    let (raw, sent) = client.join().unwrap();
+    (raw, conn, sent)
 }
 
 fn hdr(tag: u64) -> MsgHeader {
@@ -68,9 +174,7 @@ fn small_and_large_messages_and_reuse() {
 
 #[test]
 fn garbage_closes_the_connection_with_a_typed_error() {
-    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
-    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
-    let conn = accept_blocking(&mut b, T).unwrap();
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
     raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let spec = RecvSpec {
         conn: Some(conn),
@@ -90,9 +194,7 @@ fn garbage_closes_the_connection_with_a_typed_error() {
 
 #[test]
 fn peer_close_mid_message_is_reported() {
-    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
-    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
-    let conn = accept_blocking(&mut b, T).unwrap();
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
     let head = framing::encode(&FrameHeader {
         kind: FrameKind::Data,
         msg: MsgHeader { len: 100, ..hdr(1) },
@@ -164,6 +266,8 @@ fn simultaneous_connect_is_one_logical_connection() {
     b.progress_calls = 1;
     let ba = b.connect(&pa).unwrap();
     assert_eq!(b.conns.len(), 1, "b did not accept before connecting");
+    // Each side's socket to the other authenticates, and joins the other's as its half.
+    settle(&mut a, &mut b);
     let on = |c| RecvSpec {
         conn: Some(c),
         ..any()
@@ -230,10 +334,7 @@ fn a_message_sent_before_close_is_still_received() {
 fn pair_with(cfg: TcpConfig) -> (TcpDevice, TcpDevice, ConnId, ConnId) {
     let mut a = TcpDevice::new(cfg.clone()).unwrap();
     let mut b = TcpDevice::new(cfg).unwrap();
-    let mut pb = PeerAddrs::default();
-    b.local_address(&mut pb);
-    let ab = a.connect(&pb).unwrap();
-    let ba = accept_blocking(&mut b, T).unwrap();
+    let (ab, ba) = link(&mut a, &mut b);
     (a, b, ab, ba)
 }
 
@@ -276,7 +377,7 @@ fn spin_phase_ends_on_data_or_idle() {
         ..TcpConfig::default()
     };
     let (mut a, mut b, ab, _) = pair_with(cfg);
-    // Let the HELLO be consumed first.
+    // Let the handshake's last frames be consumed first.
     while b.spin_phase(T).unwrap() {}
     assert!(!b.spin_phase(T).unwrap(), "nothing sent: the spin gives up");
     let h = b.post_recv(any(), vec![0; 2]).unwrap();
@@ -419,10 +520,8 @@ fn fast_path_keeps_matching_rules() {
 
 #[test]
 fn fast_path_reports_garbage() {
-    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
-    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
-    let conn = accept_blocking(&mut b, T).unwrap();
-    // A HELLO-less peer: the first bytes are garbage.
+    let (mut b, mut raw, conn) = raw_peer(TcpConfig::default());
+    // An authenticated peer whose next bytes are garbage.
     raw.write_all(&[0xAB; 40]).unwrap();
     let spec = RecvSpec {
         conn: Some(conn),
@@ -432,21 +531,13 @@ fn fast_path_reports_garbage() {
     assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
 }
 
-/// A raw peer (HELLO sent) and the device's accepted connection to it.
+/// A raw peer (handshake done with the device's key, claiming `127.0.0.1:1`) and the
+/// device's accepted connection to it.
 fn raw_peer(cfg: TcpConfig) -> (TcpDevice, TcpStream, ConnId) {
     let mut b = TcpDevice::new(cfg).unwrap();
-    let mut raw = TcpStream::connect(b.listen_addr()).unwrap();
-    let hello = b"127.0.0.1:1";
-    let head = framing::encode(&FrameHeader {
-        kind: FrameKind::Hello,
-        msg: MsgHeader {
-            len: hello.len() as u64,
-            ..MsgHeader::default()
-        },
-    });
-    raw.write_all(&head).unwrap();
-    raw.write_all(hello).unwrap();
-    let conn = accept_blocking(&mut b, T).unwrap();
+    let claim: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let key = b.keys().for_peer(claim);
+    let (raw, conn, _) = raw_handshake(&mut b, &key, claim);
     (b, raw, conn)
 }
 
@@ -546,8 +637,8 @@ fn fast_path_keeps_the_byte_stream_in_order() {
         tag,
         ..any()
     };
-    // The first receive takes the general path (it flushes the device's own HELLO);
-    // the rest take the fast path this test is about.
+    // The first receive may take the general path; the rest take the fast path this
+    // test is about.
     raw.write_all(&frames(&[(0, b"warm-up")])).unwrap();
     assert_eq!(b.recv(on(None), vec![0; 16], T).unwrap().data, b"warm-up");
     let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
