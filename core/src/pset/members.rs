@@ -200,6 +200,27 @@ impl MemberSet {
         Some(parts)
     }
 
+    /// The set renumbered onto `keep`: member `i` becomes the number of members of
+    /// `keep` below `i`, and members `keep` lacks are dropped. That is how the process
+    /// table is compacted (`PSET-24`): the numbering is monotone, so the members keep
+    /// their order (rank creation order, which `SPLIT` by sizes and member lists rely
+    /// on), and the set shrinks to the words the kept processes need.
+    pub fn compress(&self, keep: &MemberSet) -> MemberSet {
+        let mut out = MemberSet::new();
+        // `base`: members of `keep` in the words before `w`.
+        let mut base = 0u32;
+        for (w, &k) in keep.words.iter().enumerate() {
+            let mut bits = self.words.get(w).copied().unwrap_or(0) & k;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                out.insert(base + (k & ((1u64 << b) - 1)).count_ones());
+            }
+            base += k.count_ones();
+        }
+        out
+    }
+
     /// Builds a set from raw words, restoring the invariant.
     fn from_words(words: Vec<u64>) -> MemberSet {
         let len = words.iter().map(|w| w.count_ones() as usize).sum();
@@ -292,6 +313,19 @@ mod tests {
         assert_eq!(MemberSet::new().heap_bytes(), 0);
         let sparse: MemberSet = [0, 64 * 100].into_iter().collect();
         assert_eq!(sparse.heap_bytes(), 101 * 8);
+    }
+
+    /// PSET-24: compaction renumbers members onto the kept indices in order and drops
+    /// the others, across word boundaries.
+    #[test]
+    fn compress_renumbers_onto_the_kept_indices_in_order() {
+        let keep: MemberSet = [1, 5, 63, 64, 130, 200].into_iter().collect();
+        let s: MemberSet = [5, 64, 200, 7].into_iter().collect();
+        // 5 → 1, 64 → 3, 200 → 5; 7 is not kept.
+        assert_eq!(s.compress(&keep), [1, 3, 5].into_iter().collect());
+        assert_eq!(keep.compress(&keep), MemberSet::first_n(6));
+        assert_eq!(MemberSet::new().compress(&keep), MemberSet::new());
+        assert_eq!(s.compress(&MemberSet::new()), MemberSet::new());
     }
 
     #[test]

@@ -383,6 +383,28 @@ impl PsetRegistry {
         }
     }
 
+    /// The process-table indices some live pset holds: the processes the registry
+    /// cannot forget (`PSET-24`).
+    pub(crate) fn held(&self) -> MemberSet {
+        self.live_psets()
+            .fold(MemberSet::new(), |all, (_, p)| all.union(&p.members))
+    }
+
+    /// Drops every process-table entry `keep` does not hold and renumbers the rest in
+    /// their order, every live pset alike (`PSET-24`). `keep` must hold [`Self::held`]
+    /// (members outside it would be dropped from their psets). Runs between requests:
+    /// the journal refers to no index then.
+    pub(crate) fn compact(&mut self, keep: &MemberSet) {
+        debug_assert!(self.journal.is_empty(), "compaction inside a request");
+        debug_assert!(self.held().is_subset(keep), "a live pset's member dropped");
+        self.table.compact(keep);
+        for slot in self.psets.values_mut() {
+            if let Slot::Live(p) = slot {
+                p.members = p.members.compress(keep);
+            }
+        }
+    }
+
     // ----- internals shared with `ops` and `derived` -----
 
     pub(crate) fn live(&self, name: &PsetName) -> Result<&Pset, PsetError> {

@@ -500,11 +500,9 @@ impl World {
             .unwrap_or(u64::MAX)
     }
 
-    /// The thesis' Lst. 6.7 adaptation step, run by `root` for application-level
-    /// changes: query, apply the change to `mpi://app/app` (phase 2), accept (phase 3),
-    /// and poll a non-blocking accept until it is decided. Removed processes exit.
-    /// Returns the final accept result.
-    pub fn adapt(&mut self, root_pid: &ProcessId, wait: Option<Duration>) -> CallResult {
+    /// Phases 1 and 2 of [`World::adapt`]: `root_pid` queries its application's change
+    /// and applies it to `r`. Returns the change's delta pset.
+    pub fn apply_change(&mut self, r: &PsetName, root_pid: &ProcessId) -> PsetName {
         let CallResult::ResChange(q) =
             self.call_wait(root_pid, ClientCall::GetResChange { bound: None })
         else {
@@ -513,7 +511,6 @@ impl World {
         let (Some(kind), Some(delta)) = (q.kind, q.delta.clone()) else {
             panic!("no change announced: {q:?}")
         };
-        let r = root();
         let op = |op, with: &PsetName| PsetOp::Set {
             op,
             pset1: r.clone(),
@@ -532,6 +529,25 @@ impl World {
         let CallResult::PsetOp(Ok(_)) = self.call_wait(root_pid, ClientCall::PsetOp { ops }) else {
             panic!("pset op failed")
         };
+        delta
+    }
+
+    /// The thesis' Lst. 6.7 adaptation step, run by `root` for application-level
+    /// changes: query, apply the change to `mpi://app/app` (phase 2), accept (phase 3),
+    /// and poll a non-blocking accept until it is decided. Removed processes exit.
+    /// Returns the final accept result.
+    pub fn adapt(&mut self, root_pid: &ProcessId, wait: Option<Duration>) -> CallResult {
+        self.adapt_pset(&root(), root_pid, wait)
+    }
+
+    /// [`World::adapt`] for the application whose pset to change is `r`.
+    pub fn adapt_pset(
+        &mut self,
+        r: &PsetName,
+        root_pid: &ProcessId,
+        wait: Option<Duration>,
+    ) -> CallResult {
+        let delta = self.apply_change(r, root_pid);
         loop {
             let accept = ClientCall::Accept {
                 delta: delta.clone(),
@@ -555,6 +571,22 @@ impl World {
                 }
                 _ => return res,
             }
+        }
+    }
+
+    /// One cycle of a malleable job: `app` (the root process `pid(0)` adapting) grows
+    /// by `k` processes, then shrinks by `k`; both changes must finalize, and the removed
+    /// processes have exited when it returns.
+    pub fn grow_shrink_cycle(&mut self, k: u32) {
+        for req in [ChangeRequest::add(APP, k), ChangeRequest::sub(APP, k)] {
+            self.request(req);
+            self.run_for(Duration::from_millis(1));
+            let r = self.adapt(&pid(0), None);
+            assert!(
+                matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
+                "{r:?}"
+            );
+            self.run_for(Duration::from_millis(5));
         }
     }
 

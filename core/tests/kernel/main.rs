@@ -17,6 +17,7 @@ mod mutants_kill_rc;
 mod psets_props;
 mod psets_rules;
 mod rc_flow;
+mod rc_footprint;
 mod rc_growth;
 mod rc_hardening;
 mod rc_link;

@@ -282,16 +282,7 @@ fn a_long_run_keeps_a_bounded_history() {
     let mut w = World::new(config(1, 8, 2));
     let cycles = DONE_KEPT * 3;
     for _ in 0..cycles {
-        for req in [ChangeRequest::add(APP, 2), ChangeRequest::sub(APP, 2)] {
-            w.request(req);
-            w.run_for(Duration::from_millis(1));
-            let r = w.adapt(&pid(0), None);
-            assert!(
-                matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
-                "{r:?}"
-            );
-            w.run_for(Duration::from_millis(5));
-        }
+        w.grow_shrink_cycle(2);
     }
     assert!(w.statuses.len() >= cycles * 2 * 3, "every change ran");
     // Exactly the last DONE_KEPT: fewer would forget decisions late accepts and

@@ -6,12 +6,15 @@
 //! drain [`Master::poll_output`] and arm a timer for [`Master::poll_timeout`].
 
 mod data;
+mod footprint;
 mod growth;
 mod modex;
 mod phase1;
 mod phase3;
+mod retire;
 mod spawn;
 
+pub use footprint::Footprint;
 pub use phase3::{accept_key, confirm_key};
 pub use spawn::MAX_SPAWN;
 

@@ -603,10 +603,16 @@ impl Master {
         } else {
             super::DONE_KEPT
         };
+        let mut evicted = false;
         while self.done_order.len() > kept {
             if let Some(old) = self.done_order.pop_front() {
                 self.evict(&old);
+                evicted = true;
             }
+        }
+        // The forgotten deltas may have held the last reference to processes that left.
+        if evicted {
+            self.retire_processes();
         }
     }
 

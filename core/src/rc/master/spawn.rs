@@ -203,6 +203,7 @@ impl Master {
             self.app_of.remove(p);
         }
         tracing::debug!(%app, "spawn forgotten: every child is gone");
+        self.retire_processes();
     }
 
     /// The spawns whose children are not all gone: (application, spawner, children).
