@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dynres_tests::job::{Running, Runtime, dynres_bin};
+use dynres_tests::job::{Running, Runtime, dynres_bin, runtime_of};
 use dynres_transports::MsgHeader;
 use dynres_transports::tcp::framing::{FrameKind, encode_frame as frame};
 use dynres_transports::tcp::{KeyId, auth};
@@ -199,7 +199,9 @@ fn a_job_survives_a_local_stranger() {
     ]));
     let deadline = Instant::now() + Duration::from_secs(20);
     let targets = loop {
-        let ports = job_ports(job.id());
+        // The ranks are the children of the runtime, which `dynres run` supervises
+        // (RT-4).
+        let ports = job_ports(runtime_of(job.id()));
         if ports.len() >= 2 {
             break ports;
         }
