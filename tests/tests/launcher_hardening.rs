@@ -79,6 +79,25 @@ impl Running {
             let _ = c.wait();
         }
     }
+
+    /// SIGKILL of the supervisor and the runtime at once, as a crash of the host's
+    /// session or the OOM killer would: nobody is left to clean up (RT-4's supervisor
+    /// and runtime clean up after each other otherwise). The runtime is stopped first,
+    /// so it cannot act on its parent-death signal.
+    fn kill_both(&mut self) {
+        let runtime = runtime_of(self.id());
+        // SAFETY: kill has no memory-safety preconditions; both are the test's own
+        // descendants, not yet reaped.
+        unsafe { libc::kill(runtime as libc::pid_t, libc::SIGSTOP) };
+        self.kill();
+        // SAFETY: as above; a stopped process is killed by SIGKILL.
+        unsafe { libc::kill(runtime as libc::pid_t, libc::SIGKILL) };
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{runtime}")).exists() {
+            assert!(std::time::Instant::now() < until, "the runtime survived SIGKILL");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Running {
@@ -273,8 +292,9 @@ fn a_live_job_id_is_refused_and_a_dead_runtimes_directory_is_taken_over() {
         |s| s.contains("PROCESSES"),
     );
 
-    // Dead (SIGKILL leaves its directory behind): a new job with the same id runs.
-    first.kill();
+    // Dead (SIGKILL of both the supervisor and the runtime leaves its directory
+    // behind): a new job with the same id runs.
+    first.kill_both();
     assert!(rt.dir.join(job).exists(), "no stale directory to test with");
     let f = rt.run(&["run", "-n", "1", "--job-id", job, "--example", "check"]);
     assert_eq!(f.code, Some(0), "{}", f.dump());
