@@ -225,6 +225,11 @@ pub enum Bug {
     /// (`HandshakeConfig::served`), so a late copy of the previous connection's Hello
     /// opens a ghost connection with an initiator already answered (`SPAWN-21`).
     ForgetServedConnections,
+    // issue 28: authenticated bootstrap
+    /// Bootstrap messages are not authenticated: the receiver skips the tag check, so
+    /// a process without the key opens a spawn's handshake with a forged Hello and the
+    /// children are refused (`SPAWN-22`).
+    SkipBootstrapMac,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

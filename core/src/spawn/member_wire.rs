@@ -47,6 +47,7 @@ mod code {
     pub const CONFIG: u8 = 16;
     pub const JOIN_SAME_PORT: u8 = 17;
     pub const REPORTED: u8 = 18;
+    pub const FORGED: u8 = 19;
 }
 
 fn phase_code(p: Phase) -> u64 {
@@ -119,6 +120,7 @@ fn error_parts(e: &SpawnError) -> (u8, Vec<u64>, String) {
         SpawnError::ContextIdNotLive(id) => (code::CONTEXT_ID_NOT_LIVE, vec![u64::from(*id)], text),
         SpawnError::Config(_) => (code::CONFIG, vec![], text),
         SpawnError::JoinSamePort => (code::JOIN_SAME_PORT, vec![], text),
+        SpawnError::Forged { .. } => (code::FORGED, vec![], text),
         // The carried code rides in the numbers, so a re-sent report stays a report.
         SpawnError::Reported { code: c, text } => (code::REPORTED, vec![u64::from(*c)], clip(text)),
     }
@@ -140,7 +142,7 @@ fn error_from(c: u8, nums: &[u64], text: String) -> Result<SpawnError, WireError
     let small = |v: u64| u32::try_from(v).map_err(|_| invalid("error field", v));
     let reported = |c: u8, text: String| Ok(SpawnError::Reported { code: c, text });
     match c {
-        code::WIRE | code::BAD_PORT | code::UNEXPECTED | code::CONFIG => {
+        code::WIRE | code::BAD_PORT | code::UNEXPECTED | code::CONFIG | code::FORGED => {
             want(0)?;
             reported(c, text)
         }

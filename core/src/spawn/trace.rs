@@ -19,6 +19,7 @@ use alloc::vec::Vec;
 
 use nom::Parser;
 
+use super::auth::BootKey;
 use super::group::{MemberMsg, Role};
 use super::handshake::{HandshakeConfig, Phase, Served};
 use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP};
@@ -216,6 +217,21 @@ pub fn put_port(out: &mut Vec<u8>, p: &PortName) {
     prim::put_bytes(out, &p.dgram.0);
     prim::put_bytes(out, &p.stream.0);
     put_u32(out, p.tag);
+    put_key(out, &p.key);
+}
+
+/// Encodes a key. A trace holds the keys of the connections it recorded, so that a
+/// replay recomputes every tag (SPAWN-22): treat a recorded trace as a secret.
+fn put_key(out: &mut Vec<u8>, k: &BootKey) {
+    out.extend_from_slice(&k.0);
+}
+
+/// Parses [`put_key`].
+fn key(i: &[u8]) -> PResult<'_, BootKey> {
+    let (i, b) = nom::bytes::complete::take(BootKey::LEN)(i)?;
+    let mut k = [0u8; BootKey::LEN];
+    k.copy_from_slice(b);
+    Ok((i, BootKey(k)))
 }
 
 /// Parses [`put_port`].
@@ -230,6 +246,7 @@ pub fn port(i: &[u8]) -> PResult<'_, PortName> {
     let (i, dgram) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, stream) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, tag) = prim::u32(i)?;
+    let (i, key) = key(i)?;
     Ok((
         i,
         PortName {
@@ -237,6 +254,7 @@ pub fn port(i: &[u8]) -> PResult<'_, PortName> {
             dgram: Addr(dgram.to_vec()),
             stream: Addr(stream.to_vec()),
             tag,
+            key,
         },
     ))
 }
@@ -307,6 +325,7 @@ pub fn put_spawn_config(out: &mut Vec<u8>, c: &SpawnConfig) {
     put_u32(out, c.maxprocs);
     put_str(out, c.child_namespace.as_str());
     put_u64(out, c.child_group_id);
+    put_key(out, &c.key);
 }
 
 /// Parses [`put_spawn_config`].
@@ -316,6 +335,7 @@ pub fn spawn_config(i: &[u8]) -> PResult<'_, SpawnConfig> {
     let (i, maxprocs) = prim::u32(i)?;
     let (i, ns) = prim::string("namespace", 255)(i)?;
     let (i, child_group_id) = prim::u64(i)?;
+    let (i, key) = key(i)?;
     Ok((
         i,
         SpawnConfig {
@@ -324,6 +344,7 @@ pub fn spawn_config(i: &[u8]) -> PResult<'_, SpawnConfig> {
             maxprocs,
             child_namespace: Namespace::new(ns),
             child_group_id,
+            key,
         },
     ))
 }
@@ -368,7 +389,16 @@ pub const STATIC_TEXTS: &[&str] = &[
     "stream bytes in a datagram-only handshake",
     "transport",
     "too long",
-    "does not match dynres:1:<boot>:<hex>:<hex>:<tag>",
+    "does not match dynres:2:<boot>:<hex>:<hex>:<tag>:<key>",
+    "does not match dynres:2:<boot>:<hex>:<hex>:<tag>",
+    "DYNRES_SPAWN_KEY is not 64 hex digits",
+    "datagram without a tag",
+    "datagram with a wrong tag",
+    "datagram of another session",
+    "stream frame without a tag",
+    "stream frame with a wrong tag",
+    "Hello of a group this spawn did not launch",
+    "message of another session",
     "port name",
     "join port",
     "handshake message",
@@ -567,6 +597,10 @@ pub fn put_spawn_error(out: &mut Vec<u8>, e: &SpawnError) {
             put_u8(out, *code);
             put_str(out, text);
         }
+        SpawnError::Forged { what } => {
+            put_u8(out, 19);
+            put_str(out, what);
+        }
     }
 }
 
@@ -626,6 +660,7 @@ pub fn spawn_error(i: &[u8]) -> PResult<'_, SpawnError> {
             let (i, (code, text)) = (prim::u8, text()).parse(i)?;
             (i, SpawnError::Reported { code, text })
         }
+        19 => static_text(i).map(|(i, what)| (i, SpawnError::Forged { what }))?,
         t => return fail("spawn error tag", u64::from(t)),
     };
     Ok((i, e))
@@ -895,12 +930,14 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..MAX_ADDR),
             proptest::collection::vec(any::<u8>(), 0..MAX_ADDR),
             any::<u32>(),
+            any::<[u8; 32]>(),
         )
-            .prop_map(|(boot, d, s, tag)| PortName {
+            .prop_map(|(boot, d, s, tag, key)| PortName {
                 boot,
                 dgram: Addr(d),
                 stream: Addr(s),
                 tag,
+                key: BootKey(key),
             })
     }
 
@@ -1036,7 +1073,8 @@ mod tests {
 
         #[test]
         fn starts_round_trip(now: u64, port in arb_port(), cfg in arb_cfg(), acceptor: bool,
-                             maxprocs: u32, ns in "[a-z-]{0,20}", child: u64, rank: u32) {
+                             maxprocs: u32, ns in "[a-z-]{0,20}", child: u64, rank: u32,
+                             key: [u8; 32]) {
             let role = if acceptor { Role::Acceptor } else { Role::Initiator };
             let hs = decode_handshake_start(&encode_handshake_start(Instant(now), role, &port, &cfg));
             prop_assert_eq!(hs, Ok(HandshakeStart { now: Instant(now), role, port: port.clone(), cfg: cfg.clone() }));
@@ -1048,6 +1086,7 @@ mod tests {
                 maxprocs,
                 child_namespace: Namespace::new(ns),
                 child_group_id: child,
+                key: BootKey(key),
             };
             prop_assert_eq!(decode_parent_start(&encode_parent_start(Instant(now), &sc)), Ok((Instant(now), sc)));
             let m = encode_member_start(role, rank, &cfg.local, &cfg.local_endpoints);

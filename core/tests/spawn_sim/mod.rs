@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use dynres_core::spawn::{
-    Addr, Bootstrap, ContextIds, GroupHeader, Handshake, HandshakeConfig, Input, InterGroup, Join,
-    Member, MemberOutput, Output, PortName, Ports, Role, SpawnConfig, SpawnEnv, SpawnError,
-    SpawnParent,
+    Addr, BootKey, Bootstrap, ContextIds, GroupHeader, Handshake, HandshakeConfig, Input,
+    InterGroup, Join, Member, MemberOutput, Output, PortName, Ports, Role, SpawnConfig, SpawnEnv,
+    SpawnError, SpawnParent,
 };
 use dynres_core::wire::WireError;
 use dynres_core::{Duration, Instant, Namespace};
@@ -216,6 +216,9 @@ pub struct Sim {
     pub stats: Stats,
     /// Every datagram ever delivered, for replay tests.
     pub delivered_log: Vec<(usize, Addr, Vec<u8>)>,
+    /// Mixed into every key of this world: two worlds with different salts are two
+    /// runs of the driver, whose random keys differ (SPAWN-22).
+    pub key_salt: u8,
 }
 
 /// How spawned children configure their handshake.
@@ -282,6 +285,7 @@ impl Sim {
                 steps: 0,
             },
             delivered_log: Vec::new(),
+            key_salt: 0,
         }
     }
 
@@ -374,11 +378,27 @@ impl Sim {
         (a, b)
     }
 
+    /// The key of the port of root `i` (the driver's random draw, fixed here so the
+    /// fault injection's random sequence is the one the tests were tuned with).
+    pub fn port_key(&self, i: usize) -> BootKey {
+        BootKey([0xa0 ^ i as u8 ^ self.key_salt; 32])
+    }
+
+    /// The key of the spawn of parent root `i` (SPAWN-22: not its port's).
+    pub fn spawn_key(&self, i: usize) -> BootKey {
+        BootKey([0x50 ^ i as u8 ^ self.key_salt; 32])
+    }
+
     /// A port on the next root's addresses.
     pub fn next_port(&self, ports: &mut Ports, boot: Bootstrap) -> PortName {
         let i = self.roots.len();
         ports
-            .open_port(Self::addr(0xd0, i), Self::addr(0x50, i), boot)
+            .open_port(
+                Self::addr(0xd0, i),
+                Self::addr(0x50, i),
+                boot,
+                self.port_key(i),
+            )
             .unwrap()
     }
 
@@ -448,6 +468,7 @@ impl Sim {
             maxprocs,
             child_namespace: Namespace::new(format!("child-of-{}", header.group_id)),
             child_group_id: 10_000 + header.group_id,
+            key: self.spawn_key(self.roots.len()),
         };
         let m = SpawnParent::new(self.now, cfg).unwrap();
         self.add_root(
