@@ -814,13 +814,35 @@ impl Handshake {
         h.size >= 1 && h.size as usize <= MAX_GROUP
     }
 
+    /// SPAWN-23: the inter-group's data-plane key, the same at both roots: the
+    /// bootstrap key, the session and both triples, the acceptor's first.
+    fn data_key(&self, remote: &GroupHeader) -> BootKey {
+        let (acceptor, initiator) = match self.role {
+            Role::Acceptor => (&self.cfg.local, remote),
+            Role::Initiator => (remote, &self.cfg.local),
+        };
+        let triple = |h: &GroupHeader| {
+            let mut b = Vec::with_capacity(16);
+            super::msg::put_header(&mut b, h);
+            b
+        };
+        let session = self.session.unwrap_or_default();
+        self.key()
+            .data_plane(session, &triple(acceptor), &triple(initiator))
+    }
+
     fn announce_remote(&mut self, remote: GroupHeader) {
         let session = self.session.unwrap_or_default();
+        let data_key = self.data_key(&remote);
         for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
             // SPAWN-6
             self.out.push_back(Output::ToMember {
                 member,
-                msg: MemberMsg::RemoteGroup { session, remote },
+                msg: MemberMsg::RemoteGroup {
+                    session,
+                    remote,
+                    data_key,
+                },
             });
         }
     }
@@ -962,6 +984,7 @@ impl Handshake {
             remote,
             local_endpoints: self.cfg.local_endpoints.clone(),
             remote_endpoints,
+            data_key: self.data_key(&remote),
         };
         for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
             self.out.push_back(Output::ToMember {

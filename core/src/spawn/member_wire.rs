@@ -19,7 +19,7 @@ use crate::wire::prim::{clip_str, put_seq, put_str, put_u8, put_u64, seq, string
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
 
 use super::handshake::Phase;
-use super::msg::{AbortReason, MAX_GROUP, addr, header, put_header};
+use super::msg::{AbortReason, MAX_GROUP, addr, boot_key, header, put_header, put_key};
 use super::{MemberMsg, SpawnError};
 
 /// Longest error text carried in a `Failed` message, in bytes.
@@ -239,12 +239,15 @@ impl MemberMsg {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            MemberMsg::RemoteGroup { session, remote } => {
-                encode_frame(&mut out, types::MEMBER_REMOTE_GROUP, |b| {
-                    put_u64(b, *session);
-                    put_header(b, remote);
-                })
-            }
+            MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key,
+            } => encode_frame(&mut out, types::MEMBER_REMOTE_GROUP, |b| {
+                put_u64(b, *session);
+                put_header(b, remote);
+                put_key(b, data_key);
+            }),
             MemberMsg::RemoteEndpoints { session, endpoints } => {
                 encode_frame(&mut out, types::MEMBER_REMOTE_ENDPOINTS, |b| {
                     put_u64(b, *session);
@@ -271,7 +274,15 @@ impl MemberMsg {
             types::MEMBER_REMOTE_GROUP => parse_all(body, |i| {
                 let (i, session) = u64(i)?;
                 let (i, remote) = header(i)?;
-                Ok((i, MemberMsg::RemoteGroup { session, remote }))
+                let (i, data_key) = boot_key(i)?;
+                Ok((
+                    i,
+                    MemberMsg::RemoteGroup {
+                        session,
+                        remote,
+                        data_key,
+                    },
+                ))
             }),
             types::MEMBER_REMOTE_ENDPOINTS => parse_all(body, |i| {
                 let (i, session) = u64(i)?;
@@ -287,15 +298,20 @@ impl MemberMsg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::Addr;
     use crate::spawn::msg::tests::{PHASES, arb_exact_error, arb_header};
+    use crate::spawn::{Addr, BootKey};
     use proptest::prelude::*;
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
         let addr = proptest::collection::vec(any::<u8>(), 0..=64).prop_map(Addr);
         prop_oneof![
-            (any::<u64>(), arb_header())
-                .prop_map(|(session, remote)| MemberMsg::RemoteGroup { session, remote }),
+            (any::<u64>(), arb_header(), any::<[u8; 32]>()).prop_map(|(session, remote, k)| {
+                MemberMsg::RemoteGroup {
+                    session,
+                    remote,
+                    data_key: BootKey(k),
+                }
+            }),
             (any::<u64>(), proptest::collection::vec(addr, 0..20))
                 .prop_map(|(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }),
             (any::<u64>(), arb_exact_error())

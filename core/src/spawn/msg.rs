@@ -131,6 +131,19 @@ fn transport(input: &[u8]) -> PResult<'_, Transport> {
     }
 }
 
+/// A key, its 32 bytes as they are (a member message's data-plane key, a trace's keys).
+pub(crate) fn put_key(out: &mut Vec<u8>, k: &BootKey) {
+    out.extend_from_slice(&k.0);
+}
+
+/// Parses [`put_key`].
+pub(crate) fn boot_key(input: &[u8]) -> PResult<'_, BootKey> {
+    let (i, b) = nom::bytes::complete::take(BootKey::LEN)(input)?;
+    let mut k = [0u8; BootKey::LEN];
+    k.copy_from_slice(b);
+    Ok((i, BootKey(k)))
+}
+
 pub(crate) fn addr(input: &[u8]) -> PResult<'_, Addr> {
     let (i, b) = bytes("address", MAX_ADDR)(input)?;
     Ok((i, Addr(b.to_vec())))

@@ -19,10 +19,9 @@ use alloc::vec::Vec;
 
 use nom::Parser;
 
-use super::auth::BootKey;
 use super::group::{MemberMsg, Role};
 use super::handshake::{HandshakeConfig, Phase, Served};
-use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP};
+use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP, boot_key, put_key};
 use super::parent::SpawnConfig;
 use super::port::{Bootstrap, PortName};
 use super::{DatagramConfig, Input, SpawnError};
@@ -217,21 +216,9 @@ pub fn put_port(out: &mut Vec<u8>, p: &PortName) {
     prim::put_bytes(out, &p.dgram.0);
     prim::put_bytes(out, &p.stream.0);
     put_u32(out, p.tag);
+    // A trace holds the keys of the connections it recorded, so that a replay
+    // recomputes every tag (SPAWN-22): treat a recorded trace as a secret.
     put_key(out, &p.key);
-}
-
-/// Encodes a key. A trace holds the keys of the connections it recorded, so that a
-/// replay recomputes every tag (SPAWN-22): treat a recorded trace as a secret.
-fn put_key(out: &mut Vec<u8>, k: &BootKey) {
-    out.extend_from_slice(&k.0);
-}
-
-/// Parses [`put_key`].
-fn key(i: &[u8]) -> PResult<'_, BootKey> {
-    let (i, b) = nom::bytes::complete::take(BootKey::LEN)(i)?;
-    let mut k = [0u8; BootKey::LEN];
-    k.copy_from_slice(b);
-    Ok((i, BootKey(k)))
 }
 
 /// Parses [`put_port`].
@@ -246,7 +233,7 @@ pub fn port(i: &[u8]) -> PResult<'_, PortName> {
     let (i, dgram) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, stream) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, tag) = prim::u32(i)?;
-    let (i, key) = key(i)?;
+    let (i, key) = boot_key(i)?;
     Ok((
         i,
         PortName {
@@ -335,7 +322,7 @@ pub fn spawn_config(i: &[u8]) -> PResult<'_, SpawnConfig> {
     let (i, maxprocs) = prim::u32(i)?;
     let (i, ns) = prim::string("namespace", 255)(i)?;
     let (i, child_group_id) = prim::u64(i)?;
-    let (i, key) = key(i)?;
+    let (i, key) = boot_key(i)?;
     Ok((
         i,
         SpawnConfig {
@@ -754,10 +741,15 @@ pub fn decode_handshake_input(bytes: &[u8]) -> Result<HandshakeInput, WireError>
 pub fn encode_member_msg(msg: &MemberMsg) -> Vec<u8> {
     let mut out = Vec::new();
     match msg {
-        MemberMsg::RemoteGroup { session, remote } => {
+        MemberMsg::RemoteGroup {
+            session,
+            remote,
+            data_key,
+        } => {
             put_u8(&mut out, 1);
             put_u64(&mut out, *session);
             put_header(&mut out, remote);
+            put_key(&mut out, data_key);
         }
         MemberMsg::RemoteEndpoints { session, endpoints } => {
             put_u8(&mut out, 2);
@@ -778,7 +770,17 @@ pub fn decode_member_msg(bytes: &[u8]) -> Result<MemberMsg, WireError> {
     parse_all(bytes, |i: &[u8]| -> PResult<'_, MemberMsg> {
         let (i, (tag, session)) = (prim::u8, prim::u64).parse(i)?;
         match tag {
-            1 => header(i).map(|(i, remote)| (i, MemberMsg::RemoteGroup { session, remote })),
+            1 => {
+                let (i, (remote, data_key)) = (header, boot_key).parse(i)?;
+                Ok((
+                    i,
+                    MemberMsg::RemoteGroup {
+                        session,
+                        remote,
+                        data_key,
+                    },
+                ))
+            }
             2 => addrs(i)
                 .map(|(i, endpoints)| (i, MemberMsg::RemoteEndpoints { session, endpoints })),
             3 => spawn_error(i).map(|(i, error)| (i, MemberMsg::Failed { session, error })),
@@ -912,6 +914,7 @@ pub fn decode_member_start(bytes: &[u8]) -> Result<MemberStart, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spawn::BootKey;
     use alloc::string::ToString;
     use alloc::vec;
     use proptest::prelude::*;
@@ -1037,8 +1040,11 @@ mod tests {
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
         prop_oneof![
-            (any::<u64>(), arb_header())
-                .prop_map(|(session, remote)| MemberMsg::RemoteGroup { session, remote }),
+            (any::<u64>(), arb_header()).prop_map(|(session, remote)| MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key: BootKey([7; 32]),
+            }),
             (any::<u64>(), proptest::collection::vec(arb_addr(), 0..5))
                 .prop_map(|(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }),
             (any::<u64>(), arb_error())

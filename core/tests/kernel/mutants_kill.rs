@@ -1462,7 +1462,11 @@ fn a_decided_member_ignores_late_triples_and_tables() {
     let new_member = || Member::new(Role::Acceptor, 1, local, vec![Addr(vec![1]), Addr(vec![2])]);
     let late = |session| {
         [
-            MemberMsg::RemoteGroup { session, remote },
+            MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key: crate::KEY,
+            },
             MemberMsg::RemoteEndpoints {
                 session,
                 endpoints: vec![Addr(vec![3])],

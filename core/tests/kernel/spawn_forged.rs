@@ -327,3 +327,30 @@ fn a_flood_of_forged_hellos_does_not_stop_a_spawn() {
         assert_eq!(forged_count(&sim, p), 20, "{boot:?}");
     }
 }
+
+/// SPAWN-23: every rank of both groups holds the same data-plane key (checked for each
+/// connection by `assert_group_connected`), a key that is neither the bootstrap key nor
+/// another connection's: two spawns in one world (their own keys and children), and the
+/// first again in a world with other keys, give three different keys.
+#[test]
+fn each_connection_has_its_own_data_key() {
+    let mut keys = Vec::new();
+    for salt in [0, 1] {
+        let (mut sim, p) = spawn_world(21, Bootstrap::Datagram, 2, salt);
+        let mut spawns = vec![p];
+        if salt == 0 {
+            let mut ports = Ports::new();
+            let mut ctx = ContextIds::new(1, 1 << 16);
+            spawns.push(sim.add_spawn(&mut ports, Bootstrap::Datagram, 2, 2, &mut ctx));
+        }
+        sim.run();
+        for p in spawns {
+            let c = sim.child_of(p).expect("launched");
+            let ig = sim.assert_group_connected(p, c);
+            assert_ne!(ig.data_key, sim.spawn_key(p));
+            keys.push(ig.data_key);
+        }
+    }
+    let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
+    assert_eq!(distinct.len(), 3, "{keys:?}");
+}

@@ -804,6 +804,8 @@ impl Sim {
         assert_eq!(ig.remote, rig.local, "remote triple seen by {}", r.name);
         assert_eq!(ig.local, rig.remote, "local triple seen by {}", rr.name);
         assert_eq!(ig.session, rig.session);
+        // SPAWN-23: one data-plane key for the inter-group.
+        assert_eq!(ig.data_key, rig.data_key, "data key seen by {}", rr.name);
         let g = &self.groups[&r.group_id];
         let rg = &self.groups[&rr.group_id];
         assert_eq!(ig.local, g.header);
@@ -825,8 +827,8 @@ impl Sim {
         for (rank, mig) in &g.ready {
             assert_eq!(mig.local_rank, *rank);
             assert_eq!(
-                (mig.local, mig.remote, mig.session),
-                (ig.local, ig.remote, ig.session)
+                (mig.local, mig.remote, mig.session, mig.data_key),
+                (ig.local, ig.remote, ig.session, ig.data_key)
             );
             assert_eq!(mig.remote_endpoints, rg.endpoints);
         }
