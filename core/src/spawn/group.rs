@@ -369,6 +369,15 @@ mod tests {
         Member::new(role, 1, h, vec![Addr(vec![1]), Addr(vec![2])])
     }
 
+    /// The root's `RemoteGroup` of session 9 naming `remote`.
+    fn remote_group(remote: GroupHeader) -> MemberMsg {
+        MemberMsg::RemoteGroup {
+            session: 9,
+            remote,
+            data_key: BootKey([9; 32]),
+        }
+    }
+
     /// The remote group 9 of `size` processes (context id 5).
     fn remote(size: u32) -> GroupHeader {
         GroupHeader {
@@ -424,15 +433,7 @@ mod tests {
         let remote = remote(1);
         let mut m = member(Role::Initiator);
         assert_eq!(m.poll_timeout(), None);
-        m.handle(
-            Instant(5),
-            MemberMsg::RemoteGroup {
-                session: 9,
-                remote,
-                data_key: BootKey([9; 32]),
-            },
-        )
-        .unwrap();
+        m.handle(Instant(5), remote_group(remote)).unwrap();
         assert_eq!(m.poll_timeout(), None);
         m.handle(
             Instant(6),
@@ -469,15 +470,7 @@ mod tests {
             )
             .is_err()
         );
-        m.handle(
-            Instant(0),
-            MemberMsg::RemoteGroup {
-                session: 9,
-                remote,
-                data_key: BootKey([9; 32]),
-            },
-        )
-        .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         let before = m.clone();
         assert!(matches!(
             m.handle(
@@ -499,15 +492,7 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(m.poll_output(), Some(MemberOutput::Ready(_))));
-        m.handle(
-            Instant(0),
-            MemberMsg::RemoteGroup {
-                session: 9,
-                remote,
-                data_key: BootKey([9; 32]),
-            },
-        )
-        .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         assert_eq!(m.poll_output(), None);
         // SPAWN-8: a revocation drops the handle.
         m.handle(
@@ -552,15 +537,7 @@ mod tests {
         let mut m = member(Role::Initiator);
         let fresh = m.fingerprint();
         assert_eq!(m.fingerprint(), fresh, "the same state");
-        m.handle(
-            Instant(0),
-            MemberMsg::RemoteGroup {
-                session: 9,
-                remote,
-                data_key: BootKey([9; 32]),
-            },
-        )
-        .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         let told = m.fingerprint();
         assert_ne!(told, fresh, "the remote triple is state");
         m.handle(

@@ -137,20 +137,37 @@ fn a_hello_replayed_from_another_spawn_is_dropped() {
 
 /// An acceptor and an initiator on a datagram port keyed `key`, the initiator's Hello
 /// taken: `(acceptor, initiator, initiator's address, acceptor's outputs)`.
-fn opened_connection(boot: Bootstrap) -> (Handshake, Handshake, Addr, Vec<Output>) {
+/// The triple of singleton group `group_id` (context id 1).
+fn single(group_id: u64) -> GroupHeader {
+    GroupHeader {
+        group_id,
+        size: 1,
+        context_id: 1,
+    }
+}
+
+/// A port of bootstrap `boot` keyed [`crate::KEY`], and the acceptor (group 1) on it.
+fn listening(boot: Bootstrap) -> (dynres_core::spawn::PortName, Handshake) {
     let mut ports = Ports::new();
     let port = ports
         .open_port(Addr(vec![0xa0]), Addr(vec![0xa1]), boot, crate::KEY)
         .expect("a port");
-    let c = spawn_sim::ChildCfg::default();
-    let h = |group_id| GroupHeader {
-        group_id,
-        size: 1,
-        context_id: 1,
-    };
-    let cfg = |g| hs_config(h(g), endpoints(g, 1, 16), &c);
-    let mut acc = Handshake::accept(Instant(0), port.clone(), cfg(1)).expect("accept");
-    let mut ini = Handshake::connect(Instant(0), port, cfg(2)).expect("connect");
+    let acc = Handshake::accept(Instant(0), port.clone(), single_config(1)).expect("accept");
+    (port, acc)
+}
+
+/// The configuration of singleton group `g`'s root.
+fn single_config(g: u64) -> dynres_core::spawn::HandshakeConfig {
+    hs_config(
+        single(g),
+        endpoints(g, 1, 16),
+        &spawn_sim::ChildCfg::default(),
+    )
+}
+
+fn opened_connection(boot: Bootstrap) -> (Handshake, Handshake, Addr, Vec<Output>) {
+    let (port, mut acc) = listening(boot);
+    let mut ini = Handshake::connect(Instant(0), port, single_config(2)).expect("connect");
     let ini_addr = Addr(vec![0xb0]);
     let outs: Vec<Output> = std::iter::from_fn(|| ini.poll_output()).collect();
     for o in outs {
@@ -264,26 +281,10 @@ fn forged_messages_inside_an_open_session_change_nothing() {
 /// keeps nothing of it), and the real initiator's Hello is then taken.
 #[test]
 fn a_forged_stream_frame_is_refused_and_the_real_hello_taken() {
-    let mut ports = Ports::new();
-    let port = ports
-        .open_port(
-            Addr(vec![0xa0]),
-            Addr(vec![0xa1]),
-            Bootstrap::Stream,
-            crate::KEY,
-        )
-        .expect("a port");
-    let c = spawn_sim::ChildCfg::default();
-    let h = |group_id| GroupHeader {
-        group_id,
-        size: 1,
-        context_id: 1,
-    };
-    let cfg = |g| hs_config(h(g), endpoints(g, 1, 16), &c);
-    let mut acc = Handshake::accept(Instant(0), port.clone(), cfg(1)).expect("accept");
+    let (port, mut acc) = listening(Bootstrap::Stream);
     let forged = HsMsg::Hello {
         session: 2,
-        header: h(2),
+        header: single(2),
     }
     .seal(&BootKey([0x42; 32]), Role::Initiator);
     let before = acc.clone();
@@ -291,7 +292,7 @@ fn a_forged_stream_frame_is_refused_and_the_real_hello_taken() {
     assert!(matches!(r, Err(SpawnError::Forged { .. })), "{r:?}");
     assert!(acc.eq_except_forged(&before));
     assert_eq!((acc.forged(), acc.phase()), (1, Phase::Listening));
-    let mut ini = Handshake::connect(Instant(0), port, cfg(2)).expect("connect");
+    let mut ini = Handshake::connect(Instant(0), port, single_config(2)).expect("connect");
     for o in std::iter::from_fn(|| ini.poll_output()) {
         if let Output::SendStream { bytes } = o {
             acc.handle(Instant(2), Input::Stream { bytes })
@@ -299,7 +300,7 @@ fn a_forged_stream_frame_is_refused_and_the_real_hello_taken() {
         }
     }
     assert_eq!(acc.phase(), Phase::Endpoints);
-    assert_eq!(acc.remote(), Some(h(2)));
+    assert_eq!(acc.remote(), Some(single(2)));
 }
 
 /// The stranger's test of SPAWN-22 through a whole world: children whose parent's port
