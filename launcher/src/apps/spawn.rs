@@ -447,10 +447,18 @@ fn peer(transport: &Transport, mode: Mode, file: &str, timeout: Duration) -> Res
     inter.disconnect()
 }
 
-/// Writes `text` to `file` atomically (a reader never sees half of it).
+/// Writes `text` to `file` atomically (a reader never sees half of it), readable by
+/// this user only: a port name carries the port's key (SPAWN-22).
 fn publish(file: &str, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = format!("{file}.tmp.{}", std::process::id());
-    std::fs::write(&tmp, text)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
     std::fs::rename(&tmp, file)
 }
 
