@@ -7,8 +7,8 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use dynres_core::spawn::{
-    Addr, Bootstrap, GroupHeader, Handshake, HandshakeConfig, Input, Output, PortName, SpawnConfig,
-    SpawnEnv, SpawnParent,
+    Addr, BootKey, Bootstrap, GroupHeader, Handshake, HandshakeConfig, Input, Output, PortName,
+    SpawnConfig, SpawnEnv, SpawnParent,
 };
 use dynres_core::{Instant, Namespace};
 
@@ -26,6 +26,7 @@ fn spawn_handshake(boot: Bootstrap, children: u32) -> usize {
         dgram: Addr(vec![1]),
         stream: Addr(vec![2]),
         tag: 0,
+        key: BootKey([1; 32]),
     };
     let parent_h = GroupHeader {
         group_id: 1,
@@ -38,6 +39,7 @@ fn spawn_handshake(boot: Bootstrap, children: u32) -> usize {
         maxprocs: children,
         child_namespace: Namespace::new("children"),
         child_group_id: 2,
+        key: BootKey([2; 32]),
     };
     let mut parent = SpawnParent::new(now, cfg).expect("valid spawn");
     let mut child: Option<Handshake> = None;

@@ -232,6 +232,11 @@ pub enum Bug {
     /// A daemon that lost its master reports its kills as the job's end (as after
     /// `Shutdown`), which the master does not count as a loss (`NODE-4`).
     LostMasterKillsAsShutdown,
+    // issue 28: authenticated bootstrap
+    /// Bootstrap messages are not authenticated: the receiver skips the tag check, so
+    /// a process without the key opens a spawn's handshake with a forged Hello and the
+    /// children are refused (`SPAWN-22`).
+    SkipBootstrapMac,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -205,7 +205,10 @@ fn spawn_machines_are_named_by_group_rank_role_and_instance() {
         cfg.root = root;
         cfg
     };
-    let port = PortName::parse("dynres:1:dgram:d0:50:0").expect("valid port");
+    let port = PortName::parse(
+        "dynres:2:dgram:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+    )
+    .expect("valid port");
     let rec = LineRecorder::default();
     tracing::subscriber::with_default(rec.clone(), || {
         Handshake::accept(Instant(0), port.clone(), cfg(3, 1)).expect("valid accept");
@@ -218,6 +221,7 @@ fn spawn_machines_are_named_by_group_rank_role_and_instance() {
                 maxprocs: 3,
                 child_namespace: Namespace::new("kids"),
                 child_group_id: 6,
+                key: dynres_core::spawn::BootKey([6; 32]),
             },
         )
         .expect("a valid spawn");
@@ -283,7 +287,10 @@ fn a_recorded_handshake_replays_its_outputs() {
         context_id: 1,
     };
     let cfg = HandshakeConfig::new(local, vec![Addr(vec![1])]);
-    let port = PortName::parse("dynres:1:dgram:d0:50:0").expect("valid port");
+    let port = PortName::parse(
+        "dynres:2:dgram:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+    )
+    .expect("valid port");
     let rec = LineRecorder::default();
     tracing::subscriber::with_default(rec.clone(), || {
         let mut hs = Handshake::connect(Instant(0), port, cfg).expect("valid connect");

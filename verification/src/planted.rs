@@ -409,6 +409,17 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-accept-twice-dgram",
             "SPAWN-21 an initiator is paired with at most one accept, the one that answered it",
         ),
+        // issue 28: the authenticated bootstrap
+        p(
+            SkipBootstrapMac,
+            "spawn-forged-hello-dgram",
+            "SPAWN-22 a forged message is dropped and counted, never decides the handshake",
+        ),
+        p(
+            SkipBootstrapMac,
+            "spawn-forged-hello-dgram",
+            "SPAWN-22 a stranger never becomes a root's peer",
+        ),
     ]
 }
 

@@ -69,6 +69,8 @@ pub enum Reach {
     /// Every handshake ready, and a later accept of a port refused a stale Hello of the
     /// connection the port served before (SPAWN-21).
     StaleHelloRefused,
+    /// Both roots ready after a root dropped a stranger's forged datagrams (SPAWN-22).
+    ReadyAfterForgery,
 }
 
 /// What the properties need to know about the model (stateright's model `cfg`).
@@ -92,6 +94,8 @@ pub struct SpawnBounds {
     pub endpoint_len: usize,
     /// Planted bugs, for the properties that call core functions themselves (`merge`).
     pub bugs: Bugs,
+    /// The strangers' actors (SPAWN-22).
+    pub strangers: Vec<usize>,
 }
 
 /// The model type of every spawn configuration.
@@ -205,6 +209,7 @@ impl SpawnModelConfig {
         let mut pairs = Vec::new();
         let mut spawns = Vec::new();
         let mut joins = Vec::new();
+        let mut strangers = Vec::new();
         for (a, (_, roots)) in self.actors.iter().enumerate() {
             for (slot, spec) in roots.iter().enumerate() {
                 let here = (a, slot as Slot);
@@ -229,6 +234,7 @@ impl SpawnModelConfig {
                         });
                         joins.push(*pairs.last().expect("just pushed"));
                     }
+                    RootSpec::Stranger { .. } => strangers.push(a),
                     RootSpec::Accept { .. }
                     | RootSpec::AcceptAgain { .. }
                     | RootSpec::Child
@@ -249,6 +255,7 @@ impl SpawnModelConfig {
             boot: self.params.boot,
             endpoint_len: self.params.endpoint_len,
             bugs: self.bugs,
+            strangers,
         }
     }
 
@@ -319,8 +326,12 @@ impl SpawnModelConfig {
                             return true;
                         }
                         match (mi.intergroup(), ma.intergroup()) {
+                            // SPAWN-23: and on its data-plane key.
                             (Some(x), Some(y)) => {
-                                x.local == y.remote && x.remote == y.local && x.session == y.session
+                                x.local == y.remote
+                                    && x.remote == y.local
+                                    && x.session == y.session
+                                    && x.data_key == y.data_key
                             }
                             _ => true,
                         }
@@ -337,6 +348,7 @@ impl SpawnModelConfig {
                             None => true,
                             Some(ig) => root_ig.is_some_and(|rig| {
                                 ig.session == rig.session
+                                    && ig.data_key == rig.data_key
                                     && ig.local == rig.local
                                     && ig.remote == rig.remote
                                     && ig.remote_endpoints == rig.remote_endpoints
@@ -634,6 +646,26 @@ impl SpawnModelConfig {
                 },
             );
         }
+        let strangers = self
+            .actors
+            .iter()
+            .any(|(_, r)| r.iter().any(|s| matches!(s, RootSpec::Stranger { .. })));
+        if strangers {
+            model = model
+                .property(
+                    Expectation::Always,
+                    "SPAWN-22 a forged message is dropped and counted, never decides the handshake",
+                    |_, s| all_roots(s).all(|r| !r.forged_accepted),
+                )
+                .property(
+                    Expectation::Always,
+                    "SPAWN-22 a stranger never becomes a root's peer",
+                    |m, s| {
+                        all_roots(s)
+                            .all(|r| r.peer.is_none_or(|(a, _)| !m.cfg.strangers.contains(&a)))
+                    },
+                );
+        }
         if datagrams {
             model = model.property(
                 Expectation::Always,
@@ -771,6 +803,17 @@ impl SpawnModelConfig {
                                 .all(|&(i, a)| ready(root(s, i)) && ready(root(s, a)))
                     },
                 ),
+                Reach::ReadyAfterForgery => model.property(
+                    Expectation::Sometimes,
+                    "reach both roots ready after forged datagrams were dropped",
+                    |m, s| {
+                        all_roots(s).any(|r| r.forged_dropped > 0)
+                            && m.cfg
+                                .pairs
+                                .iter()
+                                .any(|&(i, a)| ready(root(s, i)) && ready(root(s, a)))
+                    },
+                ),
                 Reach::LaunchFailedKilled => model.property(
                     Expectation::Sometimes,
                     "reach a failed launch with its children killed",
@@ -799,10 +842,12 @@ fn dgram_params(max_retries: u32) -> HsParams {
     HsParams {
         boot: Bootstrap::Datagram,
         timeout: Duration::from_secs(1),
-        // The smallest MTU the layer takes (93 payload bytes per segment), so a table of
-        // two 60-byte endpoints needs two segments.
+        // The smallest MTU the layer takes plus the tag (SPAWN-22): 95 payload bytes per
+        // segment, as before issue 28 added the tag, so every message has as many
+        // segments as it had (a table of two 60-byte endpoints two, of one one) and the
+        // models' state spaces stay the ones the golden counts pinned.
         datagram: DatagramConfig {
-            mtu: dynres_core::spawn::datagram::MIN_MTU,
+            mtu: dynres_core::spawn::datagram::MIN_MTU + dynres_core::spawn::TAG_LEN,
             rto: Duration::from_millis(20),
             max_retries,
         },
@@ -1047,6 +1092,36 @@ pub fn pr_configs() -> Vec<SpawnModelConfig> {
                 ..Faults::default()
             },
         },
+        // Issue 28 (SPAWN-22): a stranger who knows the parent's port address, the
+        // children's group id and size and the child root's address, but not the spawn's
+        // key, sends the listening parent a Hello of the children's group and an Abort
+        // of their session "from" the child root, at any point of the handshake. Both
+        // are dropped and counted; the spawn completes with the real children. FIFO
+        // links: the interleavings that matter are between the actors.
+        SpawnModelConfig {
+            name: "spawn-forged-hello-dgram",
+            actors: vec![
+                ("parent", vec![spawn(1, 1, 1, 1, 2)]),
+                ("children", vec![RootSpec::Child]),
+                (
+                    "stranger",
+                    vec![RootSpec::Stranger {
+                        target: (0, 0),
+                        group_id: 2,
+                        size: 1,
+                        spoof: (1, 0),
+                    }],
+                ),
+            ],
+            params: HsParams {
+                endpoint_len: 8,
+                ..dgram_params(0)
+            },
+            net: Net::Ordered,
+            reach: &[BothReady, Failed, ChildrenKilled, ReadyAfterForgery],
+            bugs: Bugs::NONE,
+            faults: Faults::default(),
+        },
     ]
 }
 
@@ -1103,6 +1178,28 @@ mod tests {
                 "reach every handshake ready after a later accept refused a stale Hello",
             ],
         );
+    }
+
+    #[test]
+    fn an_unauthenticated_bootstrap_is_caught_by_spawn_22() {
+        // SPAWN-22: without the tag check the stranger's Hello opens the parent's
+        // handshake (its peer is the stranger, its children are refused) or its Abort
+        // ends the spawn; both SPAWN-22 properties see it. The clean model passes.
+        let clean = check_spawn(&config("spawn-forged-hello-dgram"), 100_000, 1);
+        assert!(clean.passed(), "{:?}", clean.failures);
+        let bugs = Bugs::NONE.with(dynres_core::bugs::Bug::SkipBootstrapMac);
+        let cfg = SpawnModelConfig {
+            bugs,
+            ..config("spawn-forged-hello-dgram")
+        };
+        let o = check_spawn(&cfg, 100_000, 1);
+        let failed: Vec<&str> = o.failures.iter().map(|(p, _)| p.as_str()).collect();
+        for p in [
+            "SPAWN-22 a forged message is dropped and counted, never decides the handshake",
+            "SPAWN-22 a stranger never becomes a root's peer",
+        ] {
+            assert!(failed.contains(&p), "{p} not violated: {failed:?}");
+        }
     }
 
     #[test]

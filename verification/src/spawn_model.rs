@@ -34,11 +34,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use dynres_core::bugs::Bugs;
-use dynres_core::spawn::datagram::DgramFrame;
+use dynres_core::spawn::datagram::{DgramFrame, Segment};
 use dynres_core::spawn::{
-    Addr, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake, HandshakeConfig, HsMsg,
-    Input, InterGroup, Join, JoinPort, Member, Output, Phase, PortName, Role, SpawnConfig,
-    SpawnEnv, SpawnError, SpawnParent,
+    AbortReason, Addr, BootKey, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake,
+    HandshakeConfig, HsMsg, Input, InterGroup, Join, JoinPort, Member, Output, Phase, PortName,
+    Role, SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::{Duration, Instant, Namespace};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -56,15 +56,25 @@ pub fn stream_addr(actor: usize, slot: Slot) -> Addr {
     Addr(vec![actor as u8, slot, 1])
 }
 
-/// The port a root of `actor` / `slot` listens on (`tag` = slot).
+/// The port a root of `actor` / `slot` listens on (`tag` = slot; its key, the driver's
+/// random draw, fixed per actor and slot).
 pub fn port_of(actor: usize, slot: Slot, boot: Bootstrap) -> PortName {
     PortName {
         boot,
         dgram: dgram_addr(actor, slot),
         stream: stream_addr(actor, slot),
         tag: u32::from(slot),
+        key: BootKey([0x80 | (actor as u8) << 3 | slot; 32]),
     }
 }
+
+/// The key of the spawn of actor `actor`'s slot `slot` (SPAWN-22: not its port's).
+pub fn spawn_key(actor: usize, slot: Slot) -> BootKey {
+    BootKey([0x40 | (actor as u8) << 3 | slot; 32])
+}
+
+/// The key a stranger guesses: none of the model's.
+pub const GUESSED_KEY: BootKey = BootKey([0x11; 32]);
 
 /// Endpoint table of a group: `len`-byte addresses, long enough that tables of two ranks
 /// need two datagram segments at the model's MTU. `actor` is part of every address, so
@@ -105,8 +115,9 @@ pub struct Faults {
 pub fn corrupted(bytes: &[u8], msg_seq: u32) -> Vec<u8> {
     let mut c = bytes.to_vec();
     if msg_seq % 2 == 0 {
-        // The last payload byte sits just before the 4-byte CRC.
-        if let Some(b) = c.len().checked_sub(5).and_then(|i| c.get_mut(i)) {
+        // The last payload byte sits just before the 16-byte tag and the 4-byte CRC.
+        let at = dynres_core::spawn::TAG_LEN + 5;
+        if let Some(b) = c.len().checked_sub(at).and_then(|i| c.get_mut(i)) {
             *b ^= 0x01;
         }
     } else {
@@ -179,6 +190,22 @@ pub enum RootSpec {
         /// The `AcceptAgain` root (actor, slot) that tells it.
         to: (usize, Slot),
     },
+    /// A stranger (SPAWN-22): a process of another user that knows the port's address,
+    /// the children's group id and size (the old ids were predictable) and the child
+    /// root's address, but not the key. At its start it sends the root at `target` a
+    /// Hello of group `group_id` of `size` from its own address and then an `Abort` of
+    /// that group's session from `spoof`'s address, both sealed with [`GUESSED_KEY`]; it
+    /// runs no machine.
+    Stranger {
+        /// The root it attacks (its port's datagram address).
+        target: (usize, Slot),
+        /// The group its Hello claims to be.
+        group_id: u64,
+        /// That group's size.
+        size: u32,
+        /// The root whose address its `Abort` claims.
+        spoof: (usize, Slot),
+    },
 }
 
 /// Parameters every root of a model shares.
@@ -226,6 +253,8 @@ pub enum SpawnMsg {
         /// The slot whose machine sent it (the model's bookkeeping: two accepts of one
         /// port send from the same address; the machines never see it).
         sender: Slot,
+        /// A stranger forged it (the model's bookkeeping, like `corrupted`).
+        forged: bool,
     },
     /// Bytes on the bootstrap stream between two slots.
     Stream {
@@ -302,6 +331,22 @@ impl fmt::Debug for SpawnMsg {
                 index + 1,
                 bytes.len()
             ),
+            SpawnMsg::Datagram {
+                to,
+                bytes,
+                forged: true,
+                ..
+            } => {
+                let what = match DgramFrame::decode(bytes) {
+                    Ok(DgramFrame::Segment(s)) => describe_hs(&s.payload),
+                    _ => "undecodable".into(),
+                };
+                write!(
+                    f,
+                    "Datagram(to slot {}: forged {what})",
+                    to.0.get(1).unwrap_or(&0)
+                )
+            }
             SpawnMsg::Datagram { to, bytes, .. } => {
                 let what = match DgramFrame::decode(bytes) {
                     Ok(DgramFrame::Segment(s)) if s.count == 1 => {
@@ -318,7 +363,11 @@ impl fmt::Debug for SpawnMsg {
                 write!(f, "Datagram(to slot {}: {what})", to.0.get(1).unwrap_or(&0))
             }
             SpawnMsg::Stream { to, bytes, .. } => {
-                write!(f, "Stream(to slot {to}: {})", describe_hs(bytes))
+                let what = match HsMsg::decode_sealed(bytes) {
+                    Ok(m) => describe_msg(&m),
+                    Err(e) => format!("undecodable ({e})"),
+                };
+                write!(f, "Stream(to slot {to}: {what})")
             }
             SpawnMsg::StreamClosed { to, .. } => write!(f, "StreamClosed(to slot {to})"),
             SpawnMsg::Launch { .. } => write!(f, "Launch"),
@@ -430,6 +479,25 @@ impl Machine {
     pub fn delivered_datagrams(&self) -> &[Vec<u8>] {
         self.hs().map_or(&[], Handshake::delivered_datagrams)
     }
+
+    /// Forged messages the machine dropped (SPAWN-22).
+    pub fn forged(&self) -> u32 {
+        match self {
+            Machine::Hs(h) => h.forged(),
+            Machine::Spawn(p) => p.forged(),
+            Machine::Join(j) => j.forged(),
+        }
+    }
+
+    /// Whether `self` and `other` differ at most in their count of forged messages.
+    fn eq_except_forged(&self, other: &Machine) -> bool {
+        match (self, other) {
+            (Machine::Hs(a), Machine::Hs(b)) => a.eq_except_forged(b),
+            (Machine::Spawn(a), Machine::Spawn(b)) => a.eq_except_forged(b),
+            (Machine::Join(a), Machine::Join(b)) => a.eq_except_forged(b),
+            _ => false,
+        }
+    }
 }
 
 /// One root's state: its machine, its members and what the driver observed.
@@ -488,6 +556,12 @@ pub struct RootState {
     /// The copy of the Hello its link sends again later, with the destination actor
     /// ([`Faults::duplicate_hello`]).
     pub held_hello: Option<(usize, SpawnMsg)>,
+    /// Forged datagrams its machine refused as forged, counted, changing nothing else
+    /// (SPAWN-22).
+    pub forged_dropped: u8,
+    /// A forged datagram was taken, or refused otherwise than as forged, or changed the
+    /// machine beyond its count (SPAWN-22): what must never be.
+    pub forged_accepted: bool,
 }
 
 impl RootState {
@@ -515,6 +589,8 @@ impl RootState {
             served_by: None,
             stale_refused: false,
             held_hello: None,
+            forged_dropped: 0,
+            forged_accepted: false,
         }
     }
 
@@ -585,8 +661,10 @@ impl SpawnNode {
                 RootSpec::Accept { group_id, size } => (*group_id, *size),
                 _ => return,
             },
-            // Started by `start_posted` once told the port.
-            RootSpec::Child | RootSpec::ConnectPosted { .. } => return,
+            // Started by `start_posted` once told the port; a stranger runs no machine.
+            RootSpec::Child | RootSpec::ConnectPosted { .. } | RootSpec::Stranger { .. } => {
+                return;
+            }
         };
         let Ok(context_id) = job.ctx.allocate() else {
             tracing::warn!("model: context ids exhausted");
@@ -631,6 +709,7 @@ impl SpawnNode {
                     maxprocs: *maxprocs,
                     child_namespace: Namespace::new(format!("child{child_group_id}")),
                     child_group_id: *child_group_id,
+                    key: spawn_key(me, slot),
                 },
             )
             .map(|p| Machine::Spawn(p.into())),
@@ -641,7 +720,7 @@ impl SpawnNode {
                 Handshake::accept(now, port_of(me, *after, boot), cfg)
                     .map(|h| Machine::Hs(h.into()))
             }
-            RootSpec::Child | RootSpec::ConnectPosted { .. } => return,
+            RootSpec::Child | RootSpec::ConnectPosted { .. } | RootSpec::Stranger { .. } => return,
         };
         let mut machine = machine.expect("model configurations are valid");
         machine.plant(self.bugs);
@@ -796,6 +875,7 @@ impl SpawnNode {
                         bytes,
                         corrupted: corrupt,
                         sender: slot,
+                        forged: false,
                     };
                     if hold {
                         root.held_hello = Some((usize::from(dst), msg.clone()));
@@ -808,7 +888,7 @@ impl SpawnNode {
                 }
                 Output::SendStream { bytes } => {
                     if matches!(self.params.boot, Bootstrap::Hybrid { .. }) {
-                        let kind = HsMsg::decode(&bytes).map_or("undecodable", |m| m.name());
+                        let kind = HsMsg::decode_sealed(&bytes).map_or("undecodable", |m| m.name());
                         root.stream_kinds.insert(kind);
                     }
                     match root.stream_peer {
@@ -885,6 +965,7 @@ impl SpawnNode {
     }
 
     /// Feeds a datagram to `slot` and mirrors what its layer delivers.
+    #[allow(clippy::too_many_arguments)]
     fn on_datagram(
         &self,
         job: &mut JobState,
@@ -893,6 +974,7 @@ impl SpawnNode {
         bytes: Vec<u8>,
         corrupt: Option<(u32, u16)>,
         sender: (usize, Slot),
+        forged: bool,
     ) {
         let now = job.now;
         // The initiator the earlier accept of this port served (an `AcceptAgain` only).
@@ -917,6 +999,24 @@ impl SpawnNode {
             _ => false,
         };
         let input = Input::Datagram { from, bytes };
+        if forged {
+            // SPAWN-22: refused as forged, counted once, nothing else changed.
+            let before = machine.clone();
+            let r = machine.handle(now, input);
+            let dropped = matches!(r, Err(SpawnError::Forged { .. }))
+                && machine.forged() == before.forged() + 1
+                && machine.eq_except_forged(&before);
+            if dropped {
+                root.forged_dropped = root.forged_dropped.saturating_add(1);
+            } else {
+                root.forged_accepted = true;
+            }
+            if listening && machine.phase() != Phase::Listening {
+                root.peer = source;
+            }
+            self.mirror_delivered(root);
+            return;
+        }
         if let Some(id) = corrupt {
             // SPAWN-10, SPAWN-12: rejected with a typed error (the parser's, or one
             // before parsing: a failed listener takes no datagram) and nothing changes.
@@ -964,6 +1064,63 @@ impl SpawnNode {
     }
 }
 
+impl SpawnNode {
+    /// A stranger's whole part (see [`RootSpec::Stranger`]): two forged datagrams, sent
+    /// at its start; the network delivers them at any point of the handshake.
+    fn forge(&self, me: usize, slot: Slot, o: &mut Out<Self>) {
+        let RootSpec::Stranger {
+            target,
+            group_id,
+            size,
+            spoof,
+        } = self.roots[usize::from(slot)]
+        else {
+            return;
+        };
+        // Message numbers of a child's first messages: the Abort's is fresh, so a machine
+        // that took it would deliver it, not re-acknowledge a duplicate.
+        let segment = |msg_seq: u32, msg: HsMsg| {
+            DgramFrame::Segment(Segment {
+                session: group_id,
+                msg_seq,
+                index: 0,
+                count: 1,
+                payload: msg.encode(),
+            })
+            .encode(&GUESSED_KEY, Role::Initiator)
+        };
+        let hello = HsMsg::Hello {
+            session: group_id,
+            header: GroupHeader {
+                group_id,
+                size,
+                context_id: 1,
+            },
+        };
+        let abort = HsMsg::Abort {
+            session: group_id,
+            reason: AbortReason::Cancelled,
+        };
+        let to = dgram_addr(target.0, target.1);
+        for (from, bytes) in [
+            (dgram_addr(me, slot), segment(0, hello)),
+            (dgram_addr(spoof.0, spoof.1), segment(7, abort)),
+        ] {
+            o.send(
+                Id::from(target.0),
+                SpawnMsg::Datagram {
+                    to: to.clone(),
+                    from,
+                    bytes,
+                    corrupted: None,
+                    sender: slot,
+                    forged: true,
+                },
+            );
+        }
+    }
+}
+
 impl Actor for SpawnNode {
     type Msg = SpawnMsg;
     type Timer = SlotTimer;
@@ -989,6 +1146,7 @@ impl Actor for SpawnNode {
                 self.start(me, &mut job, slot);
             }
             self.drain(me, &mut job, slot, o);
+            self.forge(me, slot, o);
         }
         job
     }
@@ -1003,12 +1161,13 @@ impl Actor for SpawnNode {
                 bytes,
                 corrupted,
                 sender,
+                forged,
             } => {
                 let port = to.0[1];
                 if usize::from(port) < job.roots.len() {
                     let slot = self.serving(job, port);
                     let sender = (usize::from(src), sender);
-                    self.on_datagram(job, slot, from, bytes, corrupted, sender);
+                    self.on_datagram(job, slot, from, bytes, corrupted, sender, forged);
                     self.drain(me, job, slot, o);
                 }
             }
@@ -1037,8 +1196,9 @@ impl Actor for SpawnNode {
                     return;
                 }
                 if let Some(m) = root.machine.as_mut() {
-                    // Each stream message is one encoded frame (one `SendStream`).
-                    let endpoints = matches!(HsMsg::decode(&bytes), Ok(HsMsg::Endpoints { .. }));
+                    // Each stream message is one sealed frame (one `SendStream`).
+                    let endpoints =
+                        matches!(HsMsg::decode_sealed(&bytes), Ok(HsMsg::Endpoints { .. }));
                     let listening = m.phase() == Phase::Listening;
                     let awaiting = m.phase() == Phase::AwaitHelloAck;
                     if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {

@@ -7,6 +7,11 @@
 //! with a doubling timeout up to a bounded number of retries (SPAWN-13), reassembles
 //! messages in any arrival order and delivers each message exactly once (SPAWN-11).
 //!
+//! Every frame carries a tag under the connection's key (SPAWN-22): the layer seals what
+//! it sends with its own role and opens what it receives with its peer's, so a frame of a
+//! process without the key — a segment, an acknowledgement — is never acknowledged,
+//! reassembled or taken as an acknowledgement.
+//!
 //! It is a plain data structure, not a state machine of its own: the handshake owns one
 //! per peer and moves its queued frames to its outputs.
 
@@ -18,13 +23,17 @@ use crate::wire::prim::{bytes, put_bytes, put_u16, put_u32, put_u64, u16, u32, u
 use crate::wire::{HEADER_LEN, WireError, decode_frame, encode_frame, parse_all, types};
 
 use super::SpawnError;
+use super::auth::{BootKey, TAG_LEN};
 use super::crc::crc32;
+use super::group::Role;
 
 /// Bytes a segment adds around its payload: frame header, session (8), message
-/// sequence (4), index and count (2 each), payload length (4), CRC-32 (4). (Index and
-/// count are summed as one 4: written `2 + 2`, a mutation to `2 * 2` would change
-/// nothing a test could see.)
-pub const SEGMENT_OVERHEAD: usize = HEADER_LEN + 8 + 4 + 4 + 4 + 4;
+/// sequence (4), index and count (2 each), payload length (4), tag (16, SPAWN-22),
+/// CRC-32 (4). (Index and count are summed as one 4: written `2 + 2`, a mutation to
+/// `2 * 2` would change nothing a test could see.)
+pub const SEGMENT_OVERHEAD: usize = HEADER_LEN + 8 + 4 + 4 + 4 + TAG_LEN + 4;
+/// Bytes after the sealed part of a frame: its tag and CRC-32.
+const TRAILER: usize = TAG_LEN + 4;
 /// The default MTU: one UD datagram on most HCAs.
 pub const DEFAULT_MTU: usize = 2048;
 /// Smallest MTU the layer accepts (a Hello always fits one segment).
@@ -87,46 +96,92 @@ pub enum DgramFrame {
 }
 
 impl DgramFrame {
-    /// Encodes the frame; the last four bytes are the CRC-32 of everything before them.
-    pub fn encode(&self) -> Vec<u8> {
+    /// Encodes the frame as `sender` of a connection keyed `key`: the body ends with the
+    /// tag (SPAWN-22) and the CRC-32 of everything before it (SPAWN-12).
+    pub fn encode(&self, key: &BootKey, sender: Role) -> Vec<u8> {
         let mut out = Vec::new();
-        match self {
-            DgramFrame::Segment(s) => encode_frame(&mut out, types::DGRAM_SEGMENT, |b| {
-                put_u64(b, s.session);
-                put_u32(b, s.msg_seq);
-                put_u16(b, s.index);
-                put_u16(b, s.count);
-                put_bytes(b, &s.payload);
-                put_u32(b, 0);
-            }),
-            DgramFrame::Ack {
-                session,
-                msg_seq,
-                index,
-            } => encode_frame(&mut out, types::DGRAM_ACK, |b| {
-                put_u64(b, *session);
-                put_u32(b, *msg_seq);
-                put_u16(b, *index);
-                put_u32(b, 0);
-            }),
-        }
+        let msg_type = match self {
+            DgramFrame::Segment(_) => types::DGRAM_SEGMENT,
+            DgramFrame::Ack { .. } => types::DGRAM_ACK,
+        };
+        encode_frame(&mut out, msg_type, |b| {
+            match self {
+                DgramFrame::Segment(s) => {
+                    put_u64(b, s.session);
+                    put_u32(b, s.msg_seq);
+                    put_u16(b, s.index);
+                    put_u16(b, s.count);
+                    put_bytes(b, &s.payload);
+                }
+                DgramFrame::Ack {
+                    session,
+                    msg_seq,
+                    index,
+                } => {
+                    put_u64(b, *session);
+                    put_u32(b, *msg_seq);
+                    put_u16(b, *index);
+                }
+            }
+            b.resize(b.len() + TRAILER, 0);
+        });
         let n = out.len();
+        let tag = key.tag(sender, msg_type, &out[HEADER_LEN..n - TRAILER]);
+        out[n - TRAILER..n - 4].copy_from_slice(&tag);
         let crc = crc32(&out[..n - 4]);
         out[n - 4..].copy_from_slice(&crc.to_be_bytes());
         out
     }
 
-    /// Decodes a datagram. The checksum is verified before anything else, so corruption
-    /// anywhere in the frame is [`WireError::Checksum`] (SPAWN-12).
+    /// Decodes a datagram's structure **without authenticating it** (for inspection:
+    /// logs, models, tests; a receiver uses [`DgramFrame::open`]). The checksum is
+    /// verified before anything else, so corruption anywhere in the frame is
+    /// [`WireError::Checksum`] (SPAWN-12); a frame with no room for a tag is
+    /// [`WireError::Truncated`].
     pub fn decode(datagram: &[u8]) -> Result<DgramFrame, WireError> {
-        Self::decode_with(datagram, crate::bugs::Bugs::NONE)
+        Self::checked(datagram, crate::bugs::Bugs::NONE)?;
+        if datagram.len() < HEADER_LEN + TRAILER {
+            return Err(WireError::Truncated);
+        }
+        Self::parse(datagram)
     }
 
-    /// [`DgramFrame::decode`] with the planted bugs of the layer that receives it.
-    pub(crate) fn decode_with(
+    /// Opens a datagram that `sender` of a connection keyed `key` sent: the checksum
+    /// first (corruption is [`WireError::Checksum`], SPAWN-12), then the tag (a wrong or
+    /// missing one is [`SpawnError::Forged`], SPAWN-22), then the frame's structure.
+    pub fn open(datagram: &[u8], key: &BootKey, sender: Role) -> Result<DgramFrame, SpawnError> {
+        Self::open_with(datagram, key, sender, crate::bugs::Bugs::NONE)
+    }
+
+    /// [`DgramFrame::open`] with the planted bugs of the layer that receives it.
+    pub(crate) fn open_with(
         datagram: &[u8],
+        key: &BootKey,
+        sender: Role,
         bugs: crate::bugs::Bugs,
-    ) -> Result<DgramFrame, WireError> {
+    ) -> Result<DgramFrame, SpawnError> {
+        Self::checked(datagram, bugs)?;
+        let n = datagram.len();
+        if n < HEADER_LEN + TRAILER {
+            return Err(SpawnError::Forged {
+                what: "datagram without a tag",
+            });
+        }
+        let msg_type = u16::from_be_bytes([datagram[3], datagram[4]]);
+        let sealed = &datagram[HEADER_LEN..n - TRAILER];
+        let tag = &datagram[n - TRAILER..n - 4];
+        if !key.verify(sender, msg_type, sealed, tag)
+            && !bugs.has(crate::bugs::Bug::SkipBootstrapMac)
+        {
+            return Err(SpawnError::Forged {
+                what: "datagram with a wrong tag",
+            });
+        }
+        Ok(Self::parse(datagram)?)
+    }
+
+    /// The CRC-32 check (SPAWN-12): the first thing done with a datagram.
+    fn checked(datagram: &[u8], bugs: crate::bugs::Bugs) -> Result<(), WireError> {
         if datagram.len() < HEADER_LEN + 4 {
             return Err(WireError::Truncated);
         }
@@ -141,8 +196,21 @@ impl DgramFrame {
         if computed != received && !bugs.has(crate::bugs::Bug::SkipDatagramChecksum) {
             return Err(WireError::Checksum { computed, received });
         }
+        Ok(())
+    }
+
+    /// The frame's connection attempt.
+    pub fn session(&self) -> u64 {
+        match self {
+            DgramFrame::Segment(s) => s.session,
+            DgramFrame::Ack { session, .. } => *session,
+        }
+    }
+
+    /// Parses a checked frame of at least `HEADER_LEN + TRAILER` bytes.
+    fn parse(datagram: &[u8]) -> Result<DgramFrame, WireError> {
         let (h, body) = decode_frame(datagram)?;
-        let body = &body[..body.len().saturating_sub(4)];
+        let body = &body[..body.len().saturating_sub(TRAILER)];
         match h.msg_type {
             types::DGRAM_SEGMENT => parse_all(body, |i| {
                 let (i, session) = u64(i)?;
@@ -205,6 +273,10 @@ struct Partial {
 pub struct Reliable {
     session: u64,
     cfg: DatagramConfig,
+    /// The connection's key and this side's role: frames are sealed as `me` and opened
+    /// as the peer (SPAWN-22).
+    key: BootKey,
+    me: Role,
     next_seq: u32,
     unacked: BTreeMap<(u32, u16), Pending>,
     partial: BTreeMap<u32, Partial>,
@@ -215,11 +287,13 @@ pub struct Reliable {
 }
 
 impl Reliable {
-    /// A layer for connection attempt `session`.
-    pub fn new(session: u64, cfg: DatagramConfig) -> Self {
+    /// A layer for connection attempt `session`, keyed `key`, on the `me` side.
+    pub fn new(session: u64, cfg: DatagramConfig, key: BootKey, me: Role) -> Self {
         Reliable {
             session,
             cfg,
+            key,
+            me,
             next_seq: 0,
             unacked: BTreeMap::new(),
             partial: BTreeMap::new(),
@@ -263,7 +337,7 @@ impl Reliable {
                     count,
                     payload: payload[lo.min(hi)..hi].to_vec(),
                 })
-                .encode()
+                .encode(&self.key, self.me)
             })
             .collect();
         Ok((msg_seq, frames))
@@ -294,11 +368,24 @@ impl Reliable {
         Ok(())
     }
 
-    /// Handles one received datagram. Malformed or corrupted input is an error and
-    /// leaves the layer unchanged (SPAWN-10).
-    pub fn on_datagram(&mut self, datagram: &[u8]) -> Result<(), WireError> {
-        let frame = DgramFrame::decode_with(datagram, self.bugs)?;
-        self.on_frame(frame)
+    /// The role of the peer, whose frames this layer opens.
+    pub fn peer_role(&self) -> Role {
+        match self.me {
+            Role::Acceptor => Role::Initiator,
+            Role::Initiator => Role::Acceptor,
+        }
+    }
+
+    /// Opens a datagram of the peer (checksum, then tag: [`DgramFrame::open`]).
+    pub fn open(&self, datagram: &[u8]) -> Result<DgramFrame, SpawnError> {
+        DgramFrame::open_with(datagram, &self.key, self.peer_role(), self.bugs)
+    }
+
+    /// Handles one received datagram. Malformed, corrupted or forged input is an error
+    /// and leaves the layer unchanged (SPAWN-10, SPAWN-22).
+    pub fn on_datagram(&mut self, datagram: &[u8]) -> Result<(), SpawnError> {
+        let frame = self.open(datagram)?;
+        Ok(self.on_frame(frame)?)
     }
 
     /// Handles one decoded frame (see [`Reliable::on_datagram`]).
@@ -321,7 +408,7 @@ impl Reliable {
                     msg_seq: s.msg_seq,
                     index: s.index,
                 }
-                .encode();
+                .encode(&self.key, self.me);
                 if self.delivered.contains(&s.msg_seq)
                     && !self
                         .bugs
@@ -432,6 +519,16 @@ mod tests {
     use alloc::vec;
     use proptest::prelude::*;
 
+    const KEY: BootKey = BootKey([5; 32]);
+
+    /// The two ends of one connection: `(sender, receiver)` of session `s`.
+    fn pair(s: u64, mtu: usize) -> (Reliable, Reliable) {
+        (
+            Reliable::new(s, cfg(mtu), KEY, Role::Initiator),
+            Reliable::new(s, cfg(mtu), KEY, Role::Acceptor),
+        )
+    }
+
     fn cfg(mtu: usize) -> DatagramConfig {
         DatagramConfig {
             mtu,
@@ -454,8 +551,7 @@ mod tests {
     #[test]
     fn segments_reorders_and_delivers_once() {
         // SPAWN-11, SPAWN-12
-        let mut a = Reliable::new(7, cfg(100));
-        let mut b = Reliable::new(7, cfg(100));
+        let (mut a, mut b) = pair(7, 100);
         let msg: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         a.send(Instant(0), &msg).unwrap();
         pump(&mut a, &mut b);
@@ -467,16 +563,17 @@ mod tests {
 
     /// `SEGMENT_OVERHEAD` is what a segment really adds around its payload: full
     /// segments fill the MTU exactly (SPAWN-12: at most one MTU, no byte wasted), and a
-    /// 2048-byte MTU carries 2015 payload bytes per segment (`spec/wire.md`, datagram
-    /// frames).
+    /// 2048-byte MTU carries 1999 payload bytes per segment, the tag (SPAWN-22) taking
+    /// 16 (`spec/wire.md`, datagram frames).
     #[test]
     fn full_segments_fill_the_mtu_exactly() {
+        assert_eq!(SEGMENT_OVERHEAD, 49);
         assert_eq!(
-            Reliable::new(7, DatagramConfig::default()).payload_per_segment(),
-            2015
+            Reliable::new(7, DatagramConfig::default(), KEY, Role::Acceptor).payload_per_segment(),
+            1999
         );
         for mtu in [MIN_MTU, 300, DEFAULT_MTU] {
-            let mut a = Reliable::new(7, cfg(mtu));
+            let (mut a, _) = pair(7, mtu);
             let per = a.payload_per_segment();
             a.send(Instant(0), &vec![9u8; 2 * per + 1]).unwrap();
             let mut lens = Vec::new();
@@ -490,7 +587,7 @@ mod tests {
     #[test]
     fn retransmits_then_gives_up() {
         // SPAWN-13
-        let mut a = Reliable::new(7, cfg(100));
+        let (mut a, _) = pair(7, 100);
         a.send(Instant(0), b"hi").unwrap();
         while a.poll_send().is_some() {}
         let mut resent = 0;
@@ -517,30 +614,83 @@ mod tests {
     #[test]
     fn corruption_and_foreign_sessions_are_rejected_without_state_change() {
         // SPAWN-10, SPAWN-12
-        let mut a = Reliable::new(7, cfg(100));
+        let (mut a, mut b) = pair(7, 100);
         a.send(Instant(0), b"hello").unwrap();
         let f = a.poll_send().unwrap();
-        let mut b = Reliable::new(7, cfg(100));
         let before = b.clone();
         for i in 0..f.len() {
             let mut c = f.clone();
             c[i] ^= 0x10;
             assert!(
-                matches!(b.on_datagram(&c), Err(WireError::Checksum { .. })),
+                matches!(
+                    b.on_datagram(&c),
+                    Err(SpawnError::Wire(WireError::Checksum { .. }))
+                ),
                 "byte {i}"
             );
         }
-        let mut other = Reliable::new(8, cfg(100));
+        let (_, mut other) = pair(8, 100);
         assert!(matches!(
             other.on_datagram(&f),
-            Err(WireError::InvalidValue {
+            Err(SpawnError::Wire(WireError::InvalidValue {
                 what: "session",
                 ..
-            })
+            }))
         ));
         assert_eq!(b, before);
-        assert_eq!(b.on_datagram(&f[..5]), Err(WireError::Truncated));
+        assert_eq!(
+            b.on_datagram(&f[..5]),
+            Err(SpawnError::Wire(WireError::Truncated))
+        );
         assert_eq!(b, before);
+    }
+
+    /// SPAWN-22: a frame sealed with another key, sealed by the receiver's own role (a
+    /// reflection), or with its tag cut off (a CRC recomputed over what is left) is
+    /// forged: refused before anything else, the layer unchanged. An acknowledgement is
+    /// sealed as well, so a forged one releases no retransmission.
+    #[test]
+    fn forged_frames_are_refused_and_change_nothing() {
+        let (mut a, mut b) = pair(7, 100);
+        a.send(Instant(0), b"hello").unwrap();
+        let f = a.poll_send().unwrap();
+        let frame = DgramFrame::decode(&f).unwrap();
+        let before = b.clone();
+        let forged = |what| Err(SpawnError::Forged { what });
+        let wrong_key = frame.encode(&BootKey([6; 32]), Role::Initiator);
+        assert_eq!(
+            b.on_datagram(&wrong_key),
+            forged("datagram with a wrong tag")
+        );
+        let reflected = frame.encode(&KEY, Role::Acceptor);
+        assert_eq!(
+            b.on_datagram(&reflected),
+            forged("datagram with a wrong tag")
+        );
+        let mut untagged = f[..HEADER_LEN].to_vec();
+        untagged.extend_from_slice(&[0; 3]);
+        let n = untagged.len();
+        untagged.extend_from_slice(&crc32(&untagged[..n]).to_be_bytes());
+        assert_eq!(b.on_datagram(&untagged), forged("datagram without a tag"));
+        assert_eq!(b, before);
+        // A forged acknowledgement of `a`'s segment leaves it unacknowledged.
+        let ack = DgramFrame::Ack {
+            session: 7,
+            msg_seq: 0,
+            index: 0,
+        };
+        let before = a.clone();
+        assert!(
+            a.on_datagram(&ack.encode(&BootKey([6; 32]), Role::Acceptor))
+                .is_err()
+        );
+        assert_eq!(a, before);
+        assert!(!a.all_acked());
+        a.on_datagram(&ack.encode(&KEY, Role::Acceptor)).unwrap();
+        assert!(a.all_acked());
+        // The genuine segment opens.
+        b.on_datagram(&f).unwrap();
+        assert_eq!(b.poll_recv().as_deref(), Some(&b"hello"[..]));
     }
 
     /// A segment needs `1 ≤ count ≤ 4096` and `index < count` (`spec/wire.md`, datagram
@@ -556,7 +706,7 @@ mod tests {
                 count,
                 payload: vec![1],
             })
-            .encode();
+            .encode(&KEY, Role::Initiator);
             assert_eq!(
                 DgramFrame::decode(&f),
                 Err(WireError::InvalidValue {
@@ -570,7 +720,7 @@ mod tests {
 
     #[test]
     fn reassembly_is_bounded() {
-        let mut b = Reliable::new(1, cfg(100));
+        let (_, mut b) = pair(1, 100);
         for seq in 0..=MAX_PARTIAL as u32 {
             let f = DgramFrame::Segment(Segment {
                 session: 1,
@@ -579,7 +729,7 @@ mod tests {
                 count: 2,
                 payload: vec![1],
             })
-            .encode();
+            .encode(&KEY, Role::Initiator);
             let r = b.on_datagram(&f);
             assert_eq!(r.is_err(), seq as usize == MAX_PARTIAL);
         }
@@ -594,7 +744,9 @@ mod tests {
             } else {
                 DgramFrame::Segment(Segment { session, msg_seq, index: idx % count, count, payload })
             };
-            prop_assert_eq!(DgramFrame::decode(&f.encode()), Ok(f));
+            let sealed = f.encode(&KEY, Role::Acceptor);
+            prop_assert_eq!(DgramFrame::decode(&sealed), Ok(f.clone()));
+            prop_assert_eq!(DgramFrame::open(&sealed, &KEY, Role::Acceptor), Ok(f));
         }
 
         #[test]
@@ -603,8 +755,7 @@ mod tests {
             mtu in MIN_MTU..600usize,
             order in any::<prop::sample::Index>(),
         ) {
-            let mut a = Reliable::new(3, cfg(mtu));
-            let mut b = Reliable::new(3, cfg(mtu));
+            let (mut a, mut b) = pair(3, mtu);
             a.send(Instant(0), &msg).unwrap();
             let mut frames = Vec::new();
             while let Some(f) = a.poll_send() { frames.push(f); }

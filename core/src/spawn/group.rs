@@ -10,6 +10,7 @@ use crate::process::Rank;
 use crate::time::Instant;
 
 use super::SpawnError;
+use super::auth::BootKey;
 use super::msg::{Addr, GroupHeader};
 use super::trace;
 use crate::rc::trace as rc_trace;
@@ -44,6 +45,11 @@ pub struct InterGroup {
     pub local_endpoints: Vec<Addr>,
     /// `remote_endpoints[r]`: remote rank `r`'s address (complete, SPAWN-7).
     pub remote_endpoints: Vec<Addr>,
+    /// The key of the inter-group's data connections (SPAWN-23): derived from the
+    /// bootstrap key by both roots, handed to every member with the remote triple, so
+    /// every rank of both groups holds the same one and no other connection does. Its
+    /// `Debug` form never shows it.
+    pub data_key: BootKey,
 }
 
 impl InterGroup {
@@ -149,6 +155,8 @@ pub enum MemberMsg {
         session: u64,
         /// The remote group's triple.
         remote: GroupHeader,
+        /// The inter-group's data-plane key (SPAWN-23).
+        data_key: BootKey,
     },
     /// The remote group's endpoint table (follows `RemoteGroup`).
     RemoteEndpoints {
@@ -184,7 +192,7 @@ pub struct Member {
     rank: Rank,
     local: GroupHeader,
     local_endpoints: Vec<Addr>,
-    remote: Option<(u64, GroupHeader)>,
+    remote: Option<(u64, GroupHeader, BootKey)>,
     result: Option<Result<InterGroup, SpawnError>>,
     out: VecDeque<MemberOutput>,
     tag: InstanceTag,
@@ -262,12 +270,16 @@ impl Member {
             _ => {}
         }
         match msg {
-            MemberMsg::RemoteGroup { session, remote } => {
-                self.remote = Some((session, remote));
+            MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key,
+            } => {
+                self.remote = Some((session, remote, data_key));
                 Ok(())
             }
             MemberMsg::RemoteEndpoints { session, endpoints } => {
-                let Some((s, remote)) = self.remote else {
+                let Some((s, remote, data_key)) = self.remote else {
                     return Err(SpawnError::Unexpected {
                         what: "RemoteEndpoints before RemoteGroup",
                     });
@@ -293,13 +305,14 @@ impl Member {
                     remote,
                     local_endpoints: self.local_endpoints.clone(),
                     remote_endpoints: endpoints,
+                    data_key,
                 };
                 self.out.push_back(MemberOutput::Ready(ig.clone()));
                 self.result = Some(Ok(ig));
                 Ok(())
             }
             MemberMsg::Failed { session, error } => {
-                if let Some((s, _)) = self.remote {
+                if let Some((s, _, _)) = self.remote {
                     if s != session {
                         return Err(SpawnError::WrongSession {
                             expected: s,
@@ -354,6 +367,15 @@ mod tests {
             context_id: 1,
         };
         Member::new(role, 1, h, vec![Addr(vec![1]), Addr(vec![2])])
+    }
+
+    /// The root's `RemoteGroup` of session 9 naming `remote`.
+    fn remote_group(remote: GroupHeader) -> MemberMsg {
+        MemberMsg::RemoteGroup {
+            session: 9,
+            remote,
+            data_key: BootKey([9; 32]),
+        }
     }
 
     /// The remote group 9 of `size` processes (context id 5).
@@ -411,8 +433,7 @@ mod tests {
         let remote = remote(1);
         let mut m = member(Role::Initiator);
         assert_eq!(m.poll_timeout(), None);
-        m.handle(Instant(5), MemberMsg::RemoteGroup { session: 9, remote })
-            .unwrap();
+        m.handle(Instant(5), remote_group(remote)).unwrap();
         assert_eq!(m.poll_timeout(), None);
         m.handle(
             Instant(6),
@@ -449,8 +470,7 @@ mod tests {
             )
             .is_err()
         );
-        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
-            .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         let before = m.clone();
         assert!(matches!(
             m.handle(
@@ -472,8 +492,7 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(m.poll_output(), Some(MemberOutput::Ready(_))));
-        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
-            .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         assert_eq!(m.poll_output(), None);
         // SPAWN-8: a revocation drops the handle.
         m.handle(
@@ -518,8 +537,7 @@ mod tests {
         let mut m = member(Role::Initiator);
         let fresh = m.fingerprint();
         assert_eq!(m.fingerprint(), fresh, "the same state");
-        m.handle(Instant(0), MemberMsg::RemoteGroup { session: 9, remote })
-            .unwrap();
+        m.handle(Instant(0), remote_group(remote)).unwrap();
         let told = m.fingerprint();
         assert_ne!(told, fresh, "the remote triple is state");
         m.handle(

@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 use crate::process::Rank;
 use crate::time::{Duration, Instant};
 
+use super::auth::BootKey;
 use super::datagram::{DatagramConfig, DgramFrame, MIN_MTU, Reliable};
 use super::group::{InterGroup, MemberMsg, Role};
 use super::msg::{AbortReason, Addr, GroupHeader, HsMsg, MAX_GROUP};
@@ -134,6 +135,8 @@ pub struct Handshake {
     deadline: Instant,
     result: Option<Result<InterGroup, SpawnError>>,
     out: VecDeque<Output>,
+    /// Forged messages dropped (SPAWN-22): state, so a model sees every one.
+    forged: u32,
     bugs: crate::bugs::Bugs,
     tag: InstanceTag,
     /// Verification builds only: every message the datagram layer delivered, in order,
@@ -275,6 +278,7 @@ impl Handshake {
             peer_has_ours: false,
             result: None,
             out: VecDeque::new(),
+            forged: 0,
             bugs: crate::bugs::Bugs::NONE,
             tag: InstanceTag::default(),
             #[cfg(feature = "planted-bugs")]
@@ -288,7 +292,12 @@ impl Handshake {
             let via = hs.port.boot.hello_transport();
             match via {
                 Transport::Datagram => {
-                    hs.dgram = Some(Reliable::new(session, hs.cfg.datagram));
+                    hs.dgram = Some(Reliable::new(
+                        session,
+                        hs.cfg.datagram,
+                        hs.port.key,
+                        Role::Initiator,
+                    ));
                     hs.peer_dgram = Some(hs.port.dgram.clone());
                 }
                 Transport::Stream => hs.open_stream(),
@@ -316,6 +325,25 @@ impl Handshake {
 
     /// [`Handshake::handle`] without its transition event.
     pub(super) fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        let r = self.dispatch(now, input);
+        if let Err(SpawnError::Forged { what }) = &r {
+            // SPAWN-22: dropped (nothing else changed, SPAWN-10) and counted.
+            self.count_forged(what);
+        }
+        r
+    }
+
+    /// Counts one forged message (SPAWN-22).
+    fn count_forged(&mut self, what: &'static str) {
+        self.forged = self.forged.saturating_add(1);
+        debug!(
+            what,
+            count = self.forged,
+            "handshake: forged message dropped"
+        );
+    }
+
+    fn dispatch(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         let r = match input {
             Input::Datagram { from, bytes } => self.on_datagram(now, from, &bytes),
             Input::Stream { bytes } => self.on_stream(now, &bytes),
@@ -394,6 +422,48 @@ impl Handshake {
         self.phase
     }
 
+    /// How many bootstrap messages were dropped as forged (SPAWN-22): a wrong or missing
+    /// tag, a Hello of a group a spawn did not launch, a message of another session.
+    /// None of them changed anything else; the driver may log the count.
+    pub fn forged(&self) -> u32 {
+        self.forged
+    }
+
+    /// Whether `self` and `other` differ at most in their forged-message count: what a
+    /// forged input may change (SPAWN-10, SPAWN-22), for tests and models.
+    pub fn eq_except_forged(&self, other: &Handshake) -> bool {
+        let mut c = self.clone();
+        c.forged = other.forged;
+        c == *other
+    }
+
+    /// The key this handshake's messages are authenticated with (SPAWN-22).
+    fn key(&self) -> &BootKey {
+        &self.port.key
+    }
+
+    /// The peer's role, whose messages this side opens.
+    fn peer_role(&self) -> Role {
+        match self.role {
+            Role::Acceptor => Role::Initiator,
+            Role::Initiator => Role::Acceptor,
+        }
+    }
+
+    /// SPAWN-22 (and SPAWN-3): a spawn takes a Hello only from the group it launched;
+    /// another group's Hello is dropped as forged before it opens anything, so the
+    /// children can still connect.
+    fn admit_hello(&self, header: &GroupHeader) -> Result<(), SpawnError> {
+        match self.cfg.expect_remote {
+            Some(expected) if expected != (header.group_id, header.size) => {
+                Err(SpawnError::Forged {
+                    what: "Hello of a group this spawn did not launch",
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Which side this root is.
     pub fn role(&self) -> Role {
         self.role
@@ -470,6 +540,8 @@ impl Handshake {
                 }),
             },
             Transport::Stream => {
+                // SPAWN-22: every stream frame is sealed.
+                let bytes = msg.seal(self.key(), self.role);
                 if self.stream_up {
                     self.out.push_back(Output::SendStream { bytes });
                 } else {
@@ -497,6 +569,9 @@ impl Handshake {
         if self.bugs.has(crate::bugs::Bug::NewestHelloWins) {
             self.planted_newest_hello_wins(&from, bytes);
         }
+        // SPAWN-12 then SPAWN-22: the checksum, then the tag, before anything else; a
+        // forged datagram is refused here (and counted by `step`), whatever the phase.
+        let frame = DgramFrame::open_with(bytes, self.key(), self.peer_role(), self.bugs)?;
         // SPAWN-10: work on a copy of the reliability layer and commit only if the
         // datagram and every message it completes are well-formed.
         let mut next = match self.dgram.as_ref() {
@@ -506,8 +581,15 @@ impl Handshake {
                     // in its job; the address tells two initiators apart.
                     return Err(SpawnError::UnknownPeer);
                 }
+                if frame.session() != self.session.unwrap_or_default() {
+                    // SPAWN-22: an authentic frame of another attempt never reaches the
+                    // layer of this one.
+                    return Err(SpawnError::Forged {
+                        what: "datagram of another session",
+                    });
+                }
                 let mut next = r.clone();
-                next.on_datagram(bytes)?;
+                next.on_frame(frame)?;
                 next
             }
             None => {
@@ -520,10 +602,11 @@ impl Handshake {
                 }
                 // Only a Hello opens a session, and a Hello is always one segment, so the
                 // listener keeps no state for strangers.
-                let frame = DgramFrame::decode_with(bytes, self.bugs)?;
-                let session = match &frame {
+                let (session, header) = match &frame {
                     DgramFrame::Segment(s) if s.count == 1 => match HsMsg::decode(&s.payload)? {
-                        HsMsg::Hello { session, .. } if session == s.session => session,
+                        HsMsg::Hello { session, header } if session == s.session => {
+                            (session, header)
+                        }
                         _ => {
                             return Err(SpawnError::Unexpected {
                                 what: "first datagram is not a Hello",
@@ -550,7 +633,8 @@ impl Handshake {
                         what: "Hello of a connection the port already served",
                     });
                 }
-                let mut r = Reliable::new(session, self.cfg.datagram);
+                self.admit_hello(&header)?;
+                let mut r = Reliable::new(session, self.cfg.datagram, *self.key(), self.role);
                 #[cfg(feature = "planted-bugs")]
                 r.plant(self.bugs);
                 r.on_frame(frame)?;
@@ -615,10 +699,18 @@ impl Handshake {
         }
         let mut reader = self.reader.clone();
         let frames = reader.push(bytes)?;
+        // SPAWN-22: every frame must carry the peer's tag; one that does not rejects the
+        // whole input (counted by `step`), the reader unchanged.
+        let (key, peer) = (self.key(), self.peer_role());
         let msgs = frames
             .into_iter()
-            .map(|(h, body)| HsMsg::decode_body(h.msg_type, &body))
+            .map(|(h, body)| HsMsg::open_with(h.msg_type, &body, key, peer, self.bugs))
             .collect::<Result<Vec<_>, _>>()?;
+        if self.phase == Phase::Listening {
+            if let Some(HsMsg::Hello { header, .. }) = msgs.first() {
+                self.admit_hello(header)?;
+            }
+        }
         self.reader = reader;
         // (A closed stream was up: `close_stream` needs `stream_up`, which never drops.)
         if !self.stream_up {
@@ -674,11 +766,8 @@ impl Handshake {
     fn on_msg(&mut self, now: Instant, msg: HsMsg) {
         if let Some(s) = self.session {
             if msg.session() != s {
-                warn!(
-                    got = msg.session(),
-                    expected = s,
-                    "handshake: message of another session dropped"
-                );
+                // SPAWN-22: authentic bytes, but not of this attempt: dropped, counted.
+                self.count_forged("message of another session");
                 return;
             }
         }
@@ -725,13 +814,35 @@ impl Handshake {
         h.size >= 1 && h.size as usize <= MAX_GROUP
     }
 
+    /// SPAWN-23: the inter-group's data-plane key, the same at both roots: the
+    /// bootstrap key, the session and both triples, the acceptor's first.
+    fn data_key(&self, remote: &GroupHeader) -> BootKey {
+        let (acceptor, initiator) = match self.role {
+            Role::Acceptor => (&self.cfg.local, remote),
+            Role::Initiator => (remote, &self.cfg.local),
+        };
+        let triple = |h: &GroupHeader| {
+            let mut b = Vec::with_capacity(16);
+            super::msg::put_header(&mut b, h);
+            b
+        };
+        let session = self.session.unwrap_or_default();
+        self.key()
+            .data_plane(session, &triple(acceptor), &triple(initiator))
+    }
+
     fn announce_remote(&mut self, remote: GroupHeader) {
         let session = self.session.unwrap_or_default();
+        let data_key = self.data_key(&remote);
         for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
             // SPAWN-6
             self.out.push_back(Output::ToMember {
                 member,
-                msg: MemberMsg::RemoteGroup { session, remote },
+                msg: MemberMsg::RemoteGroup {
+                    session,
+                    remote,
+                    data_key,
+                },
             });
         }
     }
@@ -772,20 +883,7 @@ impl Handshake {
             self.fail(e, None);
             return;
         }
-        if let Some((group_id, size)) = self.cfg.expect_remote {
-            if (group_id, size) != (header.group_id, header.size) {
-                self.fail(
-                    SpawnError::WrongRemoteGroup {
-                        expected_group: group_id,
-                        expected_size: size,
-                        got_group: header.group_id,
-                        got_size: header.size,
-                    },
-                    Some(AbortReason::ProtocolViolation),
-                );
-                return;
-            }
-        }
+        // (A spawn checked the group before the Hello opened anything: `admit_hello`.)
         self.announce_remote(header);
         self.phase = Phase::Endpoints;
         self.send_endpoints(now, via);
@@ -886,6 +984,7 @@ impl Handshake {
             remote,
             local_endpoints: self.cfg.local_endpoints.clone(),
             remote_endpoints,
+            data_key: self.data_key(&remote),
         };
         for member in (0..self.cfg.local.size).filter(|r| *r != self.cfg.root) {
             self.out.push_back(Output::ToMember {
@@ -916,10 +1015,11 @@ impl Handshake {
         warn!(%error, phase = ?self.phase, "handshake failed");
         let session = self.session;
         if let (Some(reason), Some(session)) = (notify, session) {
-            let abort = HsMsg::Abort { session, reason }.encode();
+            let msg = HsMsg::Abort { session, reason };
+            let abort = msg.encode();
             if self.stream_up {
                 self.out.push_back(Output::SendStream {
-                    bytes: abort.clone(),
+                    bytes: msg.seal(self.key(), self.role),
                 });
             }
             if let Some(r) = self.dgram.as_mut() {

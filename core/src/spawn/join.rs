@@ -248,6 +248,23 @@ impl Join {
         self.inner.as_ref()
     }
 
+    /// Forged messages the handshake dropped so far (SPAWN-22, [`Handshake::forged`]);
+    /// 0 before the roles are decided (held inputs are judged once they are).
+    pub fn forged(&self) -> u32 {
+        self.inner.as_ref().map_or(0, Handshake::forged)
+    }
+
+    /// See [`Handshake::eq_except_forged`].
+    pub fn eq_except_forged(&self, other: &Join) -> bool {
+        let mut c = self.clone();
+        c.inner.clone_from(&other.inner);
+        let inner = match (&self.inner, &other.inner) {
+            (Some(a), Some(b)) => a.eq_except_forged(b),
+            (a, b) => a == b,
+        };
+        c == *other && inner
+    }
+
     /// The error, if the join failed before or during the handshake.
     pub fn error(&self) -> Option<&SpawnError> {
         self.failed

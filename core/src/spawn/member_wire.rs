@@ -19,7 +19,7 @@ use crate::wire::prim::{clip_str, put_seq, put_str, put_u8, put_u64, seq, string
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
 
 use super::handshake::Phase;
-use super::msg::{AbortReason, MAX_GROUP, addr, header, put_header};
+use super::msg::{AbortReason, MAX_GROUP, addr, boot_key, header, put_header, put_key};
 use super::{MemberMsg, SpawnError};
 
 /// Longest error text carried in a `Failed` message, in bytes.
@@ -47,6 +47,7 @@ mod code {
     pub const CONFIG: u8 = 16;
     pub const JOIN_SAME_PORT: u8 = 17;
     pub const REPORTED: u8 = 18;
+    pub const FORGED: u8 = 19;
 }
 
 fn phase_code(p: Phase) -> u64 {
@@ -119,6 +120,7 @@ fn error_parts(e: &SpawnError) -> (u8, Vec<u64>, String) {
         SpawnError::ContextIdNotLive(id) => (code::CONTEXT_ID_NOT_LIVE, vec![u64::from(*id)], text),
         SpawnError::Config(_) => (code::CONFIG, vec![], text),
         SpawnError::JoinSamePort => (code::JOIN_SAME_PORT, vec![], text),
+        SpawnError::Forged { .. } => (code::FORGED, vec![], text),
         // The carried code rides in the numbers, so a re-sent report stays a report.
         SpawnError::Reported { code: c, text } => (code::REPORTED, vec![u64::from(*c)], clip(text)),
     }
@@ -140,7 +142,7 @@ fn error_from(c: u8, nums: &[u64], text: String) -> Result<SpawnError, WireError
     let small = |v: u64| u32::try_from(v).map_err(|_| invalid("error field", v));
     let reported = |c: u8, text: String| Ok(SpawnError::Reported { code: c, text });
     match c {
-        code::WIRE | code::BAD_PORT | code::UNEXPECTED | code::CONFIG => {
+        code::WIRE | code::BAD_PORT | code::UNEXPECTED | code::CONFIG | code::FORGED => {
             want(0)?;
             reported(c, text)
         }
@@ -237,12 +239,15 @@ impl MemberMsg {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            MemberMsg::RemoteGroup { session, remote } => {
-                encode_frame(&mut out, types::MEMBER_REMOTE_GROUP, |b| {
-                    put_u64(b, *session);
-                    put_header(b, remote);
-                })
-            }
+            MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key,
+            } => encode_frame(&mut out, types::MEMBER_REMOTE_GROUP, |b| {
+                put_u64(b, *session);
+                put_header(b, remote);
+                put_key(b, data_key);
+            }),
             MemberMsg::RemoteEndpoints { session, endpoints } => {
                 encode_frame(&mut out, types::MEMBER_REMOTE_ENDPOINTS, |b| {
                     put_u64(b, *session);
@@ -269,7 +274,15 @@ impl MemberMsg {
             types::MEMBER_REMOTE_GROUP => parse_all(body, |i| {
                 let (i, session) = u64(i)?;
                 let (i, remote) = header(i)?;
-                Ok((i, MemberMsg::RemoteGroup { session, remote }))
+                let (i, data_key) = boot_key(i)?;
+                Ok((
+                    i,
+                    MemberMsg::RemoteGroup {
+                        session,
+                        remote,
+                        data_key,
+                    },
+                ))
             }),
             types::MEMBER_REMOTE_ENDPOINTS => parse_all(body, |i| {
                 let (i, session) = u64(i)?;
@@ -285,15 +298,20 @@ impl MemberMsg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::Addr;
     use crate::spawn::msg::tests::{PHASES, arb_exact_error, arb_header};
+    use crate::spawn::{Addr, BootKey};
     use proptest::prelude::*;
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
         let addr = proptest::collection::vec(any::<u8>(), 0..=64).prop_map(Addr);
         prop_oneof![
-            (any::<u64>(), arb_header())
-                .prop_map(|(session, remote)| MemberMsg::RemoteGroup { session, remote }),
+            (any::<u64>(), arb_header(), any::<[u8; 32]>()).prop_map(|(session, remote, k)| {
+                MemberMsg::RemoteGroup {
+                    session,
+                    remote,
+                    data_key: BootKey(k),
+                }
+            }),
             (any::<u64>(), proptest::collection::vec(addr, 0..20))
                 .prop_map(|(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }),
             (any::<u64>(), arb_exact_error())

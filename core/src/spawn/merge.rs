@@ -114,6 +114,7 @@ mod tests {
             remote,
             local_endpoints: le.clone(),
             remote_endpoints: re.clone(),
+            data_key: crate::spawn::BootKey::default(),
         };
         (
             mk(Role::Acceptor, a, b, &ea, &eb, 1),

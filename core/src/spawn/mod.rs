@@ -15,6 +15,7 @@
 //! foreign peer bytes, an input the machine does not take) and then leaves the state
 //! unchanged (SPAWN-10); the outcome of the handshake itself is an [`Output`].
 
+pub mod auth;
 mod crc;
 pub mod datagram;
 mod group;
@@ -31,6 +32,7 @@ pub mod trace;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+pub use auth::{BootKey, TAG_LEN};
 pub use crc::crc32;
 pub use datagram::DatagramConfig;
 pub use group::{ContextIds, InterGroup, Member, MemberMsg, MemberOutput, Role};
@@ -41,7 +43,7 @@ pub use merge::merge_planted;
 pub use merge::{MergedGroup, merge};
 pub use msg::{AbortReason, Addr, GroupHeader, HsMsg, JoinPort};
 pub use parent::{SpawnConfig, SpawnEnv, SpawnParent};
-pub use port::{Bootstrap, PortName, Ports, Transport};
+pub use port::{Bootstrap, PortAddress, PortName, Ports, Transport};
 
 use crate::process::{Namespace, Rank};
 use crate::wire::WireError;
@@ -83,7 +85,9 @@ pub enum SpawnError {
         /// Entries received.
         got: u64,
     },
-    /// The remote group is not the one this side expected (a spawn's children).
+    /// The remote group is not the one this side expected (a spawn's children). Since
+    /// SPAWN-22 the kernel drops such a Hello instead ([`SpawnError::Forged`]); the
+    /// variant stays for the member wire format (code 7).
     #[error(
         "expected remote group {expected_group} of size {expected_size}, got {got_group} of size {got_size}"
     )]
@@ -141,6 +145,15 @@ pub enum SpawnError {
     /// Both ends of a join advertised the same port.
     #[error("join: both ends use the same port")]
     JoinSamePort,
+    /// A bootstrap message that failed authentication (a wrong or missing tag), or a
+    /// Hello of a group the spawn did not launch, or a message of another session: it
+    /// was dropped and counted ([`Handshake::forged`]), never decides the handshake
+    /// (SPAWN-22).
+    #[error("forged bootstrap message dropped: {what}")]
+    Forged {
+        /// What was wrong with it.
+        what: &'static str,
+    },
     /// A failure the group's root reported to a member (`MemberMsg::Failed`) whose exact
     /// variant cannot travel: its fields are static strings or a wire error of the root's
     /// own build. `code` is the wire code of the root's variant (`spec/wire.md`), `text`

@@ -7,8 +7,11 @@ use alloc::vec::Vec;
 use crate::wire::prim::{
     bytes, put_bytes, put_seq, put_str, put_u8, put_u32, put_u64, seq, string, u8, u32, u64,
 };
-use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
+use crate::wire::{HEADER_LEN, PResult, WireError, decode_frame, encode_frame, parse_all, types};
 
+use super::SpawnError;
+use super::auth::{BootKey, TAG_LEN};
+use super::group::Role;
 use super::port::{MAX_PORT_NAME, Transport};
 
 /// Longest endpoint or port address, in bytes.
@@ -128,6 +131,19 @@ fn transport(input: &[u8]) -> PResult<'_, Transport> {
     }
 }
 
+/// A key, its 32 bytes as they are (a member message's data-plane key, a trace's keys).
+pub(crate) fn put_key(out: &mut Vec<u8>, k: &BootKey) {
+    out.extend_from_slice(&k.0);
+}
+
+/// Parses [`put_key`].
+pub(crate) fn boot_key(input: &[u8]) -> PResult<'_, BootKey> {
+    let (i, b) = nom::bytes::complete::take(BootKey::LEN)(input)?;
+    let mut k = [0u8; BootKey::LEN];
+    k.copy_from_slice(b);
+    Ok((i, BootKey(k)))
+}
+
 pub(crate) fn addr(input: &[u8]) -> PResult<'_, Addr> {
     let (i, b) = bytes("address", MAX_ADDR)(input)?;
     Ok((i, Addr(b.to_vec())))
@@ -194,6 +210,66 @@ impl HsMsg {
             }),
         }
         out
+    }
+
+    /// Encodes the message as one frame of the bootstrap stream, sealed by `sender` of
+    /// a connection keyed `key`: the body ends with the tag (SPAWN-22), and the frame's
+    /// length counts it.
+    pub fn seal(&self, key: &BootKey, sender: Role) -> Vec<u8> {
+        let mut out = self.encode();
+        let msg_type = u16::from_be_bytes([out[3], out[4]]);
+        let tag = key.tag(sender, msg_type, &out[HEADER_LEN..]);
+        let len = (out.len() - HEADER_LEN + TAG_LEN) as u32;
+        out[5..HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// Opens the body of a stream frame of type `msg_type` that `sender` of a
+    /// connection keyed `key` sealed ([`HsMsg::seal`]): a wrong or missing tag is
+    /// [`SpawnError::Forged`] (SPAWN-22), then the body is decoded.
+    pub fn open(
+        msg_type: u16,
+        body: &[u8],
+        key: &BootKey,
+        sender: Role,
+    ) -> Result<HsMsg, SpawnError> {
+        Self::open_with(msg_type, body, key, sender, crate::bugs::Bugs::NONE)
+    }
+
+    /// [`HsMsg::open`] with the receiver's planted bugs.
+    pub(crate) fn open_with(
+        msg_type: u16,
+        body: &[u8],
+        key: &BootKey,
+        sender: Role,
+        bugs: crate::bugs::Bugs,
+    ) -> Result<HsMsg, SpawnError> {
+        let Some(at) = body.len().checked_sub(TAG_LEN) else {
+            return Err(SpawnError::Forged {
+                what: "stream frame without a tag",
+            });
+        };
+        let (sealed, tag) = body.split_at(at);
+        if !key.verify(sender, msg_type, sealed, tag)
+            && !bugs.has(crate::bugs::Bug::SkipBootstrapMac)
+        {
+            return Err(SpawnError::Forged {
+                what: "stream frame with a wrong tag",
+            });
+        }
+        Ok(Self::decode_body(msg_type, sealed)?)
+    }
+
+    /// Decodes one sealed stream frame **without authenticating it** (for inspection:
+    /// logs, models, tests; a receiver uses [`HsMsg::open`]).
+    pub fn decode_sealed(frame: &[u8]) -> Result<HsMsg, WireError> {
+        let (h, body) = decode_frame(frame)?;
+        let at = body
+            .len()
+            .checked_sub(TAG_LEN)
+            .ok_or(WireError::Truncated)?;
+        Self::decode_body(h.msg_type, &body[..at])
     }
 
     /// Decodes one frame holding exactly one handshake message.
@@ -427,6 +503,35 @@ pub(crate) mod tests {
         fn join_port_round_trips(port in ".{0,100}") {
             let m = JoinPort { port };
             prop_assert_eq!(JoinPort::decode(&m.encode()), Ok(m));
+        }
+
+        /// SPAWN-22: a stream frame opens under its key and sender only; its tag is
+        /// counted in the frame's length, so the stream reader splits it whole.
+        #[test]
+        fn sealed_stream_frames_open_only_under_their_key_and_sender(m in arb_msg(), k: [u8; 32]) {
+            let key = BootKey(k);
+            let f = m.seal(&key, Role::Initiator);
+            let (h, body) = decode_frame(&f).expect("one whole frame");
+            prop_assert_eq!(HsMsg::open(h.msg_type, body, &key, Role::Initiator), Ok(m.clone()));
+            prop_assert_eq!(HsMsg::decode_sealed(&f), Ok(m.clone()));
+            let forged = |what| Err(SpawnError::Forged { what });
+            prop_assert_eq!(
+                HsMsg::open(h.msg_type, body, &key, Role::Acceptor),
+                forged("stream frame with a wrong tag")
+            );
+            let mut other = k;
+            other[0] ^= 1;
+            prop_assert_eq!(
+                HsMsg::open(h.msg_type, body, &BootKey(other), Role::Initiator),
+                forged("stream frame with a wrong tag")
+            );
+            let plain = m.encode();
+            let (h, body) = decode_frame(&plain).expect("one whole frame");
+            prop_assert!(HsMsg::open(h.msg_type, body, &key, Role::Initiator).is_err());
+            prop_assert_eq!(
+                HsMsg::open(h.msg_type, &body[..body.len().min(TAG_LEN - 1)], &key, Role::Initiator),
+                forged("stream frame without a tag")
+            );
         }
 
         #[test]

@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use crate::process::Namespace;
 use crate::time::Instant;
 
+use super::auth::BootKey;
 use super::group::Role;
 use super::handshake::{Handshake, HandshakeConfig};
 use super::msg::MAX_GROUP;
@@ -21,7 +22,8 @@ use crate::trace::InstanceTag;
 /// What a spawned child finds in its environment (SPAWN-3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SpawnEnv {
-    /// The parent root's port: the child root connects to it.
+    /// The parent root's port, keyed with the spawn's own key (SPAWN-22): the child
+    /// root connects to it.
     pub parent_port: PortName,
     /// The children's group id.
     pub group_id: u64,
@@ -30,8 +32,12 @@ pub struct SpawnEnv {
 }
 
 impl SpawnEnv {
-    /// Variable holding the parent's port name.
+    /// Variable holding the parent's port address (the port name without its key field,
+    /// [`PortName::address`]).
     pub const PORT_VAR: &'static str = "DYNRES_PARENT_PORT";
+    /// Variable holding the spawn's key, 64 hex digits (SPAWN-22). Apart from the port
+    /// so that the variable naming the port never holds a capability of its own.
+    pub const KEY_VAR: &'static str = "DYNRES_SPAWN_KEY";
     /// Variable holding the child group's id (decimal).
     pub const GROUP_VAR: &'static str = "DYNRES_SPAWN_GROUP";
     /// Variable holding the child group's size (decimal).
@@ -40,7 +46,11 @@ impl SpawnEnv {
     /// The variables to add to every child's environment.
     pub fn to_env(&self) -> Vec<(String, String)> {
         alloc::vec![
-            (Self::PORT_VAR.to_string(), self.parent_port.to_string()),
+            (
+                Self::PORT_VAR.to_string(),
+                self.parent_port.address().to_string(),
+            ),
+            (Self::KEY_VAR.to_string(), self.parent_port.key.to_hex()),
             (Self::GROUP_VAR.to_string(), format!("{}", self.group_id)),
             (Self::SIZE_VAR.to_string(), format!("{}", self.size)),
         ]
@@ -51,10 +61,16 @@ impl SpawnEnv {
     pub fn from_env<'a>(
         vars: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Option<SpawnEnv>, SpawnError> {
-        let (mut port, mut group, mut size) = (None, None, None);
+        let (mut port, mut key, mut group, mut size) = (None, None, None, None);
         for (k, v) in vars {
             match k {
-                Self::PORT_VAR => port = Some(PortName::parse(v)?),
+                Self::PORT_VAR => port = Some(v),
+                Self::KEY_VAR => {
+                    key = Some(
+                        BootKey::from_hex(v)
+                            .ok_or(SpawnError::Config("DYNRES_SPAWN_KEY is not 64 hex digits"))?,
+                    )
+                }
                 Self::GROUP_VAR => {
                     group = Some(
                         v.parse::<u64>()
@@ -70,10 +86,10 @@ impl SpawnEnv {
                 _ => {}
             }
         }
-        match (port, group, size) {
-            (None, _, _) => Ok(None),
-            (Some(parent_port), Some(group_id), Some(size)) => Ok(Some(SpawnEnv {
-                parent_port,
+        match (port, key, group, size) {
+            (None, _, _, _) => Ok(None),
+            (Some(port), Some(key), Some(group_id), Some(size)) => Ok(Some(SpawnEnv {
+                parent_port: PortName::parse_address(port, key)?,
                 group_id,
                 size,
             })),
@@ -95,6 +111,10 @@ pub struct SpawnConfig {
     pub child_namespace: Namespace,
     /// The children's group id (chosen by the runtime; unique in the job).
     pub child_group_id: u64,
+    /// The spawn's own key (drawn at random by the driver for every spawn): the parent
+    /// authenticates the children's messages with it, not with the port's key, and the
+    /// children find it in their environment (SPAWN-22).
+    pub key: BootKey,
 }
 
 /// The parent root of one `MPI_Comm_spawn`.
@@ -147,9 +167,15 @@ impl SpawnParent {
         }
         let mut hcfg = cfg.handshake;
         hcfg.expect_remote = Some((cfg.child_group_id, cfg.maxprocs));
-        let hs = Handshake::start(now, Role::Acceptor, cfg.port.clone(), hcfg)?;
+        // SPAWN-22: the spawn's messages are keyed with the spawn's key, so the port's
+        // own key (if others hold its name) opens nothing here.
+        let port = PortName {
+            key: cfg.key,
+            ..cfg.port
+        };
+        let hs = Handshake::start(now, Role::Acceptor, port.clone(), hcfg)?;
         let env = SpawnEnv {
-            parent_port: cfg.port,
+            parent_port: port,
             group_id: cfg.child_group_id,
             size: cfg.maxprocs,
         };
@@ -271,6 +297,18 @@ impl SpawnParent {
     pub fn handshake(&self) -> &Handshake {
         &self.hs
     }
+
+    /// Forged messages dropped so far (SPAWN-22, [`Handshake::forged`]).
+    pub fn forged(&self) -> u32 {
+        self.hs.forged()
+    }
+
+    /// See [`Handshake::eq_except_forged`].
+    pub fn eq_except_forged(&self, other: &SpawnParent) -> bool {
+        let mut c = self.clone();
+        c.hs = other.hs.clone();
+        c == *other && self.hs.eq_except_forged(&other.hs)
+    }
 }
 
 #[cfg(test)]
@@ -282,18 +320,38 @@ mod tests {
     #[test]
     fn environment_round_trips_and_rejects_partial_sets() {
         // SPAWN-3
-        let port = PortName::parse("dynres:1:dgram:01:02:3").unwrap();
+        let key = "ab".repeat(32);
+        let port = PortName::parse(&alloc::format!("dynres:2:dgram:01:02:3:{key}")).unwrap();
         let env = SpawnEnv {
             parent_port: port,
             group_id: 77,
             size: 5,
         };
         let vars = env.to_env();
+        // SPAWN-22: the port variable holds the address only, the key its own variable.
+        assert_eq!(vars[0].1, "dynres:2:dgram:01:02:3");
+        assert_eq!(
+            (vars[1].0.as_str(), vars[1].1.as_str()),
+            (SpawnEnv::KEY_VAR, &*key)
+        );
         let back = SpawnEnv::from_env(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         assert_eq!(back, Ok(Some(env)));
         assert_eq!(SpawnEnv::from_env([("PATH", "/bin")]), Ok(None));
         assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, vars[0].1.as_str())]).is_err());
         assert!(SpawnEnv::from_env([(SpawnEnv::PORT_VAR, "nonsense")]).is_err());
+        // Without the key, or with a key that is not 64 hex digits: no spawn environment.
+        for bad_key in [None, Some("ab"), Some(&key[1..]), Some("zz")] {
+            let vars = vars.iter().filter(|(k, _)| k != SpawnEnv::KEY_VAR);
+            let vars = vars.map(|(k, v)| (k.as_str(), v.as_str()));
+            let with = bad_key.map(|k| (SpawnEnv::KEY_VAR, k));
+            assert!(
+                matches!(
+                    SpawnEnv::from_env(vars.chain(with)),
+                    Err(SpawnError::Config(_))
+                ),
+                "{bad_key:?}"
+            );
+        }
     }
 
     /// The triple of a group with context id 1 and its table (one-byte addresses).
@@ -315,10 +373,12 @@ mod tests {
                 dgram: Addr(vec![1]),
                 stream: Addr(vec![2]),
                 tag: 0,
+                key: BootKey([1; 32]),
             },
             maxprocs,
             child_namespace: Namespace::new("kids"),
             child_group_id: 2,
+            key: BootKey([2; 32]),
         }
     }
 
@@ -365,7 +425,11 @@ mod tests {
         // once and aborts the child root, which ends failed even if the parent's table
         // and ack reached it first (Ready, then revoked).
         let cfg = spawn_cfg(Bootstrap::Stream, group(1, 2), 1);
-        let mut c = Handshake::connect(Instant(0), cfg.port.clone(), group(2, 1)).unwrap();
+        let child_port = PortName {
+            key: cfg.key,
+            ..cfg.port.clone()
+        };
+        let mut c = Handshake::connect(Instant(0), child_port, group(2, 1)).unwrap();
         let mut p = SpawnParent::new(Instant(0), cfg).unwrap();
         // Everything `from` wrote on the bootstrap stream goes to `to`.
         fn stream(from: &mut dyn FnMut() -> Option<Output>, to: &mut dyn FnMut(Vec<u8>)) {

@@ -21,7 +21,7 @@ use nom::Parser;
 
 use super::group::{MemberMsg, Role};
 use super::handshake::{HandshakeConfig, Phase, Served};
-use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP};
+use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP, boot_key, put_key};
 use super::parent::SpawnConfig;
 use super::port::{Bootstrap, PortName};
 use super::{DatagramConfig, Input, SpawnError};
@@ -216,6 +216,9 @@ pub fn put_port(out: &mut Vec<u8>, p: &PortName) {
     prim::put_bytes(out, &p.dgram.0);
     prim::put_bytes(out, &p.stream.0);
     put_u32(out, p.tag);
+    // A trace holds the keys of the connections it recorded, so that a replay
+    // recomputes every tag (SPAWN-22): treat a recorded trace as a secret.
+    put_key(out, &p.key);
 }
 
 /// Parses [`put_port`].
@@ -230,6 +233,7 @@ pub fn port(i: &[u8]) -> PResult<'_, PortName> {
     let (i, dgram) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, stream) = prim::bytes("port address", MAX_ADDR)(i)?;
     let (i, tag) = prim::u32(i)?;
+    let (i, key) = boot_key(i)?;
     Ok((
         i,
         PortName {
@@ -237,6 +241,7 @@ pub fn port(i: &[u8]) -> PResult<'_, PortName> {
             dgram: Addr(dgram.to_vec()),
             stream: Addr(stream.to_vec()),
             tag,
+            key,
         },
     ))
 }
@@ -307,6 +312,7 @@ pub fn put_spawn_config(out: &mut Vec<u8>, c: &SpawnConfig) {
     put_u32(out, c.maxprocs);
     put_str(out, c.child_namespace.as_str());
     put_u64(out, c.child_group_id);
+    put_key(out, &c.key);
 }
 
 /// Parses [`put_spawn_config`].
@@ -316,6 +322,7 @@ pub fn spawn_config(i: &[u8]) -> PResult<'_, SpawnConfig> {
     let (i, maxprocs) = prim::u32(i)?;
     let (i, ns) = prim::string("namespace", 255)(i)?;
     let (i, child_group_id) = prim::u64(i)?;
+    let (i, key) = boot_key(i)?;
     Ok((
         i,
         SpawnConfig {
@@ -324,6 +331,7 @@ pub fn spawn_config(i: &[u8]) -> PResult<'_, SpawnConfig> {
             maxprocs,
             child_namespace: Namespace::new(ns),
             child_group_id,
+            key,
         },
     ))
 }
@@ -368,7 +376,16 @@ pub const STATIC_TEXTS: &[&str] = &[
     "stream bytes in a datagram-only handshake",
     "transport",
     "too long",
-    "does not match dynres:1:<boot>:<hex>:<hex>:<tag>",
+    "does not match dynres:2:<boot>:<hex>:<hex>:<tag>:<key>",
+    "does not match dynres:2:<boot>:<hex>:<hex>:<tag>",
+    "DYNRES_SPAWN_KEY is not 64 hex digits",
+    "datagram without a tag",
+    "datagram with a wrong tag",
+    "datagram of another session",
+    "stream frame without a tag",
+    "stream frame with a wrong tag",
+    "Hello of a group this spawn did not launch",
+    "message of another session",
     "port name",
     "join port",
     "handshake message",
@@ -567,6 +584,10 @@ pub fn put_spawn_error(out: &mut Vec<u8>, e: &SpawnError) {
             put_u8(out, *code);
             put_str(out, text);
         }
+        SpawnError::Forged { what } => {
+            put_u8(out, 19);
+            put_str(out, what);
+        }
     }
 }
 
@@ -626,6 +647,7 @@ pub fn spawn_error(i: &[u8]) -> PResult<'_, SpawnError> {
             let (i, (code, text)) = (prim::u8, text()).parse(i)?;
             (i, SpawnError::Reported { code, text })
         }
+        19 => static_text(i).map(|(i, what)| (i, SpawnError::Forged { what }))?,
         t => return fail("spawn error tag", u64::from(t)),
     };
     Ok((i, e))
@@ -719,10 +741,15 @@ pub fn decode_handshake_input(bytes: &[u8]) -> Result<HandshakeInput, WireError>
 pub fn encode_member_msg(msg: &MemberMsg) -> Vec<u8> {
     let mut out = Vec::new();
     match msg {
-        MemberMsg::RemoteGroup { session, remote } => {
+        MemberMsg::RemoteGroup {
+            session,
+            remote,
+            data_key,
+        } => {
             put_u8(&mut out, 1);
             put_u64(&mut out, *session);
             put_header(&mut out, remote);
+            put_key(&mut out, data_key);
         }
         MemberMsg::RemoteEndpoints { session, endpoints } => {
             put_u8(&mut out, 2);
@@ -743,7 +770,17 @@ pub fn decode_member_msg(bytes: &[u8]) -> Result<MemberMsg, WireError> {
     parse_all(bytes, |i: &[u8]| -> PResult<'_, MemberMsg> {
         let (i, (tag, session)) = (prim::u8, prim::u64).parse(i)?;
         match tag {
-            1 => header(i).map(|(i, remote)| (i, MemberMsg::RemoteGroup { session, remote })),
+            1 => {
+                let (i, (remote, data_key)) = (header, boot_key).parse(i)?;
+                Ok((
+                    i,
+                    MemberMsg::RemoteGroup {
+                        session,
+                        remote,
+                        data_key,
+                    },
+                ))
+            }
             2 => addrs(i)
                 .map(|(i, endpoints)| (i, MemberMsg::RemoteEndpoints { session, endpoints })),
             3 => spawn_error(i).map(|(i, error)| (i, MemberMsg::Failed { session, error })),
@@ -877,6 +914,7 @@ pub fn decode_member_start(bytes: &[u8]) -> Result<MemberStart, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spawn::BootKey;
     use alloc::string::ToString;
     use alloc::vec;
     use proptest::prelude::*;
@@ -895,12 +933,14 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..MAX_ADDR),
             proptest::collection::vec(any::<u8>(), 0..MAX_ADDR),
             any::<u32>(),
+            any::<[u8; 32]>(),
         )
-            .prop_map(|(boot, d, s, tag)| PortName {
+            .prop_map(|(boot, d, s, tag, key)| PortName {
                 boot,
                 dgram: Addr(d),
                 stream: Addr(s),
                 tag,
+                key: BootKey(key),
             })
     }
 
@@ -1000,8 +1040,11 @@ mod tests {
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
         prop_oneof![
-            (any::<u64>(), arb_header())
-                .prop_map(|(session, remote)| MemberMsg::RemoteGroup { session, remote }),
+            (any::<u64>(), arb_header()).prop_map(|(session, remote)| MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key: BootKey([7; 32]),
+            }),
             (any::<u64>(), proptest::collection::vec(arb_addr(), 0..5))
                 .prop_map(|(session, endpoints)| MemberMsg::RemoteEndpoints { session, endpoints }),
             (any::<u64>(), arb_error())
@@ -1036,7 +1079,8 @@ mod tests {
 
         #[test]
         fn starts_round_trip(now: u64, port in arb_port(), cfg in arb_cfg(), acceptor: bool,
-                             maxprocs: u32, ns in "[a-z-]{0,20}", child: u64, rank: u32) {
+                             maxprocs: u32, ns in "[a-z-]{0,20}", child: u64, rank: u32,
+                             key: [u8; 32]) {
             let role = if acceptor { Role::Acceptor } else { Role::Initiator };
             let hs = decode_handshake_start(&encode_handshake_start(Instant(now), role, &port, &cfg));
             prop_assert_eq!(hs, Ok(HandshakeStart { now: Instant(now), role, port: port.clone(), cfg: cfg.clone() }));
@@ -1048,6 +1092,7 @@ mod tests {
                 maxprocs,
                 child_namespace: Namespace::new(ns),
                 child_group_id: child,
+                key: BootKey(key),
             };
             prop_assert_eq!(decode_parent_start(&encode_parent_start(Instant(now), &sc)), Ok((Instant(now), sc)));
             let m = encode_member_start(role, rank, &cfg.local, &cfg.local_endpoints);

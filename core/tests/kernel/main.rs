@@ -28,3 +28,8 @@ mod rc_wire;
 mod spawn_bootstraps;
 mod spawn_connect_join;
 mod spawn_failures;
+mod spawn_forged;
+
+/// The key of the ports the tests write as text (`…:5a5a…`, 64 hex digits): the tests'
+/// hand-made datagrams are sealed with it (SPAWN-22).
+pub(crate) const KEY: dynres_core::spawn::BootKey = dynres_core::spawn::BootKey([0x5a; 32]);

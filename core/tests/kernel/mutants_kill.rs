@@ -126,18 +126,28 @@ fn a_port_takes_addresses_of_up_to_64_bytes() {
     let longest = Addr(vec![7; 64]);
     assert!(
         ports
-            .open_port(longest.clone(), longest.clone(), Bootstrap::Stream)
+            .open_port(
+                longest.clone(),
+                longest.clone(),
+                Bootstrap::Stream,
+                crate::KEY
+            )
             .is_ok()
     );
     let too_long = Addr(vec![7; 65]);
     assert!(
         ports
-            .open_port(too_long.clone(), longest.clone(), Bootstrap::Stream)
+            .open_port(
+                too_long.clone(),
+                longest.clone(),
+                Bootstrap::Stream,
+                crate::KEY
+            )
             .is_err()
     );
     assert!(
         ports
-            .open_port(longest, too_long, Bootstrap::Datagram)
+            .open_port(longest, too_long, Bootstrap::Datagram, crate::KEY)
             .is_err()
     );
 }
@@ -182,7 +192,12 @@ fn root_config(
 fn a_failed_handshake_reports_its_error() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Handshake, Input, Phase, SpawnError};
-    let (port, cfg) = root_config("dynres:1:hybrid-4:d0:50:0", 7, 2, 1);
+    let (port, cfg) = root_config(
+        "dynres:2:hybrid-4:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        7,
+        2,
+        1,
+    );
     let mut hs = Handshake::connect(Instant(0), port, cfg).expect("valid config");
     assert_eq!(hs.error(), None);
     // Nobody answers: feed every timeout the machine asks for until it gives up.
@@ -210,8 +225,8 @@ fn a_message_is_acknowledged_only_once_every_segment_is() {
     use dynres_core::spawn::DatagramConfig;
     use dynres_core::spawn::datagram::Reliable;
     let cfg = DatagramConfig::default();
-    let mut a = Reliable::new(7, cfg);
-    let mut b = Reliable::new(7, cfg);
+    let mut a = Reliable::new(7, cfg, crate::KEY, dynres_core::spawn::Role::Initiator);
+    let mut b = Reliable::new(7, cfg, crate::KEY, dynres_core::spawn::Role::Acceptor);
     assert!(a.all_acked(), "nothing sent yet");
     // Three segments: two full ones and one byte.
     let msg = vec![5u8; 2 * a.payload_per_segment() + 1];
@@ -260,7 +275,7 @@ fn hello_segment(segment_session: u64, count: u16) -> Vec<u8> {
         count,
         payload: hello.encode(),
     })
-    .encode()
+    .encode(&crate::KEY, dynres_core::spawn::Role::Initiator)
 }
 
 /// `spawn/handshake.rs` `Handshake::on_datagram`: the guard `s.count == 1` → `true` let
@@ -271,7 +286,12 @@ fn hello_segment(segment_session: u64, count: u16) -> Vec<u8> {
 fn a_listener_opens_a_session_only_on_a_one_segment_hello() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Addr, Handshake, Input, Output, Phase, SpawnError};
-    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (port, cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
     let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
     while hs.poll_output().is_some() {}
     // The whole Hello, but labelled as the first of two segments.
@@ -372,7 +392,12 @@ fn a_join_refuses_inputs_past_its_held_limit() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Input, Join, SpawnError};
     use dynres_core::wire::WireError;
-    let (port, cfg) = root_config("dynres:1:stream:d000:5000:0", 3, 1, 1);
+    let (port, cfg) = root_config(
+        "dynres:2:stream:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        3,
+        1,
+        1,
+    );
     let mut j = Join::new(Instant(0), port, cfg).expect("a singleton may join");
     // Bootstrap stream bytes before the peer's port: held until the roles are known.
     let early = || Input::Stream { bytes: vec![0xab] };
@@ -494,7 +519,12 @@ fn an_empty_app_segment_is_a_missing_app_not_a_bad_character() {
 fn a_failed_join_reports_its_error() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Input, Join, Output, Phase, SpawnError};
-    let (port, cfg) = root_config("dynres:1:stream:d0:50:0", 3, 1, 1);
+    let (port, cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        3,
+        1,
+        1,
+    );
 
     let mut j = Join::new(Instant(0), port.clone(), cfg.clone()).expect("a singleton may join");
     assert_eq!(j.error(), None);
@@ -526,8 +556,18 @@ fn a_failed_join_reports_its_error() {
 fn a_join_fingerprint_follows_its_state() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Input, Join, Output};
-    let (low, low_cfg) = root_config("dynres:1:stream:d0:50:0", 3, 1, 1);
-    let (high, high_cfg) = root_config("dynres:1:stream:d1:51:0", 4, 1, 1);
+    let (low, low_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        3,
+        1,
+        1,
+    );
+    let (high, high_cfg) = root_config(
+        "dynres:2:stream:d1:51:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        4,
+        1,
+        1,
+    );
     let mut j = Join::new(Instant(0), low, low_cfg).expect("a singleton may join");
     let fresh = j.fingerprint();
     assert_eq!(j.fingerprint(), fresh, "the same state");
@@ -550,8 +590,18 @@ fn a_join_fingerprint_follows_its_state() {
 fn a_join_of_two_first_ports_orders_them_by_their_text() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Input, Join, Output, Role};
-    let (low, low_cfg) = root_config("dynres:1:dgram:d0:50:0", 3, 1, 1);
-    let (high, high_cfg) = root_config("dynres:1:dgram:d1:51:0", 4, 1, 1);
+    let (low, low_cfg) = root_config(
+        "dynres:2:dgram:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        3,
+        1,
+        1,
+    );
+    let (high, high_cfg) = root_config(
+        "dynres:2:dgram:d1:51:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        4,
+        1,
+        1,
+    );
     assert_eq!((low.tag, high.tag), (0, 0), "each its process's first port");
     let mut a = Join::new(Instant(0), low, low_cfg).expect("a singleton may join");
     let mut b = Join::new(Instant(0), high, high_cfg).expect("a singleton may join");
@@ -580,7 +630,12 @@ fn spawn_parent(
 ) -> Result<dynres_core::spawn::SpawnParent, dynres_core::spawn::SpawnError> {
     use dynres_core::spawn::{SpawnConfig, SpawnParent};
     use dynres_core::{Instant, Namespace};
-    let (port, handshake) = root_config("dynres:1:dgram:d0:50:0", 7, 2, 1);
+    let (port, handshake) = root_config(
+        "dynres:2:dgram:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        7,
+        2,
+        1,
+    );
     SpawnParent::new(
         Instant(0),
         SpawnConfig {
@@ -589,6 +644,7 @@ fn spawn_parent(
             maxprocs,
             child_namespace: Namespace::new("kids"),
             child_group_id: 8,
+            key: crate::KEY,
         },
     )
 }
@@ -678,7 +734,12 @@ fn a_hello_with_an_impossible_group_size_fails_the_accept() {
     use dynres_core::spawn::msg::MAX_GROUP;
     use dynres_core::spawn::{Addr, GroupHeader, Handshake, HsMsg, Input, Phase, SpawnError};
     for size in [0, MAX_GROUP as u32 + 1] {
-        let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+        let (port, cfg) = root_config(
+            "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+            1,
+            2,
+            7,
+        );
         let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
         let hello = HsMsg::Hello {
             session: 9,
@@ -696,7 +757,7 @@ fn a_hello_with_an_impossible_group_size_fails_the_accept() {
             count: 1,
             payload: hello,
         })
-        .encode();
+        .encode(&crate::KEY, dynres_core::spawn::Role::Initiator);
         let _ = hs.handle(
             Instant(1),
             Input::Datagram {
@@ -737,8 +798,18 @@ fn datagrams_from(
 fn a_cancelled_datagram_root_tells_its_peer_with_an_abort() {
     use dynres_core::Instant;
     use dynres_core::spawn::{AbortReason, Addr, Handshake, Output, Phase, SpawnError};
-    let (port, acc_cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
-    let (_, ini_cfg) = root_config("dynres:1:dgram:d000:5000:0", 2, 2, 7);
+    let (port, acc_cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
+    let (_, ini_cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        2,
+        2,
+        7,
+    );
     let initiator_addr = Addr(vec![0xd0]);
     let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
     let mut ini = Handshake::connect(Instant(0), port.clone(), ini_cfg).expect("valid config");
@@ -776,7 +847,12 @@ fn a_cancelled_datagram_root_tells_its_peer_with_an_abort() {
 fn a_datagram_root_never_closes_a_stream() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Handshake, Output, SpawnError};
-    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 1, 7);
+    let (port, cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        1,
+        7,
+    );
     let mut hs = Handshake::accept(Instant(0), port, cfg).expect("valid config");
     while hs.poll_output().is_some() {}
     hs.cancel(SpawnError::Config("given up"));
@@ -858,8 +934,18 @@ fn stream_bytes(outs: &[dynres_core::spawn::Output]) -> Vec<u8> {
 fn a_repeated_endpoint_table_changes_nothing() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Addr, Handshake, HsMsg, Input, Output, Phase};
-    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
-    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 2, 7);
+    let (port, acc_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
+    let (_, ini_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        2,
+        2,
+        7,
+    );
     let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
     let mut ini = Handshake::connect(Instant(0), port, ini_cfg).expect("valid config");
     let drain = |hs: &mut Handshake| core::iter::from_fn(|| hs.poll_output()).collect::<Vec<_>>();
@@ -883,7 +969,7 @@ fn a_repeated_endpoint_table_changes_nothing() {
         session: ini.session().expect("a session"),
         endpoints: vec![Addr(vec![1]), Addr(vec![2])],
     }
-    .encode();
+    .seal(&crate::KEY, dynres_core::spawn::Role::Acceptor);
     ini.handle(Instant(3), Input::Stream { bytes: again })
         .expect("a duplicate is harmless");
     assert_eq!(drain(&mut ini), [], "nothing sent for a duplicate");
@@ -937,8 +1023,18 @@ fn stream_handshake_to_the_end() -> (
 ) {
     use dynres_core::Instant;
     use dynres_core::spawn::{Handshake, Input};
-    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
-    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 3, 7);
+    let (port, acc_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
+    let (_, ini_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        2,
+        3,
+        7,
+    );
     let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
     let mut ini = Handshake::connect(Instant(0), port, ini_cfg).expect("valid config");
     let (mut acc_outs, mut ini_outs) = (Vec::new(), Vec::new());
@@ -1011,7 +1107,12 @@ fn a_datagram_mtu_of_exactly_the_minimum_is_accepted() {
     use dynres_core::Instant;
     use dynres_core::spawn::datagram::MIN_MTU;
     use dynres_core::spawn::{Handshake, SpawnError};
-    let (port, mut cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (port, mut cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
     cfg.datagram.mtu = MIN_MTU;
     assert!(Handshake::accept(Instant(0), port.clone(), cfg.clone()).is_ok());
     cfg.datagram.mtu = MIN_MTU - 1;
@@ -1142,8 +1243,18 @@ fn a_rollback_leaves_an_unchanged_pset_at_its_version() {
 fn only_an_open_bootstrap_stream_can_close() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Handshake, Input, Phase, SpawnError};
-    let (port, acc_cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
-    let (_, ini_cfg) = root_config("dynres:1:stream:d0:50:0", 2, 2, 7);
+    let (port, acc_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
+    let (_, ini_cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        2,
+        2,
+        7,
+    );
     let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).expect("valid config");
     let before = acc.phase();
     assert!(matches!(
@@ -1161,11 +1272,12 @@ fn only_an_open_bootstrap_stream_can_close() {
     assert_eq!(acc.error(), Some(&SpawnError::StreamClosed));
 }
 
-/// `spawn/datagram.rs` `DgramFrame::decode_with`: `len < HEADER_LEN + 4` → `<=` took the
-/// shortest complete datagram frame, a header and its CRC-32, for a truncated one. It is
+/// `spawn/datagram.rs` `DgramFrame::checked`: `len < HEADER_LEN + 4` → `<=` took the
+/// shortest checksummed datagram, a header and its CRC-32, for a truncated one. It is
 /// checked like any other frame, checksum first (`SPAWN-12`, spec/wire.md "Datagram
-/// frames"): corrupted it is `Checksum`, intact but of no datagram type `UnknownType`;
-/// only a shorter datagram is `Truncated`.
+/// frames"): corrupted it is `Checksum`; intact it has no room for a tag, so a receiver
+/// drops it as forged (`SPAWN-22`) and a plain decode calls it `Truncated`; only a
+/// shorter datagram is `Truncated` before its checksum is looked at.
 #[test]
 fn the_shortest_datagram_frame_is_checked_not_called_truncated() {
     use dynres_core::spawn::crc32;
@@ -1177,10 +1289,12 @@ fn the_shortest_datagram_frame_is_checked_not_called_truncated() {
     assert_eq!(n, HEADER_LEN + 4);
     let crc = crc32(&frame[..n - 4]);
     frame[n - 4..].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(DgramFrame::decode(&frame), Err(WireError::Truncated));
+    let role = dynres_core::spawn::Role::Initiator;
     assert_eq!(
-        DgramFrame::decode(&frame),
-        Err(WireError::UnknownType {
-            msg_type: types::HELLO
+        DgramFrame::open(&frame, &crate::KEY, role),
+        Err(dynres_core::spawn::SpawnError::Forged {
+            what: "datagram without a tag"
         })
     );
     let mut corrupted = frame.clone();
@@ -1212,7 +1326,10 @@ fn a_message_of_exactly_the_segment_limit_is_delivered() {
         mtu: MIN_MTU,
         ..DatagramConfig::default()
     };
-    let (mut a, mut b) = (Reliable::new(3, cfg), Reliable::new(3, cfg));
+    let (mut a, mut b) = (
+        Reliable::new(3, cfg, crate::KEY, dynres_core::spawn::Role::Initiator),
+        Reliable::new(3, cfg, crate::KEY, dynres_core::spawn::Role::Acceptor),
+    );
     let per = a.payload_per_segment();
     let msg: Vec<u8> = (0..per * usize::from(MAX_SEGMENTS))
         .map(|i| (i % 251) as u8)
@@ -1247,7 +1364,7 @@ fn segment_of(msg_seq: u32, index: u16, count: u16, payload: &[u8]) -> Vec<u8> {
         count,
         payload: payload.to_vec(),
     })
-    .encode()
+    .encode(&crate::KEY, dynres_core::spawn::Role::Initiator)
 }
 
 /// `spawn/datagram.rs` `Reliable::on_frame`: the guard `p.count != s.count` → `false`
@@ -1260,7 +1377,12 @@ fn a_segment_count_changed_within_a_message_is_refused() {
     use dynres_core::spawn::DatagramConfig;
     use dynres_core::spawn::datagram::Reliable;
     use dynres_core::wire::WireError;
-    let mut b = Reliable::new(1, DatagramConfig::default());
+    let mut b = Reliable::new(
+        1,
+        DatagramConfig::default(),
+        crate::KEY,
+        dynres_core::spawn::Role::Acceptor,
+    );
     b.on_datagram(&segment(0, 3, b"ab")).expect("first segment");
     while b.poll_send().is_some() {}
     let before = b.clone();
@@ -1269,7 +1391,8 @@ fn a_segment_count_changed_within_a_message_is_refused() {
         Err(WireError::InvalidValue {
             what: "segment count changed within a message",
             value: 2,
-        })
+        }
+        .into())
     );
     assert_eq!(b, before, "nothing kept, nothing acknowledged");
     b.on_datagram(&segment(2, 3, b"ef")).expect("consistent");
@@ -1287,7 +1410,12 @@ fn reassembly_refuses_the_ninth_message_and_counts_it() {
     use dynres_core::spawn::DatagramConfig;
     use dynres_core::spawn::datagram::{MAX_PARTIAL, Reliable};
     use dynres_core::wire::WireError;
-    let mut b = Reliable::new(1, DatagramConfig::default());
+    let mut b = Reliable::new(
+        1,
+        DatagramConfig::default(),
+        crate::KEY,
+        dynres_core::spawn::Role::Acceptor,
+    );
     let partial = MAX_PARTIAL as u32;
     for seq in 0..partial {
         b.on_datagram(&segment_of(seq, 0, 2, b"x"))
@@ -1300,7 +1428,8 @@ fn reassembly_refuses_the_ninth_message_and_counts_it() {
             what: "messages in reassembly",
             value: MAX_PARTIAL as u64 + 1,
             max: MAX_PARTIAL as u64,
-        })
+        }
+        .into())
     );
     assert_eq!(b, before);
     b.on_datagram(&segment_of(0, 1, 2, b"y"))
@@ -1333,7 +1462,11 @@ fn a_decided_member_ignores_late_triples_and_tables() {
     let new_member = || Member::new(Role::Acceptor, 1, local, vec![Addr(vec![1]), Addr(vec![2])]);
     let late = |session| {
         [
-            MemberMsg::RemoteGroup { session, remote },
+            MemberMsg::RemoteGroup {
+                session,
+                remote,
+                data_key: crate::KEY,
+            },
             MemberMsg::RemoteEndpoints {
                 session,
                 endpoints: vec![Addr(vec![3])],
@@ -1388,7 +1521,12 @@ fn a_local_group_has_one_to_max_group_processes() {
     use dynres_core::spawn::{Handshake, SpawnError};
     let bad_size = Err(SpawnError::Config("local group size must be 1..=65536"));
     for (size, ok) in [(0, false), (MAX_GROUP, true), (MAX_GROUP + 1, false)] {
-        let (port, mut cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 1, 7);
+        let (port, mut cfg) = root_config(
+            "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+            1,
+            1,
+            7,
+        );
         cfg.local.size = size as u32;
         cfg.local_endpoints = vec![dynres_core::spawn::Addr(vec![1]); size];
         let r = Handshake::accept(Instant(0), port, cfg).map(|_| ());
@@ -1405,8 +1543,18 @@ fn a_local_group_has_one_to_max_group_processes() {
 fn a_handshake_fingerprint_follows_its_state() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Addr, Handshake, Output, Phase};
-    let (port, acc_cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
-    let (_, ini_cfg) = root_config("dynres:1:dgram:d000:5000:0", 2, 2, 7);
+    let (port, acc_cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
+    let (_, ini_cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        2,
+        2,
+        7,
+    );
     let mut listening = Handshake::accept(Instant(0), port.clone(), acc_cfg.clone()).unwrap();
     let mut acc = Handshake::accept(Instant(0), port.clone(), acc_cfg).unwrap();
     assert_eq!(acc.fingerprint(), listening.fingerprint());
@@ -1459,9 +1607,19 @@ fn a_datagram_hello_opens_nothing_off_a_listening_datagram_port() {
     let outside = Err(SpawnError::Unexpected {
         what: "datagram outside a datagram session",
     });
-    let (stream_port, cfg) = root_config("dynres:1:stream:d0:50:0", 1, 2, 7);
+    let (stream_port, cfg) = root_config(
+        "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
     let on_stream_port = Handshake::accept(Instant(0), stream_port, cfg).unwrap();
-    let (dgram_port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (dgram_port, cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
     let mut cancelled = Handshake::accept(Instant(0), dgram_port, cfg).unwrap();
     cancelled.cancel(SpawnError::Config("given up"));
     for (mut hs, phase) in [
@@ -1491,7 +1649,12 @@ fn a_datagram_hello_opens_nothing_off_a_listening_datagram_port() {
 fn a_hello_under_another_session_is_no_hello() {
     use dynres_core::Instant;
     use dynres_core::spawn::{Addr, Handshake, Input, Phase, SpawnError};
-    let (port, cfg) = root_config("dynres:1:dgram:d000:5000:0", 1, 2, 7);
+    let (port, cfg) = root_config(
+        "dynres:2:dgram:d000:5000:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+        1,
+        2,
+        7,
+    );
     let mut hs = Handshake::accept(Instant(0), port, cfg).unwrap();
     while hs.poll_output().is_some() {}
     let before = hs.clone();
@@ -1537,7 +1700,12 @@ fn a_port_name_with_64_byte_addresses_parses_back() {
     use dynres_core::spawn::{Addr, Bootstrap, PortName, Ports};
     let longest = Addr(vec![0xab; 64]);
     let port = Ports::new()
-        .open_port(longest.clone(), longest, Bootstrap::Hybrid { threshold: 4 })
+        .open_port(
+            longest.clone(),
+            longest,
+            Bootstrap::Hybrid { threshold: 4 },
+            crate::KEY,
+        )
         .expect("64-byte addresses");
     let text = port.to_string();
     assert_eq!(PortName::parse(&text), Ok(port));
@@ -1554,7 +1722,7 @@ fn closing_a_port_needs_its_exact_name() {
     use dynres_core::spawn::{Addr, Bootstrap, PortName, Ports, SpawnError};
     let mut ports = Ports::new();
     let port = ports
-        .open_port(Addr(vec![1]), Addr(vec![2]), Bootstrap::Stream)
+        .open_port(Addr(vec![1]), Addr(vec![2]), Bootstrap::Stream, crate::KEY)
         .expect("a port");
     let same_tag = PortName {
         dgram: Addr(vec![9]),

@@ -73,7 +73,7 @@ fn connect_to_a_port_nobody_listens_on_fails_typed() {
         (3, Bootstrap::DEFAULT_HYBRID),
     ] {
         let mut sim = Sim::new(seed, Faults::NONE);
-        let port = PortName::parse("dynres:1:dgram:ffff:ffff:9").unwrap();
+        let port = PortName::parse("dynres:2:dgram:ffff:ffff:9:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a").unwrap();
         let port = PortName { boot, ..port };
         let h = GroupHeader {
             group_id: 2,
@@ -134,6 +134,7 @@ fn join_rejects_garbage_on_the_join_stream_unchanged() {
             dynres_core::spawn::Addr(vec![1]),
             dynres_core::spawn::Addr(vec![2]),
             Bootstrap::Stream,
+            crate::KEY,
         )
         .unwrap();
     let h = GroupHeader {
@@ -187,7 +188,10 @@ fn a_second_initiator_with_the_same_session_is_refused_and_equal_ids_merge_alike
     // SPAWN-10 and spec/spawn.md §10: one connection per accept. Two jobs' groups may
     // share a group id, hence a session; only the address tells them apart. SPAWN-15:
     // on equal group ids and equal `high` flags the acceptor's group comes first.
-    let port = PortName::parse("dynres:1:dgram:a0:a1:0").unwrap();
+    let port = PortName::parse(
+        "dynres:2:dgram:a0:a1:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+    )
+    .unwrap();
     let cfg = spawn_sim::ChildCfg::default();
     let header = |size| GroupHeader {
         group_id: 2,
@@ -243,7 +247,10 @@ fn a_later_accept_refuses_a_late_hello_of_the_connection_its_port_served() {
     // time out). The second initiator's group has the same id, hence the same session
     // and triple: only the address tells the late Hello from it.
     use dynres_core::spawn::{Addr, Input, Output, Phase, Served};
-    let port = PortName::parse("dynres:1:dgram:a0:a1:0").unwrap();
+    let port = PortName::parse(
+        "dynres:2:dgram:a0:a1:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
+    )
+    .unwrap();
     let cfg = spawn_sim::ChildCfg::default();
     let header = |context_id| GroupHeader {
         group_id: 2,

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use dynres_core::spawn::{
-    Addr, Bootstrap, ContextIds, GroupHeader, Handshake, HandshakeConfig, Input, InterGroup, Join,
-    Member, MemberOutput, Output, PortName, Ports, Role, SpawnConfig, SpawnEnv, SpawnError,
-    SpawnParent,
+    Addr, BootKey, Bootstrap, ContextIds, GroupHeader, Handshake, HandshakeConfig, Input,
+    InterGroup, Join, Member, MemberOutput, Output, PortName, Ports, Role, SpawnConfig, SpawnEnv,
+    SpawnError, SpawnParent,
 };
 use dynres_core::wire::WireError;
 use dynres_core::{Duration, Instant, Namespace};
@@ -216,6 +216,9 @@ pub struct Sim {
     pub stats: Stats,
     /// Every datagram ever delivered, for replay tests.
     pub delivered_log: Vec<(usize, Addr, Vec<u8>)>,
+    /// Mixed into every key of this world: two worlds with different salts are two
+    /// runs of the driver, whose random keys differ (SPAWN-22).
+    pub key_salt: u8,
 }
 
 /// How spawned children configure their handshake.
@@ -282,6 +285,7 @@ impl Sim {
                 steps: 0,
             },
             delivered_log: Vec::new(),
+            key_salt: 0,
         }
     }
 
@@ -374,11 +378,27 @@ impl Sim {
         (a, b)
     }
 
+    /// The key of the port of root `i` (the driver's random draw, fixed here so the
+    /// fault injection's random sequence is the one the tests were tuned with).
+    pub fn port_key(&self, i: usize) -> BootKey {
+        BootKey([0xa0 ^ i as u8 ^ self.key_salt; 32])
+    }
+
+    /// The key of the spawn of parent root `i` (SPAWN-22: not its port's).
+    pub fn spawn_key(&self, i: usize) -> BootKey {
+        BootKey([0x50 ^ i as u8 ^ self.key_salt; 32])
+    }
+
     /// A port on the next root's addresses.
     pub fn next_port(&self, ports: &mut Ports, boot: Bootstrap) -> PortName {
         let i = self.roots.len();
         ports
-            .open_port(Self::addr(0xd0, i), Self::addr(0x50, i), boot)
+            .open_port(
+                Self::addr(0xd0, i),
+                Self::addr(0x50, i),
+                boot,
+                self.port_key(i),
+            )
             .unwrap()
     }
 
@@ -448,6 +468,7 @@ impl Sim {
             maxprocs,
             child_namespace: Namespace::new(format!("child-of-{}", header.group_id)),
             child_group_id: 10_000 + header.group_id,
+            key: self.spawn_key(self.roots.len()),
         };
         let m = SpawnParent::new(self.now, cfg).unwrap();
         self.add_root(
@@ -783,6 +804,8 @@ impl Sim {
         assert_eq!(ig.remote, rig.local, "remote triple seen by {}", r.name);
         assert_eq!(ig.local, rig.remote, "local triple seen by {}", rr.name);
         assert_eq!(ig.session, rig.session);
+        // SPAWN-23: one data-plane key for the inter-group.
+        assert_eq!(ig.data_key, rig.data_key, "data key seen by {}", rr.name);
         let g = &self.groups[&r.group_id];
         let rg = &self.groups[&rr.group_id];
         assert_eq!(ig.local, g.header);
@@ -804,8 +827,8 @@ impl Sim {
         for (rank, mig) in &g.ready {
             assert_eq!(mig.local_rank, *rank);
             assert_eq!(
-                (mig.local, mig.remote, mig.session),
-                (ig.local, ig.remote, ig.session)
+                (mig.local, mig.remote, mig.session, mig.data_key),
+                (ig.local, ig.remote, ig.session, ig.data_key)
             );
             assert_eq!(mig.remote_endpoints, rg.endpoints);
         }

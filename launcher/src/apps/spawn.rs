@@ -99,6 +99,11 @@ pub struct Args {
     /// (medians of half a round trip).
     #[arg(long, default_value_t = 0)]
     pub pingpong: u32,
+    /// Children wait this long before their root connects back: a slow start, which
+    /// keeps the parent's port listening — the window a stranger's forged Hellos have
+    /// (the SPAWN-22 end-to-end test).
+    #[arg(long, default_value_t = 0)]
+    pub connect_delay_ms: u64,
 }
 
 const TAG: u64 = 0x5350;
@@ -164,6 +169,9 @@ fn child_command(a: &Args, count: u32) -> Result<SpawnCommand, CommError> {
     }
     if a.pingpong > 0 {
         args.push(format!("--pingpong={}", a.pingpong));
+    }
+    if a.connect_delay_ms > 0 {
+        args.push(format!("--connect-delay-ms={}", a.connect_delay_ms));
     }
     Ok(SpawnCommand {
         program: exe.to_string_lossy().into_owned(),
@@ -248,6 +256,7 @@ fn child(
     a: &Args,
     timeout: Duration,
 ) -> Result<(), CommError> {
+    std::thread::sleep(Duration::from_millis(a.connect_delay_ms));
     let (world, inter) = match a.fault {
         Fault::None => s
             .get_parent(transport, timeout)?
@@ -438,10 +447,18 @@ fn peer(transport: &Transport, mode: Mode, file: &str, timeout: Duration) -> Res
     inter.disconnect()
 }
 
-/// Writes `text` to `file` atomically (a reader never sees half of it).
+/// Writes `text` to `file` atomically (a reader never sees half of it), readable by
+/// this user only: a port name carries the port's key (SPAWN-22).
 fn publish(file: &str, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = format!("{file}.tmp.{}", std::process::id());
-    std::fs::write(&tmp, text)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
     std::fs::rename(&tmp, file)
 }
 

@@ -34,6 +34,9 @@ pub const LOST_POLL: Duration = Duration::from_millis(10);
 const FLUSH_WAIT: Duration = Duration::from_millis(500);
 /// Largest datagram read.
 const DGRAM_BUF: usize = 65536;
+/// At most one warning about forged bootstrap messages this often (SPAWN-22): a stranger
+/// flooding the port must not flood the log too.
+const FORGED_WARN_EVERY: Duration = Duration::from_secs(1);
 
 /// Maps the kernel's nanosecond clock onto [`Instant`]: origin at the driver's start.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +88,56 @@ impl Root {
             Root::Handshake(m) => m.poll_timeout(),
             Root::Parent(m) => m.poll_timeout(),
             Root::Join(m) => m.poll_timeout(),
+        }
+    }
+
+    /// Forged messages the machine dropped so far (SPAWN-22).
+    fn forged(&self) -> u32 {
+        match self {
+            Root::Handshake(m) => m.forged(),
+            Root::Parent(m) => m.forged(),
+            Root::Join(m) => m.forged(),
+        }
+    }
+}
+
+/// Reports the machine's count of forged messages (SPAWN-22): every new one at debug, a
+/// warning at most every [`FORGED_WARN_EVERY`] (and a last one when the call returns),
+/// so that someone sending to the port without its key is seen, not drowned in. The
+/// messages themselves and the key are never logged.
+#[derive(Debug, Default)]
+struct ForgedLog {
+    seen: u32,
+    warned: u32,
+    last_warn: Option<Instant>,
+}
+
+impl ForgedLog {
+    fn update(&mut self, root: &Root) {
+        let n = root.forged();
+        if n == self.seen {
+            return;
+        }
+        debug!(total = n, "bootstrap: forged message dropped");
+        self.seen = n;
+        if self
+            .last_warn
+            .is_none_or(|t| t.elapsed() >= FORGED_WARN_EVERY)
+        {
+            self.warn();
+        }
+    }
+
+    fn warn(&mut self) {
+        if self.seen > self.warned {
+            warn!(
+                dropped = self.seen - self.warned,
+                total = self.seen,
+                "bootstrap: dropped messages that do not carry this connection's key \
+                 (a process without the key is sending to the port)"
+            );
+            self.warned = self.seen;
+            self.last_warn = Some(Instant::now());
         }
     }
 }
@@ -294,7 +347,9 @@ pub(crate) fn drive(
     let mut join_open = io.join.is_some();
     let mut last_lost = Instant::now();
     let mut buf = vec![0u8; DGRAM_BUF];
+    let mut forged = ForgedLog::default();
     loop {
+        forged.update(root);
         // 1. Execute every output.
         while let Some(o) = root.poll_output() {
             match o {
@@ -373,6 +428,8 @@ pub(crate) fn drive(
             }
         }
         if let Some(result) = outcome {
+            forged.update(root);
+            forged.warn();
             if let Some(s) = stream.as_mut() {
                 finish_stream(s);
             }

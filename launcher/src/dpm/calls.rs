@@ -5,7 +5,6 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use dynres_core::process::Namespace;
@@ -33,17 +32,6 @@ const CONTEXT_WINDOW: u32 = 256;
 const MEMBER_MSG_BASE: usize = 4096;
 /// Room per remote endpoint in a member message (length prefix + address).
 const MEMBER_MSG_PER_RANK: usize = 4 + 64;
-
-/// Low half of new group ids: per process, starting at a pid-derived offset so that two
-/// processes with the same job rank (two singletons joining) rarely pick the same id.
-static GROUP_COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A group id unique in the job: the root's job rank, and a per-process counter.
-fn new_group_id(job_rank: u32) -> u64 {
-    let n = GROUP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let low = n.wrapping_add(std::process::id().wrapping_shl(16));
-    (u64::from(job_rank) << 32) | u64::from(low)
-}
 
 fn ktime(d: Duration) -> KDuration {
     KDuration::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -86,7 +74,14 @@ fn local_group(
     let group_id = match group_id {
         Some(g) => g,
         None => {
-            let mine = new_group_id(comm.members()[root]).to_be_bytes();
+            // Drawn at the root only (the others' draws would be wasted): random, see
+            // `random::group_id`.
+            let mine = if comm.rank() == root {
+                super::random::group_id()?
+            } else {
+                0
+            }
+            .to_be_bytes();
             let got = comm.bcast(root, &mine)?;
             let got: [u8; 8] = got
                 .try_into()
@@ -398,7 +393,10 @@ pub fn spawn(
             }
         };
         let port = open_port(Bootstrap::DEFAULT_HYBRID).map_err(before)?;
-        let child_group_id = new_group_id(comm.members()[root]);
+        let child_group_id = super::random::group_id().map_err(before)?;
+        // SPAWN-22: the spawn's own key, handed to the children in their environment
+        // (never on a command line: argv is world-readable).
+        let key = super::random::key().map_err(before)?;
         let clock = Clock::new();
         let parent = SpawnParent::new(
             clock.now(),
@@ -408,6 +406,7 @@ pub fn spawn(
                 maxprocs,
                 child_namespace: Namespace::new(format!("spawn-{child_group_id:x}")),
                 child_group_id,
+                key,
             },
         )
         .map_err(before)?;
@@ -456,7 +455,7 @@ pub fn get_parent_with(
 }
 
 /// `MPI_Comm_get_parent`: [`get_parent_with`] the spawn environment of this process
-/// (`DYNRES_PARENT_PORT`, `DYNRES_SPAWN_GROUP`, `DYNRES_SPAWN_SIZE`).
+/// (`DYNRES_PARENT_PORT`, `DYNRES_SPAWN_KEY`, `DYNRES_SPAWN_GROUP`, `DYNRES_SPAWN_SIZE`).
 pub fn get_parent(comm: &Communicator, timeout: Duration) -> Result<Option<InterComm>, CommError> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     let env = SpawnEnv::from_env(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;

@@ -16,6 +16,7 @@ pub mod endpoint;
 mod intercomm;
 mod launch;
 pub mod port;
+mod random;
 mod runtime;
 
 #[cfg(test)]

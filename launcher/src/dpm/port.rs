@@ -32,7 +32,9 @@ pub struct Port {
 pub const SERVED_KEPT: Duration = Duration::from_secs(60);
 
 impl Port {
-    /// The port name to hand to connecting processes (`dynres:1:...`, SPAWN-1).
+    /// The port name to hand to connecting processes (`dynres:2:...`, SPAWN-1). It holds
+    /// the port's key (SPAWN-22): whoever has the name may connect, so hand it only to
+    /// those who may, and log [`PortName::address`] instead.
     pub fn name(&self) -> &str {
         &self.text
     }
@@ -100,8 +102,10 @@ pub fn open_port(bootstrap: Bootstrap) -> Result<Port, CommError> {
     let local = |r: std::io::Result<SocketAddr>| r.map_err(|e| CommError::io("port address", e));
     let dgram = encode_sockaddr(&local(udp.local_addr())?);
     let stream = encode_sockaddr(&local(listener.local_addr())?);
-    let name = registry(|p| p.open_port(dgram, stream, bootstrap))?;
-    tracing::debug!(port = %name, "port opened");
+    // SPAWN-22: every port its own random key, the capability its name carries.
+    let key = super::random::key()?;
+    let name = registry(|p| p.open_port(dgram, stream, bootstrap, key))?;
+    tracing::debug!(port = %name.address(), "port opened");
     Ok(Port {
         text: name.to_string(),
         name,

@@ -313,6 +313,11 @@ struct FakeLauncher {
     dead: bool,
     /// Refuse to launch.
     refuse: bool,
+    /// A stranger (a socket of its own) sends forged Hellos to the parent's port before
+    /// the children start: it knows the children's group and size, not the spawn's key.
+    stranger: bool,
+    /// Forged datagrams the stranger sent.
+    forged_sent: usize,
     launches: u32,
     kills: u32,
     envs: Vec<(String, String)>,
@@ -343,6 +348,9 @@ impl ChildLauncher for FakeLauncher {
         if !self.dead {
             let env = SpawnEnv::from_env(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .map_err(|e| e.to_string())?;
+            if self.stranger {
+                self.forged_sent = send_forged_hellos(env.as_ref().expect("spawned"));
+            }
             self.children = group(count as usize, move |comm| {
                 let ic = get_parent_with(&comm, env.clone(), T).unwrap().unwrap();
                 ic.send(0, 5, &[comm.rank() as u8]).unwrap();
@@ -368,6 +376,41 @@ impl ChildLauncher for FakeLauncher {
         self.dead
             .then(|| "child 1 exited with status 9".to_string())
     }
+}
+
+/// A stranger's forged Hellos to a spawn's parent port (SPAWN-22): the children's group
+/// id and size with a guessed key, from a socket of its own, a few times (datagrams may
+/// be reordered, and a flood is what a stranger would send). Returns how many it sent.
+fn send_forged_hellos(env: &SpawnEnv) -> usize {
+    use dynres_core::spawn::datagram::{DgramFrame, Segment};
+    use dynres_core::spawn::{BootKey, HsMsg};
+    let to = super::endpoint::decode_sockaddr(&env.parent_port.dgram).unwrap();
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let header = GroupHeader {
+        group_id: env.group_id,
+        size: env.size,
+        context_id: 1,
+    };
+    let forged = |key: u8| {
+        let payload = HsMsg::Hello {
+            session: env.group_id,
+            header,
+        }
+        .encode();
+        DgramFrame::Segment(Segment {
+            session: env.group_id,
+            msg_seq: 0,
+            index: 0,
+            count: 1,
+            payload,
+        })
+        .encode(&BootKey([key; 32]), Role::Initiator)
+    };
+    let n = 5;
+    for key in 0..n {
+        stranger.send_to(&forged(key), to).unwrap();
+    }
+    usize::from(n)
 }
 
 #[test]
@@ -426,12 +469,52 @@ fn spawn_connects_parents_and_children() {
     }
 }
 
+/// SPAWN-22: a stranger who sends forged Hellos to the parent's bootstrap port while a
+/// real spawn runs (after the launch, before the children's root says Hello) takes
+/// nothing over: the spawn connects its own children. Before issue 28 the first forged
+/// Hello opened the parent's handshake and the children were refused.
+#[test]
+fn a_strangers_forged_hellos_do_not_take_a_spawn_over() {
+    let parents = group(2, |comm| {
+        let mut fake = FakeLauncher {
+            stranger: true,
+            ..FakeLauncher::default()
+        };
+        let cmds = [SpawnCommand {
+            program: "a".into(),
+            args: vec![],
+            count: 2,
+        }];
+        let ic = if comm.rank() == 0 {
+            spawn(&comm, 0, &mut fake, &cmds, T).unwrap()
+        } else {
+            spawn(&comm, 0, &mut NoLauncher, &[], T).unwrap()
+        };
+        let sum = ic.allreduce_sum(&[1.0]).unwrap();
+        let ig = ic.intergroup().clone();
+        ic.barrier().unwrap();
+        let children = join_all(std::mem::take(&mut fake.children));
+        (ig, sum, fake.forged_sent, children)
+    });
+    let parents = join_all(parents);
+    let (root_ig, _, sent, children) = &parents[0];
+    assert_eq!(*sent, 5, "the stranger sent its Hellos");
+    assert_eq!(children.len(), 2);
+    for (_, sum, _, _) in &parents {
+        assert_eq!(sum, &vec![20.0], "the parents talk to the real children");
+    }
+    for c in children {
+        assert_eq!(c.ig.local, root_ig.remote);
+        assert_eq!(c.ig.remote, root_ig.local);
+    }
+}
+
 #[test]
 fn not_spawned_means_no_parent_and_sizes_must_match() {
     let out = group(1, |comm| {
         let none = get_parent_with(&comm, None, T).unwrap().is_none();
         let env = SpawnEnv {
-            parent_port: PortName::parse("dynres:1:dgram:047f00000100:047f00000100:0").unwrap(),
+            parent_port: PortName::parse("dynres:2:dgram:047f00000100:047f00000100:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a").unwrap(),
             group_id: 5,
             size: 2,
         };
@@ -550,6 +633,7 @@ fn stream_closed_mid_handshake_fails_the_connect() {
         dgram: encode_sockaddr(&udp.local_addr().unwrap()),
         stream: encode_sockaddr(&listener.local_addr().unwrap()),
         tag: 0,
+        key: dynres_core::spawn::BootKey([3; 32]),
     }
     .to_string();
     let fake = std::thread::spawn(move || {
