@@ -94,7 +94,10 @@ impl Running {
         unsafe { libc::kill(runtime as libc::pid_t, libc::SIGKILL) };
         let until = std::time::Instant::now() + Duration::from_secs(10);
         while std::path::Path::new(&format!("/proc/{runtime}")).exists() {
-            assert!(std::time::Instant::now() < until, "the runtime survived SIGKILL");
+            assert!(
+                std::time::Instant::now() < until,
+                "the runtime survived SIGKILL"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

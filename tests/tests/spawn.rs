@@ -145,6 +145,43 @@ fn independent_jobs_connect_and_join() {
     }
 }
 
+/// SPAWN-23, DATA-4: two independent jobs on different "hosts" (their own
+/// `DYNRES_HOST_ID`, so their ranks talk over TCP, not shared memory) connect through a
+/// port and exchange messages: the TCP connections between them present the key both
+/// roots derived for the connection, which neither job's own data-plane key is.
+#[test]
+fn independent_jobs_talk_over_tcp_with_their_connections_key() {
+    let rt = Runtime::new("spawn-tcp");
+    let file = rt.scratch().join("rendezvous");
+    let file = file.to_str().unwrap();
+    let job = |id: &str, host: &str, what: &str| {
+        let mut c = rt.command(&[
+            "run",
+            "--job-id",
+            id,
+            "-n",
+            "1",
+            "--example",
+            "spawn",
+            "--",
+            what,
+            file,
+        ]);
+        c.env("DYNRES_HOST_ID", host).env("DYNRES_LOG", "debug");
+        c
+    };
+    let a = Running::start(job("tcp-a", "host-a", "serve"));
+    let b = rt
+        .run_bounded(job("tcp-b", "host-b", "connect"), LIMIT)
+        .unwrap_or_else(|f| panic!("job hung\n{}", f.dump()));
+    let a = a.finish(rt.dir.clone(), LIMIT);
+    assert_eq!(a.code, Some(0), "serve: {}", a.dump());
+    assert_eq!(b.code, Some(0), "connect: {}", b.dump());
+    assert!(a.stdout.contains("spawn: Serve ok"), "{}", a.dump());
+    a.assert_nothing_left();
+    b.assert_nothing_left();
+}
+
 /// SPAWN-8: a connect to a port that was closed fails with a typed error within its
 /// bound instead of hanging.
 #[test]

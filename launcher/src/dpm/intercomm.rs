@@ -10,6 +10,7 @@
 use std::cell::Cell;
 
 use dynres_core::spawn::{InterGroup, MergedGroup, merge};
+use dynres_transports::tcp::DataKey;
 use dynres_transports::{MsgHeader, PeerAddrs, PeerRef};
 
 use super::endpoint::decode_endpoint;
@@ -83,6 +84,15 @@ impl InterComm {
                 return Err(e.into());
             }
         };
+        // SPAWN-23, DATA-4: TCP connections with the remote group present the key both
+        // roots derived for this inter-group (every member got it with the remote
+        // triple), so two jobs that connected through a port talk with each other's
+        // ranks without either job's own key, and nobody else can claim their addresses.
+        let key = DataKey::new(ig.data_key.0);
+        if let Err(e) = transport.add_peer_key(key, &remote_addrs) {
+            release(&transport);
+            return Err(e);
+        }
         let members = comm
             .members()
             .iter()
