@@ -120,14 +120,7 @@ impl Transport {
     /// (DATA-4). Peers without a TCP address are skipped. Takes effect for connections
     /// set up afterwards.
     pub fn add_peer_key(&self, key: DataKey, peers: &[PeerAddrs]) -> Result<KeyId, CommError> {
-        let id = self.keys.add(key);
-        self.keys
-            .use_for(id, peers.iter().filter_map(|p| p.tcp))
-            .map_err(|e| CommError::DataKey {
-                var: crate::env::DATA_KEY,
-                reason: e.to_string(),
-            })?;
-        Ok(id)
+        Ok(self.keys.add_for(key, peers.iter().filter_map(|p| p.tcp)))
     }
 }
 

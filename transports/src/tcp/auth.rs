@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hmac::{Hmac, Mac};
@@ -169,7 +170,16 @@ struct Ring {
 /// handshake, with a key everyone knows, so they authenticate nothing. For tests and
 /// benchmarks; the runtime always sets a key.
 #[derive(Clone, Default)]
-pub struct TcpKeys(Arc<Mutex<Ring>>);
+pub struct TcpKeys(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    ring: Mutex<Ring>,
+    /// Bumped whenever a key or an address is added, so a device holding a HELLO for a
+    /// key it does not have yet (DATA-4) looks again only when something changed,
+    /// without taking the lock.
+    generation: AtomicU64,
+}
 
 impl std::fmt::Debug for TcpKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -200,7 +210,29 @@ impl TcpKeys {
     pub fn add(&self, key: DataKey) -> KeyId {
         let id = key.id();
         self.lock().extra.insert(id, key);
+        self.changed();
         id
+    }
+
+    /// [`TcpKeys::add`] and [`TcpKeys::use_for`] at once: no device sees the key
+    /// without its addresses.
+    pub fn add_for(&self, key: DataKey, peers: impl IntoIterator<Item = SocketAddr>) -> KeyId {
+        let id = key.id();
+        let mut r = self.lock();
+        r.extra.insert(id, key);
+        r.peers.extend(peers.into_iter().map(|p| (p, id)));
+        drop(r);
+        self.changed();
+        id
+    }
+
+    /// How many times keys or addresses were added (see [`Shared::generation`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.0.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.0.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Uses key `id` (added before) towards `peers`: our connections to them present
@@ -215,6 +247,8 @@ impl TcpKeys {
             return Err(KeyError::Unknown(id));
         }
         r.peers.extend(peers.into_iter().map(|p| (p, id)));
+        drop(r);
+        self.changed();
         Ok(())
     }
 
@@ -242,16 +276,13 @@ impl TcpKeys {
 
     fn lock(&self) -> MutexGuard<'_, Ring> {
         // The ring is only ever inserted into: a panic elsewhere cannot leave it torn.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// Why a connection's handshake failed (the connection is then closed; DATA-1..DATA-3).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
-    /// The HELLO names a key we do not hold.
-    #[error("unknown key id {0}")]
-    UnknownKey(KeyId),
     /// The HELLO speaks another version of the handshake.
     #[error("handshake version {0}, we speak {VERSION}")]
     Version(u8),

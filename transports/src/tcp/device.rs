@@ -106,6 +106,11 @@ enum Hs {
     AwaitChallenge { key: DataKey, hello: Vec<u8> },
     /// Acceptor: waiting for the connector's HELLO.
     AwaitHello,
+    /// Acceptor: a well-formed HELLO names a key we do not hold yet; kept (its payload)
+    /// until the key is added or the handshake's deadline passes (DATA-4): an
+    /// inter-communicator's peer may finish its bootstrap, and connect, before this
+    /// process has registered the connection's key.
+    HeldHello(Vec<u8>),
     /// Acceptor: CHALLENGE sent, waiting for the connector's AUTH.
     AwaitAuth {
         key: DataKey,
@@ -279,6 +284,8 @@ pub struct TcpDevice {
     limits: Limits,
     /// Sockets whose handshake is not over (both directions).
     pending: usize,
+    /// The key ring's generation when held HELLOs were last looked at (DATA-4).
+    keys_seen: u64,
     /// Accepted connections dropped before their handshake ended (DATA-3).
     refused: u64,
     /// When a refusal was last logged as a warning, and how many were not since.
@@ -348,6 +355,7 @@ impl TcpDevice {
             listener_ready: true,
             progress_calls: 0,
             pending: 0,
+            keys_seen: 0,
             refused: 0,
             refusal_log: (None, 0),
             accept_paused: None,
@@ -510,6 +518,33 @@ impl TcpDevice {
         if let Some(oldest) = waiting.map(|(k, _)| *k).min() {
             let e = self.refusal(oldest, HandshakeError::Evicted);
             self.refuse(oldest, e);
+        }
+    }
+
+    /// DATA-4: answers the HELLOs held for a key we did not hold, once keys were added
+    /// since we last looked (the generation is an atomic read, no lock); those whose
+    /// key is still unknown stay held until their deadline.
+    fn retry_held(&mut self) {
+        let generation = self.cfg.keys.generation();
+        if generation == self.keys_seen {
+            return;
+        }
+        self.keys_seen = generation;
+        let held: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.hs, Hs::HeldHello(_)))
+            .map(|(k, _)| *k)
+            .collect();
+        for id in held {
+            let c = self.conns.get_mut(&id).expect("listed");
+            let Hs::HeldHello(payload) = std::mem::replace(&mut c.hs, Hs::AwaitHello) else {
+                continue;
+            };
+            c.control = payload;
+            if let Err(e) = self.handshake(id, FrameKind::Hello) {
+                self.kill(id, e);
+            }
         }
     }
 
@@ -774,11 +809,13 @@ impl TcpDevice {
             (Hs::AwaitHello, FrameKind::Hello) => {
                 let hello = auth::parse_hello(&payload)
                     .map_err(|reason| TransportError::Handshake { conn: id.0, reason })?;
-                let key = self
-                    .cfg
-                    .keys
-                    .lookup(hello.key)
-                    .ok_or_else(|| refused(HandshakeError::UnknownKey(hello.key)))?;
+                let Some(key) = self.cfg.keys.lookup(hello.key) else {
+                    // DATA-4: perhaps a key we are about to add; the deadline (DATA-3)
+                    // bounds the wait, and the pending bound what a stranger holds.
+                    tracing::debug!(conn = id.0, key = %hello.key, "tcp HELLO for a key not held (yet)");
+                    self.conns.get_mut(&id).expect("still there").hs = Hs::HeldHello(payload);
+                    return Ok(());
+                };
                 // DATA-4: a key authenticates only the addresses it is for.
                 if self.cfg.keys.for_peer(hello.addr).id() != key.id() {
                     return Err(refused(HandshakeError::WrongKeyForAddress {
@@ -883,6 +920,7 @@ impl TcpDevice {
     fn poll(&mut self, mut timeout: Duration) -> Result<()> {
         if self.pending > 0 {
             self.expire_handshakes();
+            self.retry_held();
         }
         let mut fds = Vec::with_capacity(self.conns.len() + 1);
         let mut listening = false;
@@ -1390,6 +1428,9 @@ impl Device for TcpDevice {
                 self.expire_handshakes();
             }
         }
+        if self.pending > 0 {
+            self.retry_held();
+        }
         // A socket that fails is removed from `ids` (and only that one): the next one
         // then sits at the same index.
         let mut i = 0;
@@ -1654,14 +1695,18 @@ impl TcpDevice {
         let Some(c) = self.conns.get(&conn) else {
             return Ok(());
         };
+        if !c.ready {
+            // DATA-1: the peer's CHALLENGE is not all we wait for. The peer may be
+            // blocked in a send to us just the same (two processes that start by
+            // sending to each other): its HELLO waits on our listener, so watch every
+            // socket and the listener, or each side answers the other only on every
+            // 1024th progress — 50 ms polls apart, past the handshake's deadline.
+            return self.poll(timeout);
+        }
         let mut fds = [libc::pollfd {
             fd: c.stream.as_raw_fd(),
             // Before the handshake is over, space to write is not what we wait for.
-            events: if c.ready {
-                libc::POLLOUT | libc::POLLIN
-            } else {
-                libc::POLLIN
-            },
+            events: libc::POLLOUT | libc::POLLIN,
             revents: 0,
         }];
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;

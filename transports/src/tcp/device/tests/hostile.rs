@@ -239,6 +239,9 @@ fn a_key_authenticates_only_the_addresses_it_is_for() {
     let _ = wrong.join();
     assert!(!b.by_addr.contains_key(&x));
 
+    // Another job's member: its key is never added here, so its HELLO is held until
+    // the handshake's deadline (a key may be about to be added, DATA-4), then refused.
+    b.cfg.handshake_timeout = Duration::from_millis(300);
     let mut c = TcpDevice::new(keyed(5)).unwrap();
     let mut pb = PeerAddrs::default();
     b.local_address(&mut pb);
@@ -253,6 +256,51 @@ fn a_key_authenticates_only_the_addresses_it_is_for() {
         "{e}"
     );
     assert_eq!(b.refused(), 2);
+}
+
+/// DATA-4: an inter-communicator's peer may finish its bootstrap and connect before
+/// this process registered the connection's key: the HELLO is held, not refused, and
+/// answered once the key is added — the race `tests/tests/spawn.rs`'s jobs on two
+/// "hosts" lost now and then (refused, then "no handshake within 10s").
+#[test]
+fn a_hello_for_a_key_added_later_is_answered() {
+    let mut a = TcpDevice::new(keyed(7)).unwrap();
+    let mut b = TcpDevice::new(keyed(8)).unwrap();
+    let shared = DataKey::new([78; auth::KEY_LEN]);
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    a.keys().add_for(shared.clone(), pb.tcp);
+    let ab = a.connect(&pb).unwrap();
+    let h = a.isend(ab, hdr(3), b"early".to_vec()).unwrap();
+    // b takes the connection and its HELLO in, without the key.
+    let deadline = Instant::now() + T;
+    while !b.conns.values().any(|c| matches!(c.hs, Hs::HeldHello(_))) {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(Instant::now() < deadline, "the HELLO never arrived");
+        b.poll(Duration::from_millis(1)).unwrap();
+    }
+    assert_eq!(b.refused(), 0, "held, not refused");
+    b.keys().add_for(shared, pa.tcp);
+    let deadline = Instant::now() + T;
+    while !a.test_send(h).unwrap() {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "the held HELLO was never answered"
+        );
+        a.poll(Duration::from_millis(1)).unwrap();
+    }
+    let ba = loop {
+        if let Some(c) = b.accept().unwrap() {
+            break c;
+        }
+        b.progress().unwrap();
+    };
+    assert_eq!(super::received(&mut b, ba, 16), b"early");
+    assert_eq!(b.refused(), 0);
 }
 
 /// DATA-1: the acceptor proves the key first, and a connector sends nothing of its
