@@ -16,6 +16,22 @@ pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
 pub const RANK: &str = "DYNRES_RANK";
 /// The process' application.
 pub const APP: &str = "DYNRES_APP";
+/// The size of the process' world when it was launched: the job's size once the change
+/// that launched it is decided (the first processes: `-n`); a spawned child's: its
+/// spawn's children. A malleable job's size changes afterwards: the current one is the
+/// size of `mpi://WORLD` (or of the application's pset) from the client library's pset
+/// info. Like the next three, set from the node's daemon replica at the launch
+/// (`dynres_core::rc::Standing`), never decided by the launcher.
+pub const SIZE: &str = "DYNRES_SIZE";
+/// The process' position, by rank, among the processes of its world on its node
+/// (0-based), at its launch (as `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`).
+pub const LOCAL_RANK: &str = "DYNRES_LOCAL_RANK";
+/// How many processes of its world run on its node at its launch, itself included (as
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`).
+pub const LOCAL_SIZE: &str = "DYNRES_LOCAL_SIZE";
+/// The index of the process' node in the job's host list (`--host`, `--hostfile`, the
+/// Slurm allocation; nodes a job grows onto later come after them), as `SLURM_NODEID`.
+pub const NODE_ID: &str = "DYNRES_NODE_ID";
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
 /// `PATH`: record every kernel transition of the run for trace conformance

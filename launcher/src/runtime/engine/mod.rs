@@ -914,11 +914,14 @@ impl Engine {
             }
             DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
             DaemonOutput::ToClient { to, req, reply } => self.reply(to.rank, req, &reply),
+            // The replica is as the launch left it (outputs are taken after each
+            // input): each process' standing is read now.
             DaemonOutput::Launch { procs } => {
                 self.to_launch
                     .extend(procs.iter().map(|p| procs::LaunchJob {
                         rank: p.rank,
                         spawn: None,
+                        standing: self.daemon.standing(p, None),
                     }));
             }
             DaemonOutput::Spawn {
@@ -926,12 +929,22 @@ impl Engine {
                 command,
                 procs,
             } => {
+                let standings: Vec<_> = procs
+                    .iter()
+                    .map(|p| self.daemon.standing(p, Some(&app)))
+                    .collect();
                 let spawn = std::sync::Arc::new(procs::SpawnLaunch { app, command });
                 self.to_launch
-                    .extend(procs.iter().map(|p| procs::LaunchJob {
-                        rank: p.rank,
-                        spawn: Some(spawn.clone()),
-                    }));
+                    .extend(
+                        procs
+                            .iter()
+                            .zip(standings)
+                            .map(|(p, standing)| procs::LaunchJob {
+                                rank: p.rank,
+                                spawn: Some(spawn.clone()),
+                                standing,
+                            }),
+                    );
             }
             DaemonOutput::Kill { procs } => {
                 for p in procs {
