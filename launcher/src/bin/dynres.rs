@@ -321,19 +321,20 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             LossArg::Continue => runtime::OnLoss::Continue,
         },
     })?;
+    let status = outcome.exit_status();
     if outcome.interrupted {
         eprintln!("dynres: job interrupted");
-        return Ok(ExitCode::from(130));
+    } else if let Some(why) = &outcome.ended {
+        eprintln!(
+            "dynres: job failed: {why}; the other processes were killed (exit status {status})"
+        );
+    } else if !outcome.failed.is_empty() {
+        eprintln!(
+            "dynres: job failed: lost ranks {:?} (exit status {status}, the first one's)",
+            outcome.failed
+        );
     }
-    if let Some(why) = &outcome.ended {
-        eprintln!("dynres: job failed: {why}; the other processes were killed");
-        return Ok(ExitCode::FAILURE);
-    }
-    if !outcome.failed.is_empty() {
-        eprintln!("dynres: job failed: lost ranks {:?}", outcome.failed);
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(status))
 }
 
 fn main() -> ExitCode {
