@@ -32,6 +32,22 @@ pub const LOCAL_SIZE: &str = "DYNRES_LOCAL_SIZE";
 /// The index of the process' node in the job's host list (`--host`, `--hostfile`, the
 /// Slurm allocation; nodes a job grows onto later come after them), as `SLURM_NODEID`.
 pub const NODE_ID: &str = "DYNRES_NODE_ID";
+/// The `tracing` filter of `dynres` itself (`info`, `debug`, `dynres_launcher=trace`…);
+/// wins over [`RUST_LOG`].
+pub const LOG: &str = "DYNRES_LOG";
+/// The Rust ecosystem's usual filter variable, honoured when [`LOG`] is unset.
+pub const RUST_LOG: &str = "RUST_LOG";
+
+/// The `tracing` filter directives `dynres` logs with: `DYNRES_LOG`, else `RUST_LOG`
+/// (an empty value counts as unset), else `None` (the caller's default). `get` reads a
+/// variable (the process environment in `dynres`).
+pub fn log_directives(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    [LOG, RUST_LOG]
+        .into_iter()
+        .filter_map(get)
+        .find(|v| !v.trim().is_empty())
+}
+
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
 /// `PATH`: record every kernel transition of the run for trace conformance
@@ -54,15 +70,48 @@ pub const SECRET_FILE: &str = "secret";
 /// the tools check it (ours, mode 0700, not a symlink) before they use it, see
 /// [`crate::private`].
 pub fn runtime_root() -> std::path::PathBuf {
+    runtime_root_and_origin().0
+}
+
+/// Which setting chose the runtime directory: a tool that finds no job says it, since
+/// a shell with another `XDG_RUNTIME_DIR` (su, sudo, ssh) looks in another directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootOrigin {
+    /// `DYNRES_RUNTIME_DIR` is set.
+    DynresRuntimeDir,
+    /// `XDG_RUNTIME_DIR` is set (and `DYNRES_RUNTIME_DIR` is not).
+    XdgRuntimeDir,
+    /// Neither is set: `/tmp/dynres-<uid>`.
+    Default,
+}
+
+impl std::fmt::Display for RootOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RootOrigin::DynresRuntimeDir => "set by DYNRES_RUNTIME_DIR",
+            RootOrigin::XdgRuntimeDir => "from XDG_RUNTIME_DIR; DYNRES_RUNTIME_DIR is unset",
+            RootOrigin::Default => "the default: DYNRES_RUNTIME_DIR and XDG_RUNTIME_DIR are unset",
+        })
+    }
+}
+
+/// [`runtime_root`] and the setting that chose it.
+pub fn runtime_root_and_origin() -> (std::path::PathBuf, RootOrigin) {
     if let Some(d) = std::env::var_os(RUNTIME_DIR) {
-        return d.into();
+        return (d.into(), RootOrigin::DynresRuntimeDir);
     }
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return std::path::Path::new(&d).join("dynres");
+        return (
+            std::path::Path::new(&d).join("dynres"),
+            RootOrigin::XdgRuntimeDir,
+        );
     }
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    std::path::PathBuf::from(format!("/tmp/dynres-{uid}"))
+    (
+        std::path::PathBuf::from(format!("/tmp/dynres-{uid}")),
+        RootOrigin::Default,
+    )
 }
 
 /// The IP address of the node a process runs on, set by the runtime per node: the
@@ -72,3 +121,32 @@ pub const NODE_ADDR: &str = "DYNRES_NODE_ADDR";
 /// never use shared memory with each other (see [`dynres_transports::HOST_ID_ENV`]).
 /// Unset or empty: the kernel's boot id and the host name.
 pub const HOST_ID: &str = dynres_transports::HOST_ID_ENV;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynres_log_wins_over_rust_log() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(log_directives(env(&[])), None);
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug")])).as_deref(),
+            Some("debug")
+        );
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug"), ("DYNRES_LOG", "warn")])).as_deref(),
+            Some("warn")
+        );
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug"), ("DYNRES_LOG", " ")])).as_deref(),
+            Some("debug")
+        );
+    }
+}

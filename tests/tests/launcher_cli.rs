@@ -142,6 +142,126 @@ fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
     }
 }
 
+/// `RUST_LOG` sets what dynres logs when `DYNRES_LOG` is unset; `DYNRES_LOG` wins when
+/// both are; `--help` names both.
+#[test]
+fn rust_log_is_honoured_and_dynres_log_wins() {
+    let rt = Runtime::new("rustlog");
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = rt.command(&["run", "-n", "1", "--", "true"]);
+        c.env_remove("DYNRES_LOG");
+        c.envs(vars.iter().copied());
+        let f = Finished::new(c.output().unwrap(), rt.dir.clone());
+        assert_eq!(f.code, Some(0), "{vars:?}\n{}", f.dump());
+        f
+    };
+    let has = |f: &Finished, level: &str| f.stderr.contains(&format!(" {level} "));
+    let f = run(&[]);
+    assert!(has(&f, "INFO") && !has(&f, "DEBUG"), "{}", f.dump());
+    let f = run(&[("RUST_LOG", "debug")]);
+    assert!(has(&f, "DEBUG"), "{}", f.dump());
+    let f = run(&[("RUST_LOG", "debug"), ("DYNRES_LOG", "warn")]);
+    assert!(!has(&f, "DEBUG") && !has(&f, "INFO"), "{}", f.dump());
+    for args in [&["--help"][..], &["run", "--help"], &["status", "--help"]] {
+        let f = rt.run(args);
+        assert!(
+            f.stdout.contains("DYNRES_LOG") && f.stdout.contains("RUST_LOG"),
+            "{args:?}\n{}",
+            f.dump()
+        );
+    }
+}
+
+/// `status --json` is one JSON object with the table's content, `list` shows the
+/// running job (not one a dead runtime left), and a tool that finds no job says where
+/// it looked.
+#[test]
+fn status_json_list_and_where_tools_look() {
+    let rt = Runtime::new("json");
+    let job = "jsonjob";
+    // What a SIGKILLed runtime leaves: its directory, an unlocked pid file.
+    let dead = rt.dir.join("deadjob");
+    std::fs::create_dir(&dead).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dead, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dead.join("pid"), "999999999\n").unwrap();
+    let child = rt.spawn(&[
+        "run", "-n", "3", "--slots", "3", "--job-id", job, "--", "sleep", "60",
+    ]);
+    let dir = rt.wait_for_job(job);
+    wait_status(&rt, job, "three running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 3
+    });
+    let f = rt.run(&["status", job, "--json"]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let v: serde_json::Value =
+        serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", f.dump()));
+    assert_eq!(v["job"], job, "{v}");
+    assert_eq!(v["app"], "app", "{v}");
+    let procs = v["processes"].as_array().unwrap();
+    let mut ranks: Vec<u64> = procs.iter().map(|p| p["rank"].as_u64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2], "{v}");
+    for p in procs {
+        assert_eq!(p["state"], "running", "{v}");
+        assert!(p["pid"].as_u64().is_some_and(|pid| pid > 1), "{v}");
+    }
+    let world = v["psets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mpi://WORLD")
+        .unwrap_or_else(|| panic!("no WORLD: {v}"));
+    assert_eq!(world["size"], 3, "{v}");
+    assert!(v["changes"].as_array().is_some_and(Vec::is_empty), "{v}");
+
+    let l = rt.run(&["list"]);
+    assert_eq!(l.code, Some(0), "{}", l.dump());
+    let lines: Vec<Vec<&str>> = l.stdout.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 1, "only the live job\n{}", l.dump());
+    assert_eq!(lines[0][0], job, "{}", l.dump());
+    assert!(lines[0][1].parse::<u32>().is_ok(), "{}", l.dump());
+    assert_eq!(lines[0][2], dir.display().to_string(), "{}", l.dump());
+
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let l = rt.run(&["list"]);
+    assert_eq!((l.code, l.stdout.as_str()), (Some(0), ""), "{}", l.dump());
+    let root = rt.dir.display().to_string();
+    assert!(
+        l.stderr.contains(&format!(
+            "no running job in {root} (set by DYNRES_RUNTIME_DIR)"
+        )),
+        "{}",
+        l.dump()
+    );
+    let s = rt.run(&["status", job]);
+    assert_eq!(s.code, Some(1), "{}", s.dump());
+    assert_eq!(
+        s.stderr.trim(),
+        format!("dynres: no running job {job} in {root} (set by DYNRES_RUNTIME_DIR)"),
+        "{}",
+        s.dump()
+    );
+    // Without DYNRES_RUNTIME_DIR, the message names XDG_RUNTIME_DIR's directory.
+    let xdg = rt.scratch();
+    let mut c = rt.command(&["status", job]);
+    c.env_remove("DYNRES_RUNTIME_DIR")
+        .env("XDG_RUNTIME_DIR", &xdg);
+    let s = Finished::new(c.output().unwrap(), rt.dir.clone());
+    assert!(
+        s.stderr.contains(&format!(
+            "in {}/dynres (from XDG_RUNTIME_DIR",
+            xdg.display()
+        )),
+        "{}",
+        s.dump()
+    );
+}
+
 #[test]
 fn processes_die_with_a_killed_runtime() {
     let rt = Runtime::new("sigkill");

@@ -8,11 +8,46 @@ use dynres_launcher::error::LauncherError;
 use dynres_launcher::runtime::{self, JobConfig};
 use dynres_launcher::{apps, hosts, tool};
 
+/// The variables `dynres` itself reads, as every `--help` ends with them (a macro, so
+/// that `concat!` can put them into `run`'s longer text).
+macro_rules! environment {
+    () => {
+        "\
+Environment:
+  DYNRES_LOG          what dynres logs on stderr, a tracing filter: error, warn,
+                      info (the default), debug, trace, or TARGET=LEVEL,...
+  RUST_LOG            the same, read when DYNRES_LOG is unset
+  DYNRES_RUNTIME_DIR  where job directories are (default: $XDG_RUNTIME_DIR/dynres,
+                      else /tmp/dynres-UID); tools look for JOB there"
+    };
+}
+
+/// What every `--help` ends with.
+const ENVIRONMENT: &str = environment!();
+
+/// What `dynres run --help` ends with: the ranks' environment, the exit status, and
+/// [`ENVIRONMENT`].
+const RUN_AFTER: &str = concat!(
+    "\
+Each rank's environment: DYNRES_RANK, DYNRES_SIZE (the job's size at its launch),
+DYNRES_LOCAL_RANK, DYNRES_LOCAL_SIZE (ranks of the job on its node), DYNRES_NODE_ID,
+DYNRES_APP, DYNRES_NAMESPACE and the runtime's connection (see launcher/README.md).
+
+Exit status: 0 when every rank finished (exit 0 or removed by a change); else the
+first failing rank's exit code, or 128 + the signal that killed it (as mpirun, which
+reports the first failure; srun reports the highest); 130 when interrupted; 2 for bad
+arguments; 1 when the runtime itself fails.
+
+",
+    environment!()
+);
+
 #[derive(Parser)]
 #[command(
     name = "dynres",
     version,
-    about = "Run malleable jobs that grow and shrink while they run"
+    about = "Run malleable jobs that grow and shrink while they run",
+    after_help = ENVIRONMENT
 )]
 struct Cli {
     #[command(subcommand)]
@@ -22,6 +57,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a job: `dynres run -n N [--max M] -- PROG ARGS…`.
+    #[command(after_help = RUN_AFTER)]
     Run(RunArgs),
     /// Add K processes to a running job: `dynres grow JOB +K`.
     Grow {
@@ -74,10 +110,19 @@ enum Cmd {
         node: u32,
     },
     /// Processes, psets and resource changes of a running job.
+    #[command(after_help = ENVIRONMENT)]
     Status {
         /// The job id.
         job: String,
+        /// One JSON object with the same content as the table (processes, nodes,
+        /// psets, resource changes; times in ms, absent ones `null`).
+        #[arg(long)]
+        json: bool,
     },
+    /// The running jobs of the runtime directory, one per line: job id, the runtime's
+    /// pid, the job directory.
+    #[command(after_help = ENVIRONMENT)]
+    List,
     /// Built-in example applications (what `run --example NAME` launches).
     #[command(hide = true)]
     Example {
@@ -337,6 +382,21 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
     Ok(ExitCode::from(status))
 }
 
+/// `dynres list`: one line per running job; a note on stderr when there is none, so
+/// that an empty list says where it looked.
+fn list() -> Result<ExitCode, LauncherError> {
+    let (root, origin) = dynres_launcher::env::runtime_root_and_origin();
+    let jobs = runtime::live_jobs(&root)?;
+    if jobs.is_empty() {
+        eprintln!("dynres: no running job in {} ({origin})", root.display());
+    }
+    for j in jobs {
+        let pid = j.pid.map_or("-".into(), |p| p.to_string());
+        println!("{} {pid} {}", j.id, j.dir.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -356,14 +416,15 @@ fn main() -> ExitCode {
         use tracing_subscriber::Layer;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
+        let directives = dynres_launcher::env::log_directives(|k| std::env::var(k).ok());
+        let filter = directives
+            .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
+            .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
         let log = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
-            .with_filter(
-                tracing_subscriber::EnvFilter::try_from_env("DYNRES_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-            );
+            .with_filter(filter);
         // DYNRES_TRACE_FILE: the master process records to PATH, daemons to PATH.<pid>.
         let master = matches!(cli.cmd, Cmd::Run(_));
         tracing_subscriber::registry()
@@ -400,10 +461,14 @@ fn main() -> ExitCode {
         } => count(&remove, '-', "the processes to remove")
             .and_then(|r| count(&add, '+', "the processes to add").map(|a| (r, a)))
             .and_then(|(r, a)| change(&job, &format!("replace {r} {a}"), no_wait)),
-        Cmd::Status { job } => tool::command(&job, "status").map(|a| {
-            print!("{a}");
-            ExitCode::SUCCESS
-        }),
+        Cmd::Status { job, json } => {
+            let line = if json { "status json" } else { "status" };
+            tool::command(&job, line).map(|a| {
+                print!("{a}");
+                ExitCode::SUCCESS
+            })
+        }
+        Cmd::List => list(),
         Cmd::Example { name, args } => Ok(apps::run_example(&name, &args)),
     };
     match r {

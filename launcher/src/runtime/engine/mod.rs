@@ -696,8 +696,13 @@ impl Engine {
 
     fn on_tool(&mut self, line: &str, reply: Sender<String>) {
         let (req, wait) = match tools::parse(line, &self.app) {
-            Ok(Command::Status) => {
-                let _ = reply.send(format!("ok\n{}", super::status::render(self)));
+            Ok(Command::Status { json }) => {
+                let body = if json {
+                    super::status::render_json(self)
+                } else {
+                    super::status::render(self)
+                };
+                let _ = reply.send(format!("ok\n{body}"));
                 return;
             }
             Ok(Command::Change { req, wait }) => (req, wait),
