@@ -113,11 +113,24 @@ fn grow_shrink_and_status_of_a_running_job_and_wrong_secrets_are_refused() {
     f.assert_nothing_left();
 }
 
+/// The error lines `dynres` printed: one error, led by `dynres: `; any other line is
+/// clap's context for it (missing arguments, usage, tips), never a second error.
+fn one_error(f: &Finished, args: &[&str]) -> String {
+    let led: Vec<&str> = f
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("dynres:") || l.starts_with("error:"))
+        .collect();
+    assert_eq!(led.len(), 1, "{args:?} printed\n{}", f.dump());
+    assert!(f.stderr.starts_with("dynres: "), "{args:?}: {}", f.dump());
+    f.stderr.clone()
+}
+
 #[test]
-fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
+fn bad_cli_input_gets_one_error_and_a_non_zero_exit() {
     let rt = Runtime::new("badcli");
-    let cases: &[&[&str]] = &[
-        &["run"],
+    // Refused by dynres itself: one line.
+    let ours: &[&[&str]] = &[
         &["run", "-n", "0", "--", "true"],
         &["run", "-n", "4", "--max", "2", "--", "true"],
         &["run", "-n", "2", "--slots", "2"],
@@ -125,20 +138,94 @@ fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
         &["grow", "nosuchjob", "+2"],
         &["grow", "nosuchjob", "two"],
         &["shrink", "nosuchjob", "+0"],
-        &["replace", "nosuchjob", "-1"],
         &["status", "../etc"],
-        &["frobnicate"],
     ];
-    for args in cases {
+    for args in ours {
         let f = rt.run(args);
         assert!(
             matches!(f.code, Some(c) if c != 0),
             "{args:?} succeeded\n{}",
             f.dump()
         );
-        let lines: Vec<&str> = f.stderr.trim().lines().collect();
-        assert_eq!(lines.len(), 1, "{args:?} printed\n{}", f.dump());
-        assert!(lines[0].starts_with("dynres: "), "{args:?}: {}", lines[0]);
+        one_error(&f, args);
+        assert_eq!(f.stderr.trim().lines().count(), 1, "{args:?}\n{}", f.dump());
+    }
+    // Refused by clap: the whole message with its hints, exit 2.
+    let clap: &[(&[&str], &[&str])] = &[
+        (
+            &["run"],
+            &[
+                "dynres: the following required arguments were not provided:",
+                "  --np <N>",
+                "Usage: dynres run",
+            ],
+        ),
+        (
+            &["stauts", "1"],
+            &[
+                "unrecognized subcommand 'stauts'",
+                "a similar subcommand exists: 'status'",
+            ],
+        ),
+        (
+            &["run", "-n", "1", "--hots", "a", "--", "true"],
+            &["a similar argument exists: '--host'"],
+        ),
+        (
+            &["run", "-n", "2", "./prog", "--foo"],
+            &["put `--` before the program and its arguments: dynres run -n 2 -- ./prog --foo"],
+        ),
+        (
+            &["run", "-n", "2", "--example", "synthetic", "--mode", "none"],
+            &[
+                "put `--` before the example's arguments: dynres run -n 2 --example synthetic -- --mode none",
+            ],
+        ),
+        (
+            &["replace", "nosuchjob", "-1"],
+            &["not provided:\n  <ADD>\n"],
+        ),
+        (&["frobnicate"], &["unrecognized subcommand 'frobnicate'"]),
+    ];
+    for (args, wants) in clap {
+        let f = rt.run(args);
+        assert_eq!(f.code, Some(2), "{args:?}\n{}", f.dump());
+        let text = one_error(&f, args);
+        for want in *wants {
+            assert!(text.contains(want), "{args:?}: want {want:?}\n{}", f.dump());
+        }
+    }
+}
+
+/// mpirun's `-np N` is `-n N`, before `--` only (after it, it is the program's).
+#[test]
+fn np_is_an_alias_of_n() {
+    let rt = Runtime::new("np");
+    let f = rt.run(&["run", "-np", "2", "--", "sh", "-c", "echo -np $DYNRES_RANK"]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let mut ranks: Vec<&str> = f.stdout.lines().collect();
+    ranks.sort();
+    assert_eq!(ranks, ["[rank 0] -np 0", "[rank 1] -np 1"], "{}", f.dump());
+}
+
+/// `--example NAME -- --help` prints the example's own help, once and at once (no job
+/// started), and `dynres example NAME --help` reaches the example too.
+#[test]
+fn an_examples_help_is_its_own() {
+    let rt = Runtime::new("exhelp");
+    for args in [
+        &["run", "-n", "2", "--example", "synthetic", "--", "--help"][..],
+        &["example", "synthetic", "--help"],
+    ] {
+        let f = rt.run(args);
+        assert_eq!(f.code, Some(0), "{args:?}\n{}", f.dump());
+        assert!(
+            f.stdout.contains("Usage: synthetic") && f.stdout.contains("--n-start"),
+            "{args:?}\n{}",
+            f.dump()
+        );
+        assert_eq!(f.stdout.matches("Usage:").count(), 1, "{}", f.dump());
+        assert!(!f.stdout.contains("[rank"), "no job ran\n{}", f.dump());
     }
 }
 

@@ -1,8 +1,10 @@
 //! `dynres`: run malleable jobs and change their resources while they run.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Parser, Subcommand};
 use dynres_launcher::error::LauncherError;
 use dynres_launcher::runtime::{self, JobConfig};
@@ -123,8 +125,9 @@ enum Cmd {
     /// pid, the job directory.
     #[command(after_help = ENVIRONMENT)]
     List,
-    /// Built-in example applications (what `run --example NAME` launches).
-    #[command(hide = true)]
+    /// Built-in example applications (what `run --example NAME` launches). Its own
+    /// `--help` is the example's, not this command's.
+    #[command(hide = true, disable_help_flag = true)]
     Example {
         /// The example.
         name: String,
@@ -136,7 +139,7 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Processes to start with.
+    /// Processes to start with (`-np N` works too, as with mpirun).
     #[arg(short = 'n', long = "np")]
     n: u32,
     /// Most processes the job may grow to (sets the slots unless --slots is given).
@@ -191,10 +194,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
-    /// go to it.
+    /// go to it (`-- --help` prints its own help).
     #[arg(long)]
     example: Option<String>,
-    /// The program and its arguments.
+    /// The program and its arguments, after `--` (required, unlike mpirun: it keeps
+    /// the program's options from being read as dynres' own).
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -302,6 +306,12 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             )));
         }
     }
+    if let Some(name) = &args.example {
+        // Printed once, here, instead of by every rank of a job started for nothing.
+        if apps::asks_for_help(name, &args.command) {
+            return Ok(apps::run_example(name, &args.command));
+        }
+    }
     let (program, rest) = match &args.example {
         Some(name) => {
             apps::validate(name, &args.command)
@@ -382,6 +392,108 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
     Ok(ExitCode::from(status))
 }
 
+/// mpirun's single-dash spellings of options `dynres run` has, rewritten to clap's
+/// before parsing (`-np 4` would otherwise read as `-n p`).
+const SINGLE_DASH: &[(&str, &str)] = &[
+    ("-np", "--np"),
+    ("-host", "--host"),
+    ("-hostfile", "--hostfile"),
+];
+
+/// `argv` with [`SINGLE_DASH`] spellings rewritten in `run`'s options (never after
+/// `--`: those are the program's).
+fn mpirun_spellings(mut argv: Vec<OsString>) -> Vec<OsString> {
+    if argv.get(1).is_none_or(|a| a != "run") {
+        return argv;
+    }
+    for a in argv.iter_mut().skip(2) {
+        if a == "--" {
+            break;
+        }
+        let Some(text) = a.to_str() else { continue };
+        for (short, long) in SINGLE_DASH {
+            if let Some(rest) = text.strip_prefix(short) {
+                if rest.is_empty() || rest.starts_with('=') {
+                    *a = format!("{long}{rest}").into();
+                    break;
+                }
+            }
+        }
+    }
+    argv
+}
+
+/// `s` as a shell word, for a command line the user can paste.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// A tip for `dynres run … PROG ARGS` without `--`: the line as it should have been.
+/// Only for an unexpected argument that is a program (no leading `-`), or any
+/// unexpected argument after `--example` (the example's options).
+fn dashdash_tip(e: &clap::Error, argv: &[OsString]) -> Option<String> {
+    if e.kind() != ErrorKind::UnknownArgument || argv.get(1).is_none_or(|a| a != "run") {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let at = words.iter().skip(2).position(|w| w == bad)? + 2;
+    let example = words[2..at].iter().any(|w| w == "--example");
+    if bad.starts_with('-') && !example {
+        return None;
+    }
+    let quote = |ws: &[String]| {
+        ws.iter()
+            .map(|w| shell_word(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let what = if example {
+        "the example's arguments"
+    } else {
+        "the program and its arguments"
+    };
+    Some(format!(
+        "put `--` before {what}: dynres run {} -- {}",
+        quote(&words[2..at]),
+        quote(&words[at..])
+    ))
+}
+
+/// Prints a clap error in full (its hints included: the missing arguments, "a
+/// similar argument exists", tips), as one error led by `dynres: `, and returns exit
+/// status 2; help and version go to stdout with status 0.
+fn argument_error(mut e: clap::Error, argv: &[OsString]) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if let Some(tip) = dashdash_tip(&e, argv) {
+        // Replaces clap's own tip (`to pass '--x' as a value, use '-- --x'`), which
+        // names only the one argument.
+        e.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    let text = e.to_string();
+    let text = text.trim_end();
+    eprintln!("dynres: {}", text.strip_prefix("error: ").unwrap_or(text));
+    ExitCode::from(2)
+}
+
 /// `dynres list`: one line per running job; a note on stderr when there is none, so
 /// that an empty list says where it looked.
 fn list() -> Result<ExitCode, LauncherError> {
@@ -398,19 +510,10 @@ fn list() -> Result<ExitCode, LauncherError> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv = mpirun_spellings(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("bad arguments");
-            eprintln!("dynres: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
+        Err(e) => return argument_error(e, &argv),
     };
     if !matches!(cli.cmd, Cmd::Example { .. }) {
         use tracing_subscriber::Layer;
