@@ -443,8 +443,8 @@ impl Stranger {
                 });
             }
         } else {
-            println!(
-                "skipped: not root: the stranger runs as this test's user, not as a second local user"
+            dynres_tests::skip(
+                "the second-user variant (not root): the stranger runs as this test's user",
             );
         }
         let mut child = cmd.spawn().expect("start the stranger");
