@@ -586,15 +586,21 @@ impl World {
     /// processes have exited when it returns.
     pub fn grow_shrink_cycle(&mut self, k: u32) {
         for req in [ChangeRequest::add(APP, k), ChangeRequest::sub(APP, k)] {
-            self.request(req);
-            self.run_for(Duration::from_millis(1));
-            let r = self.adapt(&pid(0), None);
-            assert!(
-                matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
-                "{r:?}"
-            );
-            self.run_for(Duration::from_millis(5));
+            self.finalize(req);
         }
+    }
+
+    /// Requests `req` from outside, runs Lst. 6.7 on rank 0 and asserts the change
+    /// FINALIZED, then lets removed processes exit.
+    pub fn finalize(&mut self, req: ChangeRequest) {
+        self.request(req);
+        self.run_for(Duration::from_millis(1));
+        let r = self.adapt(&pid(0), None);
+        assert!(
+            matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
+            "{r:?}"
+        );
+        self.run_for(Duration::from_millis(5));
     }
 
     /// A node crashes: its processes die with it and the failure detector tells the

@@ -7,7 +7,7 @@ use crate::common;
 use common::*;
 use dynres_core::Duration;
 use dynres_core::pset::PsetName;
-use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, RcStatus, SpawnCommand, Standing};
+use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, SpawnCommand, Standing};
 
 fn standing(w: &World, rank: u32) -> Standing {
     w.standings[&pid(rank)].unwrap_or_else(|| panic!("rank {rank} launched without a standing"))
@@ -17,17 +17,6 @@ fn standing(w: &World, rank: u32) -> Standing {
 fn place(w: &World, rank: u32) -> (u32, u32, u32, u32) {
     let s = standing(w, rank);
     (s.node.0, s.size, s.local_rank, s.local_size)
-}
-
-fn change(w: &mut World, req: ChangeRequest) {
-    w.request(req);
-    w.run_for(Duration::from_millis(1));
-    let r = w.adapt(&pid(0), None);
-    assert!(
-        matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
-        "{r:?}"
-    );
-    w.run_for(Duration::from_millis(5));
 }
 
 /// The job's first processes: size is the starting size, local ranks count from 0 on
@@ -46,12 +35,12 @@ fn first_processes_learn_the_size_and_their_place_on_their_node() {
 #[test]
 fn added_processes_learn_the_size_after_their_change() {
     let mut w = World::new(config(2, 3, 2));
-    change(&mut w, ChangeRequest::add(APP, 2));
+    w.finalize(ChangeRequest::add(APP, 2));
     // Ranks 2 (node 0's last slot) and 3 (node 1).
     assert_eq!(place(&w, 2), (0, 4, 2, 3));
     assert_eq!(place(&w, 3), (1, 4, 0, 1));
-    change(&mut w, ChangeRequest::sub(APP, 2));
-    change(&mut w, ChangeRequest::replace(APP, 1, 1));
+    w.finalize(ChangeRequest::sub(APP, 2));
+    w.finalize(ChangeRequest::replace(APP, 1, 1));
     // Left: 0, 1; the REPLACE removes 1 and adds 4 on node 0.
     assert_eq!(w.members(&PsetName::world()), vec![0, 4]);
     assert_eq!(place(&w, 4), (0, 2, 1, 2));
