@@ -16,6 +16,38 @@ pub const NAMESPACE: &str = "DYNRES_NAMESPACE";
 pub const RANK: &str = "DYNRES_RANK";
 /// The process' application.
 pub const APP: &str = "DYNRES_APP";
+/// The size of the process' world when it was launched: the job's size once the change
+/// that launched it is decided (the first processes: `-n`); a spawned child's: its
+/// spawn's children. A malleable job's size changes afterwards: the current one is the
+/// size of `mpi://WORLD` (or of the application's pset) from the client library's pset
+/// info. Like the next three, set from the node's daemon replica at the launch
+/// (`dynres_core::rc::Standing`), never decided by the launcher.
+pub const SIZE: &str = "DYNRES_SIZE";
+/// The process' position, by rank, among the processes of its world on its node
+/// (0-based), at its launch (as `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`).
+pub const LOCAL_RANK: &str = "DYNRES_LOCAL_RANK";
+/// How many processes of its world run on its node at its launch, itself included (as
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`).
+pub const LOCAL_SIZE: &str = "DYNRES_LOCAL_SIZE";
+/// The index of the process' node in the job's host list (`--host`, `--hostfile`, the
+/// Slurm allocation; nodes a job grows onto later come after them), as `SLURM_NODEID`.
+pub const NODE_ID: &str = "DYNRES_NODE_ID";
+/// The `tracing` filter of `dynres` itself (`info`, `debug`, `dynres_launcher=trace`…);
+/// wins over [`RUST_LOG`].
+pub const LOG: &str = "DYNRES_LOG";
+/// The Rust ecosystem's usual filter variable, honoured when [`LOG`] is unset.
+pub const RUST_LOG: &str = "RUST_LOG";
+
+/// The `tracing` filter directives `dynres` logs with: `DYNRES_LOG`, else `RUST_LOG`
+/// (an empty value counts as unset), else `None` (the caller's default). `get` reads a
+/// variable (the process environment in `dynres`).
+pub fn log_directives(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    [LOG, RUST_LOG]
+        .into_iter()
+        .filter_map(get)
+        .find(|v| !v.trim().is_empty())
+}
+
 /// Overrides the directory job directories are created in.
 pub const RUNTIME_DIR: &str = "DYNRES_RUNTIME_DIR";
 /// `PATH`: record every kernel transition of the run for trace conformance
@@ -38,15 +70,48 @@ pub const SECRET_FILE: &str = "secret";
 /// the tools check it (ours, mode 0700, not a symlink) before they use it, see
 /// [`crate::private`].
 pub fn runtime_root() -> std::path::PathBuf {
+    runtime_root_and_origin().0
+}
+
+/// Which setting chose the runtime directory: a tool that finds no job says it, since
+/// a shell with another `XDG_RUNTIME_DIR` (su, sudo, ssh) looks in another directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootOrigin {
+    /// `DYNRES_RUNTIME_DIR` is set.
+    DynresRuntimeDir,
+    /// `XDG_RUNTIME_DIR` is set (and `DYNRES_RUNTIME_DIR` is not).
+    XdgRuntimeDir,
+    /// Neither is set: `/tmp/dynres-<uid>`.
+    Default,
+}
+
+impl std::fmt::Display for RootOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RootOrigin::DynresRuntimeDir => "set by DYNRES_RUNTIME_DIR",
+            RootOrigin::XdgRuntimeDir => "from XDG_RUNTIME_DIR; DYNRES_RUNTIME_DIR is unset",
+            RootOrigin::Default => "the default: DYNRES_RUNTIME_DIR and XDG_RUNTIME_DIR are unset",
+        })
+    }
+}
+
+/// [`runtime_root`] and the setting that chose it.
+pub fn runtime_root_and_origin() -> (std::path::PathBuf, RootOrigin) {
     if let Some(d) = std::env::var_os(RUNTIME_DIR) {
-        return d.into();
+        return (d.into(), RootOrigin::DynresRuntimeDir);
     }
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return std::path::Path::new(&d).join("dynres");
+        return (
+            std::path::Path::new(&d).join("dynres"),
+            RootOrigin::XdgRuntimeDir,
+        );
     }
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    std::path::PathBuf::from(format!("/tmp/dynres-{uid}"))
+    (
+        std::path::PathBuf::from(format!("/tmp/dynres-{uid}")),
+        RootOrigin::Default,
+    )
 }
 
 /// The IP address of the node a process runs on, set by the runtime per node: the
@@ -56,3 +121,32 @@ pub const NODE_ADDR: &str = "DYNRES_NODE_ADDR";
 /// never use shared memory with each other (see [`dynres_transports::HOST_ID_ENV`]).
 /// Unset or empty: the kernel's boot id and the host name.
 pub const HOST_ID: &str = dynres_transports::HOST_ID_ENV;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynres_log_wins_over_rust_log() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(log_directives(env(&[])), None);
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug")])).as_deref(),
+            Some("debug")
+        );
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug"), ("DYNRES_LOG", "warn")])).as_deref(),
+            Some("warn")
+        );
+        assert_eq!(
+            log_directives(env(&[("RUST_LOG", "debug"), ("DYNRES_LOG", " ")])).as_deref(),
+            Some("debug")
+        );
+    }
+}

@@ -25,9 +25,18 @@ pub enum LauncherError {
     /// Bad user input.
     #[error("{0}")]
     Usage(String),
-    /// The named job does not exist or does not answer.
-    #[error("no running job {0}")]
-    NoSuchJob(String),
+    /// The named job does not exist or does not answer. Names the runtime directory
+    /// looked in and what chose it: a job started with another runtime directory is
+    /// not seen.
+    #[error("no running job {job} in {} ({origin})", root.display())]
+    NoSuchJob {
+        /// The job id asked for.
+        job: String,
+        /// The runtime directory looked in.
+        root: std::path::PathBuf,
+        /// Which setting chose it.
+        origin: crate::env::RootOrigin,
+    },
     /// The job refused a tool's command.
     #[error("{0}")]
     Refused(String),

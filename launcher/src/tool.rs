@@ -26,9 +26,13 @@ const MAX_ANSWER: u64 = 64 << 20;
 
 /// Sends one command line to job `job` and returns its answer (without the `ok` line).
 pub fn command(job: &str, line: &str) -> Result<String, LauncherError> {
-    let root = env::runtime_root();
+    let (root, origin) = env::runtime_root_and_origin();
     let dir = private::job_path(&root, job)?;
-    let no_job = || LauncherError::NoSuchJob(job.into());
+    let no_job = || LauncherError::NoSuchJob {
+        job: job.into(),
+        root: root.clone(),
+        origin,
+    };
     let missing = |e: &LauncherError| matches!(e, LauncherError::Io { source, .. } if source.kind() == ErrorKind::NotFound);
     private::check_dir(&root).map_err(|e| if missing(&e) { no_job() } else { e })?;
     private::check_dir(&dir).map_err(|e| if missing(&e) { no_job() } else { e })?;

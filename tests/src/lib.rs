@@ -6,3 +6,6 @@
 
 pub mod job;
 pub mod netns;
+pub mod skip;
+
+pub use skip::skip;

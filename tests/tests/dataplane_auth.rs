@@ -184,7 +184,7 @@ fn stranger() {
 #[test]
 fn a_job_survives_a_local_stranger() {
     if !is_root() {
-        println!("skipped: not root, so no second local user to play the stranger");
+        dynres_tests::skip("not root, so no second local user to play the stranger");
         return;
     }
     let rt = Runtime::new("dpauth");

@@ -113,11 +113,24 @@ fn grow_shrink_and_status_of_a_running_job_and_wrong_secrets_are_refused() {
     f.assert_nothing_left();
 }
 
+/// The error lines `dynres` printed: one error, led by `dynres: `; any other line is
+/// clap's context for it (missing arguments, usage, tips), never a second error.
+fn one_error(f: &Finished, args: &[&str]) -> String {
+    let led: Vec<&str> = f
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("dynres:") || l.starts_with("error:"))
+        .collect();
+    assert_eq!(led.len(), 1, "{args:?} printed\n{}", f.dump());
+    assert!(f.stderr.starts_with("dynres: "), "{args:?}: {}", f.dump());
+    f.stderr.clone()
+}
+
 #[test]
-fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
+fn bad_cli_input_gets_one_error_and_a_non_zero_exit() {
     let rt = Runtime::new("badcli");
-    let cases: &[&[&str]] = &[
-        &["run"],
+    // Refused by dynres itself: one line.
+    let ours: &[&[&str]] = &[
         &["run", "-n", "0", "--", "true"],
         &["run", "-n", "4", "--max", "2", "--", "true"],
         &["run", "-n", "2", "--slots", "2"],
@@ -125,21 +138,215 @@ fn bad_cli_input_gets_one_line_and_a_non_zero_exit() {
         &["grow", "nosuchjob", "+2"],
         &["grow", "nosuchjob", "two"],
         &["shrink", "nosuchjob", "+0"],
-        &["replace", "nosuchjob", "-1"],
         &["status", "../etc"],
-        &["frobnicate"],
     ];
-    for args in cases {
+    for args in ours {
         let f = rt.run(args);
         assert!(
             matches!(f.code, Some(c) if c != 0),
             "{args:?} succeeded\n{}",
             f.dump()
         );
-        let lines: Vec<&str> = f.stderr.trim().lines().collect();
-        assert_eq!(lines.len(), 1, "{args:?} printed\n{}", f.dump());
-        assert!(lines[0].starts_with("dynres: "), "{args:?}: {}", lines[0]);
+        one_error(&f, args);
+        assert_eq!(f.stderr.trim().lines().count(), 1, "{args:?}\n{}", f.dump());
     }
+    // Refused by clap: the whole message with its hints, exit 2.
+    let clap: &[(&[&str], &[&str])] = &[
+        (
+            &["run"],
+            &[
+                "dynres: the following required arguments were not provided:",
+                "  --np <N>",
+                "Usage: dynres run",
+            ],
+        ),
+        (
+            &["stauts", "1"],
+            &[
+                "unrecognized subcommand 'stauts'",
+                "a similar subcommand exists: 'status'",
+            ],
+        ),
+        (
+            &["run", "-n", "1", "--hots", "a", "--", "true"],
+            &["a similar argument exists: '--host'"],
+        ),
+        (
+            &["run", "-n", "2", "./prog", "--foo"],
+            &["put `--` before the program and its arguments: dynres run -n 2 -- ./prog --foo"],
+        ),
+        (
+            &["run", "-n", "2", "--example", "synthetic", "--mode", "none"],
+            &[
+                "put `--` before the example's arguments: dynres run -n 2 --example synthetic -- --mode none",
+            ],
+        ),
+        (
+            &["replace", "nosuchjob", "-1"],
+            &["not provided:\n  <ADD>\n"],
+        ),
+        (&["frobnicate"], &["unrecognized subcommand 'frobnicate'"]),
+    ];
+    for (args, wants) in clap {
+        let f = rt.run(args);
+        assert_eq!(f.code, Some(2), "{args:?}\n{}", f.dump());
+        let text = one_error(&f, args);
+        for want in *wants {
+            assert!(text.contains(want), "{args:?}: want {want:?}\n{}", f.dump());
+        }
+    }
+}
+
+/// mpirun's `-np N` is `-n N`, before `--` only (after it, it is the program's).
+#[test]
+fn np_is_an_alias_of_n() {
+    let rt = Runtime::new("np");
+    let f = rt.run(&["run", "-np", "2", "--", "sh", "-c", "echo -np $DYNRES_RANK"]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let mut ranks: Vec<&str> = f.stdout.lines().collect();
+    ranks.sort();
+    assert_eq!(ranks, ["[rank 0] -np 0", "[rank 1] -np 1"], "{}", f.dump());
+}
+
+/// `--example NAME -- --help` prints the example's own help, once and at once (no job
+/// started), and `dynres example NAME --help` reaches the example too.
+#[test]
+fn an_examples_help_is_its_own() {
+    let rt = Runtime::new("exhelp");
+    for args in [
+        &["run", "-n", "2", "--example", "synthetic", "--", "--help"][..],
+        &["example", "synthetic", "--help"],
+    ] {
+        let f = rt.run(args);
+        assert_eq!(f.code, Some(0), "{args:?}\n{}", f.dump());
+        assert!(
+            f.stdout.contains("Usage: synthetic") && f.stdout.contains("--n-start"),
+            "{args:?}\n{}",
+            f.dump()
+        );
+        assert_eq!(f.stdout.matches("Usage:").count(), 1, "{}", f.dump());
+        assert!(!f.stdout.contains("[rank"), "no job ran\n{}", f.dump());
+    }
+}
+
+/// `RUST_LOG` sets what dynres logs when `DYNRES_LOG` is unset; `DYNRES_LOG` wins when
+/// both are; `--help` names both.
+#[test]
+fn rust_log_is_honoured_and_dynres_log_wins() {
+    let rt = Runtime::new("rustlog");
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = rt.command(&["run", "-n", "1", "--", "true"]);
+        c.env_remove("DYNRES_LOG");
+        c.envs(vars.iter().copied());
+        let f = Finished::new(c.output().unwrap(), rt.dir.clone());
+        assert_eq!(f.code, Some(0), "{vars:?}\n{}", f.dump());
+        f
+    };
+    let has = |f: &Finished, level: &str| f.stderr.contains(&format!(" {level} "));
+    let f = run(&[]);
+    assert!(has(&f, "INFO") && !has(&f, "DEBUG"), "{}", f.dump());
+    let f = run(&[("RUST_LOG", "debug")]);
+    assert!(has(&f, "DEBUG"), "{}", f.dump());
+    let f = run(&[("RUST_LOG", "debug"), ("DYNRES_LOG", "warn")]);
+    assert!(!has(&f, "DEBUG") && !has(&f, "INFO"), "{}", f.dump());
+    for args in [&["--help"][..], &["run", "--help"], &["status", "--help"]] {
+        let f = rt.run(args);
+        assert!(
+            f.stdout.contains("DYNRES_LOG") && f.stdout.contains("RUST_LOG"),
+            "{args:?}\n{}",
+            f.dump()
+        );
+    }
+}
+
+/// `status --json` is one JSON object with the table's content, `list` shows the
+/// running job (not one a dead runtime left), and a tool that finds no job says where
+/// it looked.
+#[test]
+fn status_json_list_and_where_tools_look() {
+    let rt = Runtime::new("json");
+    let job = "jsonjob";
+    // What a SIGKILLed runtime leaves: its directory, an unlocked pid file.
+    let dead = rt.dir.join("deadjob");
+    std::fs::create_dir(&dead).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dead, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dead.join("pid"), "999999999\n").unwrap();
+    let child = rt.spawn(&[
+        "run", "-n", "3", "--slots", "3", "--job-id", job, "--", "sleep", "60",
+    ]);
+    let dir = rt.wait_for_job(job);
+    wait_status(&rt, job, "three running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 3
+    });
+    let f = rt.run(&["status", job, "--json"]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let v: serde_json::Value =
+        serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", f.dump()));
+    assert_eq!(v["job"], job, "{v}");
+    assert_eq!(v["app"], "app", "{v}");
+    let procs = v["processes"].as_array().unwrap();
+    let mut ranks: Vec<u64> = procs.iter().map(|p| p["rank"].as_u64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2], "{v}");
+    for p in procs {
+        assert_eq!(p["state"], "running", "{v}");
+        assert!(p["pid"].as_u64().is_some_and(|pid| pid > 1), "{v}");
+    }
+    let world = v["psets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mpi://WORLD")
+        .unwrap_or_else(|| panic!("no WORLD: {v}"));
+    assert_eq!(world["size"], 3, "{v}");
+    assert!(v["changes"].as_array().is_some_and(Vec::is_empty), "{v}");
+
+    let l = rt.run(&["list"]);
+    assert_eq!(l.code, Some(0), "{}", l.dump());
+    let lines: Vec<Vec<&str>> = l.stdout.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 1, "only the live job\n{}", l.dump());
+    assert_eq!(lines[0][0], job, "{}", l.dump());
+    assert!(lines[0][1].parse::<u32>().is_ok(), "{}", l.dump());
+    assert_eq!(lines[0][2], dir.display().to_string(), "{}", l.dump());
+
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let l = rt.run(&["list"]);
+    assert_eq!((l.code, l.stdout.as_str()), (Some(0), ""), "{}", l.dump());
+    let root = rt.dir.display().to_string();
+    assert!(
+        l.stderr.contains(&format!(
+            "no running job in {root} (set by DYNRES_RUNTIME_DIR)"
+        )),
+        "{}",
+        l.dump()
+    );
+    let s = rt.run(&["status", job]);
+    assert_eq!(s.code, Some(1), "{}", s.dump());
+    assert_eq!(
+        s.stderr.trim(),
+        format!("dynres: no running job {job} in {root} (set by DYNRES_RUNTIME_DIR)"),
+        "{}",
+        s.dump()
+    );
+    // Without DYNRES_RUNTIME_DIR, the message names XDG_RUNTIME_DIR's directory.
+    let xdg = rt.scratch();
+    let mut c = rt.command(&["status", job]);
+    c.env_remove("DYNRES_RUNTIME_DIR")
+        .env("XDG_RUNTIME_DIR", &xdg);
+    let s = Finished::new(c.output().unwrap(), rt.dir.clone());
+    assert!(
+        s.stderr.contains(&format!(
+            "in {}/dynres (from XDG_RUNTIME_DIR",
+            xdg.display()
+        )),
+        "{}",
+        s.dump()
+    );
 }
 
 #[test]

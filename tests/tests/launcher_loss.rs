@@ -19,7 +19,8 @@ fn exit_line(f: &Finished, rank: u32) -> Option<&str> {
 }
 
 /// RC-18: a process that fails ends the job: the others are killed (they would sleep
-/// 30 s), and the runtime names the rank and how it ended.
+/// 30 s), the runtime names the rank and how it ended, and the job exits with the
+/// rank's exit code (as mpirun).
 #[test]
 fn a_failed_process_ends_the_job_and_is_named() {
     let rt = Runtime::new("loss-end");
@@ -29,7 +30,7 @@ fn a_failed_process_ends_the_job_and_is_named() {
         &[],
         r#"[ "$DYNRES_RANK" = 1 ] && exit 3; exec sleep 30"#,
     );
-    assert_eq!(f.code, Some(1), "{}", f.dump());
+    assert_eq!(f.code, Some(3), "{}", f.dump());
     let last = f.stderr.trim().lines().last().unwrap_or_default();
     assert!(
         last.starts_with("dynres: job failed: rank 1 (pid ")
@@ -55,7 +56,7 @@ fn with_on_loss_continue_the_survivors_finish() {
         &["--on-loss", "continue"],
         r#"[ "$DYNRES_RANK" = 1 ] && exit 3; sleep 0.5"#,
     );
-    assert_eq!(f.code, Some(1), "{}", f.dump());
+    assert_eq!(f.code, Some(3), "the lost rank's code\n{}", f.dump());
     assert!(
         f.stderr.contains("dynres: job failed: lost ranks [1]"),
         "{}",
@@ -69,6 +70,26 @@ fn with_on_loss_continue_the_survivors_finish() {
             f.dump()
         );
     }
+    f.assert_nothing_left();
+}
+
+/// A rank killed by a signal makes the job exit 128 + the signal (as a shell reports
+/// it), and the first failure counts: rank 2's later exit 5 does not.
+#[test]
+fn a_rank_killed_by_a_signal_gives_128_plus_the_signal() {
+    let rt = Runtime::new("loss-sig");
+    let f = run_sh(
+        &rt,
+        "losssig",
+        &["--on-loss", "continue"],
+        r#"case "$DYNRES_RANK" in 1) kill -9 $$;; 2) sleep 0.5; exit 5;; esac"#,
+    );
+    assert_eq!(f.code, Some(137), "{}", f.dump());
+    assert!(
+        f.stderr.contains("dynres: job failed: lost ranks [1, 2]"),
+        "{}",
+        f.dump()
+    );
     f.assert_nothing_left();
 }
 
@@ -132,7 +153,7 @@ fn kill_9_of_a_rank_mid_job_ends_it_cleanly() {
         let pid = rt.pid_of(&job, victim);
         signal(pid, libc::SIGKILL);
         let f = Finished::new(child.wait_with_output().unwrap(), rt.dir.clone());
-        assert_eq!(f.code, Some(1), "{}", f.dump());
+        assert_eq!(f.code, Some(128 + 9), "{}", f.dump());
         let last = f.stderr.trim().lines().last().unwrap_or_default();
         assert!(
             last.starts_with(&format!("dynres: job failed: rank {victim} (pid {pid})"))

@@ -67,7 +67,7 @@ fn a_job_grows_across_netns_hosts_over_ssh_and_shrinks_back() {
     let hosts = match Hosts::up_with_prefix("dyj", 3) {
         Ok(h) => h,
         Err(skip) => {
-            println!("{skip}");
+            dynres_tests::skip(&skip.0);
             return;
         }
     };
@@ -120,7 +120,7 @@ fn a_killed_remote_daemon_is_a_lost_node_and_the_job_goes_on() {
     let hosts = match Hosts::up_with_prefix("dyk", 3) {
         Ok(h) => h,
         Err(skip) => {
-            println!("{skip}");
+            dynres_tests::skip(&skip.0);
             return;
         }
     };

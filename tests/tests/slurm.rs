@@ -5,7 +5,7 @@
 //! the nodes and shrinks back.
 //!
 //! Needs root and Slurm's daemons (`.ci/run` installs them); without them the test prints
-//! `skipped: <reason>` and passes.
+//! `skipped: <reason>` (recorded by `dynres_tests::skip`) and passes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -139,7 +139,7 @@ impl Drop for Master {
 #[test]
 fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes() {
     if let Some(why) = unsupported() {
-        println!("skipped: {why}");
+        dynres_tests::skip(why);
         return;
     }
     let cluster = Cluster::start(3, 0);
@@ -194,7 +194,7 @@ fn a_job_in_a_slurm_allocation_runs_its_daemons_with_srun_and_grows_across_nodes
 #[test]
 fn a_shrink_that_empties_nodes_gives_them_back_to_slurm() {
     if let Some(why) = unsupported() {
-        println!("skipped: {why}");
+        dynres_tests::skip(why);
         return;
     }
     let cluster = Cluster::start(3, 1);

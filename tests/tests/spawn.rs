@@ -383,7 +383,7 @@ fn a_stranger_cannot_break_spawns(as_nobody: bool) {
     use std::process::{Command, Stdio};
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
-        println!("skipped: no {python} to run the stranger");
+        dynres_tests::skip(format!("no {python} to run the stranger"));
         return;
     }
     let tag = if as_nobody { "nobody" } else { "same-user" };
@@ -502,7 +502,7 @@ fn a_stranger_of_the_same_user_cannot_break_spawns() {
 fn a_stranger_of_another_user_cannot_break_spawns() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: not root");
+        dynres_tests::skip("not root");
         return;
     }
     a_stranger_cannot_break_spawns(true);

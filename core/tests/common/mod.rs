@@ -10,7 +10,7 @@ use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::{
     CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput, ClientReply,
     ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig, MasterInput,
-    MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, ToDaemon, ToMaster,
+    MasterOutput, NodeId, RcError, RcStatus, RcType, ReqId, Standing, ToDaemon, ToMaster,
 };
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Instant, Namespace, ProcessId};
@@ -78,6 +78,8 @@ pub struct World {
     /// Spawned children as their daemons launched them: (node, app, the command's
     /// program, whether the daemon's replica already held the child in its app pset).
     pub spawned: BTreeMap<ProcessId, (NodeId, String, String, bool)>,
+    /// Each launched process' standing as its daemon's replica gave it at the launch.
+    pub standings: BTreeMap<ProcessId, Option<Standing>>,
     /// Timers fired in a row at one instant with no event in between: a machine whose
     /// timer stays due after it fired would spin the world forever.
     timers_at_now: (Instant, u32),
@@ -128,6 +130,7 @@ impl World {
             daemons: (0..nodes).map(|n| Daemon::new(NodeId(n))).collect(),
             clients: BTreeMap::new(),
             spawned: BTreeMap::new(),
+            standings: BTreeMap::new(),
             node_of: BTreeMap::new(),
             behaviour: Behaviour {
                 confirm: true,
@@ -379,6 +382,8 @@ impl World {
                 }
                 DaemonOutput::Launch { procs } => {
                     for p in procs {
+                        let standing = self.daemons[node.0 as usize].standing(&p, None);
+                        self.standings.insert(p.clone(), standing);
                         let saw = self.daemons[node.0 as usize]
                             .changes()
                             .any(|c| c.includes(&p));
@@ -414,6 +419,8 @@ impl World {
                         let root = PsetName::app_root(&app).expect("app name");
                         let known = daemon.job().contains(&p)
                             && daemon.pset(&root).is_some_and(|(m, _)| m.contains(&p));
+                        self.standings
+                            .insert(p.clone(), daemon.standing(&p, Some(&app)));
                         let launched = (node, app.clone(), command.program.clone(), known);
                         self.spawned.insert(p.clone(), launched);
                         self.node_of.insert(p.clone(), node);
@@ -579,15 +586,21 @@ impl World {
     /// processes have exited when it returns.
     pub fn grow_shrink_cycle(&mut self, k: u32) {
         for req in [ChangeRequest::add(APP, k), ChangeRequest::sub(APP, k)] {
-            self.request(req);
-            self.run_for(Duration::from_millis(1));
-            let r = self.adapt(&pid(0), None);
-            assert!(
-                matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
-                "{r:?}"
-            );
-            self.run_for(Duration::from_millis(5));
+            self.finalize(req);
         }
+    }
+
+    /// Requests `req` from outside, runs Lst. 6.7 on rank 0 and asserts the change
+    /// FINALIZED, then lets removed processes exit.
+    pub fn finalize(&mut self, req: ChangeRequest) {
+        self.request(req);
+        self.run_for(Duration::from_millis(1));
+        let r = self.adapt(&pid(0), None);
+        assert!(
+            matches!(r, CallResult::Accept(Ok(ref a)) if a.status == RcStatus::Finalized),
+            "{r:?}"
+        );
+        self.run_for(Duration::from_millis(5));
     }
 
     /// A node crashes: its processes die with it and the failure detector tells the

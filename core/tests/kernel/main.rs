@@ -24,6 +24,7 @@ mod rc_link;
 mod rc_modex;
 mod rc_node_return;
 mod rc_spawn;
+mod rc_standing;
 mod rc_wire;
 mod spawn_bootstraps;
 mod spawn_connect_join;

@@ -29,21 +29,55 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// Whether `args` ask example `name` for its help or version (`-h`, `--help`,
+/// `--version`): `dynres run --example NAME -- --help` prints it once instead of
+/// starting a job whose every rank would print it.
+pub fn asks_for_help(name: &str, args: &[String]) -> bool {
+    fn asks<A: clap::Parser>(name: &str, args: &[String]) -> bool {
+        matches!(parse::<A>(name, args), Err(e) if is_help(&e))
+    }
+    match name {
+        "synthetic" => asks::<synthetic::Args>(name, args),
+        "pingpong" => asks::<pingpong::Args>(name, args),
+        "spawn" => asks::<spawn::Args>(name, args),
+        _ => false,
+    }
+}
+
+/// Parses `args` as example `name`'s command line.
+fn parse<A: clap::Parser>(name: &str, args: &[String]) -> Result<A, clap::Error> {
+    A::try_parse_from(std::iter::once(name.to_string()).chain(args.iter().cloned()))
+}
+
+/// Whether a parse "failed" by asking for help or the version.
+fn is_help(e: &clap::Error) -> bool {
+    matches!(
+        e.kind(),
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+    )
+}
+
 /// Parses an example's arguments for [`validate`]: `Ok(None)` for `--help` /
 /// `--version` (not a mistake: every process prints it and exits), `Err` one line.
 fn parse_for_check<A: clap::Parser>(name: &str, args: &[String]) -> Result<Option<A>, String> {
-    match A::try_parse_from(std::iter::once(name.to_string()).chain(args.iter().cloned())) {
+    match parse::<A>(name, args) {
         Ok(a) => Ok(Some(a)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            Ok(None)
-        }
+        Err(e) if is_help(&e) => Ok(None),
         Err(e) => Err(clap_line(&e)),
     }
+}
+
+/// Parses example `name`'s `args`; `Err` is the exit status once clap's message is
+/// printed: 0 for `--help`/`--version`, 2 for wrong arguments.
+fn parse_or_exit<A: clap::Parser>(name: &str, args: &[String]) -> Result<A, ExitCode> {
+    parse::<A>(name, args).map_err(|e| {
+        let _ = e.print();
+        if is_help(&e) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        }
+    })
 }
 
 /// An example's entry point: parses `args` (exit 2 with clap's message if they are
@@ -53,12 +87,9 @@ fn entry<A: clap::Parser, E: std::fmt::Display>(
     args: &[String],
     run: impl FnOnce(&A) -> Result<(), E>,
 ) -> ExitCode {
-    let a = match A::try_parse_from(std::iter::once(name.to_string()).chain(args.iter().cloned())) {
+    let a = match parse_or_exit::<A>(name, args) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,

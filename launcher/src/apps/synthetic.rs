@@ -295,14 +295,9 @@ pub fn validate(args: &[String]) -> Result<(), String> {
 
 /// Entry point: `args` without the program name.
 pub fn main(args: &[String]) -> ExitCode {
-    let args = match Args::try_parse_from(
-        std::iter::once("synthetic".to_string()).chain(args.iter().cloned()),
-    ) {
+    let args = match super::parse_or_exit::<Args>("synthetic", args) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,18 +1,55 @@
 //! `dynres`: run malleable jobs and change their resources while they run.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Parser, Subcommand};
 use dynres_launcher::error::LauncherError;
 use dynres_launcher::runtime::{self, JobConfig};
 use dynres_launcher::{apps, hosts, tool};
 
+/// The variables `dynres` itself reads, as every `--help` ends with them (a macro, so
+/// that `concat!` can put them into `run`'s longer text).
+macro_rules! environment {
+    () => {
+        "\
+Environment:
+  DYNRES_LOG          what dynres logs on stderr, a tracing filter: error, warn,
+                      info (the default), debug, trace, or TARGET=LEVEL,...
+  RUST_LOG            the same, read when DYNRES_LOG is unset
+  DYNRES_RUNTIME_DIR  where job directories are (default: $XDG_RUNTIME_DIR/dynres,
+                      else /tmp/dynres-UID); tools look for JOB there"
+    };
+}
+
+/// What every `--help` ends with.
+const ENVIRONMENT: &str = environment!();
+
+/// What `dynres run --help` ends with: the ranks' environment, the exit status, and
+/// [`ENVIRONMENT`].
+const RUN_AFTER: &str = concat!(
+    "\
+Each rank's environment: DYNRES_RANK, DYNRES_SIZE (the job's size at its launch),
+DYNRES_LOCAL_RANK, DYNRES_LOCAL_SIZE (ranks of the job on its node), DYNRES_NODE_ID,
+DYNRES_APP, DYNRES_NAMESPACE and the runtime's connection (see launcher/README.md).
+
+Exit status: 0 when every rank finished (exit 0 or removed by a change); else the
+first failing rank's exit code, or 128 + the signal that killed it (as mpirun, which
+reports the first failure; srun reports the highest); 130 when interrupted; 2 for bad
+arguments; 1 when the runtime itself fails.
+
+",
+    environment!()
+);
+
 #[derive(Parser)]
 #[command(
     name = "dynres",
     version,
-    about = "Run malleable jobs that grow and shrink while they run"
+    about = "Run malleable jobs that grow and shrink while they run",
+    after_help = ENVIRONMENT
 )]
 struct Cli {
     #[command(subcommand)]
@@ -22,6 +59,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a job: `dynres run -n N [--max M] -- PROG ARGS…`.
+    #[command(after_help = RUN_AFTER)]
     Run(RunArgs),
     /// Add K processes to a running job: `dynres grow JOB +K`.
     Grow {
@@ -74,12 +112,22 @@ enum Cmd {
         node: u32,
     },
     /// Processes, psets and resource changes of a running job.
+    #[command(after_help = ENVIRONMENT)]
     Status {
         /// The job id.
         job: String,
+        /// One JSON object with the same content as the table (processes, nodes,
+        /// psets, resource changes; times in ms, absent ones `null`).
+        #[arg(long)]
+        json: bool,
     },
-    /// Built-in example applications (what `run --example NAME` launches).
-    #[command(hide = true)]
+    /// The running jobs of the runtime directory, one per line: job id, the runtime's
+    /// pid, the job directory.
+    #[command(after_help = ENVIRONMENT)]
+    List,
+    /// Built-in example applications (what `run --example NAME` launches). Its own
+    /// `--help` is the example's, not this command's.
+    #[command(hide = true, disable_help_flag = true)]
     Example {
         /// The example.
         name: String,
@@ -91,7 +139,7 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Processes to start with.
+    /// Processes to start with (`-np N` works too, as with mpirun).
     #[arg(short = 'n', long = "np")]
     n: u32,
     /// Most processes the job may grow to (sets the slots unless --slots is given).
@@ -146,10 +194,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
-    /// go to it.
+    /// go to it (`-- --help` prints its own help).
     #[arg(long)]
     example: Option<String>,
-    /// The program and its arguments.
+    /// The program and its arguments, after `--` (required, unlike mpirun: it keeps
+    /// the program's options from being read as dynres' own).
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -257,6 +306,12 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             )));
         }
     }
+    if let Some(name) = &args.example {
+        // Printed once, here, instead of by every rank of a job started for nothing.
+        if apps::asks_for_help(name, &args.command) {
+            return Ok(apps::run_example(name, &args.command));
+        }
+    }
     let (program, rest) = match &args.example {
         Some(name) => {
             apps::validate(name, &args.command)
@@ -321,48 +376,158 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             LossArg::Continue => runtime::OnLoss::Continue,
         },
     })?;
+    let status = outcome.exit_status();
     if outcome.interrupted {
         eprintln!("dynres: job interrupted");
-        return Ok(ExitCode::from(130));
+    } else if let Some(why) = &outcome.ended {
+        eprintln!(
+            "dynres: job failed: {why}; the other processes were killed (exit status {status})"
+        );
+    } else if !outcome.failed.is_empty() {
+        eprintln!(
+            "dynres: job failed: lost ranks {:?} (exit status {status}, the first one's)",
+            outcome.failed
+        );
     }
-    if let Some(why) = &outcome.ended {
-        eprintln!("dynres: job failed: {why}; the other processes were killed");
-        return Ok(ExitCode::FAILURE);
+    Ok(ExitCode::from(status))
+}
+
+/// mpirun's single-dash spellings of options `dynres run` has, rewritten to clap's
+/// before parsing (`-np 4` would otherwise read as `-n p`).
+const SINGLE_DASH: &[(&str, &str)] = &[
+    ("-np", "--np"),
+    ("-host", "--host"),
+    ("-hostfile", "--hostfile"),
+];
+
+/// `argv` with [`SINGLE_DASH`] spellings rewritten in `run`'s options (never after
+/// `--`: those are the program's).
+fn mpirun_spellings(mut argv: Vec<OsString>) -> Vec<OsString> {
+    if argv.get(1).is_none_or(|a| a != "run") {
+        return argv;
     }
-    if !outcome.failed.is_empty() {
-        eprintln!("dynres: job failed: lost ranks {:?}", outcome.failed);
-        return Ok(ExitCode::FAILURE);
+    for a in argv.iter_mut().skip(2) {
+        if a == "--" {
+            break;
+        }
+        let Some(text) = a.to_str() else { continue };
+        for (short, long) in SINGLE_DASH {
+            if let Some(rest) = text.strip_prefix(short) {
+                if rest.is_empty() || rest.starts_with('=') {
+                    *a = format!("{long}{rest}").into();
+                    break;
+                }
+            }
+        }
+    }
+    argv
+}
+
+/// `s` as a shell word, for a command line the user can paste.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// A tip for `dynres run … PROG ARGS` without `--`: the line as it should have been.
+/// Only for an unexpected argument that is a program (no leading `-`), or any
+/// unexpected argument after `--example` (the example's options).
+fn dashdash_tip(e: &clap::Error, argv: &[OsString]) -> Option<String> {
+    if e.kind() != ErrorKind::UnknownArgument || argv.get(1).is_none_or(|a| a != "run") {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let at = words.iter().skip(2).position(|w| w == bad)? + 2;
+    let example = words[2..at].iter().any(|w| w == "--example");
+    if bad.starts_with('-') && !example {
+        return None;
+    }
+    let quote = |ws: &[String]| {
+        ws.iter()
+            .map(|w| shell_word(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let what = if example {
+        "the example's arguments"
+    } else {
+        "the program and its arguments"
+    };
+    Some(format!(
+        "put `--` before {what}: dynres run {} -- {}",
+        quote(&words[2..at]),
+        quote(&words[at..])
+    ))
+}
+
+/// Prints a clap error in full (its hints included: the missing arguments, "a
+/// similar argument exists", tips), as one error led by `dynres: `, and returns exit
+/// status 2; help and version go to stdout with status 0.
+fn argument_error(mut e: clap::Error, argv: &[OsString]) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if let Some(tip) = dashdash_tip(&e, argv) {
+        // Replaces clap's own tip (`to pass '--x' as a value, use '-- --x'`), which
+        // names only the one argument.
+        e.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    let text = e.to_string();
+    let text = text.trim_end();
+    eprintln!("dynres: {}", text.strip_prefix("error: ").unwrap_or(text));
+    ExitCode::from(2)
+}
+
+/// `dynres list`: one line per running job; a note on stderr when there is none, so
+/// that an empty list says where it looked.
+fn list() -> Result<ExitCode, LauncherError> {
+    let (root, origin) = dynres_launcher::env::runtime_root_and_origin();
+    let jobs = runtime::live_jobs(&root)?;
+    if jobs.is_empty() {
+        eprintln!("dynres: no running job in {} ({origin})", root.display());
+    }
+    for j in jobs {
+        let pid = j.pid.map_or("-".into(), |p| p.to_string());
+        println!("{} {pid} {}", j.id, j.dir.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv = mpirun_spellings(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("bad arguments");
-            eprintln!("dynres: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
+        Err(e) => return argument_error(e, &argv),
     };
     if !matches!(cli.cmd, Cmd::Example { .. }) {
         use tracing_subscriber::Layer;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
+        let directives = dynres_launcher::env::log_directives(|k| std::env::var(k).ok());
+        let filter = directives
+            .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
+            .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
         let log = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
-            .with_filter(
-                tracing_subscriber::EnvFilter::try_from_env("DYNRES_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-            );
+            .with_filter(filter);
         // DYNRES_TRACE_FILE: the master process records to PATH, daemons to PATH.<pid>.
         let master = matches!(cli.cmd, Cmd::Run(_));
         tracing_subscriber::registry()
@@ -399,10 +564,14 @@ fn main() -> ExitCode {
         } => count(&remove, '-', "the processes to remove")
             .and_then(|r| count(&add, '+', "the processes to add").map(|a| (r, a)))
             .and_then(|(r, a)| change(&job, &format!("replace {r} {a}"), no_wait)),
-        Cmd::Status { job } => tool::command(&job, "status").map(|a| {
-            print!("{a}");
-            ExitCode::SUCCESS
-        }),
+        Cmd::Status { job, json } => {
+            let line = if json { "status json" } else { "status" };
+            tool::command(&job, line).map(|a| {
+                print!("{a}");
+                ExitCode::SUCCESS
+            })
+        }
+        Cmd::List => list(),
         Cmd::Example { name, args } => Ok(apps::run_example(&name, &args)),
     };
     match r {

@@ -112,6 +112,73 @@ fn owner(path: &Path) -> Result<Owner, LauncherError> {
     }
 }
 
+/// A job directory whose runtime lives, as `dynres list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveJob {
+    /// The job id (the directory's name).
+    pub id: String,
+    /// The runtime's pid as its `pid` file records it (the process `dynres run`
+    /// forked, RT-4); `None` if the file does not hold one.
+    pub pid: Option<u32>,
+    /// The job directory.
+    pub dir: PathBuf,
+}
+
+/// The jobs in the runtime directory `root` whose runtime lives, by id. Liveness is
+/// judged as [`JobDir::create`] judges it, by the `pid` file's lock, not by the
+/// recorded pid (which a new process may have reused). A missing `root` holds no job;
+/// entries that are not private directories of ours, and directories without a pid
+/// file (another version's), are left out.
+///
+/// Probing a dead job's lock holds it for an instant: a runtime taking that directory
+/// over at the very same moment refuses its job id as running, as it would for any
+/// concurrent runtime of the same id.
+pub fn live_jobs(root: &Path) -> Result<Vec<LiveJob>, LauncherError> {
+    match private::check_dir(root) {
+        Ok(()) => {}
+        Err(LauncherError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(e),
+    }
+    let entries = fs::read_dir(root).map_err(io(format!("read {}", root.display())))?;
+    let mut jobs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(format!("read {}", root.display())))?;
+        let Some(id) = entry.file_name().to_str().map(String::from) else {
+            continue;
+        };
+        // Dot names are directories being built, taken over or removed.
+        if id.starts_with('.') {
+            continue;
+        }
+        let dir = entry.path();
+        if let Err(e) = private::check_dir(&dir) {
+            tracing::debug!(dir = %dir.display(), error = %e, "not a job directory of ours");
+            continue;
+        }
+        match owner(&dir) {
+            Ok(Owner::Alive) => {}
+            Ok(Owner::Unknown | Owner::Dead(_)) => continue,
+            Err(e) => {
+                tracing::debug!(dir = %dir.display(), error = %e, "not a job directory of ours");
+                continue;
+            }
+        }
+        let pid_path = dir.join(PID_FILE);
+        let pid = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&pid_path)
+            .ok()
+            .and_then(|f| crate::input::read_bounded(&pid_path, f, 32).ok())
+            .and_then(|s| s.trim().parse().ok());
+        jobs.push(LiveJob { id, pid, dir });
+    }
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(jobs)
+}
+
 impl JobDir {
     /// Creates `root/job_id` with mode 0700 (and `root`, checked to be private, see
     /// [`private::ensure_dir`]), writes `secret` and the locked `pid` file. A directory
@@ -345,6 +412,32 @@ mod tests {
         fs::remove_dir(r.join("k/junk")).unwrap();
         drop(JobDir::create(&r, "k", "s5").unwrap());
         assert!(entries(&r).is_empty(), "{:?}", entries(&r));
+        let _ = fs::remove_dir_all(&r);
+    }
+
+    /// `live_jobs` lists a job whose runtime holds its lock and leaves out what a dead
+    /// runtime left, directories being built and a missing runtime directory.
+    #[test]
+    fn live_jobs_are_those_whose_lock_is_held() {
+        let r = root("list");
+        assert_eq!(live_jobs(&r).unwrap(), []);
+        let live = JobDir::create(&r, "alive", "s").unwrap();
+        // What SIGKILL leaves: files, no lock.
+        fs::create_dir_all(r.join("dead")).unwrap();
+        fs::set_permissions(r.join("dead"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(r.join("dead/pid"), "999999999\n").unwrap();
+        fs::create_dir_all(r.join(".alive.1.new")).unwrap();
+        let jobs = live_jobs(&r).unwrap();
+        assert_eq!(
+            jobs,
+            [LiveJob {
+                id: "alive".into(),
+                pid: Some(std::process::id()),
+                dir: live.path().to_path_buf(),
+            }]
+        );
+        drop(live);
+        assert_eq!(live_jobs(&r).unwrap(), []);
         let _ = fs::remove_dir_all(&r);
     }
 

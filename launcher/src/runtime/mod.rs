@@ -28,7 +28,7 @@ use dynres_core::{Duration, Namespace};
 
 pub use daemon::run as daemon;
 pub use engine::{ChangeLog, Event, OnLoss, Outcome};
-pub use jobdir::JobDir;
+pub use jobdir::{JobDir, LiveJob, live_jobs};
 pub use nodes::Agent;
 pub use procs::{LaunchSpec, check_program};
 

@@ -105,6 +105,10 @@ pub struct LaunchJob {
     pub rank: u32,
     /// `None`: the job's program.
     pub spawn: Option<Arc<SpawnLaunch>>,
+    /// Its node, world size and place on the node, from the node's daemon replica
+    /// (`DYNRES_NODE_ID`, `DYNRES_SIZE`, `DYNRES_LOCAL_RANK`, `DYNRES_LOCAL_SIZE`);
+    /// `None` (the replica did not hold it): those variables are not set.
+    pub standing: Option<dynres_core::rc::Standing>,
 }
 
 /// A launched process.
@@ -274,6 +278,15 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         .env(env::NAMESPACE, &spec.namespace)
         .env(env::RANK, rank.to_string())
         .env(env::APP, app)
+        .envs(job.standing.iter().flat_map(|s| {
+            [
+                (env::SIZE, s.size),
+                (env::LOCAL_RANK, s.local_rank),
+                (env::LOCAL_SIZE, s.local_size),
+                (env::NODE_ID, s.node.0),
+            ]
+            .map(|(k, v)| (k, v.to_string()))
+        }))
         .env("DYNRES_SHM_SPINS", spec.shm_spins.to_string())
         .envs(spec.calibration.env())
         .stdin(Stdio::null())

@@ -1,7 +1,7 @@
 //! Tool commands on `cli.sock` (`dynres grow/shrink/replace/status`): parsing, and the
 //! answers that wait for the decision of the change a command started.
 //!
-//! Lines: `status`, `grow K`, `shrink K`, `replace R A`, each change optionally followed
+//! Lines: `status` (`status json`: the same as one JSON object), `grow K`, `shrink K`, `replace R A`, each change optionally followed
 //! by `nowait`. Counts are plain decimal digits: a sign is the CLI's business, so
 //! `grow -3` is refused instead of being read as `+3`. Answers are one line, `ok …` or
 //! `error: …` (`status` answers `ok` and the table).
@@ -19,8 +19,11 @@ use dynres_core::rc::{ChangeRequest, RcError, RcStatus};
 /// A parsed tool command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// `status`.
-    Status,
+    /// `status`, or `status json`.
+    Status {
+        /// The answer is one JSON object instead of the table.
+        json: bool,
+    },
     /// A change request; `wait`: answer once it is decided (the default).
     Change {
         /// The request.
@@ -49,7 +52,8 @@ pub fn parse(line: &str, app: &str) -> Result<Command, String> {
         }
     };
     let req = match words.as_slice() {
-        ["status"] if wait => return Ok(Command::Status),
+        ["status"] if wait => return Ok(Command::Status { json: false }),
+        ["status", "json"] if wait => return Ok(Command::Status { json: true }),
         ["grow", k] => ChangeRequest::add(app, count(k)?),
         ["shrink", k] => ChangeRequest::sub(app, count(k)?),
         ["replace", r, a] => ChangeRequest::replace(app, count(r)?, count(a)?),
@@ -181,7 +185,15 @@ mod tests {
         ] {
             assert!(parse(bad, "app").is_err(), "{bad}");
         }
-        assert_eq!(parse(" status ", "app"), Ok(Command::Status));
+        assert_eq!(
+            parse(" status ", "app"),
+            Ok(Command::Status { json: false })
+        );
+        assert_eq!(
+            parse("status json", "app"),
+            Ok(Command::Status { json: true })
+        );
+        assert!(parse("status xml", "app").is_err());
     }
 
     #[test]

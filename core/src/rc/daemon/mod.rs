@@ -9,6 +9,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 mod modex;
+mod standing;
+
+pub use standing::Standing;
 
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};

@@ -227,6 +227,9 @@ pub struct Engine {
     pub(super) changes: VecDeque<ChangeLog>,
     tools: ToolRequests,
     failed: Vec<Rank>,
+    /// How the first failure ended (exit code or 128 + signal, [`procs::code_of`]);
+    /// `None` inside: it has no exit status (its node was lost).
+    first_failure: Option<Option<u32>>,
     /// Why the runtime is ending the job before its processes finished.
     ending: Option<String>,
     /// Launches the daemon asked for, started once the replies of the same step are
@@ -244,6 +247,32 @@ pub struct Outcome {
     pub ended: Option<String>,
     /// Whether the job was interrupted (SIGINT/SIGTERM).
     pub interrupted: bool,
+    /// How the first of `failed` ended: its exit code, or 128 + the signal that killed
+    /// it; `None` inside when it has none (its node was lost), `None` when nothing
+    /// failed.
+    pub first_failure: Option<Option<u32>>,
+}
+
+impl Outcome {
+    /// The exit status of `dynres run` for this outcome, as mpirun gives the first
+    /// failing process' status: 130 when interrupted, else the first failure's code
+    /// (128 + signal for a killed process, as a shell and srun give it), 1 for a
+    /// failure without one or with a code that would read as success, 0 when nothing
+    /// failed.
+    pub fn exit_status(&self) -> u8 {
+        if self.interrupted {
+            return 130;
+        }
+        match self.first_failure {
+            None if self.failed.is_empty() && self.ended.is_none() => 0,
+            // Only the low 8 bits reach the caller; one that reads 0 must not.
+            Some(Some(code)) => match (code & 0xff) as u8 {
+                0 => 1,
+                c => c,
+            },
+            _ => 1,
+        }
+    }
 }
 
 /// After SIGINT/SIGTERM, how long the engine waits for killed processes to be reaped
@@ -300,6 +329,7 @@ impl Engine {
             changes: VecDeque::new(),
             tools: ToolRequests::default(),
             failed: Vec::new(),
+            first_failure: None,
             ending: None,
             to_launch: Vec::new(),
         }
@@ -429,6 +459,7 @@ impl Engine {
             failed: self.failed,
             ended,
             interrupted: interrupted_at.is_some(),
+            first_failure: self.first_failure,
         }
     }
 
@@ -577,7 +608,8 @@ impl Engine {
             }
             Err(e) => {
                 tracing::error!(rank, error = %e, "launch failed");
-                self.failed.push(rank);
+                // 127: what a shell returns for a program it cannot run.
+                self.record_failure(rank, Some(127));
                 self.report_end(rank, 0, 127, KillCause::None);
                 let pid = self.pid(rank);
                 self.daemon_input(DaemonInput::Exited { pid });
@@ -664,8 +696,13 @@ impl Engine {
 
     fn on_tool(&mut self, line: &str, reply: Sender<String>) {
         let (req, wait) = match tools::parse(line, &self.app) {
-            Ok(Command::Status) => {
-                let _ = reply.send(format!("ok\n{}", super::status::render(self)));
+            Ok(Command::Status { json }) => {
+                let body = if json {
+                    super::status::render_json(self)
+                } else {
+                    super::status::render(self)
+                };
+                let _ = reply.send(format!("ok\n{body}"));
                 return;
             }
             Ok(Command::Change { req, wait }) => (req, wait),
@@ -804,25 +841,27 @@ impl Engine {
     /// A spawn's child (`spawned`) never ends the job (`SPAWN-19`): its spawner learns
     /// of a failure through the handshake, so its failure is only logged.
     fn on_lost(&mut self, rank: Rank, spawned: bool) {
-        let why = if let Some(c) = self.children.get(&rank) {
+        let (why, code) = if let Some(c) = self.children.get(&rank) {
             let Some(status) = c.exit else {
                 return;
             };
-            if !judge(procs::code_of(&status), c.cause).is_loss() {
+            let code = procs::code_of(&status);
+            if !judge(code, c.cause).is_loss() {
                 tracing::debug!(rank, "process finished");
                 return;
             }
-            format!(
+            let why = format!(
                 "rank {rank} (pid {}) exited unexpectedly ({})",
                 c.os_pid,
                 procs::describe(&status)
-            )
+            );
+            (why, Some(code))
         } else if let Some(p) = self.remote_procs.get(&rank) {
             // LINK-4: a remote process' end arrives before core's `Exited` for it; one
             // without it went down with its node (NODE-2).
             let host = self.nodes.as_ref().map_or("?", |n| n.host(p.node));
             let pid = p.os_pid.map_or("-".into(), |p| p.to_string());
-            match (p.ended, &self.node_lost_why) {
+            let why = match (p.ended, &self.node_lost_why) {
                 (Some((code, cause)), _) if !judge(code, cause).is_loss() => {
                     tracing::debug!(rank, "process finished");
                     return;
@@ -839,7 +878,8 @@ impl Engine {
                 ),
                 (None, Some(node_why)) => format!("rank {rank} (on {host}) lost: {node_why}"),
                 (None, None) => format!("rank {rank} (on {host}) lost"),
-            }
+            };
+            (why, p.ended.map(|(code, _)| code))
         } else {
             return;
         };
@@ -847,7 +887,7 @@ impl Engine {
             tracing::warn!("spawned {why}");
             return;
         }
-        self.failed.push(rank);
+        self.record_failure(rank, code);
         match self.on_loss {
             OnLoss::Continue => {
                 tracing::error!("{why}; the job goes on without it");
@@ -859,6 +899,13 @@ impl Engine {
             }
             OnLoss::EndJob => tracing::error!("{why}"),
         }
+    }
+
+    /// Counts `rank` as failed; the first failure's code becomes the job's exit status
+    /// ([`Outcome::exit_status`]).
+    fn record_failure(&mut self, rank: Rank, code: Option<u32>) {
+        self.failed.push(rank);
+        self.first_failure.get_or_insert(code);
     }
 
     fn on_status(&mut self, delta: PsetName, status: RcStatus) {
@@ -914,11 +961,14 @@ impl Engine {
             }
             DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
             DaemonOutput::ToClient { to, req, reply } => self.reply(to.rank, req, &reply),
+            // The replica is as the launch left it (outputs are taken after each
+            // input): each process' standing is read now.
             DaemonOutput::Launch { procs } => {
                 self.to_launch
                     .extend(procs.iter().map(|p| procs::LaunchJob {
                         rank: p.rank,
                         spawn: None,
+                        standing: self.daemon.standing(p, None),
                     }));
             }
             DaemonOutput::Spawn {
@@ -926,12 +976,22 @@ impl Engine {
                 command,
                 procs,
             } => {
+                let standings: Vec<_> = procs
+                    .iter()
+                    .map(|p| self.daemon.standing(p, Some(&app)))
+                    .collect();
                 let spawn = std::sync::Arc::new(procs::SpawnLaunch { app, command });
                 self.to_launch
-                    .extend(procs.iter().map(|p| procs::LaunchJob {
-                        rank: p.rank,
-                        spawn: Some(spawn.clone()),
-                    }));
+                    .extend(
+                        procs
+                            .iter()
+                            .zip(standings)
+                            .map(|(p, standing)| procs::LaunchJob {
+                                rank: p.rank,
+                                spawn: Some(spawn.clone()),
+                                standing,
+                            }),
+                    );
             }
             DaemonOutput::Kill { procs } => {
                 for p in procs {
@@ -1008,5 +1068,41 @@ pub fn status_name(s: RcStatus) -> &'static str {
         RcStatus::Pending => "PENDING",
         RcStatus::Finalized => "FINALIZED",
         RcStatus::Aborted => "ABORTED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    fn outcome(failed: &[u32], first: Option<Option<u32>>, interrupted: bool) -> Outcome {
+        Outcome {
+            failed: failed.to_vec(),
+            ended: None,
+            interrupted,
+            first_failure: first,
+        }
+    }
+
+    /// The job's exit status is the first failure's: its code, 128 + its signal, never
+    /// 0 for a failure; 130 when interrupted; 0 with no failure.
+    #[test]
+    fn the_exit_status_is_the_first_failures() {
+        assert_eq!(outcome(&[], None, false).exit_status(), 0);
+        assert_eq!(outcome(&[1], Some(Some(3)), false).exit_status(), 3);
+        assert_eq!(
+            outcome(&[2, 1], Some(Some(128 + 9)), false).exit_status(),
+            137
+        );
+        assert_eq!(outcome(&[1], Some(Some(127)), false).exit_status(), 127);
+        // No status (a lost node), or one whose low byte reads as success: 1.
+        assert_eq!(outcome(&[1], Some(None), false).exit_status(), 1);
+        assert_eq!(outcome(&[1], Some(Some(256)), false).exit_status(), 1);
+        assert_eq!(outcome(&[1], Some(Some(0)), false).exit_status(), 1);
+        assert_eq!(outcome(&[1], Some(Some(3)), true).exit_status(), 130);
+        // The runtime ended the job for another reason than a failed rank.
+        let mut o = outcome(&[], None, false);
+        o.ended = Some("why".into());
+        assert_eq!(o.exit_status(), 1);
     }
 }
