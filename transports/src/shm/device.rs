@@ -511,12 +511,21 @@ impl ShmDevice {
                         c
                     }
                     Err(e) => {
+                        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+                        let s = inbox.slot(i);
+                        if s.is_closed() {
+                            // It connected, sent, closed and finalized (unlinking its
+                            // inbox) before this scan: what it sent is in the ring all
+                            // the same, and must be delivered, not dropped with the
+                            // slot.
+                            tracing::debug!(peer = %name, error = %e, "sender gone before its slot was scanned");
+                            events += self.adopt_closed_slot(i)?;
+                            continue;
+                        }
                         // The sender vanished (or its inbox is not acceptable) before we
                         // could open the way back.
                         tracing::warn!(peer = %name, error = %e, "cannot open sender inbox");
-                        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
-                        let s = inbox.slot(i);
-                        if s.is_closed() || producer_dead(s) {
+                        if producer_dead(s) {
                             inbox.free_slot(i);
                         }
                         continue;
@@ -553,6 +562,68 @@ impl ShmDevice {
                 }
             }
         }
+        Ok(events)
+    }
+
+    /// Accepts closed slot `i`, whose sender's inbox is gone, as a connection that is
+    /// already over: its complete messages go to the matcher under a new id (returned
+    /// by `accept`, readable like those of any closed connection), the id is left as a
+    /// tombstone, and the slot is recycled. Without a way back to the sender there is
+    /// no [`Conn`] to run `drain` on; nothing writes to a closed ring, so a plain walk
+    /// over its records suffices. A single-copy request or a record cut short (the
+    /// sender gave up on those sends when it closed) ends the walk as `mid_message`.
+    /// Returns the events (messages delivered + 1).
+    fn adopt_closed_slot(&mut self, i: usize) -> Result<usize> {
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        // SAFETY: our own mapping outlives the consumer (dropped below); the sender
+        // closed the slot, so nothing else reads or writes the ring until we free it.
+        let mut cons = unsafe {
+            let (ctrl, data) = inbox.ring(i);
+            Consumer::new(ctrl, data)
+        };
+        let mut events = 1;
+        let mut mid_message = false;
+        while cons.available() > 0 {
+            let Some((words, mark)) = cons.peek_header() else {
+                mid_message = true;
+                break;
+            };
+            let (header, flags) = parse_head(&words, mark);
+            let len = header.len as usize;
+            if flags & FLAG_RTS != 0 || cons.available() < RECORD_HEADER_LEN + len + pad_for(len) {
+                mid_message = true;
+                break;
+            }
+            cons.discard(RECORD_HEADER_LEN);
+            let sink = self.matcher.incoming(id, header);
+            let mut got = 0;
+            while got < len {
+                let want = (len - got).min(self.scratch.len());
+                let n = cons.pop_some(&mut self.scratch[..want]);
+                if n == 0 {
+                    // Cannot happen (the whole record is published, checked above);
+                    // a safeguard against spinning on a corrupt ring.
+                    break;
+                }
+                self.matcher.append(sink, got, &self.scratch[..n]);
+                got += n;
+            }
+            cons.discard(pad_for(len));
+            self.matcher.finish(sink);
+            events += 1;
+        }
+        drop(cons);
+        inbox.free_slot(i);
+        let err = TransportError::PeerClosed {
+            conn: id.0,
+            mid_message,
+        };
+        tracing::info!(conn = id.0, error = %err, "shm peer gone before its first scan");
+        self.matcher.fail_conn(id, &err);
+        self.dead.insert(id, err);
+        self.accepted.push_back(id);
         Ok(events)
     }
 

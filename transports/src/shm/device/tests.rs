@@ -848,3 +848,181 @@ mod single_copy {
         drop(b.finalize());
     }
 }
+
+/// Every order of one sender's connect / send / send / close and one receiver's
+/// scan / accept / receive (posted before or after the messages exist).
+mod orders {
+    use super::super::*;
+    use super::hdr;
+    use crate::shm::layout::SLOT_FREE;
+
+    const T: Duration = Duration::from_secs(10);
+    /// A small inbox, so "every slot claimable again" is cheap to check.
+    const SLOTS: usize = 2;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Step {
+        /// Sender: connect to the receiver.
+        Connect,
+        /// Sender: send message `n` (eager, whole in the ring).
+        Send(u8),
+        /// Sender: close — disconnect only, or drop the whole device (which unlinks
+        /// its inbox, so the receiver has no way back to it).
+        Close,
+        /// Receiver: one `progress` (its inbox scan included).
+        Scan,
+        /// Receiver: one non-blocking `accept`.
+        Accept,
+        /// Receiver: posts the receive for the `n`th message (from any connection).
+        Post(u8),
+    }
+
+    /// Every interleaving of the two sides' program orders (each side's own order is
+    /// kept; nothing else constrains the receiver, whose steps do not block).
+    fn interleavings(a: &[Step], b: &[Step]) -> Vec<Vec<Step>> {
+        if a.is_empty() || b.is_empty() {
+            return vec![[a, b].concat()];
+        }
+        let mut out = Vec::new();
+        for (first, rest_a, rest_b) in [(a[0], &a[1..], b), (b[0], a, &b[1..])] {
+            for mut tail in interleavings(rest_a, rest_b) {
+                tail.insert(0, first);
+                out.push(tail);
+            }
+        }
+        out
+    }
+
+    /// The receiver's orders: scan, accept and the two posts (first before second).
+    fn receiver_orders() -> Vec<Vec<Step>> {
+        let steps = [Step::Scan, Step::Accept, Step::Post(1), Step::Post(2)];
+        let mut out = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                for c in 0..4 {
+                    for d in 0..4 {
+                        let idx = [a, b, c, d];
+                        let distinct = (0..4).all(|i| (0..i).all(|j| idx[i] != idx[j]));
+                        let order: Vec<Step> = idx.iter().map(|&i| steps[i]).collect();
+                        let posts_in_order = order.iter().position(|s| *s == Step::Post(1))
+                            < order.iter().position(|s| *s == Step::Post(2));
+                        if distinct && posts_in_order {
+                            out.push(order);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn payload(n: u8) -> Vec<u8> {
+        vec![n; 40 + n as usize]
+    }
+
+    /// Runs one order; panics (with the order) on a lost, duplicated or reordered
+    /// message, a second connection, or a slot not recycled.
+    fn run(order: &[Step], drop_on_close: bool) {
+        let cfg = ShmConfig {
+            slots: SLOTS,
+            ..ShmConfig::default()
+        };
+        let mut r = ShmDevice::new(cfg.clone()).unwrap();
+        let mut s = Some(ShmDevice::new(cfg).unwrap());
+        let mut to_r = PeerAddrs::default();
+        r.local_address(&mut to_r);
+        let mut conn = None;
+        let mut accepted = None;
+        let mut posted = Vec::new();
+        for step in order {
+            match *step {
+                Step::Connect => conn = Some(s.as_mut().unwrap().connect(&to_r).unwrap()),
+                Step::Send(n) => {
+                    let (s, c) = (s.as_mut().unwrap(), conn.unwrap());
+                    s.send(c, hdr(n as u64), &payload(n), T).unwrap();
+                }
+                Step::Close if drop_on_close => s = None,
+                Step::Close => s.as_mut().unwrap().disconnect(conn.unwrap()).unwrap(),
+                Step::Scan => {
+                    r.progress().unwrap();
+                }
+                Step::Accept => {
+                    if let Some(id) = r.accept().unwrap() {
+                        assert!(accepted.replace(id).is_none(), "{order:?}: two accepts");
+                    }
+                }
+                Step::Post(_) => {
+                    posted.push(r.post_recv(RecvSpec::default(), vec![0; 64]).unwrap())
+                }
+            }
+        }
+        let id = match accepted {
+            Some(id) => id,
+            None => crate::device::accept_blocking(&mut r, T)
+                .unwrap_or_else(|e| panic!("{order:?} drop={drop_on_close}: never accepted: {e}")),
+        };
+        assert_eq!(r.accept().unwrap(), None, "{order:?}: one connection only");
+        let deadline = Instant::now() + T;
+        let mut got = vec![None; posted.len()];
+        while got.iter().any(Option::is_none) {
+            r.progress().unwrap();
+            for (g, h) in got.iter_mut().zip(&posted) {
+                if g.is_none() {
+                    *g = r.test_recv(*h).unwrap_or_else(|e| {
+                        panic!("{order:?} drop={drop_on_close}: receive failed: {e}")
+                    });
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{order:?} drop={drop_on_close}: lost"
+            );
+        }
+        for (n, g) in (1u8..).zip(got) {
+            let g = g.unwrap();
+            assert_eq!((g.conn, g.header.tag), (id, n as u64), "{order:?}");
+            assert_eq!(g.data, payload(n), "{order:?}");
+        }
+        // Nothing more: the next receive on the connection fails with the close.
+        let spec = RecvSpec {
+            conn: Some(id),
+            ..RecvSpec::default()
+        };
+        let e = r.recv(spec, vec![0; 64], T).unwrap_err();
+        assert!(
+            matches!(e, TransportError::PeerClosed { .. }),
+            "{order:?}: {e}"
+        );
+        // Every slot of the receiver's inbox is free and can be claimed again.
+        let inbox = Inbox::open(&r.addr().segment).unwrap();
+        for i in 0..SLOTS {
+            assert_eq!(
+                inbox.slot(i).state.load(Ordering::Acquire),
+                SLOT_FREE,
+                "{order:?} drop={drop_on_close}: slot {i} not recycled"
+            );
+        }
+        for _ in 0..SLOTS {
+            inbox.claim("next").unwrap();
+        }
+        drop(s);
+    }
+
+    /// Every interleaving, with both kinds of close (including close, and the
+    /// sender's whole device gone, before the receiver's first scan): each message
+    /// arrives once, in order, on the one accepted connection, and the slot comes back.
+    #[test]
+    fn every_order_delivers_once_in_order_and_recycles_the_slot() {
+        let sender = [Step::Connect, Step::Send(1), Step::Send(2), Step::Close];
+        let mut cases = 0;
+        for recv in receiver_orders() {
+            for order in interleavings(&sender, &recv) {
+                for drop_on_close in [false, true] {
+                    run(&order, drop_on_close);
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 12 * 70 * 2, "the enumeration itself");
+    }
+}
