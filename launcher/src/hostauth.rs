@@ -418,4 +418,56 @@ mod tests {
         let r = daemon_handshake(&mut s, b"k", 6);
         assert!(matches!(r, Err(AuthError::Dropped)), "{r:?}");
     }
+
+    /// The daemon's side of one exchange without I/O: its tag for the master's answer.
+    fn daemon_tag(key: &[u8], hello: &[u8; HELLO_LEN], answer: &[u8; ANSWER_LEN]) -> [u8; TAG_LEN] {
+        let master_nonce: [u8; NONCE] = answer[..NONCE].try_into().unwrap();
+        let t = transcript(&hello[..HELLO_BODY], &master_nonce);
+        mac(key, b"dynres daemon", &t)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+
+        /// AUTH-2, through the master's own steps and nonce source: over many
+        /// connections no two challenges of one master share a nonce, and a daemon's
+        /// exchange recorded byte for byte (its hello and its answer) and replayed on
+        /// each new connection is refused there. The hello itself still verifies (it
+        /// is a key holder's; the admission table refuses its nonce as seen): what
+        /// stops the replayed answer is the fresh master nonce alone, so a master
+        /// whose nonce repeated would accept it and fail this.
+        #[test]
+        fn no_challenge_nonce_repeats_and_a_recorded_exchange_is_refused(
+            key in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..48),
+            node in proptest::prelude::any::<u32>(),
+            daemon_nonce in proptest::prelude::any::<[u8; NONCE]>(),
+            connections in 2usize..48,
+        ) {
+            let recorded_hello = hello(&key, node, &daemon_nonce);
+            let h = check_hello(&key, &recorded_hello).unwrap();
+            let (challenge, answer) = Challenge::new(&key, &h).unwrap();
+            let recorded_tag = daemon_tag(&key, &recorded_hello, &answer);
+            challenge.verify(&key, &recorded_tag).expect("the genuine exchange");
+            let mut seen = std::collections::HashSet::new();
+            seen.insert(answer[..NONCE].to_vec());
+            for conn in 1..connections {
+                let h = check_hello(&key, &recorded_hello).unwrap();
+                proptest::prop_assert_eq!(h.node(), node);
+                let (challenge, answer) = Challenge::new(&key, &h).unwrap();
+                proptest::prop_assert!(
+                    seen.insert(answer[..NONCE].to_vec()),
+                    "connection {}: a master nonce repeated", conn
+                );
+                proptest::prop_assert!(
+                    matches!(challenge.verify(&key, &recorded_tag), Err(AuthError::WrongKey)),
+                    "connection {}: a recorded answer passed a new challenge", conn
+                );
+                // A live daemon answering this challenge still passes it.
+                challenge.verify(&key, &daemon_tag(&key, &recorded_hello, &answer)).unwrap();
+            }
+        }
+    }
 }
