@@ -480,6 +480,69 @@ mod loom_tests {
         });
     }
 
+    /// A sender claims a slot, opens it, writes two bytes and closes it, while the owner
+    /// scans the slot table only after generation bumps (as `scan_slots` does) and
+    /// reads whatever state it finds, including CLOSED at its first look (a sender that
+    /// closed before the first scan): it must get every byte exactly once and in
+    /// order, and the slot must end FREE and claimable. A scan that ignored a slot
+    /// already CLOSED, or recycled it before draining, loses bytes here.
+    #[test]
+    fn loom_close_before_or_during_scan_delivers_and_frees() {
+        loom::model(|| {
+            let slot = Arc::new(Slot::new());
+            let conn_gen = Arc::new(AtomicU32::new(0));
+            let cells = CellStorage::cells(4);
+
+            let (s1, g1, c1) = (slot.clone(), conn_gen.clone(), cells.clone());
+            let sender = loom::thread::spawn(move || {
+                assert!(s1.try_claim(), "the only claimer of a fresh slot");
+                s1.state.store(SLOT_OPEN, Ordering::Release);
+                g1.fetch_add(1, Ordering::Release);
+                // SAFETY: `s1` keeps the control block alive; the claim makes this the
+                // only producer.
+                let mut p = unsafe { Producer::new(NonNull::from(&s1.ring), c1) };
+                assert_eq!(p.push_some(&[1]), 1);
+                assert_eq!(p.push_some(&[2]), 1);
+                drop(p);
+                s1.close(&g1);
+            });
+
+            // The owner: consumer attached at the first scan that finds the slot OPEN
+            // or CLOSED, drained at every scan, recycled once it was seen CLOSED.
+            let mut seen = 0;
+            let mut cons: Option<Consumer<_>> = None;
+            let mut got = Vec::new();
+            loop {
+                let g = conn_gen.load(Ordering::Acquire);
+                if g == seen {
+                    loom::thread::yield_now();
+                    continue;
+                }
+                seen = g;
+                let st = slot.state.load(Ordering::Acquire);
+                if st != SLOT_OPEN && st != SLOT_CLOSED {
+                    continue;
+                }
+                // SAFETY: `slot` outlives the consumer; one consumer at a time.
+                let c = cons.get_or_insert_with(|| unsafe {
+                    Consumer::new(NonNull::from(&slot.ring), cells.clone())
+                });
+                let mut b = [0u8; 2];
+                let n = c.pop_some(&mut b);
+                got.extend_from_slice(&b[..n]);
+                if st == SLOT_CLOSED {
+                    break;
+                }
+            }
+            assert_eq!(got, [1, 2], "every byte once, in order");
+            drop(cons);
+            slot.recycle();
+            sender.join().unwrap();
+            assert_eq!(slot.state.load(Ordering::Acquire), SLOT_FREE);
+            assert!(slot.try_claim(), "claimable again");
+        });
+    }
+
     /// Single-copy handshake: the receiver reads the sender's buffer only after
     /// claiming the request, the sender reuses it only after the answer or a
     /// successful withdrawal, and the answer's wake-up is never lost. The buffer is a
