@@ -55,7 +55,12 @@ pub fn supported() -> Result<(), Skip> {
     if unsafe { libc::geteuid() } != 0 {
         return Err(Skip("not root (network namespaces need root)".into()));
     }
-    let probe = format!("dytprobe{}", std::process::id());
+    // Unique per call, not only per process: the tests of one binary run on threads
+    // at once, and a second probe of the same name failed with "File exists" — that
+    // test was then skipped (shown by `.ci/run`'s list of skips).
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("dytprobe{}x{n}", std::process::id());
     let add = bounded(Duration::from_secs(10), "ip")
         .args(["netns", "add", &probe])
         .output();
