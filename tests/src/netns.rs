@@ -34,7 +34,16 @@ pub struct Hosts {
     n: usize,
     prefix: String,
     state: PathBuf,
+    /// One set of hosts at a time in a test process (see [`SERIAL`]).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+/// Held by each [`Hosts`] for its life. Two sets of hosts of one test binary (each
+/// with its own prefix) brought up and used at once failed once in a `.ci/run` with
+/// daemons that went silent after authenticating, which never happened one at a time
+/// (and which the probe's name clash had hidden: one of the two was always skipped).
+/// Undiagnosed: the tests run one after the other until it is.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `tests/netns/hosts.sh` of this checkout.
 pub fn script() -> PathBuf {
@@ -92,10 +101,13 @@ impl Hosts {
     pub fn up_with_prefix(prefix: &str, n: usize) -> Result<Hosts, Skip> {
         supported()?;
         let state = std::env::temp_dir().join(format!("dynres-netns-{prefix}"));
+        // Poisoned by a test that failed while holding it: the hosts are still usable.
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let hosts = Hosts {
             n,
             prefix: prefix.to_string(),
             state,
+            _serial: serial,
         };
         let out = hosts
             .script_cmd(UP_LIMIT)
