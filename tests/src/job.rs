@@ -533,6 +533,16 @@ pub fn processes_running(args: &[&str]) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The uid and gid of `nobody`: the second local user a stranger test runs as.
+pub const NOBODY: u32 = 65534;
+
+/// Makes `cmd` run as [`NOBODY`] (std drops the supplementary groups too when it
+/// changes the uid as root), so a test's stranger is another local user.
+pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    cmd.uid(NOBODY).gid(NOBODY)
+}
+
 /// Sends `sig` to process `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.

@@ -11,16 +11,14 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dynres_tests::job::{Running, Runtime, dynres_bin, runtime_of};
+use dynres_tests::job::{NOBODY, Running, Runtime, as_nobody, dynres_bin, runtime_of};
 use dynres_transports::MsgHeader;
 use dynres_transports::tcp::framing::{FrameKind, encode_frame as frame};
 use dynres_transports::tcp::{KeyId, auth};
 
-const NOBODY: u32 = 65534;
 /// Set (to the targets, `ip:port,…`) in the stranger's environment: the `stranger`
 /// test then plays it.
 const TARGETS: &str = "DYNRES_TEST_STRANGER_TARGETS";
@@ -209,13 +207,11 @@ fn a_job_survives_a_local_stranger() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let list: Vec<String> = targets.iter().map(SocketAddr::to_string).collect();
-    let stranger = Command::new(std::env::current_exe().unwrap())
+    let mut stranger = Command::new(std::env::current_exe().unwrap());
+    stranger
         .args(["stranger", "--exact", "--nocapture", "--test-threads=1"])
-        .env(TARGETS, list.join(","))
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .expect("run the stranger");
+        .env(TARGETS, list.join(","));
+    let stranger = as_nobody(&mut stranger).output().expect("run the stranger");
     let said = String::from_utf8_lossy(&stranger.stdout);
     let report = said
         .lines()

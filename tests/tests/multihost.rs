@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dynres_launcher::hostauth::{AuthError, daemon_handshake};
 use dynres_tests::job::{
-    Finished, Running, Runtime, processes_running, runtime_of, signal, synthetic_idle,
+    Finished, Running, Runtime, as_nobody, processes_running, runtime_of, signal, synthetic_idle,
     synthetic_step,
 };
 
@@ -421,27 +421,13 @@ impl Stranger {
     /// this user, printing why that variant is skipped.
     fn start(master: &str) -> Stranger {
         use std::io::BufRead;
-        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stranger"));
         cmd.arg(master)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
-            const NOBODY: libc::uid_t = 65534;
-            // SAFETY: the closure runs in the forked child before exec and makes only
-            // async-signal-safe system calls.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(NOBODY) != 0
-                        || libc::setuid(NOBODY) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            as_nobody(&mut cmd);
         } else {
             dynres_tests::skip(
                 "the second-user variant (not root): the stranger runs as this test's user",

@@ -379,7 +379,6 @@ fn udp_sockets() -> std::collections::BTreeMap<u64, (String, u16)> {
 /// test failed with the launcher of the base commit.
 fn a_stranger_cannot_break_spawns(as_nobody: bool) {
     use std::io::Write;
-    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
@@ -418,20 +417,7 @@ fn a_stranger_cannot_break_spawns(as_nobody: bool) {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     if as_nobody {
-        const NOBODY: libc::uid_t = 65534;
-        // SAFETY: the closure runs in the forked child before exec and makes only
-        // async-signal-safe system calls.
-        unsafe {
-            stranger.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(NOBODY) != 0
-                    || libc::setuid(NOBODY) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        dynres_tests::job::as_nobody(&mut stranger);
     }
     let mut stranger = stranger.spawn().expect("start the stranger");
     let mut tell = stranger.stdin.take().expect("piped");
