@@ -5,10 +5,10 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use dynres_client::ClientError;
 use dynres_core::pset::{NameError, PsetError};
 use dynres_core::rc::RcError;
 use dynres_core::wire::WireError;
-use dynres_launcher::ClientError;
 
 /// Success.
 pub const DYNRES_OK: c_int = 0;

@@ -3,9 +3,9 @@
 
 use std::ffi::{c_char, c_int};
 
+use dynres_client::ClientError;
+use dynres_client::Session;
 use dynres_core::rc::ClientCall;
-use dynres_launcher::ClientError;
-use dynres_launcher::client::Session;
 
 use crate::calls::{self, Described};
 use crate::error::{CapiError, CapiResult, Poison, create_handle, free_handle, guard_handle};

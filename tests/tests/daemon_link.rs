@@ -8,14 +8,14 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use dynres_client::framing::{Frame, FrameReader};
 use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link, is_link_type};
 use dynres_core::rc::wire::{decode_to_master, encode_to_daemon};
 use dynres_core::rc::{LaunchCommand, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
 use dynres_core::{Namespace, ProcessId};
-use dynres_launcher::framing::{Frame, FrameReader};
-use dynres_launcher::hostauth::master_handshake;
+use dynres_runtime::hostauth::master_handshake;
 use dynres_tests::job::{Finished, Runtime, wait_bounded};
 
 const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";

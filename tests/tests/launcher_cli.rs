@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use dynres_launcher::auth::{Peer, encode_hello};
+use dynres_client::auth::{Peer, encode_hello};
 use dynres_tests::job::{Finished, Runtime};
 
 /// Polls `dynres status` until `pred` holds on its output.

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use dynres_launcher::auth::{HELLO_OK, Peer, encode_hello};
+use dynres_client::auth::{HELLO_OK, Peer, encode_hello};
 use dynres_tests::job::{Finished, Runtime, runtime_of, synthetic_idle, wait_bounded};
 
 /// `nobody`: tests that need a second user run the runtime (or own files) as it.

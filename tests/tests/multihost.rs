@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use dynres_launcher::hostauth::{AuthError, daemon_handshake};
+use dynres_runtime::hostauth::{AuthError, daemon_handshake};
 use dynres_tests::job::{
     Finished, Running, Runtime, as_nobody, processes_running, runtime_of, signal, synthetic_idle,
     synthetic_step,

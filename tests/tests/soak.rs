@@ -41,7 +41,7 @@ fn rss_of(pid: u32) -> u64 {
 
 /// The process that holds job `job` — its master, whose memory this test watches: the
 /// one that keeps the job directory's `pid` file open (and locked, see
-/// `launcher/src/runtime/jobdir.rs`). That need not be `spawned`, the process the test
+/// `runtime/src/jobdir.rs`). That need not be `spawned`, the process the test
 /// started, if `dynres run` runs the job under a supervisor; so the candidates are the
 /// pid the file names, `spawned` and the children of `spawned`, and the pid file's
 /// word (else `spawned`) stands if none of them is seen holding it.

@@ -55,6 +55,8 @@ fn sources(root: &Path) -> Vec<PathBuf> {
     let mut stack: Vec<PathBuf> = [
         "core",
         "transports",
+        "client",
+        "runtime",
         "launcher",
         "capi",
         "verification",

@@ -10,9 +10,9 @@ use dynres_core::pset::PsetName;
 use dynres_core::rc::RcError;
 use dynres_transports::DeviceKind;
 
-use crate::client::Session;
-use crate::comm::{Communicator, Transport};
-use crate::error::{ClientError, CommError};
+use dynres_client::Session;
+use dynres_client::comm::{Communicator, Transport};
+use dynres_client::error::{ClientError, CommError};
 
 fn fail(msg: String) -> CommError {
     let _ = writeln!(std::io::stderr(), "check: {msg}");

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use super::check::device_name;
-use crate::client::Session;
-use crate::comm::{Communicator, Transport, node_addr};
-use crate::error::CommError;
+use dynres_client::Session;
+use dynres_client::comm::{Communicator, Transport, node_addr};
+use dynres_client::error::CommError;
 use dynres_transports::TransportError;
 
 /// The ping-pong's parameters.

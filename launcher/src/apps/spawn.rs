@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 
-use crate::client::Session;
-use crate::comm::{Communicator, Transport, node_addr};
-use crate::dpm::{self, InterComm, Side, SpawnCommand};
-use crate::error::CommError;
+use dynres_client::Session;
+use dynres_client::comm::{Communicator, Transport, node_addr};
+use dynres_client::dpm::{self, InterComm, Side, SpawnCommand};
+use dynres_client::error::CommError;
 
 /// What this process does.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

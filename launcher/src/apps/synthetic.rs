@@ -23,9 +23,9 @@ use dynres_core::rc::{QueryAnswer, RcStatus, RcType, master::accept_key};
 
 use super::plan::{Item, Planner};
 use super::work::{rebalance, work_step};
-use crate::client::Session;
-use crate::comm::{Communicator, Transport};
-use crate::error::CommError;
+use dynres_client::Session;
+use dynres_client::comm::{Communicator, Transport};
+use dynres_client::error::CommError;
 
 /// Tab. 8.1's mode, plus `none` (react to external changes only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

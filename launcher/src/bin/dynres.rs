@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Parser, Subcommand};
-use dynres_launcher::error::LauncherError;
-use dynres_launcher::runtime::{self, JobConfig};
-use dynres_launcher::{apps, hosts, tool};
+use dynres_launcher::apps;
+use dynres_runtime::error::LauncherError;
+use dynres_runtime::{self as runtime, JobConfig};
+use dynres_runtime::{hosts, tool};
 
 /// The variables `dynres` itself reads, as every `--help` ends with them (a macro, so
 /// that `concat!` can put them into `run`'s longer text).
@@ -497,7 +498,7 @@ fn argument_error(mut e: clap::Error, argv: &[OsString]) -> ExitCode {
 /// `dynres list`: one line per running job; a note on stderr when there is none, so
 /// that an empty list says where it looked.
 fn list() -> Result<ExitCode, LauncherError> {
-    let (root, origin) = dynres_launcher::env::runtime_root_and_origin();
+    let (root, origin) = dynres_client::env::runtime_root_and_origin();
     let jobs = runtime::live_jobs(&root)?;
     if jobs.is_empty() {
         eprintln!("dynres: no running job in {} ({origin})", root.display());
@@ -519,7 +520,7 @@ fn main() -> ExitCode {
         use tracing_subscriber::Layer;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
-        let directives = dynres_launcher::env::log_directives(|k| std::env::var(k).ok());
+        let directives = dynres_client::env::log_directives(|k| std::env::var(k).ok());
         let filter = directives
             .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
             .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
@@ -532,7 +533,7 @@ fn main() -> ExitCode {
         let master = matches!(cli.cmd, Cmd::Run(_));
         tracing_subscriber::registry()
             .with(log)
-            .with(dynres_launcher::tracefile::layer_from_env(master))
+            .with(dynres_launcher::tracelayer::layer_from_env(master))
             .init();
     }
     let r = match cli.cmd {

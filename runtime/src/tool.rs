@@ -9,10 +9,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::auth::{Peer, say_hello};
-use crate::env;
 use crate::error::LauncherError;
 use crate::private;
+use dynres_client::auth::{Peer, say_hello};
+use dynres_client::env;
 
 /// How long the runtime may take to answer the hello: it answers at once unless it is
 /// stuck, and a tool must not hang on a stuck job.

@@ -10,7 +10,7 @@ use dynres_core::rc::MasterInput;
 use dynres_core::slots::NodeSpec;
 
 use super::{Engine, Event};
-use crate::runtime::slurm::{self, Grant};
+use crate::slurm::{self, Grant};
 
 /// How the master obtains more nodes: a second Slurm allocation.
 pub struct Grow {

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use dynres_core::rc::wire::decode_client;
 
 use super::engine::Event;
-use crate::auth::{HELLO_OK, Peer, read_hello};
-use crate::framing::{Frame, FrameReader};
+use dynres_client::auth::{HELLO_OK, Peer, read_hello};
+use dynres_client::framing::{Frame, FrameReader};
 
 /// Which socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,7 +421,7 @@ fn answer(mut s: UnixStream, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::encode_hello;
+    use dynres_client::auth::encode_hello;
 
     const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

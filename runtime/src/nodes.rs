@@ -21,8 +21,8 @@ use super::acceptor::Acceptor;
 use super::conns::Conn;
 use super::engine::Event;
 use super::link;
-use crate::framing::FrameReader;
 use crate::hosts::Host;
+use dynres_client::framing::FrameReader;
 
 /// The node of a master that serves none of the job's hosts (RT-1): every host then
 /// has a daemon.

@@ -14,7 +14,7 @@ use dynres_core::spawn::SpawnEnv;
 use super::calls::{get_parent_with, spawn};
 use super::intercomm::InterComm;
 use super::launch::{ChildLauncher, LaunchedGroup, NoLauncher, SpawnCommand};
-use crate::client::Session;
+use crate::Session;
 use crate::comm::{Communicator, Transport};
 use crate::error::{ClientError, CommError};
 

@@ -34,7 +34,7 @@ use super::nodes::Nodes;
 use super::procs::{self, Child, LaunchSpec};
 use super::signals;
 use super::tools::{self, Command, ToolRequests};
-use crate::auth::HELLO_OK;
+use dynres_client::auth::HELLO_OK;
 
 /// What the loop is told.
 #[derive(Debug)]
@@ -108,7 +108,7 @@ pub enum Event {
         why: String,
     },
     /// (Master) Slurm's answer to a request for more nodes (GROW-1).
-    Granted(Result<crate::runtime::slurm::Grant, String>),
+    Granted(Result<crate::slurm::Grant, String>),
 }
 
 /// One step of the in-process links, kept in one FIFO so the master → daemon order

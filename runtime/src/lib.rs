@@ -1,7 +1,24 @@
-//! `dynres run`: on one host the runtime is the master and the node's daemon at once,
-//! plus the Unix-socket servers for clients and tools. Over several hosts
+//! # dynres-runtime
+//!
+//! The runtime that runs malleable jobs: `dynres run` is the master and its host's node
+//! daemon at once (core's [`Master`](dynres_core::rc::Master) and
+//! [`Daemon`](dynres_core::rc::Daemon) state machines, joined by an ordered in-process
+//! queue), serves application processes over a per-job Unix socket, launches and reaps
+//! them, and answers the `dynres grow/shrink/replace/status` tools. Over several hosts
 //! (`spec/runtime.md`), the other hosts get a node daemon each (`dynres daemon`),
-//! started by a launch agent and linked to the master over TCP.
+//! started by a launch agent and linked to the master over TCP. Every protocol decision
+//! is the kernel's; this crate only does I/O, process management and timers.
+//!
+//! Applications do not link this crate: they link `dynres-client`, whose local
+//! protocol (hello, frames, environment) this runtime serves.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod hostauth;
+pub mod hosts;
+pub mod input;
+pub mod private;
+pub mod tool;
 
 mod acceptor;
 mod admission;
@@ -32,10 +49,10 @@ pub use jobdir::{JobDir, LiveJob, live_jobs};
 pub use nodes::Agent;
 pub use procs::{LaunchSpec, check_program};
 
-use crate::auth::new_secret;
-use crate::env;
 use crate::error::LauncherError;
 use crate::hosts::Host;
+use dynres_client::auth::new_secret;
+use dynres_client::env;
 
 /// How to run a job.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 
 use super::engine::Event;
-use crate::framing::{Frame, FrameReader};
+use dynres_client::framing::{Frame, FrameReader};
 
 /// Reads frames off `stream` (after what `frames` holds already) until it ends, each as [`Event::NodeFrame`], then one
 /// [`Event::NodeGone`]. `node` names the peer (the master's own node on a daemon).

@@ -20,11 +20,11 @@ use super::engine::{Engine, OnLoss, Outcome};
 use super::jobdir::JobDir;
 use super::procs::LaunchSpec;
 use super::{link, server, signals};
-use crate::auth::new_secret;
-use crate::env;
 use crate::error::LauncherError;
-use crate::framing::{Frame, FrameReader};
 use crate::hostauth;
+use dynres_client::auth::new_secret;
+use dynres_client::env;
+use dynres_client::framing::{Frame, FrameReader};
 
 /// How long a daemon tries to reach the master, and then to get its `Setup`.
 const CONNECT_BOUND: Duration = Duration::from_secs(10);

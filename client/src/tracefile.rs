@@ -12,9 +12,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 
-use tracing_subscriber::Layer;
-use tracing_subscriber::filter::{Filtered, Targets};
-use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata};
 
 use crate::env;
 
@@ -66,19 +66,53 @@ impl TraceFile {
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for TraceFile {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+impl TraceFile {
+    /// Appends `event`'s line if it is a transition event (others are ignored). Write
+    /// errors are reported once, as a warning (which this writer does not see itself:
+    /// its target is not the transition target).
+    pub fn record_event(&self, event: &Event<'_>) {
         let Some(line) = dynres_core::trace::event_line(event) else {
             return;
         };
         if let Err(e) = self.append(&line) {
-            // Reported once (a log event from inside a layer is not seen by this layer:
-            // its target is not the transition target).
             self.failed.call_once(|| {
                 tracing::warn!("cannot write the trace file {}: {e}", self.path.display());
             });
         }
     }
+}
+
+/// A subscriber of its own, so the client library needs no subscriber framework:
+/// it is interested in transition events only, at any level, and in no span.
+impl tracing::Subscriber for TraceFile {
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        if self.enabled(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, meta: &Metadata<'_>) -> bool {
+        meta.is_event() && meta.target() == dynres_core::rc::trace::TARGET
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        // Never called for a disabled callsite; any non-zero id satisfies the contract.
+        Id::from_u64(1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        self.record_event(event);
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
 }
 
 /// The path this process records to, if `DYNRES_TRACE_FILE` is set (and not empty):
@@ -93,29 +127,16 @@ pub fn path_from_env(master: bool) -> Option<PathBuf> {
     Some(PathBuf::from(p))
 }
 
-/// The layer to install when `DYNRES_TRACE_FILE` is set: a [`TraceFile`] that sees only
-/// transition events (at TRACE), whatever the log filter of the other layers.
-pub fn layer_from_env<S>(master: bool) -> Option<Filtered<TraceFile, Targets, S>>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    let path = path_from_env(master)?;
-    let only_transitions =
-        Targets::new().with_target(dynres_core::rc::trace::TARGET, tracing::Level::TRACE);
-    Some(TraceFile::new(path).with_filter(only_transitions))
-}
-
 /// For processes using the client library: when `DYNRES_TRACE_FILE` is set, installs a
 /// global subscriber recording this process's transitions to `PATH.<pid>` (once per
 /// process). If the application already installed a global subscriber, that one stays
-/// and nothing is recorded (`tracing` allows one global subscriber); add
-/// [`layer_from_env`] to it instead.
+/// and nothing is recorded (`tracing` allows one global subscriber); have that
+/// subscriber pass events to [`TraceFile::record_event`] instead.
 pub fn install_for_client() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        if let Some(layer) = layer_from_env(false) {
-            let subscriber = tracing_subscriber::registry().with(layer);
-            if tracing::subscriber::set_global_default(subscriber).is_err() {
+        if let Some(path) = path_from_env(false) {
+            if tracing::subscriber::set_global_default(TraceFile::new(path)).is_err() {
                 tracing::warn!(
                     "{} is set but this process already has a tracing subscriber: not recorded",
                     env::TRACE_FILE
@@ -128,7 +149,6 @@ pub fn install_for_client() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracing_subscriber::layer::SubscriberExt;
 
     #[test]
     fn writes_only_transition_events_one_line_each() {
@@ -136,11 +156,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t");
-        let only =
-            Targets::new().with_target(dynres_core::rc::trace::TARGET, tracing::Level::TRACE);
-        let subscriber =
-            tracing_subscriber::registry().with(TraceFile::new(&path).with_filter(only));
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(TraceFile::new(&path), || {
             tracing::info!("not a transition");
             assert!(!path.exists(), "created before the first transition");
             tracing::trace!(

@@ -28,7 +28,7 @@ use dynres_transports::shm::{ShmConfig, ShmDevice};
 use dynres_transports::tcp::{DataKey, KeyId, TcpConfig, TcpDevice, TcpKeys};
 use dynres_transports::{DeviceKind, MsgHeader, PeerAddrs, PeerRef, Router, ShmAddr};
 
-use crate::client::Session;
+use crate::Session;
 use crate::error::CommError;
 
 /// How long a member waits for the others to join a communicator being created.

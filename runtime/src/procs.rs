@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use dynres_core::rc::ends::KillCause;
 
 use super::engine::Event;
-use crate::env;
 use crate::error::LauncherError;
+use dynres_client::env;
 
 /// What every launched process gets.
 #[derive(Clone, Debug)]

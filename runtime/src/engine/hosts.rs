@@ -11,9 +11,9 @@ use dynres_core::rc::{DaemonInput, MasterInput, NodeId, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
 
 use super::{Engine, HOLD_BOUND, RemoteProc};
-use crate::runtime::daemon::Upstream;
-use crate::runtime::nodes::Nodes;
-use crate::runtime::signals;
+use crate::daemon::Upstream;
+use crate::nodes::Nodes;
+use crate::signals;
 
 impl Engine {
     /// Adds the other hosts' daemons (a master over several hosts).

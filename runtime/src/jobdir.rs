@@ -14,9 +14,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::env;
 use crate::error::LauncherError;
 use crate::private;
+use dynres_client::env;
 
 /// Name of the file, inside a job directory, that holds the runtime's pid and its lock.
 pub const PID_FILE: &str = "pid";
