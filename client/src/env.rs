@@ -68,7 +68,7 @@ pub const SECRET_FILE: &str = "secret";
 /// The directory that holds job directories: `$DYNRES_RUNTIME_DIR`, else
 /// `$XDG_RUNTIME_DIR/dynres`, else `/tmp/dynres-<uid>`. Only a path: the runtime and
 /// the tools check it (ours, mode 0700, not a symlink) before they use it, see
-/// [`crate::private`].
+/// `dynres_runtime::private`.
 pub fn runtime_root() -> std::path::PathBuf {
     runtime_root_and_origin().0
 }

@@ -240,7 +240,7 @@ pub enum Bug {
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the
-/// enum must stay below 128 variants ([`Bugs::with`] panics past that).
+/// enum must stay below 128 variants (`Bugs::with` panics past that).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bugs(u128);
 

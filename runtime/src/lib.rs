@@ -1,7 +1,7 @@
 //! # dynres-runtime
 //!
 //! The runtime that runs malleable jobs: `dynres run` is the master and its host's node
-//! daemon at once (core's [`Master`](dynres_core::rc::Master) and
+//! daemon at once (core's [`Master`] and
 //! [`Daemon`](dynres_core::rc::Daemon) state machines, joined by an ordered in-process
 //! queue), serves application processes over a per-job Unix socket, launches and reaps
 //! them, and answers the `dynres grow/shrink/replace/status` tools. Over several hosts

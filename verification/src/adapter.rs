@@ -335,7 +335,7 @@ pub struct MasterState {
     /// time it had just handled: it would spin (`RC-10`). A flag, not a count, so that
     /// the spinning state repeats instead of growing a counterexample without end.
     pub spun: bool,
-    /// The fingerprint of everything above (see [`RcState::seal`]).
+    /// The fingerprint of everything above (see `RcState::seal`).
     pub fp: u64,
 }
 
@@ -732,7 +732,7 @@ pub struct DaemonState {
     /// Modex replies `Stale` it handed its clients (whose machines then ask again,
     /// `MODEX-2`).
     pub stale_replies: u32,
-    /// The fingerprint of everything above (see [`RcState::seal`]).
+    /// The fingerprint of everything above (see `RcState::seal`).
     pub fp: u64,
 }
 
@@ -804,7 +804,7 @@ pub struct ProcState {
     /// `Some(true)` once refused (`RC-8`).
     pub hasty: Option<bool>,
     next_call: u64,
-    /// The fingerprint of everything above (see [`RcState::seal`]).
+    /// The fingerprint of everything above (see `RcState::seal`).
     pub fp: u64,
 }
 
