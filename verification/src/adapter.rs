@@ -808,7 +808,7 @@ pub struct ProcState {
     pub fp: u64,
 }
 
-/// Every actor's state. Its `Hash` is the fingerprint [`RcState::seal`] stored after the
+/// Every actor's state. Its `Hash` is the fingerprint `RcState::seal` stored after the
 /// actor's last step: the checker hashes every actor of every state it generates, and
 /// hashing the master's registry and change tables each time was a third of its work.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! and daemons serve scripted clients, and every request/reply pair goes into stateright's
 //! `LinearizabilityTester` against a sequential pset store.
 //!
-//! The sequential store is [`PsetOracle`](crate::pset_oracle::PsetOracle), written from
+//! The sequential store is [`PsetOracle`], written from
 //! `spec/psets.md` without calling the registry, started with the same job as the
 //! master. So the check covers both what forwarding through daemons, serialization at the
 //! master and reply routing add — whatever the interleaving, each client's answers must
