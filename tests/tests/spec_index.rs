@@ -130,7 +130,7 @@ fn cites(text: &str, id: &str) -> bool {
 /// type (`impl<T> Tr for Ty<T>` gives `Ty`).
 fn item(line: &str) -> Option<(usize, &str, String)> {
     let indent = line.len() - line.trim_start().len();
-    let mut words = line.trim_start().split_whitespace().peekable();
+    let mut words = line.split_whitespace().peekable();
     // Leading qualifiers: visibility, const/async/unsafe/extern "C".
     while let Some(w) = words.peek() {
         if w.starts_with("pub") || ["async", "unsafe", "extern", "\"C\""].contains(w) {
