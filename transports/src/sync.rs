@@ -47,9 +47,23 @@ fn prefetchw_supported() -> bool {
     match HAS.load(std::sync::atomic::Ordering::Relaxed) {
         0 => {
             // Leaf 0x8000_0001 is asked only when the highest extended leaf reaches it.
-            let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-            let has =
-                max >= 0x8000_0001 && core::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+            // `__cpuid` is a safe function from Rust 1.94 on and unsafe before: the
+            // block keeps the declared MSRV (1.85) building; newer compilers call it
+            // an unused unsafe block.
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86_64 CPU and only reads identification
+            // registers; leaf 0x8000_0001 is asked only when the highest extended leaf
+            // (leaf 0x8000_0000's answer) reaches it.
+            let (max, ecx) = unsafe {
+                let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+                let ecx = if max >= 0x8000_0001 {
+                    core::arch::x86_64::__cpuid(0x8000_0001).ecx
+                } else {
+                    0
+                };
+                (max, ecx)
+            };
+            let has = max >= 0x8000_0001 && ecx & (1 << 8) != 0;
             HAS.store(
                 if has { 2 } else { 1 },
                 std::sync::atomic::Ordering::Relaxed,
