@@ -44,12 +44,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 
-step "install libdynres, dynres.h and dynres.pc into a temporary prefix"
+step "install libdynres, dynres.h, dynres.pc, the dynres command, its man page and completions into a temporary prefix"
 bash capi/install.sh "$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 pkg-config --modversion dynres
-cargo build -p dynres-launcher --bin dynres --locked -q
-dynres="${CARGO_TARGET_DIR:-$root/target}/debug/dynres"
+# The installed command runs the C programs below; its man page and completions are
+# generated from the CLI definition.
+dynres="$prefix/bin/dynres"
+grep -q '^\.TH dynres 1' "$prefix/share/man/man1/dynres.1"
+grep -q 'grow' "$prefix/share/bash-completion/completions/dynres"
+grep -q '#compdef dynres' "$prefix/share/zsh/site-functions/_dynres"
 
 cflags=(-std=c11 -Wall -Wextra -Werror -g -fsanitize=address -fno-omit-frame-pointer)
 # LeakSanitizer on, and a failure is a non-zero exit of the process.

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds libdynres and installs it for C, C++ and Fortran programs:
-#   PREFIX/include/dynres.h, PREFIX/lib/libdynres.{a,so}, PREFIX/lib/pkgconfig/dynres.pc
+# Builds libdynres and the `dynres` command and installs them for C, C++ and Fortran
+# programs:
+#   PREFIX/include/dynres.h, PREFIX/lib/libdynres.{a,so}, PREFIX/lib/pkgconfig/dynres.pc,
+#   PREFIX/bin/dynres (to run the programs), PREFIX/share/man/man1/dynres.1,
+#   PREFIX/share/bash-completion/completions/dynres, PREFIX/share/zsh/site-functions/_dynres
 # usage: capi/install.sh PREFIX [--release]
 # Then: PKG_CONFIG_PATH=PREFIX/lib/pkgconfig cc prog.c $(pkg-config --cflags --libs dynres)
 set -euo pipefail
@@ -16,10 +19,16 @@ if [ "${2:-}" = "--release" ]; then
   out=release
 fi
 cd "$(dirname "$0")/.."
-cargo build -p dynres-capi --locked --profile "$profile"
+cargo build -p dynres-capi -p dynres-launcher --bin dynres --locked --profile "$profile"
 target="${CARGO_TARGET_DIR:-target}/$out"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-mkdir -p "$prefix/include" "$prefix/lib/pkgconfig"
+mkdir -p "$prefix/include" "$prefix/lib/pkgconfig" "$prefix/bin" "$prefix/share/man/man1" \
+  "$prefix/share/bash-completion/completions" "$prefix/share/zsh/site-functions"
+install -m 0755 "$target/dynres" "$prefix/bin/dynres"
+# The man page and completions come from the CLI definition itself.
+"$prefix/bin/dynres" manpage >"$prefix/share/man/man1/dynres.1"
+"$prefix/bin/dynres" completions bash >"$prefix/share/bash-completion/completions/dynres"
+"$prefix/bin/dynres" completions zsh >"$prefix/share/zsh/site-functions/_dynres"
 install -m 0644 capi/include/dynres.h "$prefix/include/dynres.h"
 install -m 0644 "$target/libdynres.a" "$prefix/lib/libdynres.a"
 install -m 0755 "$target/libdynres.so" "$prefix/lib/libdynres.so"

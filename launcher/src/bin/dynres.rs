@@ -121,7 +121,34 @@ enum Cmd {
         /// psets, resource changes; times in ms, absent ones `null`).
         #[arg(long)]
         json: bool,
+        /// Print it again every SECONDS (default 2) until the job ends (as `watch`;
+        /// with --json, one object per line).
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<f64>,
     },
+    /// End a running job: signal its runtime, which kills the job's processes and
+    /// exits (as Ctrl-C on `dynres run` does), and wait for it.
+    #[command(after_help = ENVIRONMENT)]
+    Kill {
+        /// The job id.
+        job: String,
+        /// The signal: TERM (the default), INT, HUP or QUIT end the job; KILL ends the
+        /// runtime at once (its supervisor then kills the job's processes); USR1 and
+        /// USR2 are forwarded to every process of the job, which goes on.
+        #[arg(short, long, default_value = "TERM")]
+        signal: String,
+        /// Seconds to wait for the runtime to exit.
+        #[arg(long, default_value_t = 30)]
+        wait: u64,
+    },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) on
+    /// standard output: `dynres completions bash > ~/.local/share/bash-completion/completions/dynres`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on standard output: `dynres manpage > dynres.1`.
+    Manpage,
     /// The running jobs of the runtime directory, one per line: job id, the runtime's
     /// pid, the job directory.
     #[command(after_help = ENVIRONMENT)]
@@ -263,14 +290,21 @@ enum LossArg {
 }
 
 /// Sends a change command and prints the job's answer: the final outcome unless
-/// `--no-wait` (then: announced or queued).
+/// `--no-wait` (then: announced or queued). While it waits, says so on stderr every
+/// few seconds.
 fn change(job: &str, line: &str, no_wait: bool) -> Result<ExitCode, LauncherError> {
+    let what = line.to_string();
     let line = if no_wait {
         format!("{line} nowait")
     } else {
         line.to_string()
     };
-    let answer = tool::command(job, &line)?;
+    let answer = tool::command_with_progress(job, &line, |waited| {
+        eprintln!(
+            "dynres: job {job}: {what}: waiting for the decision ({} s)",
+            waited.as_secs()
+        );
+    })?;
     println!("{}", answer.trim());
     Ok(ExitCode::SUCCESS)
 }
@@ -495,6 +529,99 @@ fn argument_error(mut e: clap::Error, argv: &[OsString]) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `dynres status JOB [--json] [--watch [S]]`: once, or every `S` seconds until the
+/// job ends (then exit status 0, with a last line saying so).
+fn status(job: &str, json: bool, watch: Option<f64>) -> Result<ExitCode, LauncherError> {
+    let line = if json { "status json" } else { "status" };
+    let Some(every) = watch else {
+        print!("{}", tool::command(job, line)?);
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !(every.is_finite() && (0.1..=86_400.0).contains(&every)) {
+        return Err(LauncherError::Usage(format!(
+            "--watch {every}: seconds between 0.1 and 86400"
+        )));
+    }
+    let mut first = true;
+    loop {
+        match tool::command(job, line) {
+            Ok(answer) => {
+                if !json {
+                    // A separator with the time, as `watch` prints a header.
+                    let secs = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    println!("--- job {job} at {} (unix time) ---", secs);
+                }
+                print!("{answer}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            }
+            // The job ended while watched: that is the end of the watch, not an error.
+            Err(LauncherError::NoSuchJob { .. }) if !first => {
+                eprintln!("dynres: job {job} has ended");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => return Err(e),
+        }
+        first = false;
+        std::thread::sleep(Duration::from_secs_f64(every));
+    }
+}
+
+/// `dynres kill JOB [-s SIG] [--wait S]`.
+fn kill(job: &str, signal: &str, wait: u64) -> Result<ExitCode, LauncherError> {
+    let name = signal.trim_start_matches("SIG").to_ascii_uppercase();
+    let sig = match name.as_str() {
+        "TERM" | "15" => libc::SIGTERM,
+        "INT" | "2" => libc::SIGINT,
+        "HUP" | "1" => libc::SIGHUP,
+        "QUIT" | "3" => libc::SIGQUIT,
+        "USR1" | "10" => libc::SIGUSR1,
+        "USR2" | "12" => libc::SIGUSR2,
+        // The runtime dies at once; its supervisor then kills what it left (RT-4).
+        "KILL" | "9" => libc::SIGKILL,
+        _ => {
+            return Err(LauncherError::Usage(format!(
+                "--signal {signal}: one of TERM, INT, HUP, QUIT, KILL, USR1, USR2"
+            )));
+        }
+    };
+    let forwarded = sig == libc::SIGUSR1 || sig == libc::SIGUSR2;
+    let wait = if forwarded {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(wait)
+    };
+    match tool::kill_job(job, sig, wait)? {
+        _ if forwarded => {
+            eprintln!("dynres: job {job}: SIG{name} sent to its processes");
+            Ok(ExitCode::SUCCESS)
+        }
+        tool::Killed::Ended => {
+            eprintln!("dynres: job {job} ended");
+            Ok(ExitCode::SUCCESS)
+        }
+        tool::Killed::StillRunning => Err(LauncherError::Refused(format!(
+            "job {job} got SIG{name} but still runs after {} s",
+            wait.as_secs()
+        ))),
+    }
+}
+
+/// Writes generated text to stdout; a reader that stopped early (`| head`) is not an
+/// error.
+fn to_stdout(text: &[u8], what: &str) -> Result<ExitCode, LauncherError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(LauncherError::io(format!("write {what}"), e))
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
 /// `dynres list`: one line per running job; a note on stderr when there is none, so
 /// that an empty list says where it looked.
 fn list() -> Result<ExitCode, LauncherError> {
@@ -565,12 +692,24 @@ fn main() -> ExitCode {
         } => count(&remove, '-', "the processes to remove")
             .and_then(|r| count(&add, '+', "the processes to add").map(|a| (r, a)))
             .and_then(|(r, a)| change(&job, &format!("replace {r} {a}"), no_wait)),
-        Cmd::Status { job, json } => {
-            let line = if json { "status json" } else { "status" };
-            tool::command(&job, line).map(|a| {
-                print!("{a}");
-                ExitCode::SUCCESS
-            })
+        Cmd::Status { job, json, watch } => status(&job, json, watch),
+        Cmd::Kill { job, signal, wait } => kill(&job, &signal, wait),
+        Cmd::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "dynres",
+                &mut text,
+            );
+            to_stdout(&text, "the completion script")
+        }
+        Cmd::Manpage => {
+            let mut text = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut text)
+                .map_err(|e| LauncherError::io("render the man page", e))
+                .and_then(|()| to_stdout(&text, "the man page"))
         }
         Cmd::List => list(),
         Cmd::Example { name, args } => Ok(apps::run_example(&name, &args)),

@@ -1,0 +1,151 @@
+//! The tools a user runs beside a job (issue 32): `dynres kill`, `dynres status
+//! --watch`, a waiting change's progress, and the man page and completions generated
+//! from the CLI definition.
+
+use std::time::Duration;
+
+use dynres_tests::job::{Running, Runtime};
+
+/// `dynres kill JOB` ends the job (its processes killed, nothing left, `dynres run`
+/// exits as interrupted) and waits for it; a second kill finds no job and says where
+/// it looked.
+#[test]
+fn kill_ends_a_job_and_leaves_nothing() {
+    let rt = Runtime::new("kill");
+    let job = "killed";
+    let run = Running::adopt(rt.spawn(&[
+        "run", "-n", "2", "--slots", "2", "--job-id", job, "--", "sleep", "60",
+    ]));
+    rt.wait_for_job(job);
+    rt.wait_status(job, "two running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 2
+    });
+    let k = rt.run(&["kill", job]);
+    assert_eq!(k.code, Some(0), "{}", k.dump());
+    assert!(
+        k.stderr.contains(&format!("job {job} ended")),
+        "{}",
+        k.dump()
+    );
+    let f = run.finish(rt.dir.clone(), Duration::from_secs(30));
+    assert_eq!(f.code, Some(130), "interrupted, as by Ctrl-C\n{}", f.dump());
+    f.assert_nothing_left();
+    let again = rt.run(&["kill", job]);
+    assert_eq!(again.code, Some(1), "{}", again.dump());
+    assert!(
+        again.stderr.contains("no running job")
+            && again.stderr.contains(&rt.dir.display().to_string()),
+        "{}",
+        again.dump()
+    );
+    let bad = rt.run(&["kill", job, "--signal", "STOP"]);
+    assert_eq!(
+        bad.code,
+        Some(2),
+        "a signal it does not send is a usage error\n{}",
+        bad.dump()
+    );
+}
+
+/// `dynres status JOB --watch S` prints the status again and again while the job
+/// runs, and ends with status 0 when the job does.
+#[test]
+fn status_watch_follows_the_job_until_it_ends() {
+    let rt = Runtime::new("watch");
+    let job = "watched";
+    let run = Running::adopt(rt.spawn(&[
+        "run", "-n", "1", "--slots", "1", "--job-id", job, "--", "sleep", "2",
+    ]));
+    rt.wait_for_job(job);
+    let cmd = rt.command(&["status", job, "--watch", "0.2"]);
+    let w = match rt.run_bounded(cmd, Duration::from_secs(60)) {
+        Ok(f) => f,
+        Err(f) => panic!("the watch did not end with the job\n{}", f.dump()),
+    };
+    assert_eq!(w.code, Some(0), "{}", w.dump());
+    let shown = w.stdout.matches(&format!("--- job {job} at ")).count();
+    assert!(shown >= 2, "printed {shown} times\n{}", w.dump());
+    assert!(
+        w.stderr.contains(&format!("job {job} has ended")),
+        "{}",
+        w.dump()
+    );
+    let f = run.finish(rt.dir.clone(), Duration::from_secs(30));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let missing = rt.run(&["status", "nojob", "--watch"]);
+    assert_eq!(
+        missing.code,
+        Some(1),
+        "a job that never ran is an error\n{}",
+        missing.dump()
+    );
+}
+
+/// A change the application never accepts waits for its decision (the change timeout);
+/// meanwhile the tool says every few seconds that it still waits, and then prints
+/// the abort.
+#[test]
+fn a_waiting_change_shows_progress_then_its_abort() {
+    let rt = Runtime::new("progress");
+    let job = "slowgrow";
+    let run = Running::adopt(rt.spawn(&[
+        "run",
+        "-n",
+        "1",
+        "--slots",
+        "2",
+        "--change-timeout-ms",
+        "6500",
+        "--job-id",
+        job,
+        "--",
+        "sleep",
+        "60",
+    ]));
+    rt.wait_for_job(job);
+    let g = rt.run(&["grow", job, "+1"]);
+    assert_eq!(g.code, Some(1), "{}", g.dump());
+    assert!(
+        g.stderr.contains(&format!(
+            "job {job}: grow 1: waiting for the decision (5 s)"
+        )),
+        "no progress line\n{}",
+        g.dump()
+    );
+    assert!(g.stderr.contains("ABORTED"), "{}", g.dump());
+    assert_eq!(rt.run(&["kill", job]).code, Some(0));
+    run.finish(rt.dir.clone(), Duration::from_secs(30))
+        .assert_nothing_left();
+}
+
+/// The man page and the completion scripts come from the CLI definition: they name
+/// its commands and options.
+#[test]
+fn man_page_and_completions_come_from_the_cli() {
+    let rt = Runtime::new("docs");
+    let man = rt.run(&["manpage"]);
+    assert_eq!(man.code, Some(0), "{}", man.dump());
+    assert!(
+        man.stdout.starts_with(".ie") || man.stdout.contains(".TH dynres 1"),
+        "{}",
+        man.dump()
+    );
+    for cmd in ["grow", "shrink", "kill", "status"] {
+        assert!(man.stdout.contains(cmd), "man page lacks {cmd}");
+    }
+    for (shell, mark) in [
+        ("bash", "_dynres()"),
+        ("zsh", "#compdef dynres"),
+        ("fish", "complete -c dynres"),
+    ] {
+        let c = rt.run(&["completions", shell]);
+        assert_eq!(c.code, Some(0), "{}", c.dump());
+        assert!(c.stdout.contains(mark), "{shell}: {}", c.dump());
+        assert!(
+            c.stdout.contains("watch"),
+            "{shell} completes status --watch"
+        );
+    }
+    let bad = rt.run(&["completions", "tcsh"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.dump());
+}
