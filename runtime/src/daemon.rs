@@ -255,6 +255,8 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         // The address this host reaches the master from: routable from the other
         // hosts, whatever name the host list gave it (a Slurm node name may not resolve).
         node_addr: Some(node_ip),
+        cwd: start_dir(&setup.cwd, setup.cwd_required),
+        env: setup.env,
     };
     let engine = Engine::new(
         None,
@@ -272,4 +274,18 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
     super::supervisor::end_orphans();
     drop(dir);
     Ok(outcome)
+}
+
+/// RT-5: where this node's processes start: the caller's `--wdir` (required: a node
+/// without it fails their launches), else the caller's directory if this host has it,
+/// else the daemon's own (as mpirun does, which falls back to the home directory).
+fn start_dir(cwd: &str, required: bool) -> Option<String> {
+    if required || std::path::Path::new(cwd).is_dir() {
+        return Some(cwd.to_string());
+    }
+    tracing::warn!(
+        "the caller's directory {cwd} does not exist on this host: processes start in {}",
+        std::env::current_dir().map_or_else(|_| "the daemon's".into(), |d| d.display().to_string())
+    );
+    None
 }

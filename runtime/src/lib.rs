@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod forward;
 pub mod hostauth;
 pub mod hosts;
 pub mod input;
@@ -89,6 +90,11 @@ pub struct JobConfig {
     pub heartbeat: StdDuration,
     /// RC-20: the Slurm job whose nodes a shrink empties are given back to it.
     pub give_back: Option<String>,
+    /// RT-5: `--wdir`, the directory every process starts in (default: the caller's,
+    /// where it exists).
+    pub wdir: Option<std::path::PathBuf>,
+    /// RT-5: `-x VAR[=VALUE]` settings for every process.
+    pub env: Vec<forward::EnvSetting>,
 }
 
 /// The host's number of cores: the default slot count.
@@ -300,6 +306,15 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         dir.path().display()
     );
     let shm_spins = dynres_transports::shm::waiter::calibrated_spins();
+    // RT-5: where processes start and what environment they get, on every host.
+    let (cwd, cwd_required) = forward::start_dir(cfg.wdir.as_deref())?;
+    let (remote_env, dropped) = forward::remote_env(std::env::vars_os(), &cfg.env);
+    if !dropped.is_empty() {
+        tracing::warn!(
+            "not sent to other hosts (not UTF-8 or too long): {}",
+            dropped.join(", ")
+        );
+    }
     let template = nodes::Template {
         job: job_id.clone(),
         namespace: namespace.as_str().to_string(),
@@ -308,6 +323,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         args: cfg.args.clone(),
         shm_spins,
         heartbeat: cfg.heartbeat,
+        cwd: cwd.display().to_string(),
+        cwd_required,
+        env: remote_env,
     };
     // A job that may grow (GROW-1) needs the other hosts' side even on one host.
     let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE || cfg.grow_wait.is_some() {
@@ -341,6 +359,9 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         calibration: procs::Calibration::measure(),
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
+        // This host's processes inherit the caller's directory and environment.
+        cwd: cwd_required.then(|| cwd.display().to_string()),
+        env: forward::local_env(&cfg.env),
     };
     let grow = cfg.grow_wait.map(|wait| engine::Grow {
         wait,

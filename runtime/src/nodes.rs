@@ -54,6 +54,12 @@ pub struct Template {
     pub shm_spins: u32,
     /// The heartbeat interval (HB-1).
     pub heartbeat: Duration,
+    /// RT-5: the directory processes start in, and whether it is required.
+    pub cwd: String,
+    /// See `cwd`.
+    pub cwd_required: bool,
+    /// RT-5: the environment sent to the other hosts' processes.
+    pub env: Vec<(String, String)>,
 }
 
 /// How daemons are started: `AGENT… HOST DYNRES daemon --master ADDR --node N`.
@@ -489,6 +495,9 @@ impl Nodes {
             node_addr: self.hosts[node as usize].name.clone(),
             shm_spins: self.template.shm_spins,
             heartbeat_ms: u32::try_from(self.template.heartbeat.as_millis()).unwrap_or(u32::MAX),
+            cwd: self.template.cwd.clone(),
+            cwd_required: self.template.cwd_required,
+            env: self.template.env.clone(),
         }));
         conn.send(&setup)
             .and_then(|()| conn.send(&queued))

@@ -46,6 +46,11 @@ pub struct LaunchSpec {
     /// different entries use TCP, not shared memory, even under one kernel (unless the
     /// runtime's own environment sets it); none on a one-host job.
     pub host_id: Option<String>,
+    /// RT-5: the directory processes start in (`None`: the runtime's own).
+    pub cwd: Option<String>,
+    /// RT-5: variables set for every process on top of the runtime's environment
+    /// (before the runtime's own `DYNRES_*`, which they cannot override).
+    pub env: Vec<(String, String)>,
 }
 
 /// What the runtime measured once for the processes of its node: each would otherwise
@@ -268,7 +273,12 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     };
     let mut cmd = Command::new(program);
     cmd.args(args);
-    // The spawner's variables first, so that the runtime's own cannot be overridden.
+    // RT-5: the job's directory and `-x`/forwarded variables, then the spawner's, then
+    // the runtime's own, which nothing overrides.
+    if let Some(d) = &spec.cwd {
+        cmd.current_dir(d);
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(s) = &job.spawn {
         cmd.envs(s.command.env.iter().map(|(k, v)| (k, v)));
     }

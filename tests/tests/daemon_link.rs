@@ -107,6 +107,9 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
         shm_spins: 1000,
         // Long enough that neither side's silence matters during the test.
         heartbeat_ms: 10_000,
+        cwd: "/".into(),
+        cwd_required: false,
+        env: vec![],
     })
 }
 

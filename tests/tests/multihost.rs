@@ -250,6 +250,86 @@ fn every_rank_learns_its_size_node_and_local_rank() {
     f.assert_nothing_left();
 }
 
+/// RT-5: a daemon started as ssh starts it (in `/`, with an empty environment but
+/// PATH and HOME) still runs its processes where the caller stood, with the caller's
+/// environment less host-specific variables, plus `-x`: a relative `./prog` works on
+/// every host, and `--wdir` moves every process.
+#[test]
+fn every_host_starts_processes_where_and_as_the_caller_does() {
+    let rt = Runtime::new("mh-parity");
+    let scratch = rt.scratch();
+    // As sshd starts a command: in `/` (the home directory there), with a fresh
+    // environment.
+    let agent = scratch.join("ssh-like.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nshift\ncd /\nexec env -i PATH=\"$PATH\" HOME=\"$HOME\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let prog = scratch.join("where.sh");
+    std::fs::write(
+        &prog,
+        "#!/bin/sh\necho where $DYNRES_RANK $DYNRES_NODE_ID $(pwd) \
+         inherited=$PARITY_INHERITED x=$PARITY_X host=${HOSTNAME:-unset}\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sub = scratch.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let h = hosts(2, 1);
+    let lines = |f: &Finished| {
+        let mut v: Vec<String> = f
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once("] where ").map(|(_, w)| w.to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    let here = scratch.canonicalize().unwrap().display().to_string();
+    let extra = strs(&["-x", "PARITY_X=set", "--", "./where.sh"]);
+    let mut cmd = run_cmd(&rt, "parity", 2, &h, &agent, &extra);
+    cmd.current_dir(&scratch)
+        .env("PARITY_INHERITED", "yes")
+        .env("HOSTNAME", "the-callers-host");
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert_eq!(
+        lines(&f),
+        [
+            format!("0 0 {here} inherited=yes x=set host=the-callers-host"),
+            format!("1 1 {here} inherited=yes x=set host=unset"),
+        ],
+        "rank 1 ran on the other host, through the ssh-like agent\n{}",
+        f.dump()
+    );
+    let extra = strs(&[
+        "--wdir",
+        "sub",
+        "--",
+        "sh",
+        "-c",
+        "echo where $DYNRES_RANK $(pwd)",
+    ]);
+    let mut cmd = run_cmd(&rt, "paritywd", 2, &h, &agent, &extra);
+    cmd.current_dir(&scratch);
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let sub = sub.canonicalize().unwrap().display().to_string();
+    assert_eq!(
+        lines(&f),
+        [format!("0 {sub}"), format!("1 {sub}")],
+        "{}",
+        f.dump()
+    );
+    f.assert_nothing_left();
+}
+
 /// NODE-1, NODE-2, SLOT-4: a daemon killed with SIGKILL is a lost node; with
 /// `--on-loss continue` the job goes on, and a later growth uses the other hosts only.
 #[test]

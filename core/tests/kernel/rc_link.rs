@@ -23,11 +23,18 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
         (text(), text(), "[a-z][a-z0-9]{0,8}", text()),
         vec(text(), 0..5),
         text(),
-        any::<u32>(),
-        any::<u32>(),
+        (any::<u32>(), any::<u32>()),
+        (text(), any::<bool>(), vec((text(), text()), 0..4)),
     )
         .prop_map(
-            |(node, (job, namespace, app, program), args, node_addr, shm_spins, heartbeat_ms)| {
+            |(
+                node,
+                (job, namespace, app, program),
+                args,
+                node_addr,
+                (shm_spins, heartbeat_ms),
+                (cwd, cwd_required, env),
+            )| {
                 LinkMsg::Setup(NodeSetup {
                     node,
                     job,
@@ -38,6 +45,9 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                     node_addr,
                     shm_spins,
                     heartbeat_ms,
+                    cwd,
+                    cwd_required,
+                    env,
                 })
             },
         );
@@ -95,6 +105,9 @@ fn every_control_message_has_its_documented_type() {
         node_addr: "10.0.0.2".into(),
         shm_spins: 0,
         heartbeat_ms: 1000,
+        cwd: "/home/u/run".into(),
+        cwd_required: false,
+        env: vec![("OMP_NUM_THREADS".into(), "4".into())],
     });
     let cases = [
         (setup, 0x0501),

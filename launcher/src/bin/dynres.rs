@@ -32,6 +32,10 @@ const ENVIRONMENT: &str = environment!();
 /// [`ENVIRONMENT`].
 const RUN_AFTER: &str = concat!(
     "\
+Each rank starts in the caller's directory (or --wdir) with the caller's environment
+plus -x settings, on every host: on other hosts less host-specific variables
+(HOSTNAME, DISPLAY, SSH_*, XDG_RUNTIME_DIR, SLURM_*, …; see launcher/README.md).
+
 Each rank's environment: DYNRES_RANK, DYNRES_SIZE (the job's size at its launch),
 DYNRES_LOCAL_RANK, DYNRES_LOCAL_SIZE (ranks of the job on its node), DYNRES_NODE_ID,
 DYNRES_APP, DYNRES_NAMESPACE and the runtime's connection (see launcher/README.md).
@@ -61,7 +65,7 @@ struct Cli {
 enum Cmd {
     /// Run a job: `dynres run -n N [--max M] -- PROG ARGS…`.
     #[command(after_help = RUN_AFTER)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Add K processes to a running job: `dynres grow JOB +K`.
     Grow {
         /// The job id (printed by `dynres run`).
@@ -221,6 +225,15 @@ struct RunArgs {
     /// Milliseconds between heartbeats of master and daemons; 10 missed ones lose a node.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_ms: u64,
+    /// The directory every process starts in, on every host (as mpirun's `--wdir`;
+    /// it must exist on each). Default: the caller's directory, on hosts that have it.
+    #[arg(long, value_name = "DIR")]
+    wdir: Option<std::path::PathBuf>,
+    /// Set VAR=VALUE for every process, or send the caller's VAR to other hosts even
+    /// if it is one of the host-specific variables that are not sent (repeatable; as
+    /// mpirun's `-x`). The rest of the caller's environment is sent anyway (as srun).
+    #[arg(short = 'x', value_name = "VAR[=VALUE]", value_parser = env_setting)]
+    env: Vec<runtime::forward::EnvSetting>,
     /// Run a built-in example (`synthetic`) instead of PROG; the arguments after `--`
     /// go to it (`-- --help` prints its own help).
     #[arg(long)]
@@ -281,6 +294,11 @@ fn hosts_of(args: &RunArgs) -> Result<Placement, LauncherError> {
         give_back,
         grow_wait,
     })
+}
+
+/// `-x VAR[=VALUE]`, checked by clap (a bad one is an argument error).
+fn env_setting(s: &str) -> Result<runtime::forward::EnvSetting, String> {
+    runtime::forward::EnvSetting::parse(s)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -406,6 +424,8 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         change_timeout: Duration::from_millis(args.change_timeout_ms),
         grace: Duration::from_millis(args.grace_ms),
         max_queued: args.max_queued,
+        wdir: args.wdir,
+        env: args.env,
         on_loss: match args.on_loss {
             LossArg::End => runtime::OnLoss::EndJob,
             LossArg::Continue => runtime::OnLoss::Continue,
@@ -433,6 +453,7 @@ const SINGLE_DASH: &[(&str, &str)] = &[
     ("-np", "--np"),
     ("-host", "--host"),
     ("-hostfile", "--hostfile"),
+    ("-wdir", "--wdir"),
 ];
 
 /// `argv` with [`SINGLE_DASH`] spellings rewritten in `run`'s options (never after
@@ -664,7 +685,7 @@ fn main() -> ExitCode {
             .init();
     }
     let r = match cli.cmd {
-        Cmd::Run(a) => run(a),
+        Cmd::Run(a) => run(*a),
         Cmd::Daemon { master, node } => runtime::daemon(&master, node).map(|o| match o.ended {
             Some(why) => {
                 eprintln!("dynres daemon (node {node}): {why}");

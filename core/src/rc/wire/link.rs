@@ -36,6 +36,8 @@ pub const MAX_SETUP_STR: usize = 4096;
 pub const MAX_ARG_LEN: usize = 64 << 10;
 /// Most program arguments.
 pub const MAX_ARGS: usize = 4096;
+/// Most environment variables a [`NodeSetup`] carries (`RT-5`).
+pub const MAX_ENV: usize = 4096;
 
 /// What a remote daemon needs to run its node's share of the job (`LINK-2`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +61,14 @@ pub struct NodeSetup {
     pub shm_spins: u32,
     /// How often each side sends a heartbeat, in milliseconds (`HB-1`).
     pub heartbeat_ms: u32,
+    /// The directory processes start in (`RT-5`): the caller's, or `--wdir`.
+    pub cwd: String,
+    /// Whether `cwd` was asked for (`--wdir`): then a node without it fails its
+    /// launches; the caller's own directory is only used where it exists (`RT-5`).
+    pub cwd_required: bool,
+    /// The environment processes get on top of the daemon's own (`RT-5`): the caller's,
+    /// less host-specific variables, with `-x` settings applied.
+    pub env: Vec<(String, String)>,
 }
 
 /// A control message of the runtime link.
@@ -118,6 +128,12 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
             put_str(b, &s.node_addr);
             put_u32(b, s.shm_spins);
             put_u32(b, s.heartbeat_ms);
+            put_str(b, &s.cwd);
+            put_u8(b, u8::from(s.cwd_required));
+            put_seq(b, &s.env, |b, (k, v)| {
+                put_str(b, k);
+                put_str(b, v);
+            });
         }),
         LinkMsg::Heartbeat => encode_frame(&mut out, HEARTBEAT, |_| {}),
         LinkMsg::Started { rank, os_pid } => encode_frame(&mut out, STARTED, |b| {
@@ -152,6 +168,18 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
     let (i, node_addr) = text("node address")(i)?;
     let (i, shm_spins) = u32(i)?;
     let (i, heartbeat_ms) = u32(i)?;
+    let (i, cwd) = text("working directory")(i)?;
+    let (i, required) = u8(i)?;
+    let cwd_required = match required {
+        0 => false,
+        1 => true,
+        b => return invalid("working directory flag", b.into()),
+    };
+    let (i, env) = seq("environment", MAX_ENV, |i| {
+        let (i, k) = text("variable name")(i)?;
+        let (i, v) = string("variable value", MAX_ARG_LEN)(i)?;
+        Ok((i, (k, v)))
+    })(i)?;
     Ok((
         i,
         NodeSetup {
@@ -164,6 +192,9 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
             node_addr,
             shm_spins,
             heartbeat_ms,
+            cwd,
+            cwd_required,
+            env,
         },
     ))
 }
