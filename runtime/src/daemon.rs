@@ -257,6 +257,11 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         node_addr: Some(node_ip),
         cwd: start_dir(&setup.cwd, setup.cwd_required),
         env: setup.env,
+        bind_cpus: super::bind_cpus(if setup.bind_core {
+            super::bind::Bind::Core
+        } else {
+            super::bind::Bind::None
+        }),
     };
     let engine = Engine::new(
         None,

@@ -13,6 +13,7 @@
 //! protocol (hello, frames, environment) this runtime serves.
 #![warn(missing_docs)]
 
+pub mod bind;
 pub mod error;
 pub mod forward;
 pub mod hostauth;
@@ -95,6 +96,10 @@ pub struct JobConfig {
     pub wdir: Option<std::path::PathBuf>,
     /// RT-5: `-x VAR[=VALUE]` settings for every process.
     pub env: Vec<forward::EnvSetting>,
+    /// `--timeout`: the job ends (as on SIGTERM, exit status 124) after this long.
+    pub timeout: Option<StdDuration>,
+    /// `--bind-to`: whether each process is bound to one core of its node.
+    pub bind: bind::Bind,
 }
 
 /// The host's number of cores: the default slot count.
@@ -326,6 +331,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cwd: cwd.display().to_string(),
         cwd_required,
         env: remote_env,
+        bind_core: cfg.bind == bind::Bind::Core,
     };
     // A job that may grow (GROW-1) needs the other hosts' side even on one host.
     let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE || cfg.grow_wait.is_some() {
@@ -362,6 +368,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         // This host's processes inherit the caller's directory and environment.
         cwd: cwd_required.then(|| cwd.display().to_string()),
         env: forward::local_env(&cfg.env),
+        bind_cpus: bind_cpus(cfg.bind),
     };
     let grow = cfg.grow_wait.map(|wait| engine::Grow {
         wait,
@@ -384,6 +391,23 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
             engine = engine.with_grow(g);
         }
     }
+    if let Some(t) = cfg.timeout {
+        // Detached: the process ends with the job, and a job that ends first never
+        // reads the flag.
+        let armed = std::thread::Builder::new()
+            .name("timeout".into())
+            .spawn(move || {
+                std::thread::sleep(t);
+                tracing::warn!(
+                    "the job's --timeout of {} s is up: ending it",
+                    t.as_secs_f64()
+                );
+                signals::time_out();
+            });
+        if let Err(e) = armed {
+            return Err(LauncherError::io("arm the job's --timeout", e));
+        }
+    }
     let outcome = engine.run(rx);
     for s in servers {
         s.stop();
@@ -391,4 +415,20 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     supervisor::end_orphans();
     drop(dir);
     Ok(outcome)
+}
+
+/// The CPUs processes of this host are bound to in turn (`--bind-to core`), from the
+/// runtime's own allowed set; an unreadable set binds nothing (logged).
+pub(crate) fn bind_cpus(bind: bind::Bind) -> Option<Vec<usize>> {
+    if bind != bind::Bind::Core {
+        return None;
+    }
+    match bind::allowed_cpus() {
+        Ok(c) if !c.is_empty() => Some(c),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("--bind-to core: cannot read this host's CPUs ({e}); not binding");
+            None
+        }
+    }
 }

@@ -60,6 +60,8 @@ pub struct Template {
     pub cwd_required: bool,
     /// RT-5: the environment sent to the other hosts' processes.
     pub env: Vec<(String, String)>,
+    /// `--bind-to core`.
+    pub bind_core: bool,
 }
 
 /// How daemons are started: `AGENT… HOST DYNRES daemon --master ADDR --node N`.
@@ -498,6 +500,7 @@ impl Nodes {
             cwd: self.template.cwd.clone(),
             cwd_required: self.template.cwd_required,
             env: self.template.env.clone(),
+            bind_core: self.template.bind_core,
         }));
         conn.send(&setup)
             .and_then(|()| conn.send(&queued))

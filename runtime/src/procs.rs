@@ -51,6 +51,9 @@ pub struct LaunchSpec {
     /// RT-5: variables set for every process on top of the runtime's environment
     /// (before the runtime's own `DYNRES_*`, which they cannot override).
     pub env: Vec<(String, String)>,
+    /// `--bind-to core`: the node's CPUs, taken in turn by local rank; `None`: no
+    /// binding.
+    pub bind_cpus: Option<Vec<usize>>,
 }
 
 /// What the runtime measured once for the processes of its node: each would otherwise
@@ -315,7 +318,19 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
     let launched = std::time::Instant::now();
-    let mut child = cmd.spawn()?;
+    let local = job.standing.as_ref().map_or(rank, |s| s.local_rank);
+    let mut child = match spec
+        .bind_cpus
+        .as_deref()
+        .and_then(|c| crate::bind::cpu_of(c, local))
+    {
+        Some(cpu) => {
+            let child = crate::bind::spawning_on(cpu, || cmd.spawn())??;
+            tracing::info!("rank {rank} bound to CPU {cpu} (local rank {local})");
+            child
+        }
+        None => cmd.spawn()?,
+    };
     let os_pid = child.id();
     tracing::trace!(
         rank,

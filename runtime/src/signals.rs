@@ -6,6 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set with [`INTERRUPTED`] when the job's `--timeout` ended it.
+static TIMED_OUT: AtomicBool = AtomicBool::new(false);
 /// Forwarded signals received and not yet taken: bit 0 SIGUSR1, bit 1 SIGUSR2.
 static FORWARD: AtomicU32 = AtomicU32::new(0);
 
@@ -42,6 +44,17 @@ pub fn install() {
 /// Whether a signal that ends the job arrived.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// `--timeout`: the job's time is up; it ends as on SIGTERM, and says why.
+pub fn time_out() {
+    TIMED_OUT.store(true, Ordering::SeqCst);
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`time_out`] ended the job.
+pub fn timed_out() -> bool {
+    TIMED_OUT.load(Ordering::SeqCst)
 }
 
 /// The forwarded signals received since the last call (each once, however often it

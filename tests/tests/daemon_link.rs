@@ -110,6 +110,7 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
         cwd: "/".into(),
         cwd_required: false,
         env: vec![],
+        bind_core: false,
     })
 }
 

@@ -24,7 +24,12 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
         vec(text(), 0..5),
         text(),
         (any::<u32>(), any::<u32>()),
-        (text(), any::<bool>(), vec((text(), text()), 0..4)),
+        (
+            text(),
+            any::<bool>(),
+            vec((text(), text()), 0..4),
+            any::<bool>(),
+        ),
     )
         .prop_map(
             |(
@@ -33,7 +38,7 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                 args,
                 node_addr,
                 (shm_spins, heartbeat_ms),
-                (cwd, cwd_required, env),
+                (cwd, cwd_required, env, bind_core),
             )| {
                 LinkMsg::Setup(NodeSetup {
                     node,
@@ -48,6 +53,7 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                     cwd,
                     cwd_required,
                     env,
+                    bind_core,
                 })
             },
         );
@@ -108,6 +114,7 @@ fn every_control_message_has_its_documented_type() {
         cwd: "/home/u/run".into(),
         cwd_required: false,
         env: vec![("OMP_NUM_THREADS".into(), "4".into())],
+        bind_core: true,
     });
     let cases = [
         (setup, 0x0501),

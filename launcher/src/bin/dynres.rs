@@ -59,6 +59,9 @@ arguments; 1 when the runtime itself fails.
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// More log on stderr: -v debug, -vv trace (over DYNRES_LOG and RUST_LOG).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand)]
@@ -180,6 +183,25 @@ struct RunArgs {
     /// Slots of this host (default: --max, else the number of cores).
     #[arg(long)]
     slots: Option<u32>,
+    /// Processes per node: every host gets K slots (as mpirun's `-N`; srun's `-N`
+    /// counts nodes instead). The same as `--map-by ppr:K:node`.
+    #[arg(short = 'N', value_name = "K", conflicts_with_all = ["map_by", "slots"])]
+    per_node: Option<u32>,
+    /// `ppr:K:node`: K processes per node (mpirun's spelling of `-N K`).
+    #[arg(long, value_name = "ppr:K:node", value_parser = ppr, conflicts_with = "slots")]
+    map_by: Option<u32>,
+    /// Allow more processes than slots (-n, --max and growth): every host's slots are
+    /// raised evenly until they hold them (as mpirun's `--oversubscribe`).
+    #[arg(long)]
+    oversubscribe: bool,
+    /// `core`: bind each process to one CPU of its node (local rank i on the i-th CPU
+    /// the runtime may use, cycling), reported per process in the log; `none` (the
+    /// default): the kernel places them.
+    #[arg(long, value_enum, default_value = "none")]
+    bind_to: BindArg,
+    /// End the job after SECONDS (as on SIGTERM; exit status 124, as timeout(1)).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
     /// The application's name: its pset is `mpi://app/NAME`.
     #[arg(long, default_value = "app")]
     app: String,
@@ -301,6 +323,21 @@ fn env_setting(s: &str) -> Result<runtime::forward::EnvSetting, String> {
     runtime::forward::EnvSetting::parse(s)
 }
 
+/// `ppr:K:node` → K.
+fn ppr(s: &str) -> Result<u32, String> {
+    s.strip_prefix("ppr:")
+        .and_then(|r| r.strip_suffix(":node"))
+        .and_then(|k| k.parse::<u32>().ok())
+        .filter(|k| *k > 0)
+        .ok_or_else(|| format!("{s}: only ppr:K:node (K processes per node) is supported"))
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BindArg {
+    None,
+    Core,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum LossArg {
     End,
@@ -392,13 +429,39 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             )));
         }
     }
-    let slots = args.slots.or(args.max).unwrap_or_else(runtime::cores);
+    let per_node = args.per_node.or(args.map_by);
+    if per_node == Some(0) {
+        return Err(LauncherError::Usage(
+            "-N 0: at least one process per node".into(),
+        ));
+    }
+    let mut slots = per_node
+        .or(args.slots)
+        .or(args.max)
+        .unwrap_or_else(runtime::cores);
     let Placement {
-        hosts,
+        mut hosts,
         agent,
         give_back,
         grow_wait,
     } = hosts_of(&args)?;
+    if let Some(k) = per_node {
+        for h in &mut hosts {
+            h.slots = k;
+        }
+    }
+    if args.oversubscribe {
+        oversubscribe(&mut slots, &mut hosts, args.n.max(args.max.unwrap_or(0)));
+    }
+    let timeout = match args.timeout {
+        None => None,
+        Some(t) if t.is_finite() && t > 0.0 && t <= 1e9 => Some(Duration::from_secs_f64(t)),
+        Some(t) => {
+            return Err(LauncherError::Usage(format!(
+                "--timeout {t}: a positive number of seconds"
+            )));
+        }
+    };
     if args.heartbeat_ms == 0 || args.heartbeat_ms > 60_000 {
         return Err(LauncherError::Usage(
             "--heartbeat-ms must be 1..=60000".into(),
@@ -426,13 +489,23 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         max_queued: args.max_queued,
         wdir: args.wdir,
         env: args.env,
+        timeout,
+        bind: match args.bind_to {
+            BindArg::None => runtime::bind::Bind::None,
+            BindArg::Core => runtime::bind::Bind::Core,
+        },
         on_loss: match args.on_loss {
             LossArg::End => runtime::OnLoss::EndJob,
             LossArg::Continue => runtime::OnLoss::Continue,
         },
     })?;
     let status = outcome.exit_status();
-    if outcome.interrupted {
+    if outcome.timed_out {
+        eprintln!(
+            "dynres: job timed out after {} s; its processes were killed (exit status {status})",
+            args_timeout_secs(timeout)
+        );
+    } else if outcome.interrupted {
         eprintln!("dynres: job interrupted");
     } else if let Some(why) = &outcome.ended {
         eprintln!(
@@ -447,6 +520,27 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
     Ok(ExitCode::from(status))
 }
 
+fn args_timeout_secs(t: Option<Duration>) -> f64 {
+    t.map_or(0.0, |t| t.as_secs_f64())
+}
+
+/// `--oversubscribe`: raises slots until `need` processes fit — this host's `slots`
+/// on one host, else every host's evenly (never lowering one).
+fn oversubscribe(slots: &mut u32, hosts: &mut [hosts::Host], need: u32) {
+    if hosts.is_empty() {
+        *slots = (*slots).max(need);
+        return;
+    }
+    let total: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
+    if total >= u64::from(need) {
+        return;
+    }
+    let each = need.div_ceil(u32::try_from(hosts.len()).unwrap_or(u32::MAX));
+    for h in hosts {
+        h.slots = h.slots.max(each);
+    }
+}
+
 /// mpirun's single-dash spellings of options `dynres run` has, rewritten to clap's
 /// before parsing (`-np 4` would otherwise read as `-n p`).
 const SINGLE_DASH: &[(&str, &str)] = &[
@@ -454,6 +548,8 @@ const SINGLE_DASH: &[(&str, &str)] = &[
     ("-host", "--host"),
     ("-hostfile", "--hostfile"),
     ("-wdir", "--wdir"),
+    ("-oversubscribe", "--oversubscribe"),
+    ("-timeout", "--timeout"),
 ];
 
 /// `argv` with [`SINGLE_DASH`] spellings rewritten in `run`'s options (never after
@@ -668,7 +764,11 @@ fn main() -> ExitCode {
         use tracing_subscriber::Layer;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
-        let directives = dynres_client::env::log_directives(|k| std::env::var(k).ok());
+        let directives = match cli.verbose {
+            0 => dynres_client::env::log_directives(|k| std::env::var(k).ok()),
+            1 => Some("debug".to_string()),
+            _ => Some("trace".to_string()),
+        };
         let filter = directives
             .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
             .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));

@@ -247,6 +247,8 @@ pub struct Outcome {
     pub ended: Option<String>,
     /// Whether the job was interrupted (SIGINT/SIGTERM).
     pub interrupted: bool,
+    /// Whether `--timeout` ended it (then `interrupted` too).
+    pub timed_out: bool,
     /// How the first of `failed` ended: its exit code, or 128 + the signal that killed
     /// it; `None` inside when it has none (its node was lost), `None` when nothing
     /// failed.
@@ -260,6 +262,10 @@ impl Outcome {
     /// failure without one or with a code that would read as success, 0 when nothing
     /// failed.
     pub fn exit_status(&self) -> u8 {
+        // As timeout(1) reports a command it had to stop.
+        if self.timed_out {
+            return 124;
+        }
         if self.interrupted {
             return 130;
         }
@@ -459,6 +465,7 @@ impl Engine {
             failed: self.failed,
             ended,
             interrupted: interrupted_at.is_some(),
+            timed_out: interrupted_at.is_some() && signals::timed_out(),
             first_failure: self.first_failure,
         }
     }
@@ -1080,6 +1087,7 @@ mod tests {
             failed: failed.to_vec(),
             ended: None,
             interrupted,
+            timed_out: false,
             first_failure: first,
         }
     }
@@ -1104,5 +1112,9 @@ mod tests {
         let mut o = outcome(&[], None, false);
         o.ended = Some("why".into());
         assert_eq!(o.exit_status(), 1);
+        // --timeout: 124, as timeout(1), whatever failed meanwhile.
+        let mut o = outcome(&[1], Some(Some(3)), true);
+        o.timed_out = true;
+        assert_eq!(o.exit_status(), 124);
     }
 }

@@ -69,6 +69,8 @@ pub struct NodeSetup {
     /// The environment processes get on top of the daemon's own (`RT-5`): the caller's,
     /// less host-specific variables, with `-x` settings applied.
     pub env: Vec<(String, String)>,
+    /// Whether each process is bound to one core of its node (`--bind-to core`).
+    pub bind_core: bool,
 }
 
 /// A control message of the runtime link.
@@ -134,6 +136,7 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
                 put_str(b, k);
                 put_str(b, v);
             });
+            put_u8(b, u8::from(s.bind_core));
         }),
         LinkMsg::Heartbeat => encode_frame(&mut out, HEARTBEAT, |_| {}),
         LinkMsg::Started { rank, os_pid } => encode_frame(&mut out, STARTED, |b| {
@@ -169,17 +172,13 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
     let (i, shm_spins) = u32(i)?;
     let (i, heartbeat_ms) = u32(i)?;
     let (i, cwd) = text("working directory")(i)?;
-    let (i, required) = u8(i)?;
-    let cwd_required = match required {
-        0 => false,
-        1 => true,
-        b => return invalid("working directory flag", b.into()),
-    };
+    let (i, cwd_required) = flag("working directory flag")(i)?;
     let (i, env) = seq("environment", MAX_ENV, |i| {
         let (i, k) = text("variable name")(i)?;
         let (i, v) = string("variable value", MAX_ARG_LEN)(i)?;
         Ok((i, (k, v)))
     })(i)?;
+    let (i, bind_core) = flag("binding flag")(i)?;
     Ok((
         i,
         NodeSetup {
@@ -195,8 +194,18 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
             cwd,
             cwd_required,
             env,
+            bind_core,
         },
     ))
+}
+
+/// A `u8` that is 0 (false) or 1 (true).
+fn flag<'a>(what: &'static str) -> impl Fn(&'a [u8]) -> PResult<'a, bool> {
+    move |i| match u8(i)? {
+        (i, 0) => Ok((i, false)),
+        (i, 1) => Ok((i, true)),
+        (_, b) => invalid(what, b.into()),
+    }
 }
 
 /// Decodes one frame written by [`encode_link`]; a type outside the link's control
