@@ -6,4 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod apps;
+pub mod eventlog;
+pub mod plot;
 pub mod tracelayer;

@@ -15,6 +15,7 @@
 
 pub mod bind;
 pub mod error;
+pub mod events;
 pub mod forward;
 pub mod hostauth;
 pub mod hosts;
@@ -50,6 +51,7 @@ pub use engine::{ChangeLog, Event, OnLoss, Outcome};
 pub use jobdir::{JobDir, LiveJob, live_jobs};
 pub use nodes::Agent;
 pub use procs::{LaunchSpec, check_program};
+pub use status::json_str;
 
 use crate::error::LauncherError;
 use crate::hosts::Host;
@@ -309,6 +311,11 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cfg.program,
         hosts.len(),
         dir.path().display()
+    );
+    events::job(
+        &job_id,
+        cfg.n,
+        &hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
     );
     let shm_spins = dynres_transports::shm::waiter::calibrated_spins();
     // RT-5: where processes start and what environment they get, on every host.

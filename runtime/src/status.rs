@@ -252,7 +252,7 @@ fn text(snap: &Snapshot) -> String {
 
 /// `s` as a JSON string literal: quotes, backslashes and control characters escaped
 /// (RFC 8259 §7). Host names, pset names and job ids are the only free text here.
-fn json_str(s: &str) -> String {
+pub fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -149,3 +149,60 @@ fn man_page_and_completions_come_from_the_cli() {
     let bad = rt.run(&["completions", "tcsh"]);
     assert_eq!(bad.code, Some(2), "{}", bad.dump());
 }
+
+/// `run --event-log FILE` writes one JSON object per line — the job, every change's
+/// statuses, every process' start and end — and `dynres plot FILE` draws it.
+#[test]
+fn the_event_log_records_the_run_and_plot_draws_it() {
+    let rt = Runtime::new("events");
+    let scratch = rt.scratch();
+    let log = scratch.join("events.jsonl");
+    let log_s = log.display().to_string();
+    let mut args = vec!["run", "-n", "2", "--max", "4", "--event-log", &log_s];
+    let step = dynres_tests::job::synthetic_step(2, 4, 2, 8, 1_000_000);
+    args.extend(step.iter().map(String::as_str));
+    let f = rt.run(&args);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        !f.stderr.contains("\"event\""),
+        "events stay out of the log on stderr"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let of = |kind: &str| events.iter().filter(|e| e["event"] == kind).count();
+    assert_eq!(of("job"), 1, "{text}");
+    assert!(of("start") >= 4, "2 at the start, 2 added\n{text}");
+    assert_eq!(of("start"), of("end"), "every process ended\n{text}");
+    let decided: Vec<String> = events
+        .iter()
+        .filter(|e| e["event"] == "change" && e["status"] == "FINALIZED")
+        .map(|e| {
+            format!(
+                "{}+{}-{}",
+                e["kind"].as_str().unwrap(),
+                e["added"],
+                e["removed"]
+            )
+        })
+        .collect();
+    assert_eq!(decided[..2], ["ADD+2-0", "SUB+0-2"], "{text}");
+    let times: Vec<u64> = events.iter().map(|e| e["t_ms"].as_u64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "in order of time");
+    let svg = scratch.join("run.svg");
+    let p = rt.run(&["plot", &log_s, "-o", &svg.display().to_string()]);
+    assert_eq!(p.code, Some(0), "{}", p.dump());
+    let pic = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        pic.starts_with("<svg") && pic.contains("ADD +2 -0"),
+        "{}",
+        &pic[..pic.len().min(300)]
+    );
+    let junk = scratch.join("junk");
+    std::fs::write(&junk, "hello\n").unwrap();
+    let bad = rt.run(&["plot", &junk.display().to_string()]);
+    assert_eq!(bad.code, Some(2), "{}", bad.dump());
+    assert!(bad.stderr.contains("line 1"), "{}", bad.dump());
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Parser, Subcommand};
 use dynres_launcher::apps;
+use dynres_launcher::eventlog::EventLog;
 use dynres_runtime::error::LauncherError;
 use dynres_runtime::{self as runtime, JobConfig};
 use dynres_runtime::{hosts, tool};
@@ -156,6 +157,15 @@ enum Cmd {
     },
     /// Print the man page (roff) on standard output: `dynres manpage > dynres.1`.
     Manpage,
+    /// Draw a run's event log (`run --event-log LOG`) as an SVG picture: processes per
+    /// host over time, each change's request and decision marked.
+    Plot {
+        /// The event log.
+        log: std::path::PathBuf,
+        /// The picture to write.
+        #[arg(short, long, default_value = "run.svg")]
+        out: std::path::PathBuf,
+    },
     /// The running jobs of the runtime directory, one per line: job id, the runtime's
     /// pid, the job directory.
     #[command(after_help = ENVIRONMENT)]
@@ -199,6 +209,10 @@ struct RunArgs {
     /// default): the kernel places them.
     #[arg(long, value_enum, default_value = "none")]
     bind_to: BindArg,
+    /// Write the run's events to FILE as JSON lines (job start, every change's status,
+    /// every process' start and end with its node); `dynres plot FILE` draws them.
+    #[arg(long, value_name = "FILE")]
+    event_log: Option<std::path::PathBuf>,
     /// End the job after SECONDS (as on SIGTERM; exit status 124, as timeout(1)).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
@@ -771,7 +785,13 @@ fn main() -> ExitCode {
         };
         let filter = directives
             .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
-            .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+            .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"))
+            // Run events go to --event-log only.
+            .add_directive(
+                format!("{}=off", dynres_runtime::events::TARGET)
+                    .parse()
+                    .expect("a valid directive"),
+            );
         let log = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -779,9 +799,21 @@ fn main() -> ExitCode {
             .with_filter(filter);
         // DYNRES_TRACE_FILE: the master process records to PATH, daemons to PATH.<pid>.
         let master = matches!(cli.cmd, Cmd::Run(_));
+        let events = match &cli.cmd {
+            Cmd::Run(a) => match a.event_log.as_deref().map(EventLog::create) {
+                Some(Ok(l)) => Some(l.layer()),
+                Some(Err(e)) => {
+                    eprintln!("dynres: cannot create the event log: {e}");
+                    return ExitCode::from(2);
+                }
+                None => None,
+            },
+            _ => None,
+        };
         tracing_subscriber::registry()
             .with(log)
             .with(dynres_launcher::tracelayer::layer_from_env(master))
+            .with(events)
             .init();
     }
     let r = match cli.cmd {
@@ -825,6 +857,13 @@ fn main() -> ExitCode {
             );
             to_stdout(&text, "the completion script")
         }
+        Cmd::Plot { log, out } => dynres_launcher::plot::read(&log)
+            .and_then(|run| dynres_launcher::plot::draw(&run, &out))
+            .map(|()| {
+                eprintln!("dynres: wrote {}", out.display());
+                ExitCode::SUCCESS
+            })
+            .map_err(|e| LauncherError::Usage(e.to_string())),
         Cmd::Manpage => {
             let mut text = Vec::new();
             clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())

@@ -81,6 +81,7 @@ impl Engine {
                     if let Some(p) = self.remote_procs.get_mut(&rank) {
                         p.os_pid = Some(os_pid);
                     }
+                    crate::events::start(rank, node);
                 }
                 Ok(LinkMsg::Ended {
                     rank,
@@ -92,6 +93,7 @@ impl Engine {
                         p.os_pid = p.os_pid.or(Some(os_pid).filter(|p| *p != 0));
                         p.ended = Some((code, cause));
                     }
+                    crate::events::end(rank, node, i64::from(code));
                 }
                 Ok(m) => self.node_violation(node, format!("unexpected {m:?} from a daemon")),
                 Err(e) => self.node_violation(node, format!("malformed frame: {e}")),
@@ -270,6 +272,7 @@ impl Engine {
                 tracing::warn!(node, host, "node lost: {why}; its slots are retired");
             }
             self.node_lost_why = Some(format!("node {node} ({host}) lost: {why}"));
+            crate::events::node_gone(node);
             let now = self.now();
             if let Some(m) = &mut self.master {
                 if let Err(e) = m.handle(now, MasterInput::NodeLost { node: NodeId(node) }) {

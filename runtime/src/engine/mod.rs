@@ -603,6 +603,9 @@ impl Engine {
         match child {
             Ok(mut c) => {
                 tracing::debug!(rank, os_pid = c.os_pid, "launched");
+                if self.master.is_some() {
+                    crate::events::start(rank, self.node.0);
+                }
                 if self.upstream.is_some() {
                     let os_pid = c.os_pid;
                     self.upstream_send(&encode_link(&LinkMsg::Started { rank, os_pid }));
@@ -672,6 +675,9 @@ impl Engine {
             procs::sweep_shm(&[c.os_pid]);
         }
         let (os_pid, cause) = (c.os_pid, c.cause);
+        if self.master.is_some() {
+            crate::events::end(rank, self.node.0, i64::from(procs::code_of(&status)));
+        }
         if let Some(conn) = self.by_rank.get(&rank).copied() {
             self.drop_conn(conn);
         }
@@ -950,6 +956,9 @@ impl Engine {
             "{kind} +{added} -{removed} {delta}: {}",
             status_name(status)
         );
+        if self.master.is_some() {
+            crate::events::change(kind, delta.as_str(), added, removed, status_name(status));
+        }
         // Bounded history: drop the oldest decided changes.
         while self.changes.len() > HISTORY {
             match self.changes.iter().position(|l| l.status.is_final()) {
