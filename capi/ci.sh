@@ -97,6 +97,42 @@ gcc "${cflags[@]}" capi/examples/synthetic.c $(pkg-config --cflags --libs dynres
 run_loop "$work/synthetic" "+2,-2,+3,-3" "2 4 2 5 2" 10 2
 run_loop "$work/synthetic" "+3,-3,+6,-6" "2 5 2 8 2" 10 2 -b
 
+# Runs a guide loop (docs/guide.md) under `dynres run -n 2` and changes it from outside:
+# grow +2, shrink -1, replace -1 +1, then stop; checks what the root printed.
+guide_loop() {
+  local prog=$1 job=$2
+  local out="$work/$job.out" stop="$work/$job.stop" dir="$work/run"
+  echo "dynres run -n 2 --max 6 --job-id $job -- $(basename "$prog") STOPFILE; grow, shrink, replace from outside"
+  DYNRES_RUNTIME_DIR="$dir" timeout 300 "$dynres" run -n 2 --max 6 --job-id "$job" -- "$prog" "$stop" \
+    >"$out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 300); do
+    DYNRES_RUNTIME_DIR="$dir" "$dynres" status "$job" 2>/dev/null | grep -c ' running$' | grep -qx 2 && break
+    sleep 0.1
+  done
+  local ok=1
+  DYNRES_RUNTIME_DIR="$dir" "$dynres" grow "$job" +2 || ok=0
+  DYNRES_RUNTIME_DIR="$dir" "$dynres" shrink "$job" -1 || ok=0
+  DYNRES_RUNTIME_DIR="$dir" "$dynres" replace "$job" -1 +1 || ok=0
+  touch "$stop"
+  wait "$pid" || ok=0
+  grep '^\[rank 0\] malleable' "$out" || true
+  for want in "ADD finalized, size 4" "SUB finalized, size 3" "REPLACE finalized, size 3" "stopped at"; do
+    grep -q "\[rank 0\] malleable: $want" "$out" || ok=0
+  done
+  if [ "$ok" != 1 ]; then
+    cat "$out"
+    echo "capi/ci.sh: $(basename "$prog") did not grow, shrink and replace as asked" >&2
+    return 1
+  fi
+}
+
+step "the guide's malleable loop in C (grow, shrink, replace from outside; ASan)"
+# shellcheck disable=SC2046
+gcc "${cflags[@]}" capi/examples/malleable.c $(pkg-config --cflags --libs dynres) \
+  -Wl,-rpath,"$prefix/lib" -o "$work/malleable"
+guide_loop "$work/malleable" guide-c
+
 step "synthetic loop in Fortran (ISO_C_BINDING) under dynres run"
 if command -v gfortran >/dev/null; then
   # shellcheck disable=SC2046

@@ -59,6 +59,12 @@ pub struct Transport {
     ctx_ids: Rc<RefCell<ContextIds>>,
     /// The TCP device's key ring (a shared handle).
     keys: TcpKeys,
+    /// The peers of the last communicator dropped, held until the next one is made:
+    /// a communicator dropped and made again over the same peers (as at every resource
+    /// change) then finds their connections open. Released at once, the router would
+    /// close them while those peers may still be receiving on them, failing their next
+    /// receive (`PeerClosed`).
+    parked: Rc<RefCell<Vec<PeerRef>>>,
 }
 
 /// The devices of a [`Transport`], opened but not yet routed.
@@ -88,6 +94,7 @@ impl Transport {
                 Box::new(tcp),
             ]))),
             ctx_ids: Rc::new(RefCell::new(ContextIds::new(DPM_CONTEXT_BIT, u32::MAX))),
+            parked: Rc::default(),
         }
     }
 
@@ -111,6 +118,7 @@ impl Transport {
 
     /// Finalizes the devices (also done on drop).
     pub fn finalize(&self) -> Result<(), CommError> {
+        self.parked.borrow_mut().clear();
         Ok(self.router.borrow_mut().finalize()?)
     }
 
@@ -253,6 +261,15 @@ pub struct Communicator {
     tree: tree::Place,
 }
 
+/// Its peers go to the transport's parking place (see `Transport::parked`).
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let mut parked = self.transport.parked.borrow_mut();
+        parked.clear();
+        parked.extend(self.peers.drain(..).flatten());
+    }
+}
+
 impl Communicator {
     /// Creates a communicator from `pset`, collectively with all its current members:
     /// one modex over the pset (`MODEX-1..6`) gives every member the same table of
@@ -318,6 +335,10 @@ impl Communicator {
                     Some(router.add_peer(addrs.clone()))
                 });
             }
+            // The last dropped communicator's peers that this one does not have close
+            // now.
+            transport.parked.borrow_mut().clear();
+            router.collect();
         }
         let tree = tree::place(&hosts, me);
         let (ranks, addrs) = members.into_iter().unzip();
