@@ -8,10 +8,12 @@
 #    and runs under AddressSanitizer (leaks included);
 # 4. capi/examples/synthetic.c (the Lst. 6.7 loop) builds against the shared library via
 #    pkg-config and runs under `dynres run`, under AddressSanitizer, growing and
-#    shrinking: non-blocking and blocking accept;
-# 5. the same loop in Fortran (capi/examples/synthetic.f90) if gfortran is there (it is
-#    installed when missing and the package manager can; otherwise the step says
-#    "skipped: gfortran not installed").
+#    shrinking: non-blocking and blocking accept; the guide's malleable loop
+#    (capi/examples/malleable.c, docs/guide.md) under `dynres run`, grown, shrunk and
+#    replaced from outside with the installed `dynres` command;
+# 5. the same loops in Fortran (capi/examples/{dynres,synthetic,malleable}.f90) if
+#    gfortran is there (it is installed when missing and the package manager can;
+#    otherwise the step says "skipped: gfortran not installed").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -133,12 +135,18 @@ gcc "${cflags[@]}" capi/examples/malleable.c $(pkg-config --cflags --libs dynres
   -Wl,-rpath,"$prefix/lib" -o "$work/malleable"
 guide_loop "$work/malleable" guide-c
 
-step "synthetic loop in Fortran (ISO_C_BINDING) under dynres run"
+step "synthetic loop and the guide's malleable loop in Fortran (ISO_C_BINDING) under dynres run"
 if command -v gfortran >/dev/null; then
   # shellcheck disable=SC2046
-  gfortran -std=f2018 -Wall -Werror -g -fsanitize=address -J "$work" capi/examples/synthetic.f90 \
-    $(pkg-config --cflags --libs dynres) -Wl,-rpath,"$prefix/lib" -o "$work/synthetic_f"
+  gfortran -std=f2018 -Wall -Werror -g -fsanitize=address -J "$work" capi/examples/dynres.f90 \
+    capi/examples/synthetic.f90 $(pkg-config --cflags --libs dynres) -Wl,-rpath,"$prefix/lib" \
+    -o "$work/synthetic_f"
   run_loop "$work/synthetic_f" "+2,-2,+3,-3" "2 4 2 5 2" 10 2 -b
+  # shellcheck disable=SC2046
+  gfortran -std=f2018 -Wall -Werror -g -fsanitize=address -J "$work" capi/examples/dynres.f90 \
+    capi/examples/malleable.f90 $(pkg-config --cflags --libs dynres) -Wl,-rpath,"$prefix/lib" \
+    -o "$work/malleable_f"
+  guide_loop "$work/malleable_f" guide-f
 else
   echo "skipped: gfortran not installed"
 fi
