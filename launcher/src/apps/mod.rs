@@ -2,6 +2,7 @@
 //! so that one `cargo run` builds everything a first job needs.
 
 pub mod check;
+pub mod hello;
 pub mod pingpong;
 pub mod plan;
 pub mod spawn;
@@ -11,7 +12,7 @@ pub mod work;
 use std::process::ExitCode;
 
 /// The built-in examples.
-pub const EXAMPLES: &[&str] = &["synthetic", "check", "pingpong", "spawn"];
+pub const EXAMPLES: &[&str] = &["synthetic", "check", "hello", "pingpong", "spawn"];
 
 /// Checks example `name`'s arguments without running it, so that `dynres run
 /// --example NAME -- ARGS` refuses bad ones before the job starts instead of in every
@@ -20,6 +21,7 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
     match name {
         "synthetic" => synthetic::validate(args),
         "check" => check::validate(args),
+        "hello" => hello::validate(args),
         "pingpong" => pingpong::validate(args),
         "spawn" => spawn::validate(args),
         _ => Err(format!(
@@ -125,6 +127,7 @@ pub fn run_example(name: &str, args: &[String]) -> ExitCode {
     match name {
         "synthetic" => synthetic::main(args),
         "check" => check::main(args),
+        "hello" => hello::main(args),
         "pingpong" => pingpong::main(args),
         "spawn" => spawn::main(args),
         _ => {
