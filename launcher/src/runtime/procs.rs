@@ -50,7 +50,7 @@ pub struct LaunchSpec {
 
 /// What the runtime measured once for the processes of its node: each would otherwise
 /// spend 1–2 ms of its start-up measuring it again.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Calibration {
     /// `DYNRES_TCP_SPIN_US`: the TCP spin budget.
     pub tcp_spin: Duration,
