@@ -144,6 +144,7 @@ const LAUNCHERS: usize = 2;
 /// gone). Each launch is reported as [`Event::Launched`], and later its exit as
 /// [`Event::Exited`]. The handle ends once every launcher thread has.
 pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<LaunchJob>, JoinHandle<()>) {
+    sweep_stale_shm();
     let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
     let rx = Arc::new(Mutex::new(rx));
     let spec = Arc::new(spec);
@@ -292,6 +293,13 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // This runtime sweeps /dev/shm for the job (`sweep_stale_shm`, and the segments of
+    // every rank that does not exit cleanly): the process need not scan it (unless the
+    // runtime's own environment says otherwise, as for the calibrations).
+    let reaped = dynres_transports::shm::segment::REAPED_ENV;
+    if std::env::var_os(reaped).is_none() {
+        cmd.env(reaped, "1");
+    }
     if let Some(a) = &spec.node_addr {
         cmd.env(env::NODE_ADDR, a);
     }
@@ -481,6 +489,21 @@ pub fn describe_code(code: u32) -> String {
     match code {
         0..=128 => format!("exit {code}"),
         c => format!("signal {}", c - 128),
+    }
+}
+
+/// Sweeps `/dev/shm` of segments whose owners died (a job killed with its runtime) once
+/// for the node, on a thread of its own so that the launches do not wait for it, in
+/// place of every process doing it at its start (`REAPED_ENV`).
+fn sweep_stale_shm() {
+    let spawned = std::thread::Builder::new()
+        .name("dynres-shm-sweep".into())
+        .spawn(|| {
+            let n = dynres_transports::shm::segment::reap_stale();
+            tracing::debug!(reaped = n, "swept /dev/shm of dead processes' segments");
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no thread to sweep /dev/shm; left to the next job");
     }
 }
 
