@@ -302,6 +302,12 @@ fn ratio(lib: f64, dynres: f64) -> String {
     if lib.is_nan() || dynres.is_nan() || dynres <= 0.0 {
         "—".into()
     } else {
-        format!("{:.2}×", lib / dynres)
+        let r = lib / dynres;
+        // Small ratios keep three significant digits (0.0034×, not 0.00×).
+        if r < 0.1 {
+            format!("{r:.2e}×")
+        } else {
+            format!("{r:.2}×")
+        }
     }
 }
