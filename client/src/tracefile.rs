@@ -94,7 +94,9 @@ impl tracing::Subscriber for TraceFile {
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
-        meta.is_event() && meta.target() == dynres_core::rc::trace::TARGET
+        // Not only events: the machines ask `enabled!` (a hint callsite, neither event
+        // nor span) whether to number themselves for the trace.
+        meta.target() == dynres_core::rc::trace::TARGET
     }
 
     fn new_span(&self, _: &Attributes<'_>) -> Id {
@@ -149,6 +151,22 @@ pub fn install_for_client() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The machines number themselves for the trace only if `enabled!` says the
+    /// transition target is on (a hint callsite, not an event): with the client's
+    /// subscriber it must be, or a recorded client writes nothing.
+    #[test]
+    fn the_transition_target_is_enabled_and_nothing_else() {
+        let path = std::env::temp_dir().join(format!("dynres-tf-en-{}", std::process::id()));
+        tracing::subscriber::with_default(TraceFile::new(&path), || {
+            assert!(tracing::enabled!(
+                target: dynres_core::rc::trace::TARGET,
+                tracing::Level::TRACE
+            ));
+            assert!(!tracing::enabled!(target: "dynres::other", tracing::Level::ERROR));
+        });
+        assert!(!path.exists(), "nothing written without an event");
+    }
 
     #[test]
     fn writes_only_transition_events_one_line_each() {

@@ -249,8 +249,9 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         namespace: setup.namespace.clone(),
         app: setup.app.clone(),
         shm_spins: setup.shm_spins,
-        // Measured here: this host's, not the master's.
-        calibration: super::procs::Calibration::measure(),
+        // Measured here (or by an earlier runtime of this host): this host's, not the
+        // master's.
+        calibration: super::calibrated::host(&root).calibration,
         host_id: Some(setup.node_addr),
         // The address this host reaches the master from: routable from the other
         // hosts, whatever name the host list gave it (a Slurm node name may not resolve).

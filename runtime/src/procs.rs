@@ -58,7 +58,7 @@ pub struct LaunchSpec {
 
 /// What the runtime measured once for the processes of its node: each would otherwise
 /// spend 1–2 ms of its start-up measuring it again.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Calibration {
     /// `DYNRES_TCP_SPIN_US`: the TCP spin budget.
     pub tcp_spin: Duration,
@@ -152,6 +152,7 @@ const LAUNCHERS: usize = 2;
 /// gone). Each launch is reported as [`Event::Launched`], and later its exit as
 /// [`Event::Exited`]. The handle ends once every launcher thread has.
 pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<LaunchJob>, JoinHandle<()>) {
+    sweep_stale_shm();
     let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
     let rx = Arc::new(Mutex::new(rx));
     let spec = Arc::new(spec);
@@ -305,6 +306,13 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // This runtime sweeps /dev/shm for the job (`sweep_stale_shm`, and the segments of
+    // every rank that does not exit cleanly): the process need not scan it (unless the
+    // runtime's own environment says otherwise, as for the calibrations).
+    let reaped = dynres_transports::shm::segment::REAPED_ENV;
+    if std::env::var_os(reaped).is_none() {
+        cmd.env(reaped, "1");
+    }
     if let Some(a) = &spec.node_addr {
         cmd.env(env::NODE_ADDR, a);
     }
@@ -507,6 +515,50 @@ pub fn describe_code(code: u32) -> String {
         0..=128 => format!("exit {code}"),
         c => format!("signal {}", c - 128),
     }
+}
+
+/// Sweeps `/dev/shm` of segments whose owners died (a job killed with its runtime) once
+/// for the node, on a thread of its own so that the launches do not wait for it, in
+/// place of every process doing it at its start (`REAPED_ENV`). An owner counts as dead
+/// only when `kill(pid, 0)` says it does not exist: the transports' own sweep also reads
+/// `/proc/PID/stat` of every live owner to catch zombies, ~30 µs each, 40 ms per job on
+/// the shared VM with 1300 segments of other jobs; a zombie's segment goes at a later
+/// sweep instead.
+fn sweep_stale_shm() {
+    let spawned = std::thread::Builder::new()
+        .name("dynres-shm-sweep".into())
+        .spawn(|| {
+            let n = sweep_dead_owners();
+            tracing::debug!(reaped = n, "swept /dev/shm of dead processes' segments");
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no thread to sweep /dev/shm; left to the next job");
+    }
+}
+
+/// Unlinks our segments whose owner pid does not exist; how many.
+fn sweep_dead_owners() -> usize {
+    use dynres_transports::shm::segment::owner_of;
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(owner_of) else {
+            continue;
+        };
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && std::fs::remove_file(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Removes shared-memory segments (`/dev/shm/dynres-shm-{pid}-*`) of the given processes.

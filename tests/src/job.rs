@@ -322,8 +322,15 @@ impl Finished {
                 "process {p} is still alive: {stat}"
             );
         }
+        // `.calibration` is the host's, kept for the next jobs of the boot on purpose
+        // (launcher/src/runtime/calibrated.rs): not something this job left.
         let left: Vec<_> = std::fs::read_dir(&self.runtime_dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name() != ".calibration")
+                    .map(|e| e.path())
+                    .collect()
+            })
             .unwrap_or_default();
         assert!(left.is_empty(), "left behind: {left:?}\n{}", self.dump());
         let shm: Vec<String> = std::fs::read_dir("/dev/shm")

@@ -2,6 +2,8 @@
 //! so that one `cargo run` builds everything a first job needs.
 
 pub mod check;
+pub mod hello;
+pub mod latency;
 pub mod pingpong;
 pub mod plan;
 pub mod spawn;
@@ -11,7 +13,14 @@ pub mod work;
 use std::process::ExitCode;
 
 /// The built-in examples.
-pub const EXAMPLES: &[&str] = &["synthetic", "check", "pingpong", "spawn"];
+pub const EXAMPLES: &[&str] = &[
+    "synthetic",
+    "check",
+    "hello",
+    "latency",
+    "pingpong",
+    "spawn",
+];
 
 /// Checks example `name`'s arguments without running it, so that `dynres run
 /// --example NAME -- ARGS` refuses bad ones before the job starts instead of in every
@@ -20,6 +29,8 @@ pub fn validate(name: &str, args: &[String]) -> Result<(), String> {
     match name {
         "synthetic" => synthetic::validate(args),
         "check" => check::validate(args),
+        "hello" => hello::validate(args),
+        "latency" => latency::validate(args),
         "pingpong" => pingpong::validate(args),
         "spawn" => spawn::validate(args),
         _ => Err(format!(
@@ -39,6 +50,7 @@ pub fn asks_for_help(name: &str, args: &[String]) -> bool {
     match name {
         "synthetic" => asks::<synthetic::Args>(name, args),
         "pingpong" => asks::<pingpong::Args>(name, args),
+        "latency" => asks::<latency::Args>(name, args),
         "spawn" => asks::<spawn::Args>(name, args),
         _ => false,
     }
@@ -125,6 +137,8 @@ pub fn run_example(name: &str, args: &[String]) -> ExitCode {
     match name {
         "synthetic" => synthetic::main(args),
         "check" => check::main(args),
+        "hello" => hello::main(args),
+        "latency" => latency::main(args),
         "pingpong" => pingpong::main(args),
         "spawn" => spawn::main(args),
         _ => {

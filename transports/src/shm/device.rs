@@ -345,7 +345,9 @@ impl ShmDevice {
     pub fn new(cfg: ShmConfig) -> Result<Self> {
         assert!(cfg.ring_bytes.is_power_of_two() && cfg.ring_bytes >= 64 * 1024);
         assert!(cfg.eager_threshold + RECORD_HEADER_LEN <= cfg.ring_bytes / 4);
-        segment::reap_stale();
+        if std::env::var_os(segment::REAPED_ENV).is_none_or(|v| v != "1") {
+            segment::reap_stale();
+        }
         let cma_min = cfg.cma.with_env_override().threshold();
         tracing::debug!(?cma_min, "shm single-copy threshold");
         // Publish the probe word only if we take part: a receiver probing a process

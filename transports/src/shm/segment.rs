@@ -287,6 +287,14 @@ pub fn owner_of(name: &str) -> Option<u32> {
         .ok()
 }
 
+/// `DYNRES_SHM_REAPED=1`: a runtime that started this process sweeps `/dev/shm`
+/// itself (once per job, and the segments of every rank that did not exit cleanly), so
+/// [`super::ShmDevice::new`] skips [`reap_stale`]. Every process of a job scanning every
+/// segment of the host, with a `/proc` read per live owner, cost each one O(segments on
+/// the host) at start-up: 60 ms per process on a shared 2-core VM with 1346 segments of
+/// other users' jobs (issue 29).
+pub const REAPED_ENV: &str = "DYNRES_SHM_REAPED";
+
 /// Unlinks every segment of ours in `/dev/shm` whose owner is dead (left by a crash).
 /// Returns how many were removed.
 pub fn reap_stale() -> usize {

