@@ -19,7 +19,7 @@ use super::conns::Conn;
 use super::engine::{Engine, OnLoss, Outcome};
 use super::jobdir::JobDir;
 use super::procs::LaunchSpec;
-use super::{link, server, signals};
+use super::{ioloop, link, server, signals};
 use crate::error::LauncherError;
 use crate::hostauth;
 use dynres_client::auth::new_secret;
@@ -219,14 +219,15 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         .map_err(|e| LauncherError::io(format!("bind {}", sock.display()), e))?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let server = server::Server::start(
-        listener,
-        server::Kind::Control,
-        server::Limits::of(server::Kind::Control),
-        secret.clone(),
+    let io = ioloop::IoLoop::start(
+        Some(ioloop::Control {
+            listener,
+            limits: server::Limits::of(server::Kind::Control),
+            secret: secret.clone(),
+        }),
         tx.clone(),
     )
-    .map_err(|e| LauncherError::io("start the control socket's server", e))?;
+    .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let reader = stream
         .try_clone()
         .and_then(|s| link::reader(s, frames, node, tx.clone()))
@@ -265,10 +266,10 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         spec,
         OnLoss::Continue,
         tx,
+        io,
     )
     .with_upstream(upstream);
     let outcome = engine.run(rx);
-    server.stop();
     super::supervisor::end_orphans();
     drop(dir);
     Ok(outcome)

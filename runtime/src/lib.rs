@@ -25,6 +25,7 @@ mod admission;
 mod conns;
 mod daemon;
 mod engine;
+mod ioloop;
 mod jobdir;
 mod link;
 mod nodes;
@@ -273,24 +274,24 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     let cli = bind(&dir.cli_sock())?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let serve = |listener, kind| {
-        server::Server::start(
-            listener,
-            kind,
-            server::Limits::of(kind),
-            secret.clone(),
-            tx.clone(),
-        )
-        .map_err(|e| LauncherError::io(format!("start the {kind:?} socket's server"), e))
-    };
-    let control = serve(control, server::Kind::Control)?;
-    let servers = match serve(cli, server::Kind::Tool) {
-        Ok(cli) => [control, cli],
-        Err(e) => {
-            control.stop();
-            return Err(e);
-        }
-    };
+    // Dropped on an error below, it stops.
+    let io = ioloop::IoLoop::start(
+        Some(ioloop::Control {
+            listener: control,
+            limits: server::Limits::of(server::Kind::Control),
+            secret: secret.clone(),
+        }),
+        tx.clone(),
+    )
+    .map_err(|e| LauncherError::io("start the I/O loop", e))?;
+    let cli = server::Server::start(
+        cli,
+        server::Kind::Tool,
+        server::Limits::of(server::Kind::Tool),
+        secret.clone(),
+        tx.clone(),
+    )
+    .map_err(|e| LauncherError::io("start the Tool socket's server", e))?;
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     tracing::info!(
         "job {job_id}: {} processes of {} on {slots} slots of {} host(s); `dynres status {job_id}` (dir {})",
@@ -320,9 +321,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
                 (Some(n), a)
             }
             Err(e) => {
-                for s in servers {
-                    s.stop();
-                }
+                cli.stop();
                 return Err(e);
             }
         }
@@ -356,6 +355,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         spec,
         cfg.on_loss,
         tx,
+        io,
     );
     if let Some(n) = nodes {
         engine = engine.with_nodes(n);
@@ -364,9 +364,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         }
     }
     let outcome = engine.run(rx);
-    for s in servers {
-        s.stop();
-    }
+    cli.stop();
     supervisor::end_orphans();
     drop(dir);
     Ok(outcome)

@@ -1,9 +1,11 @@
 //! The job's sockets: each accepted connection must open with a hello carrying the
 //! job's secret (else it is closed and logged); then client connections carry kernel
-//! frames and tool connections one command line.
+//! frames and tool connections one command line. Client connections (`control.sock`,
+//! one per process) are served by the I/O loop (`ioloop.rs`), without a thread each;
+//! this module serves the tools (`cli.sock`) and gives both sockets their [`Limits`].
 //!
-//! Every connection has its own thread, and nothing a peer does may stall the engine
-//! or the acceptor: the hello and a tool's command are read with timeouts, a command's
+//! Every tool connection has its own thread (tools are few, and their answers may wait
+//! long for the engine), and nothing a peer does may stall the engine or the acceptor: the hello and a tool's command are read with timeouts, a command's
 //! length is capped, a tool's answer is written by its connection's thread (with a
 //! write timeout), connections per socket are capped, and a thread that cannot be
 //! started costs only its connection. The acceptor waits in poll(2) on the listener
@@ -14,16 +16,13 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dynres_core::rc::wire::decode_client;
-
 use super::engine::Event;
 use dynres_client::auth::{HELLO_OK, Peer, read_hello};
-use dynres_client::framing::{Frame, FrameReader};
 
 /// Which socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,24 +81,24 @@ pub struct Server {
     thread: Option<JoinHandle<()>>,
 }
 
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
-
 /// Logs a warning at most once a second, counting the ones it held back: a flood of
 /// connections must not become a flood of log lines.
-struct Throttle {
+pub(crate) struct Throttle {
     last: Option<Instant>,
     held: u64,
 }
 
 impl Throttle {
-    fn new() -> Throttle {
+    /// Nothing logged yet.
+    pub(crate) fn new() -> Throttle {
         Throttle {
             last: None,
             held: 0,
         }
     }
 
-    fn warn(&mut self, kind: Kind, what: &str, error: &dyn std::fmt::Display) {
+    /// Logs `what` unless a warning went out less than a second ago.
+    pub(crate) fn warn(&mut self, kind: Kind, what: &str, error: &dyn std::fmt::Display) {
         let now = Instant::now();
         if self
             .last
@@ -282,54 +281,9 @@ fn serve(mut s: UnixStream, kind: Kind, limits: Limits, secret: &str, events: &S
         }
     };
     match (kind, peer) {
-        (Kind::Control, Peer::Client(rank)) => {
-            // A client may be idle for as long as it likes.
-            let _ = s.set_read_timeout(None);
-            client(s, rank, events);
-        }
         (Kind::Tool, Peer::Tool) => tool(s, limits, events),
         _ => tracing::warn!(socket = ?kind, "refused a connection: wrong kind of peer"),
     }
-}
-
-fn client(s: UnixStream, rank: u32, events: &Sender<Event>) {
-    let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-    let Ok(w) = s.try_clone() else { return };
-    if events
-        .send(Event::Hello {
-            conn,
-            rank,
-            stream: w,
-        })
-        .is_err()
-    {
-        return;
-    }
-    let mut r = s;
-    let mut frames = FrameReader::new();
-    loop {
-        let frame = match frames.next(&mut r) {
-            Ok(Ok(Frame::Frame(f))) => f,
-            Ok(Ok(Frame::Closed)) | Err(_) => break,
-            Ok(Err(e)) => {
-                tracing::warn!(rank, error = %e, "malformed frame; closing the connection");
-                break;
-            }
-        };
-        match decode_client(&frame) {
-            Ok((req, request)) => {
-                if events.send(Event::Request { conn, req, request }).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(rank, error = %e, "undecodable request; closing the connection");
-                break;
-            }
-        }
-    }
-    let _ = r.shutdown(std::net::Shutdown::Both);
-    let _ = events.send(Event::Gone { conn });
 }
 
 /// What reading a tool's command gave.

@@ -1,0 +1,874 @@
+//! The runtime's I/O loop: one thread that waits in poll(2) on everything whose number
+//! grows with the ranks (issue 30), so that the runtime's thread count does not.
+//!
+//! It owns
+//! - the control socket: accepts, reads each connection's hello without blocking (with
+//!   a deadline), and reads the frames of every process' control connection;
+//! - every rank's stdout and stderr pipe, forwarded line by line with a `[rank N] `
+//!   prefix (partial lines kept until their newline, or until [`MAX_LINE`]);
+//! - every launched process' exit, through a `pidfd` (Linux ≥ 5.3), or where there is
+//!   none through SIGCHLD ([`signals::watch_children`]) and a non-blocking wait;
+//! - the signal self-pipe ([`signals::wake_fd`]), which it turns into
+//!   [`Event::Signal`] for the engine;
+//! - write interest for control connections whose replies the socket did not take
+//!   ([`Handle::watch_write`], answered by [`Event::Writable`]): the engine flushes them
+//!   then, instead of retrying every few milliseconds.
+//!
+//! Everything it learns goes to the engine's queue as [`Event`]s, as the threads it
+//! replaces sent them, in the same order per connection and per process (a process'
+//! [`Event::Launched`] is queued by its launcher thread before the process is handed
+//! over here, so its [`Event::Exited`] comes after it).
+//!
+//! Forwarded output is written by one writer thread, not by the loop: a terminal or
+//! pipe that does not take the runtime's output must stall only the output (the ranks'
+//! pipes stop being read past [`OUTPUT_QUEUED`] bytes, as a blocked forwarder thread
+//! stopped reading before), never the control connections.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dynres_core::rc::wire::decode_client;
+
+use super::engine::Event;
+use super::server::{Kind, Limits, Throttle};
+use super::signals;
+use dynres_client::auth::{Peer, read_hello};
+use dynres_client::framing::{Frame, FrameReader};
+
+/// How long output is still forwarded after a process exited: what it wrote is in
+/// the pipe already; only descendants that inherited the pipe (a daemonized child)
+/// write later, and they must not keep the runtime from ending.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// Longest piece of output forwarded as one line.
+const MAX_LINE: usize = 64 << 10;
+
+/// Output bytes read from the ranks and not yet written out, past which their pipes
+/// are no longer read (the ranks then block on a full pipe, as they did when their
+/// forwarder thread was blocked in a write).
+const OUTPUT_QUEUED: usize = 4 << 20;
+
+/// How often the reaper without `pidfd` looks for exits even without a SIGCHLD (a
+/// signal coalesced with another, or a handler another library replaced).
+const REAP_POLL: Duration = Duration::from_secs(1);
+
+/// How long an accept error (out of descriptors or memory) pauses accepting: the
+/// connection stays queued and poll would report it again at once.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// Most bytes read from one pipe per turn of the loop, so that one chatty rank does
+/// not hold up the others.
+const READ_PER_TURN: usize = 64 << 10;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+/// What the runtime's other threads ask of the loop.
+enum Cmd {
+    /// A launched process: its exit and its output are the loop's from now on.
+    Child {
+        rank: u32,
+        proc: std::process::Child,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    },
+    /// Report [`Event::Writable`] once connection `conn` takes more bytes.
+    WatchWrite(u64),
+}
+
+/// Shared between the loop and its handles.
+struct Shared {
+    cmds: Mutex<Vec<Cmd>>,
+    /// Write end of the loop's wake-up pipe.
+    wake: OwnedFd,
+}
+
+impl Shared {
+    fn wake(&self) {
+        // SAFETY: writes one byte from a valid buffer to a descriptor we own; a full
+        // (non-blocking) pipe wakes the loop as well.
+        let _ = unsafe { libc::write(self.wake.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    }
+
+    fn push(&self, cmd: Cmd) {
+        if let Ok(mut q) = self.cmds.lock() {
+            q.push(cmd);
+        }
+        self.wake();
+    }
+}
+
+/// What the launcher threads and the engine hand the loop.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ioloop::Handle")
+    }
+}
+
+impl Handle {
+    /// Hands over a launched process (after its [`Event::Launched`] was queued): the
+    /// loop reports its exit and forwards its output.
+    pub fn add_child(
+        &self,
+        rank: u32,
+        proc: std::process::Child,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    ) {
+        self.shared.push(Cmd::Child {
+            rank,
+            proc,
+            stdout,
+            stderr,
+        });
+    }
+
+    /// Asks for one [`Event::Writable`] once connection `conn` can take more bytes
+    /// (none if the connection is gone by then: its [`Event::Gone`] is sent instead).
+    pub fn watch_write(&self, conn: u64) {
+        self.shared.push(Cmd::WatchWrite(conn));
+    }
+}
+
+/// The control socket the loop serves.
+pub struct Control {
+    /// The listening socket.
+    pub listener: UnixListener,
+    /// What its peers may cost.
+    pub limits: Limits,
+    /// The job's secret, which every hello must carry.
+    pub secret: String,
+}
+
+/// The running loop; stopped by [`IoLoop::finish`] (or when dropped).
+pub struct IoLoop {
+    shared: Arc<Shared>,
+    stop: Arc<StopFlag>,
+    thread: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+    /// Told by the writer thread once it wrote everything and ended.
+    writer_done: Option<Receiver<()>>,
+}
+
+/// How the loop is to stop: 0 running, 1 once its output pipes are all closed, 2 now.
+struct StopFlag(AtomicUsize);
+
+const RUNNING: usize = 0;
+const AFTER_OUTPUT: usize = 1;
+const NOW: usize = 2;
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller owns; only its status flags change.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A descriptor that becomes readable when process `pid` exits (`pidfd_open(2)`).
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just created (close-on-exec) and is ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+impl IoLoop {
+    /// Starts the loop (and its output writer), serving `control` if given.
+    pub fn start(control: Option<Control>, events: Sender<Event>) -> std::io::Result<IoLoop> {
+        let (wake_r, wake_w) = pipe()?;
+        let shared = Arc::new(Shared {
+            cmds: Mutex::new(Vec::new()),
+            wake: wake_w,
+        });
+        let stop = Arc::new(StopFlag(AtomicUsize::new(RUNNING)));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<(bool, Vec<u8>)>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let writer = {
+            let (queued, shared) = (queued.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("dynres-output".into())
+                .spawn(move || {
+                    write_output(&out_rx, &queued, &shared);
+                    let _ = done_tx.send(());
+                })?
+        };
+        if let Some(c) = &control {
+            // After poll says "readable" the connection may be gone already (the peer
+            // gave up): accept must then not block.
+            c.listener.set_nonblocking(true)?;
+        }
+        let mut reactor = Reactor {
+            events,
+            shared: shared.clone(),
+            wake: wake_r,
+            stop: stop.clone(),
+            control: control.map(|c| Listening {
+                c,
+                paused_until: None,
+                throttle: Throttle::new(),
+            }),
+            hellos: Vec::new(),
+            clients: HashMap::new(),
+            outputs: Vec::new(),
+            children: Vec::new(),
+            out: out_tx,
+            queued,
+            no_pidfd: false,
+            next_child: 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name("dynres-io".into())
+            .spawn(move || reactor.run())?;
+        Ok(IoLoop {
+            shared,
+            stop,
+            thread: Some(thread),
+            writer: Some(writer),
+            writer_done: Some(done_rx),
+        })
+    }
+
+    /// A handle for the launcher threads and the engine.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Stops the loop. `wait_output`: first forward the output of every process until
+    /// its pipes close (each at most [`DRAIN_AFTER_EXIT`] after its exit) and write it
+    /// out; else stop at once, and give the writer a moment for what it holds.
+    pub fn finish(mut self, wait_output: bool) {
+        self.stop_now(wait_output);
+    }
+
+    fn stop_now(&mut self, wait_output: bool) {
+        let how = if wait_output { AFTER_OUTPUT } else { NOW };
+        self.stop.0.store(how, Ordering::SeqCst);
+        self.shared.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // The loop dropped its sender: the writer ends once it wrote what it holds.
+        if let Some(done) = self.writer_done.take() {
+            let finished = if wait_output {
+                done.recv().is_ok()
+            } else {
+                done.recv_timeout(Duration::from_secs(1)).is_ok()
+            };
+            if let (true, Some(w)) = (finished, self.writer.take()) {
+                let _ = w.join();
+            }
+        }
+    }
+}
+
+impl Drop for IoLoop {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop_now(false);
+        }
+    }
+}
+
+/// The writer thread: writes forwarded lines in the order the loop read them, one
+/// write per line so that lines of different ranks do not interleave.
+fn write_output(rx: &Receiver<(bool, Vec<u8>)>, queued: &AtomicUsize, shared: &Shared) {
+    for (to_stderr, line) in rx {
+        let _ = if to_stderr {
+            std::io::stderr().lock().write_all(&line)
+        } else {
+            std::io::stdout().lock().write_all(&line)
+        };
+        let before = queued.fetch_sub(line.len(), Ordering::SeqCst);
+        if before >= OUTPUT_QUEUED && before - line.len() < OUTPUT_QUEUED {
+            // The loop stopped reading the pipes: it may go on.
+            shared.wake();
+        }
+    }
+}
+
+struct Listening {
+    c: Control,
+    paused_until: Option<Instant>,
+    throttle: Throttle,
+}
+
+/// A connection that has not presented its hello yet.
+struct Hello {
+    s: UnixStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+}
+
+/// An authenticated client's control connection.
+struct Client {
+    rank: u32,
+    s: UnixStream,
+    frames: FrameReader,
+    want_write: bool,
+}
+
+/// One output pipe of a rank.
+struct Output {
+    rank: u32,
+    /// Which launched process (the loop's own count), to find its pipes at its exit.
+    child: u64,
+    pipe: std::fs::File,
+    to_stderr: bool,
+    pending: Vec<u8>,
+    /// Once its process exited: when forwarding stops even if the pipe stays open.
+    until: Option<Instant>,
+}
+
+/// A launched process not yet reaped.
+struct Kid {
+    rank: u32,
+    id: u64,
+    proc: std::process::Child,
+    /// `None`: no pidfd (the SIGCHLD reaper looks after it).
+    pidfd: Option<OwnedFd>,
+}
+
+/// What one entry of the poll set stands for.
+#[derive(Clone, Copy)]
+enum Token {
+    Wake,
+    Signals,
+    Listener,
+    Hello(usize),
+    Client(u64),
+    Output(usize),
+    Kid(usize),
+}
+
+struct Reactor {
+    events: Sender<Event>,
+    shared: Arc<Shared>,
+    wake: OwnedFd,
+    stop: Arc<StopFlag>,
+    control: Option<Listening>,
+    hellos: Vec<Hello>,
+    clients: HashMap<u64, Client>,
+    outputs: Vec<Output>,
+    children: Vec<Kid>,
+    out: Sender<(bool, Vec<u8>)>,
+    queued: Arc<AtomicUsize>,
+    /// Some process has no pidfd: SIGCHLD is watched and exits are polled for.
+    no_pidfd: bool,
+    next_child: u64,
+}
+
+impl Reactor {
+    fn run(&mut self) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut tokens: Vec<Token> = Vec::new();
+        loop {
+            self.take_cmds();
+            match self.stop.0.load(Ordering::SeqCst) {
+                RUNNING => {}
+                AFTER_OUTPUT => {
+                    self.stop_serving();
+                    if self.outputs.is_empty() {
+                        break;
+                    }
+                }
+                _ => {
+                    self.stop_serving();
+                    // What is in the pipes now still goes out.
+                    for i in (0..self.outputs.len()).rev() {
+                        self.read_output(i, usize::MAX);
+                    }
+                    for o in std::mem::take(&mut self.outputs) {
+                        self.flush_partial(&o);
+                    }
+                    break;
+                }
+            }
+            let now = Instant::now();
+            let timeout = self.build(&mut fds, &mut tokens, now);
+            let ms = timeout.map_or(-1, |t| {
+                // Rounded up: a deadline 0.4 ms away must not spin with a 0 ms timeout.
+                let ms = t.as_micros().div_ceil(1000);
+                ms.min(i32::MAX as u128) as i32
+            });
+            // SAFETY: `fds` holds valid pollfd structures for the duration of the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "poll failed in the I/O loop");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            // Removals by index go from the back, so that earlier indices stay valid.
+            for k in (0..fds.len()).rev() {
+                let revents = fds[k].revents;
+                if revents == 0 {
+                    continue;
+                }
+                match tokens[k] {
+                    Token::Wake => drain_fd(self.wake.as_raw_fd()),
+                    Token::Signals => {
+                        signals::drain();
+                        let _ = self.events.send(Event::Signal);
+                        if self.no_pidfd {
+                            self.reap_polled();
+                        }
+                    }
+                    Token::Listener => self.accept(),
+                    Token::Hello(i) => self.on_hello(i),
+                    Token::Client(conn) => self.on_client(conn, revents),
+                    Token::Output(i) => self.read_output(i, READ_PER_TURN),
+                    Token::Kid(i) => self.reap(i),
+                }
+            }
+            self.expire(Instant::now());
+        }
+    }
+
+    fn take_cmds(&mut self) {
+        let cmds = match self.shared.cmds.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return,
+        };
+        for cmd in cmds {
+            match cmd {
+                Cmd::Child {
+                    rank,
+                    proc,
+                    stdout,
+                    stderr,
+                } => self.add_child(rank, proc, stdout, stderr),
+                Cmd::WatchWrite(conn) => {
+                    if let Some(c) = self.clients.get_mut(&conn) {
+                        c.want_write = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn add_child(
+        &mut self,
+        rank: u32,
+        proc: std::process::Child,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    ) {
+        let id = self.next_child;
+        self.next_child += 1;
+        let pidfd = match pidfd_open(proc.id()) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                if !self.no_pidfd {
+                    tracing::debug!(error = %e, "no pidfd: exits are found through SIGCHLD");
+                    self.no_pidfd = true;
+                    signals::watch_children();
+                }
+                None
+            }
+        };
+        for (to_stderr, pipe) in [(false, stdout), (true, stderr)] {
+            let Some(pipe) = pipe else { continue };
+            if let Err(e) = set_nonblocking(pipe.as_raw_fd()) {
+                // A blocking read would stall every connection; its output is lost
+                // instead (the rank then blocks on a full pipe, and is seen to hang).
+                tracing::error!(rank, error = %e, "cannot read rank {rank}'s output");
+                continue;
+            }
+            self.outputs.push(Output {
+                rank,
+                child: id,
+                pipe: std::fs::File::from(pipe),
+                to_stderr,
+                pending: Vec::new(),
+                until: None,
+            });
+        }
+        self.children.push(Kid {
+            rank,
+            id,
+            proc,
+            pidfd,
+        });
+        if self.no_pidfd {
+            // It may have exited before SIGCHLD was watched.
+            self.reap_polled();
+        }
+    }
+
+    /// No more connections: the job is over.
+    fn stop_serving(&mut self) {
+        self.control = None;
+        self.hellos.clear();
+        for (_, c) in self.clients.drain() {
+            let _ = c.s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Fills the poll set; the time until the next deadline, if any.
+    fn build(
+        &mut self,
+        fds: &mut Vec<libc::pollfd>,
+        tokens: &mut Vec<Token>,
+        now: Instant,
+    ) -> Option<Duration> {
+        fds.clear();
+        tokens.clear();
+        let mut add = |fd: RawFd, events: libc::c_short, t: Token| {
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+            tokens.push(t);
+        };
+        let mut next: Option<Instant> = None;
+        let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        add(self.wake.as_raw_fd(), libc::POLLIN, Token::Wake);
+        if let Some(fd) = signals::wake_fd() {
+            add(fd.as_raw_fd(), libc::POLLIN, Token::Signals);
+        }
+        if let Some(l) = &mut self.control {
+            match l.paused_until {
+                Some(t) if t > now => at(t),
+                _ => {
+                    l.paused_until = None;
+                    add(l.c.listener.as_raw_fd(), libc::POLLIN, Token::Listener);
+                }
+            }
+        }
+        for (i, h) in self.hellos.iter().enumerate() {
+            add(h.s.as_raw_fd(), libc::POLLIN, Token::Hello(i));
+            at(h.deadline);
+        }
+        for (id, c) in &self.clients {
+            let ev = if c.want_write {
+                libc::POLLIN | libc::POLLOUT
+            } else {
+                libc::POLLIN
+            };
+            add(c.s.as_raw_fd(), ev, Token::Client(*id));
+        }
+        let reading = self.queued.load(Ordering::SeqCst) < OUTPUT_QUEUED;
+        for (i, o) in self.outputs.iter().enumerate() {
+            if reading {
+                add(o.pipe.as_raw_fd(), libc::POLLIN, Token::Output(i));
+            }
+            if let Some(t) = o.until {
+                at(t);
+            }
+        }
+        for (i, k) in self.children.iter().enumerate() {
+            if let Some(fd) = &k.pidfd {
+                add(fd.as_raw_fd(), libc::POLLIN, Token::Kid(i));
+            }
+        }
+        if self.no_pidfd && self.children.iter().any(|k| k.pidfd.is_none()) {
+            at(now + REAP_POLL);
+        }
+        next.map(|t| t.saturating_duration_since(now))
+    }
+
+    fn accept(&mut self) {
+        let Some(l) = &mut self.control else { return };
+        loop {
+            match l.c.listener.accept() {
+                Ok((s, _)) => {
+                    if self.hellos.len() + self.clients.len() >= l.c.limits.max_conns {
+                        l.throttle.warn(
+                            Kind::Control,
+                            "too many connections: closed a new one",
+                            &format_args!("limit {}", l.c.limits.max_conns),
+                        );
+                        continue;
+                    }
+                    if let Err(e) = s.set_nonblocking(true) {
+                        l.throttle
+                            .warn(Kind::Control, "cannot serve a connection: closed it", &e);
+                        continue;
+                    }
+                    self.hellos.push(Hello {
+                        s,
+                        buf: Vec::with_capacity(80),
+                        deadline: Instant::now() + l.c.limits.hello_timeout,
+                    });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    l.throttle
+                        .warn(Kind::Control, "cannot accept a connection", &e);
+                    l.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads what is there of hello `i` — never past its end: the frames after it are
+    /// the client connection's — and, once it is whole (or cannot be one), admits or
+    /// refuses it.
+    fn on_hello(&mut self, i: usize) {
+        let Some(secret) = self.control.as_ref().map(|l| l.c.secret.clone()) else {
+            return;
+        };
+        let h = &mut self.hellos[i];
+        let peer = loop {
+            // A wrong magic is refused after its first 6 bytes, as a blocking read of
+            // the hello did; `Err` is a hello not all there yet.
+            if h.buf.len() >= 6 {
+                if let Ok(p) = read_hello(&mut h.buf.as_slice(), &secret) {
+                    break p;
+                }
+            }
+            // "DRHI" | kind | secret_len | secret | rank u32 (`dynres_client::auth`).
+            let need = match h.buf.get(5) {
+                Some(len) => 6 + usize::from(*len) + 4,
+                None => 6,
+            };
+            let mut chunk = [0u8; 300];
+            match h.s.read(&mut chunk[..need - h.buf.len()]) {
+                Ok(0) => {
+                    tracing::debug!(socket = ?Kind::Control, "connection closed before its hello");
+                    self.hellos.swap_remove(i);
+                    return;
+                }
+                Ok(n) => h.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(socket = ?Kind::Control, error = %e, "connection closed before its hello");
+                    self.hellos.swap_remove(i);
+                    return;
+                }
+            }
+        };
+        let h = self.hellos.swap_remove(i);
+        match peer {
+            None => {
+                tracing::warn!(socket = ?Kind::Control, "refused a connection: wrong secret or malformed hello");
+            }
+            Some(Peer::Tool) => {
+                tracing::warn!(socket = ?Kind::Control, "refused a connection: wrong kind of peer");
+            }
+            Some(Peer::Client(rank)) => self.admit(h.s, rank),
+        }
+    }
+
+    fn admit(&mut self, s: UnixStream, rank: u32) {
+        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+        let Ok(w) = s.try_clone() else { return };
+        if self
+            .events
+            .send(Event::Hello {
+                conn,
+                rank,
+                stream: w,
+            })
+            .is_err()
+        {
+            return;
+        }
+        self.clients.insert(
+            conn,
+            Client {
+                rank,
+                s,
+                frames: FrameReader::new(),
+                want_write: false,
+            },
+        );
+    }
+
+    fn on_client(&mut self, conn: u64, revents: libc::c_short) {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return;
+        };
+        if c.want_write && revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+            c.want_write = false;
+            let _ = self.events.send(Event::Writable { conn });
+        }
+        if revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) == 0 {
+            return;
+        }
+        let rank = c.rank;
+        let closed = loop {
+            let frame = match c.frames.next(&mut c.s) {
+                Ok(Ok(Frame::Frame(f))) => f,
+                Ok(Ok(Frame::Closed)) => break true,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break true,
+                Ok(Err(e)) => {
+                    tracing::warn!(rank, error = %e, "malformed frame; closing the connection");
+                    break true;
+                }
+            };
+            match decode_client(&frame) {
+                Ok((req, request)) => {
+                    let _ = self.events.send(Event::Request { conn, req, request });
+                }
+                Err(e) => {
+                    tracing::warn!(rank, error = %e, "undecodable request; closing the connection");
+                    break true;
+                }
+            }
+        };
+        if closed {
+            if let Some(c) = self.clients.remove(&conn) {
+                let _ = c.s.shutdown(std::net::Shutdown::Both);
+            }
+            let _ = self.events.send(Event::Gone { conn });
+        }
+    }
+
+    /// Reads up to `budget` bytes of output `i` and forwards its whole lines; at its
+    /// end, forwards the rest and forgets it.
+    fn read_output(&mut self, i: usize, budget: usize) {
+        let o = &mut self.outputs[i];
+        let mut chunk = [0u8; 8192];
+        let mut read = 0;
+        let ended = loop {
+            if read >= budget {
+                break false;
+            }
+            match o.pipe.read(&mut chunk) {
+                Ok(0) => break true,
+                Ok(k) => {
+                    read += k;
+                    o.pending.extend_from_slice(&chunk[..k]);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(_) => break true,
+            }
+        };
+        let o = &mut self.outputs[i];
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while let Some(n) = o.pending[start..].iter().position(|&b| b == b'\n') {
+            lines.push(start..start + n + 1);
+            start += n + 1;
+        }
+        let (rank, to_stderr) = (o.rank, o.to_stderr);
+        let pending = std::mem::take(&mut o.pending);
+        for r in lines {
+            self.emit(rank, to_stderr, &pending[r]);
+        }
+        let mut rest = pending[start..].to_vec();
+        // Output without newlines (binary, a progress bar) is not held in memory
+        // without bound: it goes out in pieces.
+        if rest.len() >= MAX_LINE {
+            self.emit(rank, to_stderr, &rest);
+            rest.clear();
+        }
+        self.outputs[i].pending = rest;
+        if ended {
+            let o = self.outputs.swap_remove(i);
+            self.flush_partial(&o);
+        }
+    }
+
+    fn flush_partial(&self, o: &Output) {
+        if !o.pending.is_empty() {
+            self.emit(o.rank, o.to_stderr, &o.pending);
+        }
+    }
+
+    fn emit(&self, rank: u32, to_stderr: bool, line: &[u8]) {
+        let mut buf = format!("[rank {rank}] ").into_bytes();
+        buf.extend_from_slice(line);
+        if buf.last() != Some(&b'\n') {
+            buf.push(b'\n');
+        }
+        self.queued.fetch_add(buf.len(), Ordering::SeqCst);
+        let _ = self.out.send((to_stderr, buf));
+    }
+
+    /// Process `i`'s pidfd is readable: it exited.
+    fn reap(&mut self, i: usize) {
+        match self.children[i].proc.try_wait() {
+            Ok(None) => {}
+            Ok(Some(status)) => self.exited(i, Ok(status)),
+            Err(e) => self.exited(i, Err(e)),
+        }
+    }
+
+    /// Without pidfds: looks at every process that has none.
+    fn reap_polled(&mut self) {
+        for i in (0..self.children.len()).rev() {
+            if self.children[i].pidfd.is_none() {
+                self.reap(i);
+            }
+        }
+    }
+
+    fn exited(&mut self, i: usize, status: std::io::Result<std::process::ExitStatus>) {
+        let k = self.children.swap_remove(i);
+        let until = Instant::now() + DRAIN_AFTER_EXIT;
+        for o in self.outputs.iter_mut().filter(|o| o.child == k.id) {
+            o.until = Some(until);
+        }
+        let _ = self.events.send(Event::Exited {
+            rank: k.rank,
+            status,
+        });
+    }
+
+    /// Drops hellos past their deadline and output of exited processes past its drain.
+    fn expire(&mut self, now: Instant) {
+        let before = self.hellos.len();
+        self.hellos.retain(|h| h.deadline > now);
+        for _ in self.hellos.len()..before {
+            tracing::debug!(socket = ?Kind::Control, "connection closed before its hello: no hello in time");
+        }
+        for i in (0..self.outputs.len()).rev() {
+            if self.outputs[i].until.is_some_and(|t| t <= now) {
+                let o = self.outputs.swap_remove(i);
+                tracing::debug!(
+                    rank = o.rank,
+                    "rank {} exited; output its descendants still write is dropped",
+                    o.rank
+                );
+                self.flush_partial(&o);
+            }
+        }
+    }
+}
+
+fn drain_fd(fd: RawFd) {
+    let mut buf = [0u8; 64];
+    // SAFETY: reads into a valid buffer from a non-blocking descriptor we own.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+}
