@@ -202,6 +202,15 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 impl IoLoop {
     /// Starts the loop (and its output writer), serving `control` if given.
     pub fn start(control: Option<Control>, events: Sender<Event>) -> std::io::Result<IoLoop> {
+        IoLoop::start_with(control, events, true)
+    }
+
+    /// [`IoLoop::start`]; `pidfds` false: as on a kernel without them (tests).
+    fn start_with(
+        control: Option<Control>,
+        events: Sender<Event>,
+        pidfds: bool,
+    ) -> std::io::Result<IoLoop> {
         let (wake_r, wake_w) = pipe()?;
         let shared = Arc::new(Shared {
             cmds: Mutex::new(Vec::new()),
@@ -241,6 +250,7 @@ impl IoLoop {
             children: Vec::new(),
             out: out_tx,
             queued,
+            pidfds,
             no_pidfd: false,
             next_child: 0,
         };
@@ -382,6 +392,8 @@ struct Reactor {
     children: Vec<Kid>,
     out: Sender<(bool, Vec<u8>)>,
     queued: Arc<AtomicUsize>,
+    /// Whether to try pidfds at all.
+    pidfds: bool,
     /// Some process has no pidfd: SIGCHLD is watched and exits are polled for.
     no_pidfd: bool,
     next_child: u64,
@@ -441,9 +453,6 @@ impl Reactor {
                     Token::Signals => {
                         signals::drain();
                         let _ = self.events.send(Event::Signal);
-                        if self.no_pidfd {
-                            self.reap_polled();
-                        }
                     }
                     Token::Listener => self.accept(),
                     Token::Hello(i) => self.on_hello(i),
@@ -451,6 +460,11 @@ impl Reactor {
                     Token::Output(i) => self.read_output(i, READ_PER_TURN),
                     Token::Kid(i) => self.reap(i),
                 }
+            }
+            if self.no_pidfd {
+                // Woken by SIGCHLD, by its poll deadline, or by anything else: a
+                // non-blocking wait per process without a pidfd costs little.
+                self.reap_polled();
             }
             self.expire(Instant::now());
         }
@@ -487,7 +501,12 @@ impl Reactor {
     ) {
         let id = self.next_child;
         self.next_child += 1;
-        let pidfd = match pidfd_open(proc.id()) {
+        let opened = if self.pidfds {
+            pidfd_open(proc.id())
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+        };
+        let pidfd = match opened {
             Ok(fd) => Some(fd),
             Err(e) => {
                 if !self.no_pidfd {
@@ -871,4 +890,163 @@ fn drain_fd(fd: RawFd) {
     let mut buf = [0u8; 64];
     // SAFETY: reads into a valid buffer from a non-blocking descriptor we own.
     while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dynres_client::auth::{HELLO_OK, encode_hello};
+    use dynres_core::rc::ClientRequest;
+    use dynres_core::rc::wire::encode_client;
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc::RecvTimeoutError;
+
+    const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    fn next(rx: &Receiver<Event>) -> Event {
+        loop {
+            match rx.recv_timeout(LIMIT) {
+                // Signals of other tests' children (SIGCHLD) may wake the loop.
+                Ok(Event::Signal) => {}
+                Ok(ev) => return ev,
+                Err(e) => panic!("no event: {e}"),
+            }
+        }
+    }
+
+    fn spawn(script: &str) -> std::process::Child {
+        Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Exits are reported once, with their status and rank, through pidfds and, where
+    /// there are none, through SIGCHLD and polling; the loop ends once the output of
+    /// every process is forwarded.
+    fn exits_are_reported(pidfds: bool) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let io = IoLoop::start_with(None, tx, pidfds).unwrap();
+        let h = io.handle();
+        for (rank, script) in [(3, "exit 7"), (4, "sleep 0.2; exit 3")] {
+            let mut p = spawn(script);
+            let (o, e) = (
+                p.stdout.take().map(OwnedFd::from),
+                p.stderr.take().map(OwnedFd::from),
+            );
+            h.add_child(rank, p, o, e);
+        }
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            match next(&rx) {
+                Event::Exited { rank, status } => got.push((rank, status.unwrap().code())),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        got.sort();
+        assert_eq!(got, [(3, Some(7)), (4, Some(3))]);
+        io.finish(true);
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_millis(100)),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected)
+        ));
+    }
+
+    #[test]
+    fn exits_are_reported_through_pidfds() {
+        exits_are_reported(true);
+    }
+
+    #[test]
+    fn exits_are_reported_without_pidfds() {
+        exits_are_reported(false);
+    }
+
+    fn sock(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("dynres-io-{}-{name}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    fn serve(path: &std::path::Path, hello_timeout: Duration) -> (IoLoop, Receiver<Event>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut limits = Limits::of(Kind::Control);
+        limits.hello_timeout = hello_timeout;
+        let control = Control {
+            listener: UnixListener::bind(path).unwrap(),
+            limits,
+            secret: SECRET.into(),
+        };
+        (IoLoop::start(Some(control), tx).unwrap(), rx)
+    }
+
+    /// What the loop does with a connection: closed (`None`) or admitted.
+    fn closed(s: &mut UnixStream) -> bool {
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut b = [0u8; 1];
+        matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    /// A client's hello, sent in pieces, is admitted; its frames become requests, its
+    /// end `Gone`; write interest is answered by `Writable`. A wrong secret, a foreign
+    /// protocol and a silent connection are closed.
+    #[test]
+    fn control_connections_are_served_without_a_thread_each() {
+        let path = sock("ctl");
+        let (io, rx) = serve(&path, Duration::from_millis(300));
+        let mut c = UnixStream::connect(&path).unwrap();
+        let hello = encode_hello(SECRET, Peer::Client(5));
+        c.write_all(&hello[..3]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        c.write_all(&hello[3..]).unwrap();
+        let (conn, stream) = match next(&rx) {
+            Event::Hello { conn, rank, stream } => {
+                assert_eq!(rank, 5);
+                (conn, stream)
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        // The engine answers the hello on its copy of the stream.
+        (&stream).write_all(&[HELLO_OK]).unwrap();
+        let mut ok = [0u8; 1];
+        c.read_exact(&mut ok).unwrap();
+        let frame = encode_client(9, &ClientRequest::Query { bound: None });
+        // Two frames in one write, then one in two pieces.
+        let two = [frame.clone(), frame.clone()].concat();
+        c.write_all(&two).unwrap();
+        c.write_all(&frame[..4]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        c.write_all(&frame[4..]).unwrap();
+        for _ in 0..3 {
+            match next(&rx) {
+                Event::Request { conn: k, req, .. } => assert_eq!((k, req), (conn, 9)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        io.handle().watch_write(conn);
+        assert!(matches!(next(&rx), Event::Writable { conn: k } if k == conn));
+        drop(c);
+        assert!(matches!(next(&rx), Event::Gone { conn: k } if k == conn));
+
+        let mut wrong = UnixStream::connect(&path).unwrap();
+        wrong
+            .write_all(&encode_hello(&"ff".repeat(32), Peer::Client(1)))
+            .unwrap();
+        assert!(closed(&mut wrong), "a wrong secret was served");
+        let mut http = UnixStream::connect(&path).unwrap();
+        http.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(closed(&mut http), "a foreign protocol was served");
+        let mut silent = UnixStream::connect(&path).unwrap();
+        assert!(closed(&mut silent), "a silent connection was kept");
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_millis(100)),
+            Err(RecvTimeoutError::Timeout) | Ok(Event::Signal)
+        ));
+        io.finish(true);
+        let _ = std::fs::remove_file(&path);
+    }
 }
