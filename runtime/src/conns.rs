@@ -9,7 +9,7 @@
 //! non-blocking either way).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use dynres_core::Rank;
 
@@ -76,6 +76,11 @@ impl Conn {
     /// Whether replies wait for the client to read.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// The socket, for a wait until it takes bytes again.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
     }
 
     /// Closes both directions (the reader thread then reports the connection gone).

@@ -65,9 +65,10 @@ impl Upstream {
         Ok(())
     }
 
-    /// Whether bytes wait for the master to read.
-    pub fn has_pending(&self) -> bool {
-        self.conn.has_pending()
+    /// The link's socket while bytes wait for the master to read: the I/O loop says
+    /// when it takes bytes again.
+    pub fn blocked(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.conn.has_pending().then(|| self.conn.fd())
     }
 
     /// Flushes what is pending (bounded: 2 s), then closes the link.
@@ -77,7 +78,16 @@ impl Upstream {
             if self.conn.flush().is_err() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            // Until the socket takes bytes again (or the bound), not a fixed retry.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fd = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&self.conn.fd()),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut fd, 1, ms) };
         }
         self.conn.close();
         if let Some(t) = self.reader.take() {

@@ -11,8 +11,9 @@
 //! - the signal self-pipe ([`signals::wake_fd`]), which it turns into
 //!   [`Event::Signal`] for the engine;
 //! - write interest for control connections whose replies the socket did not take
-//!   ([`Handle::watch_write`], answered by [`Event::Writable`]): the engine flushes them
-//!   then, instead of retrying every few milliseconds.
+//!   ([`Handle::watch_write`], answered by [`Event::Writable`]) and for links to other
+//!   nodes whose frames wait ([`Handle::watch_link`], [`Event::LinkWritable`]): the
+//!   engine flushes them then, instead of retrying every 2 ms.
 //!
 //! Everything it learns goes to the engine's queue as [`Event`]s, as the threads it
 //! replaces sent them, in the same order per connection and per process (a process'
@@ -80,6 +81,9 @@ enum Cmd {
     },
     /// Report [`Event::Writable`] once connection `conn` takes more bytes.
     WatchWrite(u64),
+    /// Report [`Event::LinkWritable`] once the link to `node` (a copy of its socket)
+    /// takes more bytes.
+    WatchLink { node: u32, fd: OwnedFd },
 }
 
 /// Shared between the loop and its handles.
@@ -138,6 +142,14 @@ impl Handle {
     /// (none if the connection is gone by then: its [`Event::Gone`] is sent instead).
     pub fn watch_write(&self, conn: u64) {
         self.shared.push(Cmd::WatchWrite(conn));
+    }
+
+    /// Asks for one [`Event::LinkWritable`] once the link to `node`, whose socket `fd`
+    /// is, can take more bytes (or fails: the link's own reader reports its end).
+    pub fn watch_link(&self, node: u32, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+        let fd = fd.try_clone_to_owned()?;
+        self.shared.push(Cmd::WatchLink { node, fd });
+        Ok(())
     }
 }
 
@@ -246,6 +258,7 @@ impl IoLoop {
             }),
             hellos: Vec::new(),
             clients: HashMap::new(),
+            links: Vec::new(),
             outputs: Vec::new(),
             children: Vec::new(),
             out: out_tx,
@@ -376,6 +389,7 @@ enum Token {
     Listener,
     Hello(usize),
     Client(u64),
+    Link(usize),
     Output(usize),
     Kid(usize),
 }
@@ -388,6 +402,8 @@ struct Reactor {
     control: Option<Listening>,
     hellos: Vec<Hello>,
     clients: HashMap<u64, Client>,
+    /// Links waited on for writability: node, a copy of the socket.
+    links: Vec<(u32, OwnedFd)>,
     outputs: Vec<Output>,
     children: Vec<Kid>,
     out: Sender<(bool, Vec<u8>)>,
@@ -457,6 +473,10 @@ impl Reactor {
                     Token::Listener => self.accept(),
                     Token::Hello(i) => self.on_hello(i),
                     Token::Client(conn) => self.on_client(conn, revents),
+                    Token::Link(i) => {
+                        let (node, _) = self.links.swap_remove(i);
+                        let _ = self.events.send(Event::LinkWritable { node });
+                    }
                     Token::Output(i) => self.read_output(i, READ_PER_TURN),
                     Token::Kid(i) => self.reap(i),
                 }
@@ -488,6 +508,7 @@ impl Reactor {
                         c.want_write = true;
                     }
                 }
+                Cmd::WatchLink { node, fd } => self.links.push((node, fd)),
             }
         }
     }
@@ -549,6 +570,7 @@ impl Reactor {
     /// No more connections: the job is over.
     fn stop_serving(&mut self) {
         self.control = None;
+        self.links.clear();
         self.hellos.clear();
         for (_, c) in self.clients.drain() {
             let _ = c.s.shutdown(std::net::Shutdown::Both);
@@ -598,6 +620,9 @@ impl Reactor {
                 libc::POLLIN
             };
             add(c.s.as_raw_fd(), ev, Token::Client(*id));
+        }
+        for (i, (_, fd)) in self.links.iter().enumerate() {
+            add(fd.as_raw_fd(), libc::POLLOUT, Token::Link(i));
         }
         let reading = self.queued.load(Ordering::SeqCst) < OUTPUT_QUEUED;
         for (i, o) in self.outputs.iter().enumerate() {
@@ -1029,6 +1054,12 @@ mod tests {
         }
         io.handle().watch_write(conn);
         assert!(matches!(next(&rx), Event::Writable { conn: k } if k == conn));
+        // A link (any socket) is watched on a copy of its descriptor.
+        let (link, _peer) = UnixStream::pair().unwrap();
+        io.handle()
+            .watch_link(7, std::os::fd::AsFd::as_fd(&link))
+            .unwrap();
+        assert!(matches!(next(&rx), Event::LinkWritable { node: 7 }));
         drop(c);
         assert!(matches!(next(&rx), Event::Gone { conn: k } if k == conn));
 

@@ -118,6 +118,12 @@ pub enum Event {
         /// Connection id.
         conn: u64,
     },
+    /// A link whose frames were held back ([`ioloop::Handle::watch_link`]) takes
+    /// bytes again: the loop's turn flushes it.
+    LinkWritable {
+        /// The peer's node (on a daemon: its own node).
+        node: u32,
+    },
     /// A signal arrived (`signals.rs`): the loop looks at what it asks for.
     Signal,
 }
@@ -227,6 +233,10 @@ pub struct Engine {
     io_handle: ioloop::Handle,
     /// Connections the I/O loop watches for writability on our behalf.
     write_watch: HashSet<u64>,
+    /// Links (by node) the I/O loop watches for writability on our behalf.
+    link_watch: HashSet<u32>,
+    /// A blocked link could not be watched (out of descriptors): retry it soon.
+    link_retry: bool,
     /// Launches asked of the spawner and not yet reported; `Some`: kill on arrival,
     /// and why.
     launching: BTreeMap<Rank, Option<KillCause>>,
@@ -346,6 +356,8 @@ impl Engine {
             io: Some(io),
             io_handle,
             write_watch: HashSet::new(),
+            link_watch: HashSet::new(),
+            link_retry: false,
             launching: BTreeMap::new(),
             children: BTreeMap::new(),
             exited: VecDeque::new(),
@@ -440,10 +452,8 @@ impl Engine {
             for t in deadlines.into_iter().chain(self.daemon.poll_timeout()) {
                 wait = wait.min(StdDuration::from_nanos(t.0.saturating_sub(now.0)));
             }
-            let links_pending = self.nodes.as_ref().is_some_and(Nodes::has_pending)
-                || self.upstream.as_ref().is_some_and(Upstream::has_pending);
-            if links_pending {
-                // Retry blocked link frames soon; nothing else wakes us for them.
+            if std::mem::take(&mut self.link_retry) {
+                // Nothing else wakes us for a link the I/O loop does not watch.
                 wait = wait.min(StdDuration::from_millis(2));
             }
             match rx.recv_timeout(wait) {
@@ -463,6 +473,7 @@ impl Engine {
             self.tick_links();
             self.flush_conns();
             self.watch_blocked();
+            self.watch_blocked_links();
         }
         if let Some(mut nodes) = self.nodes.take() {
             nodes.shutdown();
@@ -604,6 +615,10 @@ impl Engine {
                     self.drop_conn(conn);
                 }
             }
+            // Flushed by the loop's turn (`tick_links`).
+            Event::LinkWritable { node } => {
+                self.link_watch.remove(&node);
+            }
             // Looked at at the top of the loop.
             Event::Signal => {}
         }
@@ -640,6 +655,36 @@ impl Engine {
                 self.io_handle.watch_write(*id);
             }
         }
+    }
+
+    /// Asks the I/O loop to say when links with frames held back take bytes again
+    /// (once per blocked stretch); without it, they are retried every 2 ms.
+    fn watch_blocked_links(&mut self) {
+        let mut blocked = self.nodes.as_ref().map(Nodes::blocked).unwrap_or_default();
+        blocked.extend(
+            self.upstream
+                .as_ref()
+                .and_then(Upstream::blocked)
+                .map(|fd| (self.node.0, fd)),
+        );
+        // A link no longer blocked is watched again when it is next (a watch still in
+        // the I/O loop only reports once, harmlessly).
+        self.link_watch
+            .retain(|n| blocked.iter().any(|(b, _)| b == n));
+        let mut watched = Vec::new();
+        for (node, fd) in blocked {
+            if self.link_watch.contains(&node) {
+                continue;
+            }
+            match self.io_handle.watch_link(node, fd) {
+                Ok(()) => watched.push(node),
+                Err(e) => {
+                    tracing::debug!(node, error = %e, "cannot watch a link; retrying it often");
+                    self.link_retry = true;
+                }
+            }
+        }
+        self.link_watch.extend(watched);
     }
 
     fn on_launched(&mut self, rank: Rank, child: std::io::Result<Child>) {
