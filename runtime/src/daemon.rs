@@ -229,15 +229,14 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         .map_err(|e| LauncherError::io(format!("bind {}", sock.display()), e))?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let io = ioloop::IoLoop::start(
-        Some(ioloop::Control {
-            listener,
-            limits: server::Limits::of(server::Kind::Control),
-            secret: secret.clone(),
-        }),
-        tx.clone(),
-    )
-    .map_err(|e| LauncherError::io("start the I/O loop", e))?;
+    let control = ioloop::Socket {
+        listener,
+        kind: server::Kind::Control,
+        limits: server::Limits::of(server::Kind::Control),
+        secret: secret.clone(),
+    };
+    let io = ioloop::IoLoop::start(vec![control], tx.clone())
+        .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let reader = stream
         .try_clone()
         .and_then(|s| link::reader(s, frames, node, tx.clone()))

@@ -2,8 +2,10 @@
 //! grows with the ranks (issue 30), so that the runtime's thread count does not.
 //!
 //! It owns
-//! - the control socket: accepts, reads each connection's hello without blocking (with
-//!   a deadline), and reads the frames of every process' control connection;
+//! - the job's sockets: accepts, reads each connection's hello without blocking (with
+//!   a deadline), reads the frames of every process' control connection
+//!   (`control.sock`), and each tool's command line and writes its answer (`cli.sock`),
+//!   with the deadlines and caps of [`Limits`];
 //! - every rank's stdout and stderr pipe, forwarded line by line with a `[rank N] `
 //!   prefix (partial lines kept until their newline, or until [`MAX_LINE`]);
 //! - every launched process' exit, through a `pidfd` (Linux ≥ 5.3), or where there is
@@ -40,7 +42,7 @@ use dynres_core::rc::wire::decode_client;
 use super::engine::Event;
 use super::server::{Kind, Limits, Throttle};
 use super::signals;
-use dynres_client::auth::{Peer, read_hello};
+use dynres_client::auth::{HELLO_OK, Peer, read_hello};
 use dynres_client::framing::{Frame, FrameReader};
 
 /// How long output is still forwarded after a process exited: what it wrote is in
@@ -59,6 +61,9 @@ const OUTPUT_QUEUED: usize = 4 << 20;
 /// How often the reaper without `pidfd` looks for exits even without a SIGCHLD (a
 /// signal coalesced with another, or a handler another library replaced).
 const REAP_POLL: Duration = Duration::from_secs(1);
+
+/// Once the loop stops, how long an answer to a tool may still take to go out.
+const STOP_ANSWER: Duration = Duration::from_secs(1);
 
 /// How long an accept error (out of descriptors or memory) pauses accepting: the
 /// connection stays queued and poll would report it again at once.
@@ -84,6 +89,9 @@ enum Cmd {
     /// Report [`Event::LinkWritable`] once the link to `node` (a copy of its socket)
     /// takes more bytes.
     WatchLink { node: u32, fd: OwnedFd },
+    /// The engine's answer to tool connection `id` (`None`: it dropped the reply
+    /// unanswered, the job ended).
+    ToolAnswer { id: u64, text: Option<String> },
 }
 
 /// Shared between the loop and its handles.
@@ -91,6 +99,9 @@ struct Shared {
     cmds: Mutex<Vec<Cmd>>,
     /// Write end of the loop's wake-up pipe.
     wake: OwnedFd,
+    /// Its read end, kept as long as a handle may write (a reply dropped after the
+    /// loop ended must not write to a pipe without readers).
+    wake_r: OwnedFd,
 }
 
 impl Shared {
@@ -153,10 +164,74 @@ impl Handle {
     }
 }
 
-/// The control socket the loop serves.
-pub struct Control {
+/// Where the engine sends a tool's answer: to the I/O loop, which writes it to the
+/// tool's connection (with the write timeout). It may be sent later (a change is
+/// answered once decided); dropped unanswered, the tool is told "the job ended".
+pub struct ToolReply(Reply);
+
+enum Reply {
+    Loop {
+        id: u64,
+        shared: Arc<Shared>,
+        sent: bool,
+    },
+    #[cfg(test)]
+    Channel(Sender<String>),
+}
+
+impl std::fmt::Debug for ToolReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolReply")
+    }
+}
+
+impl ToolReply {
+    /// Answers the tool.
+    pub fn send(mut self, text: String) {
+        match &mut self.0 {
+            Reply::Loop { id, shared, sent } => {
+                *sent = true;
+                shared.push(Cmd::ToolAnswer {
+                    id: *id,
+                    text: Some(text),
+                });
+            }
+            #[cfg(test)]
+            Reply::Channel(tx) => {
+                let _ = tx.send(text);
+            }
+        }
+    }
+
+    /// A reply that lands in `tx` (unit tests of the engine's tool requests).
+    #[cfg(test)]
+    pub fn to(tx: Sender<String>) -> ToolReply {
+        ToolReply(Reply::Channel(tx))
+    }
+}
+
+impl Drop for ToolReply {
+    fn drop(&mut self) {
+        if let Reply::Loop {
+            id,
+            shared,
+            sent: false,
+        } = &self.0
+        {
+            shared.push(Cmd::ToolAnswer {
+                id: *id,
+                text: None,
+            });
+        }
+    }
+}
+
+/// A socket the loop serves.
+pub struct Socket {
     /// The listening socket.
     pub listener: UnixListener,
+    /// Which: what its peers may be.
+    pub kind: Kind,
     /// What its peers may cost.
     pub limits: Limits,
     /// The job's secret, which every hello must carry.
@@ -212,14 +287,14 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 }
 
 impl IoLoop {
-    /// Starts the loop (and its output writer), serving `control` if given.
-    pub fn start(control: Option<Control>, events: Sender<Event>) -> std::io::Result<IoLoop> {
-        IoLoop::start_with(control, events, true)
+    /// Starts the loop (and its output writer), serving `sockets`.
+    pub fn start(sockets: Vec<Socket>, events: Sender<Event>) -> std::io::Result<IoLoop> {
+        IoLoop::start_with(sockets, events, true)
     }
 
     /// [`IoLoop::start`]; `pidfds` false: as on a kernel without them (tests).
     fn start_with(
-        control: Option<Control>,
+        sockets: Vec<Socket>,
         events: Sender<Event>,
         pidfds: bool,
     ) -> std::io::Result<IoLoop> {
@@ -227,6 +302,7 @@ impl IoLoop {
         let shared = Arc::new(Shared {
             cmds: Mutex::new(Vec::new()),
             wake: wake_w,
+            wake_r,
         });
         let stop = Arc::new(StopFlag(AtomicUsize::new(RUNNING)));
         let queued = Arc::new(AtomicUsize::new(0));
@@ -241,7 +317,7 @@ impl IoLoop {
                     let _ = done_tx.send(());
                 })?
         };
-        if let Some(c) = &control {
+        for c in &sockets {
             // After poll says "readable" the connection may be gone already (the peer
             // gave up): accept must then not block.
             c.listener.set_nonblocking(true)?;
@@ -249,15 +325,18 @@ impl IoLoop {
         let mut reactor = Reactor {
             events,
             shared: shared.clone(),
-            wake: wake_r,
             stop: stop.clone(),
-            control: control.map(|c| Listening {
-                c,
-                paused_until: None,
-                throttle: Throttle::new(),
-            }),
+            sockets: sockets
+                .into_iter()
+                .map(|c| Listening {
+                    c,
+                    paused_until: None,
+                    throttle: Throttle::new(),
+                })
+                .collect(),
             hellos: Vec::new(),
             clients: HashMap::new(),
+            tools: HashMap::new(),
             links: Vec::new(),
             outputs: Vec::new(),
             children: Vec::new(),
@@ -340,13 +419,15 @@ fn write_output(rx: &Receiver<(bool, Vec<u8>)>, queued: &AtomicUsize, shared: &S
 }
 
 struct Listening {
-    c: Control,
+    c: Socket,
     paused_until: Option<Instant>,
     throttle: Throttle,
 }
 
 /// A connection that has not presented its hello yet.
 struct Hello {
+    /// Its socket's index in `Reactor::sockets`.
+    socket: usize,
     s: UnixStream,
     buf: Vec<u8>,
     deadline: Instant,
@@ -358,6 +439,71 @@ struct Client {
     s: UnixStream,
     frames: FrameReader,
     want_write: bool,
+}
+
+/// A tool's connection, after its hello.
+struct Tool {
+    s: UnixStream,
+    state: ToolState,
+    /// When the current state gives up.
+    deadline: Instant,
+    limits: Limits,
+}
+
+enum ToolState {
+    /// Reading the command line.
+    Line(Vec<u8>),
+    /// The engine has the command.
+    Waiting,
+    /// Writing the answer: the bytes, and how many are written.
+    Answer(Vec<u8>, usize),
+}
+
+/// What a tool sent as its command, so far.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// The line (without its newline; or what came before the end of the stream).
+    Text(String),
+    /// More than the limit without a newline.
+    TooLong,
+    /// Not UTF-8.
+    NotText,
+    /// Closed before anything came.
+    Nothing,
+}
+
+/// The command line in `buf` (what a tool sent, `ended`: and then closed), if it is
+/// complete; at most `max` bytes before its newline.
+fn line_of(buf: &[u8], max: usize, ended: bool) -> Option<Line> {
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_or(Line::NotText, Line::Text);
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(i) if i <= max => Some(text(&buf[..i])),
+        _ if buf.len() > max => Some(Line::TooLong),
+        None if ended && buf.is_empty() => Some(Line::Nothing),
+        None if ended => Some(text(buf)),
+        _ => None,
+    }
+}
+
+/// Reads what is there of a tool's command line into `buf` (never more than `max + 1`
+/// bytes in all, whatever the tool sends): the line once it is complete.
+fn read_line(s: &mut UnixStream, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Option<Line>> {
+    let mut chunk = [0u8; 512];
+    loop {
+        let want = chunk.len().min(max + 1 - buf.len());
+        match s.read(&mut chunk[..want]) {
+            Ok(0) => return Ok(line_of(buf, max, true)),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(l) = line_of(buf, max, false) {
+                    return Ok(Some(l));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// One output pipe of a rank.
@@ -386,9 +532,10 @@ struct Kid {
 enum Token {
     Wake,
     Signals,
-    Listener,
+    Listener(usize),
     Hello(usize),
     Client(u64),
+    Tool(u64),
     Link(usize),
     Output(usize),
     Kid(usize),
@@ -397,11 +544,11 @@ enum Token {
 struct Reactor {
     events: Sender<Event>,
     shared: Arc<Shared>,
-    wake: OwnedFd,
     stop: Arc<StopFlag>,
-    control: Option<Listening>,
+    sockets: Vec<Listening>,
     hellos: Vec<Hello>,
     clients: HashMap<u64, Client>,
+    tools: HashMap<u64, Tool>,
     /// Links waited on for writability: node, a copy of the socket.
     links: Vec<(u32, OwnedFd)>,
     outputs: Vec<Output>,
@@ -425,12 +572,17 @@ impl Reactor {
                 RUNNING => {}
                 AFTER_OUTPUT => {
                     self.stop_serving();
-                    if self.outputs.is_empty() {
+                    if self.outputs.is_empty() && self.tools.is_empty() {
                         break;
                     }
                 }
                 _ => {
                     self.stop_serving();
+                    // Answers go out if the tools take them now.
+                    let ids: Vec<u64> = self.tools.keys().copied().collect();
+                    for id in ids {
+                        self.on_tool(id);
+                    }
                     // What is in the pipes now still goes out.
                     for i in (0..self.outputs.len()).rev() {
                         self.read_output(i, usize::MAX);
@@ -465,14 +617,15 @@ impl Reactor {
                     continue;
                 }
                 match tokens[k] {
-                    Token::Wake => drain_fd(self.wake.as_raw_fd()),
+                    Token::Wake => drain_fd(self.shared.wake_r.as_raw_fd()),
                     Token::Signals => {
                         signals::drain();
                         let _ = self.events.send(Event::Signal);
                     }
-                    Token::Listener => self.accept(),
+                    Token::Listener(i) => self.accept(i),
                     Token::Hello(i) => self.on_hello(i),
                     Token::Client(conn) => self.on_client(conn, revents),
+                    Token::Tool(id) => self.on_tool(id),
                     Token::Link(i) => {
                         let (node, _) = self.links.swap_remove(i);
                         let _ = self.events.send(Event::LinkWritable { node });
@@ -509,6 +662,10 @@ impl Reactor {
                     }
                 }
                 Cmd::WatchLink { node, fd } => self.links.push((node, fd)),
+                Cmd::ToolAnswer { id, text } => {
+                    let ended = || "error: the job ended\n".to_string();
+                    self.answer(id, text.unwrap_or_else(ended));
+                }
             }
         }
     }
@@ -569,8 +726,22 @@ impl Reactor {
 
     /// No more connections: the job is over.
     fn stop_serving(&mut self) {
-        self.control = None;
+        self.sockets.clear();
         self.links.clear();
+        // Tools still waiting learn that the job ended; no answer holds the end long.
+        let bound = Instant::now() + STOP_ANSWER;
+        let waiting: Vec<u64> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| !matches!(t.state, ToolState::Answer(..)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.answer(id, "error: the job ended\n".into());
+        }
+        for t in self.tools.values_mut() {
+            t.deadline = t.deadline.min(bound);
+        }
         self.hellos.clear();
         for (_, c) in self.clients.drain() {
             let _ = c.s.shutdown(std::net::Shutdown::Both);
@@ -596,16 +767,16 @@ impl Reactor {
         };
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        add(self.wake.as_raw_fd(), libc::POLLIN, Token::Wake);
+        add(self.shared.wake_r.as_raw_fd(), libc::POLLIN, Token::Wake);
         if let Some(fd) = signals::wake_fd() {
             add(fd.as_raw_fd(), libc::POLLIN, Token::Signals);
         }
-        if let Some(l) = &mut self.control {
+        for (i, l) in self.sockets.iter_mut().enumerate() {
             match l.paused_until {
                 Some(t) if t > now => at(t),
                 _ => {
                     l.paused_until = None;
-                    add(l.c.listener.as_raw_fd(), libc::POLLIN, Token::Listener);
+                    add(l.c.listener.as_raw_fd(), libc::POLLIN, Token::Listener(i));
                 }
             }
         }
@@ -620,6 +791,14 @@ impl Reactor {
                 libc::POLLIN
             };
             add(c.s.as_raw_fd(), ev, Token::Client(*id));
+        }
+        for (id, t) in &self.tools {
+            match t.state {
+                ToolState::Line(_) => add(t.s.as_raw_fd(), libc::POLLIN, Token::Tool(*id)),
+                ToolState::Answer(..) => add(t.s.as_raw_fd(), libc::POLLOUT, Token::Tool(*id)),
+                ToolState::Waiting => {}
+            }
+            at(t.deadline);
         }
         for (i, (_, fd)) in self.links.iter().enumerate() {
             add(fd.as_raw_fd(), libc::POLLOUT, Token::Link(i));
@@ -644,14 +823,26 @@ impl Reactor {
         next.map(|t| t.saturating_duration_since(now))
     }
 
-    fn accept(&mut self) {
-        let Some(l) = &mut self.control else { return };
+    /// Connections served (or being authenticated) on socket `i`.
+    fn served(&self, i: usize) -> usize {
+        let hellos = self.hellos.iter().filter(|h| h.socket == i).count();
+        hellos
+            + match self.sockets[i].c.kind {
+                Kind::Control => self.clients.len(),
+                Kind::Tool => self.tools.len(),
+            }
+    }
+
+    fn accept(&mut self, i: usize) {
         loop {
+            let served = self.served(i);
+            let l = &mut self.sockets[i];
+            let kind = l.c.kind;
             match l.c.listener.accept() {
                 Ok((s, _)) => {
-                    if self.hellos.len() + self.clients.len() >= l.c.limits.max_conns {
+                    if served >= l.c.limits.max_conns {
                         l.throttle.warn(
-                            Kind::Control,
+                            kind,
                             "too many connections: closed a new one",
                             &format_args!("limit {}", l.c.limits.max_conns),
                         );
@@ -659,20 +850,21 @@ impl Reactor {
                     }
                     if let Err(e) = s.set_nonblocking(true) {
                         l.throttle
-                            .warn(Kind::Control, "cannot serve a connection: closed it", &e);
+                            .warn(kind, "cannot serve a connection: closed it", &e);
                         continue;
                     }
+                    let deadline = Instant::now() + l.c.limits.hello_timeout;
                     self.hellos.push(Hello {
+                        socket: i,
                         s,
                         buf: Vec::with_capacity(80),
-                        deadline: Instant::now() + l.c.limits.hello_timeout,
+                        deadline,
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    l.throttle
-                        .warn(Kind::Control, "cannot accept a connection", &e);
+                    l.throttle.warn(kind, "cannot accept a connection", &e);
                     l.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
                     return;
                 }
@@ -684,7 +876,12 @@ impl Reactor {
     /// the client connection's — and, once it is whole (or cannot be one), admits or
     /// refuses it.
     fn on_hello(&mut self, i: usize) {
-        let Some(secret) = self.control.as_ref().map(|l| l.c.secret.clone()) else {
+        let socket = self.hellos[i].socket;
+        let Some((kind, secret)) = self
+            .sockets
+            .get(socket)
+            .map(|l| (l.c.kind, l.c.secret.clone()))
+        else {
             return;
         };
         let h = &mut self.hellos[i];
@@ -704,7 +901,7 @@ impl Reactor {
             let mut chunk = [0u8; 300];
             match h.s.read(&mut chunk[..need - h.buf.len()]) {
                 Ok(0) => {
-                    tracing::debug!(socket = ?Kind::Control, "connection closed before its hello");
+                    tracing::debug!(socket = ?kind, "connection closed before its hello");
                     self.hellos.swap_remove(i);
                     return;
                 }
@@ -712,22 +909,121 @@ impl Reactor {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    tracing::debug!(socket = ?Kind::Control, error = %e, "connection closed before its hello");
+                    tracing::debug!(socket = ?kind, error = %e, "connection closed before its hello");
                     self.hellos.swap_remove(i);
                     return;
                 }
             }
         };
         let h = self.hellos.swap_remove(i);
-        match peer {
-            None => {
-                tracing::warn!(socket = ?Kind::Control, "refused a connection: wrong secret or malformed hello");
+        match (kind, peer) {
+            (_, None) => {
+                tracing::warn!(socket = ?kind, "refused a connection: wrong secret or malformed hello");
             }
-            Some(Peer::Tool) => {
-                tracing::warn!(socket = ?Kind::Control, "refused a connection: wrong kind of peer");
+            (Kind::Control, Some(Peer::Client(rank))) => self.admit(h.s, rank),
+            (Kind::Tool, Some(Peer::Tool)) => {
+                let limits = self.sockets[socket].c.limits;
+                self.admit_tool(h.s, limits);
             }
-            Some(Peer::Client(rank)) => self.admit(h.s, rank),
+            _ => tracing::warn!(socket = ?kind, "refused a connection: wrong kind of peer"),
         }
+    }
+
+    fn admit_tool(&mut self, mut s: UnixStream, limits: Limits) {
+        // One byte into a new socket's empty buffer: it does not block.
+        if !matches!(s.write(&[HELLO_OK]), Ok(1)) {
+            return;
+        }
+        let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+        self.tools.insert(
+            id,
+            Tool {
+                s,
+                state: ToolState::Line(Vec::with_capacity(128)),
+                deadline: Instant::now() + limits.line_timeout,
+                limits,
+            },
+        );
+    }
+
+    /// Tool `id`'s socket is ready (or its stop came): reads its command line, or
+    /// writes its answer.
+    fn on_tool(&mut self, id: u64) {
+        let Some(t) = self.tools.get_mut(&id) else {
+            return;
+        };
+        match &mut t.state {
+            ToolState::Waiting => {}
+            ToolState::Line(buf) => {
+                let max = t.limits.max_line;
+                match read_line(&mut t.s, buf, max) {
+                    Ok(None) => {}
+                    Ok(Some(Line::Text(line))) => {
+                        t.state = ToolState::Waiting;
+                        t.deadline = Instant::now() + t.limits.answer_timeout;
+                        let reply = ToolReply(Reply::Loop {
+                            id,
+                            shared: self.shared.clone(),
+                            sent: false,
+                        });
+                        // A failed send drops the reply: "the job ended".
+                        let _ = self.events.send(Event::Tool { line, reply });
+                    }
+                    Ok(Some(Line::Nothing)) => {
+                        self.tools.remove(&id);
+                    }
+                    Ok(Some(Line::TooLong)) => {
+                        tracing::warn!(limit = max, "tool command too long; closed");
+                        self.answer(id, "error: command too long\n".into());
+                    }
+                    Ok(Some(Line::NotText)) => {
+                        self.answer(id, "error: command is not text\n".into());
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "tool connection failed before its command");
+                        self.tools.remove(&id);
+                    }
+                }
+            }
+            ToolState::Answer(text, done) => {
+                let finished = loop {
+                    match t.s.write(&text[*done..]) {
+                        Ok(n) => {
+                            *done += n;
+                            if *done == text.len() {
+                                break true;
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "tool answer not delivered");
+                            break true;
+                        }
+                    }
+                };
+                if finished {
+                    if let Some(t) = self.tools.remove(&id) {
+                        let _ = t.s.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts writing `text` to tool `id` (if it still waits for an answer), within its
+    /// write timeout, and then closes it.
+    fn answer(&mut self, id: u64, text: String) {
+        let Some(t) = self.tools.get_mut(&id) else {
+            return;
+        };
+        if matches!(t.state, ToolState::Answer(..)) {
+            return;
+        }
+        t.state = ToolState::Answer(text.into_bytes(), 0);
+        t.deadline = Instant::now() + t.limits.write_timeout;
+        // Most answers fit the socket's buffer: written now, without a turn of the loop.
+        self.on_tool(id);
     }
 
     fn admit(&mut self, s: UnixStream, rank: u32) {
@@ -895,7 +1191,31 @@ impl Reactor {
         let before = self.hellos.len();
         self.hellos.retain(|h| h.deadline > now);
         for _ in self.hellos.len()..before {
-            tracing::debug!(socket = ?Kind::Control, "connection closed before its hello: no hello in time");
+            tracing::debug!("connection closed before its hello: no hello in time");
+        }
+        let late: Vec<u64> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            let Some(t) = self.tools.get(&id) else {
+                continue;
+            };
+            match t.state {
+                ToolState::Line(_) => {
+                    tracing::debug!("tool sent no command in time; closed");
+                    self.answer(id, "error: no command received in time\n".into());
+                }
+                ToolState::Waiting => {
+                    self.answer(id, "error: no answer from the job in time\n".into());
+                }
+                ToolState::Answer(..) => {
+                    tracing::debug!("tool answer not delivered in time");
+                    self.tools.remove(&id);
+                }
+            }
         }
         for i in (0..self.outputs.len()).rev() {
             if self.outputs[i].until.is_some_and(|t| t <= now) {
@@ -955,7 +1275,7 @@ mod tests {
     /// every process is forwarded.
     fn exits_are_reported(pidfds: bool) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let io = IoLoop::start_with(None, tx, pidfds).unwrap();
+        let io = IoLoop::start_with(Vec::new(), tx, pidfds).unwrap();
         let h = io.handle();
         for (rank, script) in [(3, "exit 7"), (4, "sleep 0.2; exit 3")] {
             let mut p = spawn(script);
@@ -997,16 +1317,26 @@ mod tests {
         p
     }
 
-    fn serve(path: &std::path::Path, hello_timeout: Duration) -> (IoLoop, Receiver<Event>) {
+    fn serve(path: &std::path::Path, kind: Kind, limits: Limits) -> (IoLoop, Receiver<Event>) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut limits = Limits::of(Kind::Control);
-        limits.hello_timeout = hello_timeout;
-        let control = Control {
+        let socket = Socket {
             listener: UnixListener::bind(path).unwrap(),
+            kind,
             limits,
             secret: SECRET.into(),
         };
-        (IoLoop::start(Some(control), tx).unwrap(), rx)
+        (IoLoop::start(vec![socket], tx).unwrap(), rx)
+    }
+
+    fn limits(max_conns: usize, hello_timeout: Duration) -> Limits {
+        Limits {
+            max_conns,
+            hello_timeout,
+            line_timeout: Duration::from_secs(60),
+            max_line: 64,
+            answer_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
+        }
     }
 
     /// What the loop does with a connection: closed (`None`) or admitted.
@@ -1022,7 +1352,11 @@ mod tests {
     #[test]
     fn control_connections_are_served_without_a_thread_each() {
         let path = sock("ctl");
-        let (io, rx) = serve(&path, Duration::from_millis(300));
+        let (io, rx) = serve(
+            &path,
+            Kind::Control,
+            limits(4096, Duration::from_millis(300)),
+        );
         let mut c = UnixStream::connect(&path).unwrap();
         let hello = encode_hello(SECRET, Peer::Client(5));
         c.write_all(&hello[..3]).unwrap();
@@ -1077,6 +1411,121 @@ mod tests {
             rx.recv_timeout(Duration::from_millis(100)),
             Err(RecvTimeoutError::Timeout) | Ok(Event::Signal)
         ));
+        io.finish(true);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    fn tool_conn(path: &std::path::Path) -> UnixStream {
+        let mut s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        s.write_all(&encode_hello(SECRET, Peer::Tool)).unwrap();
+        let mut ok = [0u8; 1];
+        s.read_exact(&mut ok).unwrap();
+        assert_eq!(ok[0], HELLO_OK);
+        s
+    }
+
+    /// What the loop wrote before it closed. Closing a Unix socket with unread input
+    /// makes the peer's read end in ECONNRESET instead of EOF (after the data), so both
+    /// count as the end.
+    fn rest(mut s: UnixStream) -> String {
+        let mut a = Vec::new();
+        let mut chunk = [0u8; 256];
+        while let Ok(n @ 1..) = s.read(&mut chunk) {
+            a.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8(a).unwrap()
+    }
+
+    #[test]
+    fn lines_are_capped_and_must_be_text() {
+        let r = |b: &[u8], ended| line_of(b, 64, ended);
+        assert_eq!(r(b"status\nrest", false), Some(Line::Text("status".into())));
+        assert_eq!(r(b"status", true), Some(Line::Text("status".into())));
+        assert_eq!(r(b"status", false), None);
+        assert_eq!(r(b"", true), Some(Line::Nothing));
+        assert_eq!(r(&[b'x'; 65], false), Some(Line::TooLong));
+        assert_eq!(r(&[b'x'; 64], true), Some(Line::Text("x".repeat(64))));
+        assert_eq!(r(&[b'x'; 64], false), None);
+        assert_eq!(r(b"\xff\xfe\n", false), Some(Line::NotText));
+    }
+
+    /// A tool's command reaches the engine with a reply the engine may answer later,
+    /// from anywhere; a command too long is answered by the loop; a dropped reply says
+    /// the job ended; and stopping needs no socket path.
+    #[test]
+    fn tools_are_answered_by_the_loop_and_stop_needs_no_path() {
+        let path = sock("answer");
+        let (io, rx) = serve(&path, Kind::Tool, limits(8, LIMIT));
+
+        let mut s = tool_conn(&path);
+        s.write_all(&[b'x'; 200]).unwrap();
+        assert_eq!(rest(s), "error: command too long\n");
+
+        let mut s = tool_conn(&path);
+        s.write_all(b"status\n").unwrap();
+        let Event::Tool { line, reply } = next(&rx) else {
+            panic!("no tool event");
+        };
+        assert_eq!(line, "status");
+        std::thread::spawn(move || reply.send("ok later\n".into()));
+        assert_eq!(rest(s), "ok later\n");
+
+        let mut s = tool_conn(&path);
+        s.write_all(b"grow 1\n").unwrap();
+        let Event::Tool { reply, .. } = next(&rx) else {
+            panic!("no tool event");
+        };
+        drop(reply);
+        assert_eq!(rest(s), "error: the job ended\n");
+
+        // A tool still waiting when the loop stops is told the job ended.
+        let mut s = tool_conn(&path);
+        s.write_all(b"grow 2\n").unwrap();
+        let Event::Tool { reply, .. } = next(&rx) else {
+            panic!("no tool event");
+        };
+        // The path is gone (and then taken by someone else): stopping still works.
+        std::fs::remove_file(&path).unwrap();
+        let _other = UnixListener::bind(&path).unwrap();
+        io.finish(true);
+        assert_eq!(rest(s), "error: the job ended\n");
+        drop(reply);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn connections_beyond_the_cap_are_closed_at_once() {
+        let path = sock("cap");
+        let (io, _rx) = serve(&path, Kind::Tool, limits(2, LIMIT));
+        // Two idle connections (no hello) take both places…
+        let idle: Vec<UnixStream> = (0..2)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        // …so a third is closed without waiting for its hello (which would take 30 s).
+        let mut third = UnixStream::connect(&path).unwrap();
+        assert!(closed(&mut third), "third connection served");
+        // The first two are still being served.
+        let mut b = [0u8; 1];
+        for mut s in idle.iter() {
+            s.set_nonblocking(true).unwrap();
+            assert!(matches!(s.read(&mut b), Err(e) if e.kind() == ErrorKind::WouldBlock));
+        }
+        // Once they are gone, there is room again.
+        drop(idle);
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.set_read_timeout(Some(LIMIT)).unwrap();
+            // Refused connections are closed at once: the hello may not even go out.
+            if s.write_all(&encode_hello(SECRET, Peer::Tool)).is_ok()
+                && matches!(s.read(&mut b), Ok(1))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no room after the load was gone");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         io.finish(true);
         let _ = std::fs::remove_file(&path);
     }

@@ -275,23 +275,18 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
     // Dropped on an error below, it stops.
-    let io = ioloop::IoLoop::start(
-        Some(ioloop::Control {
-            listener: control,
-            limits: server::Limits::of(server::Kind::Control),
-            secret: secret.clone(),
-        }),
-        tx.clone(),
-    )
-    .map_err(|e| LauncherError::io("start the I/O loop", e))?;
-    let cli = server::Server::start(
-        cli,
-        server::Kind::Tool,
-        server::Limits::of(server::Kind::Tool),
-        secret.clone(),
-        tx.clone(),
-    )
-    .map_err(|e| LauncherError::io("start the Tool socket's server", e))?;
+    let socket = |listener, kind| ioloop::Socket {
+        listener,
+        kind,
+        limits: server::Limits::of(kind),
+        secret: secret.clone(),
+    };
+    let sockets = vec![
+        socket(control, server::Kind::Control),
+        socket(cli, server::Kind::Tool),
+    ];
+    let io = ioloop::IoLoop::start(sockets, tx.clone())
+        .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     tracing::info!(
         "job {job_id}: {} processes of {} on {slots} slots of {} host(s); `dynres status {job_id}` (dir {})",
@@ -320,10 +315,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
                 }
                 (Some(n), a)
             }
-            Err(e) => {
-                cli.stop();
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     } else {
         (None, None)
@@ -364,7 +356,6 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         }
     }
     let outcome = engine.run(rx);
-    cli.stop();
     supervisor::end_orphans();
     drop(dir);
     Ok(outcome)

@@ -69,10 +69,10 @@ pub enum Event {
     Tool {
         /// The command.
         line: String,
-        /// Where the answer goes: the connection's own thread writes it, so a tool
-        /// that does not read never blocks the engine. It may be sent later (a change
-        /// is answered once decided); dropping it answers "the job ended".
-        reply: Sender<String>,
+        /// Where the answer goes: the I/O loop writes it, so a tool that does not read
+        /// never blocks the engine. It may be sent later (a change is answered once
+        /// decided); dropping it answers "the job ended".
+        reply: ioloop::ToolReply,
     },
     /// The launcher thread started a process (or failed to).
     Launched {
@@ -785,7 +785,7 @@ impl Engine {
         }
     }
 
-    fn on_tool(&mut self, line: &str, reply: Sender<String>) {
+    fn on_tool(&mut self, line: &str, reply: ioloop::ToolReply) {
         let (req, wait) = match tools::parse(line, &self.app) {
             Ok(Command::Status { json }) => {
                 let body = if json {
@@ -793,17 +793,17 @@ impl Engine {
                 } else {
                     super::status::render(self)
                 };
-                let _ = reply.send(format!("ok\n{body}"));
+                reply.send(format!("ok\n{body}"));
                 return;
             }
             Ok(Command::Change { req, wait }) => (req, wait),
             Err(e) => {
-                let _ = reply.send(format!("error: {e}\n"));
+                reply.send(format!("error: {e}\n"));
                 return;
             }
         };
         if let Some(why) = &self.ending {
-            let _ = reply.send(format!("error: the job is ending: {why}\n"));
+            reply.send(format!("error: the job is ending: {why}\n"));
             return;
         }
         let ticket = self.tools.open(reply, wait);
