@@ -1,13 +1,15 @@
 //! Client connections as the engine sees them. Replies are written without blocking
-//! (`MSG_DONTWAIT`): what the socket does not take at once is kept and flushed on later
-//! turns of the loop, up to [`MAX_PENDING`] bytes. A client that stops reading thus
+//! (`MSG_DONTWAIT`): what the socket does not take at once is kept, up to
+//! [`MAX_PENDING`] bytes, and flushed once the I/O loop reports the socket writable
+//! (links to other nodes: on the engine's next turns). A client that stops reading thus
 //! costs the engine nothing but that buffer; past it, the client is disconnected.
 //!
-//! `MSG_DONTWAIT` instead of `O_NONBLOCK`: the connection's reader thread shares the
-//! open file description and must keep blocking in `read`.
+//! `MSG_DONTWAIT` instead of `O_NONBLOCK`: a link's reader thread shares the open file
+//! description and must keep blocking in `read` (a client's, read by the I/O loop, is
+//! non-blocking either way).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use dynres_core::Rank;
 
@@ -74,6 +76,11 @@ impl Conn {
     /// Whether replies wait for the client to read.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// The socket, for a wait until it takes bytes again.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
     }
 
     /// Closes both directions (the reader thread then reports the connection gone).

@@ -19,7 +19,7 @@ use super::conns::Conn;
 use super::engine::{Engine, OnLoss, Outcome};
 use super::jobdir::JobDir;
 use super::procs::LaunchSpec;
-use super::{link, server, signals};
+use super::{ioloop, link, server, signals};
 use crate::error::LauncherError;
 use crate::hostauth;
 use dynres_client::auth::new_secret;
@@ -65,9 +65,10 @@ impl Upstream {
         Ok(())
     }
 
-    /// Whether bytes wait for the master to read.
-    pub fn has_pending(&self) -> bool {
-        self.conn.has_pending()
+    /// The link's socket while bytes wait for the master to read: the I/O loop says
+    /// when it takes bytes again.
+    pub fn blocked(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.conn.has_pending().then(|| self.conn.fd())
     }
 
     /// Flushes what is pending (bounded: 2 s), then closes the link.
@@ -77,7 +78,16 @@ impl Upstream {
             if self.conn.flush().is_err() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            // Until the socket takes bytes again (or the bound), not a fixed retry.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fd = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&self.conn.fd()),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut fd, 1, ms) };
         }
         self.conn.close();
         if let Some(t) = self.reader.take() {
@@ -219,14 +229,14 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         .map_err(|e| LauncherError::io(format!("bind {}", sock.display()), e))?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let server = server::Server::start(
+    let control = ioloop::Socket {
         listener,
-        server::Kind::Control,
-        server::Limits::of(server::Kind::Control),
-        secret.clone(),
-        tx.clone(),
-    )
-    .map_err(|e| LauncherError::io("start the control socket's server", e))?;
+        kind: server::Kind::Control,
+        limits: server::Limits::of(server::Kind::Control),
+        secret: secret.clone(),
+    };
+    let io = ioloop::IoLoop::start(vec![control], tx.clone())
+        .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let reader = stream
         .try_clone()
         .and_then(|s| link::reader(s, frames, node, tx.clone()))
@@ -273,10 +283,10 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         spec,
         OnLoss::Continue,
         tx,
+        io,
     )
     .with_upstream(upstream);
     let outcome = engine.run(rx);
-    server.stop();
     super::supervisor::end_orphans();
     drop(dir);
     Ok(outcome)

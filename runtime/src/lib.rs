@@ -29,6 +29,7 @@ mod calibrated;
 mod conns;
 mod daemon;
 mod engine;
+mod ioloop;
 mod jobdir;
 mod link;
 mod nodes;
@@ -287,24 +288,19 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     let cli = bind(&dir.cli_sock())?;
     signals::install();
     let (tx, rx) = std::sync::mpsc::channel();
-    let serve = |listener, kind| {
-        server::Server::start(
-            listener,
-            kind,
-            server::Limits::of(kind),
-            secret.clone(),
-            tx.clone(),
-        )
-        .map_err(|e| LauncherError::io(format!("start the {kind:?} socket's server"), e))
+    // Dropped on an error below, it stops.
+    let socket = |listener, kind| ioloop::Socket {
+        listener,
+        kind,
+        limits: server::Limits::of(kind),
+        secret: secret.clone(),
     };
-    let control = serve(control, server::Kind::Control)?;
-    let servers = match serve(cli, server::Kind::Tool) {
-        Ok(cli) => [control, cli],
-        Err(e) => {
-            control.stop();
-            return Err(e);
-        }
-    };
+    let sockets = vec![
+        socket(control, server::Kind::Control),
+        socket(cli, server::Kind::Tool),
+    ];
+    let io = ioloop::IoLoop::start(sockets, tx.clone())
+        .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     tracing::info!(
         "job {job_id}: {} processes of {} on {slots} slots of {} host(s); `dynres status {job_id}` (dir {})",
@@ -354,12 +350,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
                 }
                 (Some(n), a)
             }
-            Err(e) => {
-                for s in servers {
-                    s.stop();
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     } else {
         (None, None)
@@ -395,6 +386,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         spec,
         cfg.on_loss,
         tx,
+        io,
     );
     if let Some(n) = nodes {
         engine = engine.with_nodes(n);
@@ -420,9 +412,6 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         }
     }
     let outcome = engine.run(rx);
-    for s in servers {
-        s.stop();
-    }
     supervisor::end_orphans();
     drop(dir);
     Ok(outcome)

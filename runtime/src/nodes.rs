@@ -601,11 +601,16 @@ impl Nodes {
         dead
     }
 
-    /// Whether writes to some daemon wait for it to read.
-    pub fn has_pending(&self) -> bool {
+    /// The links whose writes wait for their daemon to read, by node: the I/O loop
+    /// says when they take bytes again.
+    pub fn blocked(&self) -> Vec<(u32, std::os::fd::BorrowedFd<'_>)> {
         self.remote
-            .values()
-            .any(|r| matches!(&r.state, State::Up { conn, .. } if conn.has_pending()))
+            .iter()
+            .filter_map(|(node, r)| match &r.state {
+                State::Up { conn, .. } if conn.has_pending() => Some((*node, conn.fd())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Forgets `node`'s link: it is lost or done. Its agent is left to exit (a daemon

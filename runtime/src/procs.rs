@@ -1,18 +1,18 @@
-//! Launching application processes (fork/exec through `std::process::Command`),
-//! forwarding their output with a rank prefix, reporting their exits, killing them.
+//! Launching application processes (fork/exec through `std::process::Command`) and
+//! killing them. Their output and their exits are the I/O loop's (`ioloop.rs`).
 
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dynres_core::rc::ends::KillCause;
 
 use super::engine::Event;
+use super::ioloop;
 use crate::error::LauncherError;
 use dynres_client::env;
 
@@ -130,17 +130,7 @@ pub struct Child {
     pub cause: KillCause,
     /// Its exit, once reaped.
     pub exit: Option<ExitStatus>,
-    /// Output forwarders.
-    pub threads: Vec<JoinHandle<()>>,
 }
-
-/// How long output is still forwarded after a process exited: what it wrote is in
-/// the pipe already; only descendants that inherited the pipe (a daemonized child)
-/// write later, and they must not keep the runtime from ending.
-const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
-
-/// Longest piece of output forwarded as one line.
-const MAX_LINE: usize = 64 << 10;
 
 /// Launcher threads: a launch blocks its thread until the child has exec'd (posix_spawn
 /// is a vfork), so a second thread starts the next child meanwhile — a spawn of 8
@@ -149,25 +139,25 @@ const LAUNCHERS: usize = 2;
 
 /// Starts the threads that launch processes (long-lived, so that the parent-death
 /// signal clients arm, tied to the launching thread, fires only when the runtime is
-/// gone). Each launch is reported as [`Event::Launched`], and later its exit as
-/// [`Event::Exited`]. The handle ends once every launcher thread has.
-pub fn spawner(spec: LaunchSpec, events: Sender<Event>) -> (Sender<LaunchJob>, JoinHandle<()>) {
+/// gone). Each launch is reported as [`Event::Launched`]; the process is then handed to
+/// the I/O loop `io`, which reports its exit as [`Event::Exited`] and forwards its
+/// output. The threads end once the engine drops the sender.
+pub fn spawner(
+    spec: LaunchSpec,
+    events: Sender<Event>,
+    io: ioloop::Handle,
+) -> (Sender<LaunchJob>, Vec<JoinHandle<()>>) {
     sweep_stale_shm();
     let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
     let rx = Arc::new(Mutex::new(rx));
     let spec = Arc::new(spec);
-    let workers: Vec<JoinHandle<()>> = (0..LAUNCHERS)
+    let workers = (0..LAUNCHERS)
         .map(|_| {
-            let (rx, spec, events) = (rx.clone(), spec.clone(), events.clone());
-            std::thread::spawn(move || launcher(&rx, &spec, &events))
+            let (rx, spec, events, io) = (rx.clone(), spec.clone(), events.clone(), io.clone());
+            std::thread::spawn(move || launcher(&rx, &spec, &events, &io))
         })
         .collect();
-    let t = std::thread::spawn(move || {
-        for w in workers {
-            let _ = w.join();
-        }
-    });
-    (tx, t)
+    (tx, workers)
 }
 
 /// One launcher thread: takes jobs until the engine drops its sender.
@@ -175,6 +165,7 @@ fn launcher(
     rx: &Mutex<std::sync::mpsc::Receiver<LaunchJob>>,
     spec: &LaunchSpec,
     events: &Sender<Event>,
+    io: &ioloop::Handle,
 ) {
     loop {
         // The lock is held only to take a job, never while launching.
@@ -190,7 +181,11 @@ fn launcher(
             .map_or(spec.program.as_str(), |s| s.command.program.as_str())
             .to_string();
         match launch(spec, &job) {
-            Ok((child, proc, exited)) => {
+            Ok((child, mut proc)) => {
+                let (stdout, stderr) = (
+                    proc.stdout.take().map(OwnedFd::from),
+                    proc.stderr.take().map(OwnedFd::from),
+                );
                 if events
                     .send(Event::Launched {
                         rank,
@@ -200,8 +195,8 @@ fn launcher(
                 {
                     return;
                 }
-                // Started after `Launched` is queued, so the exit comes after it.
-                reap(rank, proc, exited, events);
+                // Handed over after `Launched` is queued, so the exit comes after it.
+                io.add_child(rank, proc, stdout, stderr);
             }
             Err(e) => {
                 // Name the program: "No such file or directory" alone does not say
@@ -219,55 +214,8 @@ fn launcher(
     }
 }
 
-/// Waits for `proc` on a thread of its own, tells its forwarders (`exited`) and
-/// reports its exit. Without a thread (the system is out of them), the process is
-/// killed and reaped here: its exit must be reported, and waiting here for a process
-/// that may run for hours would stop every other launch.
-fn reap(rank: u32, proc: std::process::Child, exited: OwnedFd, events: &Sender<Event>) {
-    let tx = events.clone();
-    let proc = Arc::new(Mutex::new(Some((proc, exited))));
-    let mine = proc.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("dynres-reap-{rank}"))
-        .spawn(move || {
-            let p = mine.lock().ok().and_then(|mut p| p.take());
-            if let Some((mut p, exited)) = p {
-                let status = p.wait();
-                mark_exited(&exited);
-                let _ = tx.send(Event::Exited { rank, status });
-            }
-        });
-    if let Err(e) = spawned {
-        // The closure was dropped with the failed spawn; the process is still here.
-        let p = proc.lock().ok().and_then(|mut p| p.take());
-        if let Some((mut p, exited)) = p {
-            tracing::error!(rank, error = %e, "cannot start a thread to reap rank {rank}; killing it");
-            let _ = p.kill();
-            let status = p.wait();
-            mark_exited(&exited);
-            let _ = events.send(Event::Exited { rank, status });
-        }
-    }
-}
-
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Makes the read end of `w`'s pipe readable for good (it is never read).
-fn mark_exited(w: &OwnedFd) {
-    // SAFETY: writes one byte from a valid buffer to a descriptor we own.
-    let _ = unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
-}
-
-/// A launched process, its handle, and the write end of its "exited" pipe.
-type Launched = (Child, std::process::Child, OwnedFd);
+/// A launched process and its handle (with its output pipes).
+type Launched = (Child, std::process::Child);
 
 fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     let rank = job.rank;
@@ -321,13 +269,11 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
             cmd.env(env::HOST_ID, h);
         }
     }
-    // Before the process, so that a failure leaves nothing to clean up.
-    let (exited_r, exited_w) = pipe()?;
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
     let launched = std::time::Instant::now();
     let local = job.standing.as_ref().map_or(rank, |s| s.local_rank);
-    let mut child = match spec
+    let child = match spec
         .bind_cpus
         .as_deref()
         .and_then(|c| crate::bind::cpu_of(c, local))
@@ -345,135 +291,15 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         fork_exec_us = launched.elapsed().as_micros() as u64,
         "spawned"
     );
-    let mut threads = Vec::new();
-    let pipes = [
-        child.stdout.take().map(OwnedFd::from),
-        child.stderr.take().map(OwnedFd::from),
-    ];
-    for (to_stderr, pipe) in [false, true].into_iter().zip(pipes) {
-        let Some(pipe) = pipe else { continue };
-        let started = exited_r
-            .try_clone()
-            .and_then(|exited| forward(pipe, exited, rank, to_stderr));
-        match started {
-            Ok(t) => threads.push(t),
-            Err(e) => {
-                // Unread output would block the process once its pipe is full: it
-                // cannot run without its forwarder.
-                let _ = child.kill();
-                let _ = child.wait();
-                mark_exited(&exited_w);
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot start a thread to forward its output: {e}"),
-                ));
-            }
-        }
-    }
     Ok((
         Child {
             os_pid,
             launched,
             cause: KillCause::None,
             exit: None,
-            threads,
         },
         child,
-        exited_w,
     ))
-}
-
-/// Waits in poll(2) for `fds` (`timeout` `None`: for ever). The count of ready ones,
-/// 0 on timeout; EINTR counts as a timeout of nothing.
-fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> usize {
-    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
-    // SAFETY: `fds` points at valid pollfd structures for the duration of the call.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    usize::try_from(r).unwrap_or(0)
-}
-
-/// Forwards the output `pipe` of rank `rank` line by line with a `[rank N] ` prefix,
-/// until the pipe ends, or [`DRAIN_AFTER_EXIT`] after the process exited (`exited`
-/// readable), whichever comes first.
-fn forward(
-    pipe: OwnedFd,
-    exited: OwnedFd,
-    rank: u32,
-    to_stderr: bool,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(format!("dynres-out-{rank}"))
-        .spawn(move || {
-            let mut r = std::fs::File::from(pipe);
-            let emit = |line: &[u8]| {
-                let mut buf = format!("[rank {rank}] ").into_bytes();
-                buf.extend_from_slice(line);
-                if buf.last() != Some(&b'\n') {
-                    buf.push(b'\n');
-                }
-                // One write per line so lines of different ranks do not interleave.
-                let _ = if to_stderr {
-                    std::io::stderr().lock().write_all(&buf)
-                } else {
-                    std::io::stdout().lock().write_all(&buf)
-                };
-            };
-            let mut pending: Vec<u8> = Vec::new();
-            let mut chunk = [0u8; 8192];
-            let mut until: Option<Instant> = None;
-            loop {
-                let left = until.map(|t| t.saturating_duration_since(Instant::now()));
-                if left == Some(Duration::ZERO) {
-                    tracing::debug!(
-                        rank,
-                        "rank {rank} exited; output its descendants still write is dropped"
-                    );
-                    break;
-                }
-                let mut fds = [
-                    libc::pollfd {
-                        fd: r.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: exited.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                // Once the exit is known, only the pipe matters (and only for a while).
-                let n = if until.is_some() { 1 } else { 2 };
-                if poll(&mut fds[..n], left) == 0 {
-                    continue;
-                }
-                if n == 2 && fds[1].revents != 0 {
-                    until = Some(Instant::now() + DRAIN_AFTER_EXIT);
-                }
-                if fds[0].revents == 0 {
-                    continue;
-                }
-                match r.read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(k) => pending.extend_from_slice(&chunk[..k]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                }
-                while let Some(i) = pending.iter().position(|&b| b == b'\n') {
-                    emit(&pending[..=i]);
-                    pending.drain(..=i);
-                }
-                // Output without newlines (binary, a progress bar) is not held in
-                // memory without bound: it goes out in pieces.
-                if pending.len() >= MAX_LINE {
-                    emit(&pending);
-                    pending.clear();
-                }
-            }
-            if !pending.is_empty() {
-                emit(&pending);
-            }
-        })
 }
 
 /// Sends SIGKILL to a process.

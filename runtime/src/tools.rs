@@ -10,8 +10,8 @@
 //! starts or is refused — at once, or later when it leaves the queue (`RC-15`) — so a
 //! tool learns the final outcome of exactly its own request.
 
+use super::ioloop::ToolReply;
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 
 use dynres_core::pset::PsetName;
 use dynres_core::rc::{ChangeRequest, RcError, RcStatus};
@@ -63,7 +63,7 @@ pub fn parse(line: &str, app: &str) -> Result<Command, String> {
 }
 
 struct Waiting {
-    reply: Sender<String>,
+    reply: ToolReply,
     wait: bool,
     delta: Option<PsetName>,
 }
@@ -77,7 +77,7 @@ pub struct ToolRequests {
 
 impl ToolRequests {
     /// Registers a request about to be handed to the master; returns its ticket.
-    pub fn open(&mut self, reply: Sender<String>, wait: bool) -> u64 {
+    pub fn open(&mut self, reply: ToolReply, wait: bool) -> u64 {
         self.next += 1;
         self.open.insert(
             self.next,
@@ -98,7 +98,7 @@ impl ToolRequests {
         if w.wait {
             w.delta = Some(delta.clone());
         } else if let Some(w) = self.open.remove(&ticket) {
-            let _ = w.reply.send(format!("ok {delta} ANNOUNCED\n"));
+            w.reply.send(format!("ok {delta} ANNOUNCED\n"));
         }
     }
 
@@ -110,7 +110,7 @@ impl ToolRequests {
                 RcError::NotGranted { .. } => format!("error: ABORTED: {error}\n"),
                 _ => format!("error: refused: {error}\n"),
             };
-            let _ = w.reply.send(line);
+            w.reply.send(line);
         }
     }
 
@@ -123,8 +123,7 @@ impl ToolRequests {
             .is_some_and(|w| !w.wait && w.delta.is_none());
         if queued {
             if let Some(w) = self.open.remove(&ticket) {
-                let _ = w
-                    .reply
+                w.reply
                     .send("ok queued behind the change in flight\n".into());
             }
         }
@@ -147,7 +146,7 @@ impl ToolRequests {
                     RcStatus::Finalized => format!("ok {delta} FINALIZED\n"),
                     _ => format!("error: change {delta} was ABORTED\n"),
                 };
-                let _ = w.reply.send(line);
+                w.reply.send(line);
             }
         }
     }
@@ -201,7 +200,7 @@ mod tests {
         let mut t = ToolRequests::default();
         let d = PsetName::parse("mpi://rte/app/rc/4").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        let a = t.open(tx.clone(), true);
+        let a = t.open(ToolReply::to(tx.clone()), true);
         t.started(a, &d);
         t.after_request(a);
         assert!(
@@ -213,11 +212,11 @@ mod tests {
         t.status(&d, RcStatus::Finalized);
         assert_eq!(rx.try_recv().unwrap(), format!("ok {d} FINALIZED\n"));
 
-        let b = t.open(tx.clone(), false);
+        let b = t.open(ToolReply::to(tx.clone()), false);
         t.after_request(b);
         assert!(rx.try_recv().unwrap().contains("queued"));
 
-        let c = t.open(tx, true);
+        let c = t.open(ToolReply::to(tx), true);
         t.after_request(c);
         t.refused(c, &RcError::Timeout);
         assert!(rx.try_recv().unwrap().starts_with("error: refused"));

@@ -1,18 +1,20 @@
 //! The event loop: core's master and this node's daemon, joined by an ordered in-process
-//! queue, fed by socket readers, process reapers, tools and the master's timer (and, over
-//! several hosts, by the links to other nodes' daemons or to the master: `hosts.rs`).
+//! queue, fed by the I/O loop (`ioloop.rs`: control connections, process exits,
+//! signals), the launcher threads, tools and the master's timer (and, over several
+//! hosts, by the links to other nodes' daemons or to the master: `hosts.rs`).
 //! Every output of the state machines becomes exactly one action here; nothing is
 //! decided.
 //!
 //! The engine never blocks on a peer: client replies go through [`Conn`]'s non-blocking
-//! buffered writes, tool answers through the tool connection's own thread.
+//! buffered writes (what a socket does not take is flushed when the I/O loop reports it
+//! writable), tool answers through the tool connection's own thread.
 
 mod grow;
 mod hosts;
 
 pub use grow::Grow;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::unix::net::UnixStream;
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -30,6 +32,7 @@ use dynres_core::{Instant, Namespace, ProcessId, Rank};
 
 use super::conns::Conn;
 use super::daemon::Upstream;
+use super::ioloop::{self, IoLoop};
 use super::nodes::Nodes;
 use super::procs::{self, Child, LaunchSpec};
 use super::signals;
@@ -66,10 +69,10 @@ pub enum Event {
     Tool {
         /// The command.
         line: String,
-        /// Where the answer goes: the connection's own thread writes it, so a tool
-        /// that does not read never blocks the engine. It may be sent later (a change
-        /// is answered once decided); dropping it answers "the job ended".
-        reply: Sender<String>,
+        /// Where the answer goes: the I/O loop writes it, so a tool that does not read
+        /// never blocks the engine. It may be sent later (a change is answered once
+        /// decided); dropping it answers "the job ended".
+        reply: ioloop::ToolReply,
     },
     /// The launcher thread started a process (or failed to).
     Launched {
@@ -109,6 +112,20 @@ pub enum Event {
     },
     /// (Master) Slurm's answer to a request for more nodes (GROW-1).
     Granted(Result<crate::slurm::Grant, String>),
+    /// A connection whose replies were held back ([`ioloop::Handle::watch_write`])
+    /// takes bytes again.
+    Writable {
+        /// Connection id.
+        conn: u64,
+    },
+    /// A link whose frames were held back ([`ioloop::Handle::watch_link`]) takes
+    /// bytes again: the loop's turn flushes it.
+    LinkWritable {
+        /// The peer's node (on a daemon: its own node).
+        node: u32,
+    },
+    /// A signal arrived (`signals.rs`): the loop looks at what it asks for.
+    Signal,
 }
 
 /// One step of the in-process links, kept in one FIFO so the master → daemon order
@@ -210,7 +227,16 @@ pub struct Engine {
     pub(super) app: String,
     pub(super) job_id: String,
     on_loss: OnLoss,
-    spawner: Option<(Sender<procs::LaunchJob>, std::thread::JoinHandle<()>)>,
+    spawner: Option<(Sender<procs::LaunchJob>, Vec<std::thread::JoinHandle<()>>)>,
+    /// The I/O loop: client connections, the processes' exits and output, signals.
+    io: Option<IoLoop>,
+    io_handle: ioloop::Handle,
+    /// Connections the I/O loop watches for writability on our behalf.
+    write_watch: HashSet<u64>,
+    /// Links (by node) the I/O loop watches for writability on our behalf.
+    link_watch: HashSet<u32>,
+    /// A blocked link could not be watched (out of descriptors): retry it soon.
+    link_retry: bool,
     /// Launches asked of the spawner and not yet reported; `Some`: kill on arrival,
     /// and why.
     launching: BTreeMap<Rank, Option<KillCause>>,
@@ -218,8 +244,6 @@ pub struct Engine {
     pub(super) children: BTreeMap<Rank, Child>,
     /// The last [`HISTORY`] exits.
     pub(super) exited: VecDeque<ExitRecord>,
-    /// Output forwarders of exited processes, joined once they finish.
-    forwarders: Vec<std::thread::JoinHandle<()>>,
     conns: HashMap<u64, Conn>,
     by_rank: HashMap<Rank, u64>,
     links: VecDeque<Link>,
@@ -285,6 +309,14 @@ impl Outcome {
 /// before it returns anyway: the runtime always ends in bounded time.
 const INTERRUPT_BOUND: StdDuration = StdDuration::from_secs(5);
 
+/// How often the loop looks at its links and bounds (heartbeats, held nodes, the
+/// bounds after a signal or the master's end).
+const TICK: StdDuration = StdDuration::from_millis(200);
+
+/// The longest the loop waits without any of those: every wake-up it needs is an
+/// event then (signals come through the I/O loop's self-pipe); this is a safety net.
+const IDLE_WAIT: StdDuration = StdDuration::from_secs(1);
+
 /// GROW-4: the longest an emptied node waits for the nodes emptied alongside it. Their
 /// processes are killed after the change's grace period, so they are normally released
 /// well within it; a process that cannot be reaped must not keep the others.
@@ -303,7 +335,9 @@ impl Engine {
         spec: LaunchSpec,
         on_loss: OnLoss,
         events: Sender<Event>,
+        io: IoLoop,
     ) -> Engine {
+        let io_handle = io.handle();
         Engine {
             master,
             node: NodeId(node),
@@ -324,11 +358,15 @@ impl Engine {
             app,
             job_id,
             on_loss,
-            spawner: Some(procs::spawner(spec, events)),
+            spawner: Some(procs::spawner(spec, events, io_handle.clone())),
+            io: Some(io),
+            io_handle,
+            write_watch: HashSet::new(),
+            link_watch: HashSet::new(),
+            link_retry: false,
             launching: BTreeMap::new(),
             children: BTreeMap::new(),
             exited: VecDeque::new(),
-            forwarders: Vec::new(),
             conns: HashMap::new(),
             by_rank: HashMap::new(),
             links: VecDeque::new(),
@@ -407,16 +445,21 @@ impl Engine {
                 _ => {}
             }
             let now = self.now();
-            let mut wait = StdDuration::from_millis(200);
+            // Links and the bounds above are ticked; otherwise every wake-up is an event
+            // (signals come through the I/O loop), and the longer wait is a safety net.
+            let ticking = self.nodes.is_some()
+                || self.upstream.is_some()
+                || interrupted_at.is_some()
+                || ending_at.is_some()
+                || signals::wake_fd().is_none();
+            let mut wait = if ticking { TICK } else { IDLE_WAIT };
             // The master's deadlines and this node's daemon's (its modex gathers).
             let deadlines = self.master.as_ref().and_then(Master::poll_timeout);
             for t in deadlines.into_iter().chain(self.daemon.poll_timeout()) {
                 wait = wait.min(StdDuration::from_nanos(t.0.saturating_sub(now.0)));
             }
-            let links_pending = self.nodes.as_ref().is_some_and(Nodes::has_pending)
-                || self.upstream.as_ref().is_some_and(Upstream::has_pending);
-            if self.conns.values().any(Conn::has_pending) || links_pending {
-                // Retry blocked replies soon; nothing else wakes us for them.
+            if std::mem::take(&mut self.link_retry) {
+                // Nothing else wakes us for a link the I/O loop does not watch.
                 wait = wait.min(StdDuration::from_millis(2));
             }
             match rx.recv_timeout(wait) {
@@ -435,6 +478,8 @@ impl Engine {
             }
             self.tick_links();
             self.flush_conns();
+            self.watch_blocked();
+            self.watch_blocked_links();
         }
         if let Some(mut nodes) = self.nodes.take() {
             nodes.shutdown();
@@ -443,19 +488,19 @@ impl Engine {
         if let Some(up) = &mut self.upstream {
             up.finish();
         }
-        if let Some((tx, t)) = self.spawner.take() {
+        let orderly = interrupted_at.is_none() && !abandoned;
+        if let Some((tx, workers)) = self.spawner.take() {
             drop(tx);
-            if interrupted_at.is_none() && !abandoned {
-                let _ = t.join();
+            if orderly {
+                for t in workers {
+                    let _ = t.join();
+                }
             }
         }
-        for c in self.children.values_mut() {
-            self.forwarders.append(&mut c.threads);
-        }
-        for t in self.forwarders.drain(..) {
-            if (interrupted_at.is_none() && !abandoned) || t.is_finished() {
-                let _ = t.join();
-            }
+        // The processes' last output goes out before the runtime ends (unless it is
+        // leaving in a hurry).
+        if let Some(io) = self.io.take() {
+            io.finish(orderly);
         }
         let ended = match self.upstream_done.take() {
             Some(Err(why)) => Some(why),
@@ -569,10 +614,25 @@ impl Engine {
                 }
             }
             Event::Granted(result) => self.on_granted(result),
+            Event::Writable { conn } => {
+                self.write_watch.remove(&conn);
+                let failed = self.conns.get_mut(&conn).and_then(|c| c.flush().err());
+                if let Some(e) = failed {
+                    tracing::warn!(conn, error = %e, "reply not delivered; closing the connection");
+                    self.drop_conn(conn);
+                }
+            }
+            // Flushed by the loop's turn (`tick_links`).
+            Event::LinkWritable { node } => {
+                self.link_watch.remove(&node);
+            }
+            // Looked at at the top of the loop.
+            Event::Signal => {}
         }
     }
 
     fn drop_conn(&mut self, conn: u64) {
+        self.write_watch.remove(&conn);
         if let Some(c) = self.conns.remove(&conn) {
             c.close();
             if self.by_rank.get(&c.rank) == Some(&conn) {
@@ -592,6 +652,46 @@ impl Engine {
         for id in broken {
             self.drop_conn(id);
         }
+    }
+
+    /// Asks the I/O loop to say when connections with replies held back take bytes
+    /// again (once per blocked stretch).
+    fn watch_blocked(&mut self) {
+        for (id, c) in &self.conns {
+            if c.has_pending() && self.write_watch.insert(*id) {
+                self.io_handle.watch_write(*id);
+            }
+        }
+    }
+
+    /// Asks the I/O loop to say when links with frames held back take bytes again
+    /// (once per blocked stretch); without it, they are retried every 2 ms.
+    fn watch_blocked_links(&mut self) {
+        let mut blocked = self.nodes.as_ref().map(Nodes::blocked).unwrap_or_default();
+        blocked.extend(
+            self.upstream
+                .as_ref()
+                .and_then(Upstream::blocked)
+                .map(|fd| (self.node.0, fd)),
+        );
+        // A link no longer blocked is watched again when it is next (a watch still in
+        // the I/O loop only reports once, harmlessly).
+        self.link_watch
+            .retain(|n| blocked.iter().any(|(b, _)| b == n));
+        let mut watched = Vec::new();
+        for (node, fd) in blocked {
+            if self.link_watch.contains(&node) {
+                continue;
+            }
+            match self.io_handle.watch_link(node, fd) {
+                Ok(()) => watched.push(node),
+                Err(e) => {
+                    tracing::debug!(node, error = %e, "cannot watch a link; retrying it often");
+                    self.link_retry = true;
+                }
+            }
+        }
+        self.link_watch.extend(watched);
     }
 
     fn on_launched(&mut self, rank: Rank, child: std::io::Result<Child>) {
@@ -687,7 +787,6 @@ impl Engine {
         // reports can be judged by its exit status.
         self.daemon_input(DaemonInput::Exited { pid });
         if let Some(c) = self.children.remove(&rank) {
-            self.forwarders.extend(c.threads);
             self.exited.push_back(ExitRecord {
                 rank,
                 os_pid: c.os_pid,
@@ -697,17 +796,9 @@ impl Engine {
                 self.exited.pop_front();
             }
         }
-        // Join forwarders that are done: a finished thread holds its stack until joined.
-        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.forwarders)
-            .into_iter()
-            .partition(|t| t.is_finished());
-        self.forwarders = running;
-        for t in done {
-            let _ = t.join();
-        }
     }
 
-    fn on_tool(&mut self, line: &str, reply: Sender<String>) {
+    fn on_tool(&mut self, line: &str, reply: ioloop::ToolReply) {
         let (req, wait) = match tools::parse(line, &self.app) {
             Ok(Command::Status { json }) => {
                 let body = if json {
@@ -715,17 +806,17 @@ impl Engine {
                 } else {
                     super::status::render(self)
                 };
-                let _ = reply.send(format!("ok\n{body}"));
+                reply.send(format!("ok\n{body}"));
                 return;
             }
             Ok(Command::Change { req, wait }) => (req, wait),
             Err(e) => {
-                let _ = reply.send(format!("error: {e}\n"));
+                reply.send(format!("error: {e}\n"));
                 return;
             }
         };
         if let Some(why) = &self.ending {
-            let _ = reply.send(format!("error: the job is ending: {why}\n"));
+            reply.send(format!("error: the job is ending: {why}\n"));
             return;
         }
         let ticket = self.tools.open(reply, wait);
