@@ -27,8 +27,11 @@ use crate::sync::{AtomicU32, Ordering};
 /// Tunables of the shared-memory device.
 #[derive(Clone, Debug)]
 pub struct ShmConfig {
-    /// Connection slots in our inbox (peers that can send to us at once).
+    /// Connection slots in our inbox itself. More peers than that may send to us at
+    /// once: they add slots in extensions (`DATA-10`).
     pub slots: usize,
+    /// Connection slots in each extension of our inbox (`DATA-10`).
+    pub ext_slots: usize,
     /// Bytes per ring (power of two, at least 64 KiB).
     pub ring_bytes: usize,
     /// Messages up to this size are copied as one record; larger ones stream.
@@ -95,7 +98,11 @@ impl CmaMode {
 impl Default for ShmConfig {
     fn default() -> Self {
         Self {
-            slots: 64,
+            // Small, since a ring costs memory only once used (`DATA-11`) and more
+            // slots come on demand; enough for a job of up to 33 processes per host
+            // without an extension.
+            slots: 32,
+            ext_slots: 64,
             ring_bytes: 256 * 1024,
             eager_threshold: 8 * 1024,
             liveness_interval: Duration::from_millis(20),
@@ -359,7 +366,7 @@ impl ShmDevice {
         // Register for peers' membarriers now, not at the first receive (see
         // `waiter::take_wake_flag`).
         crate::sync::asymmetric_barriers();
-        let inbox = Inbox::create_with_probe(cfg.slots, cfg.ring_bytes, probe)?;
+        let inbox = Inbox::create_with_probe(cfg.slots, cfg.ext_slots, cfg.ring_bytes, probe)?;
         let name = inbox.seg.name().to_owned();
         tracing::debug!(segment = %name, "shm inbox created");
         Ok(Self {
@@ -472,11 +479,12 @@ impl ShmDevice {
             return Ok(0);
         }
         self.seen_gen = gen_now;
+        self.map_extensions()?;
         let mut events = self.reclaim_slots(false);
         let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
         let mut found = Vec::new();
         let mut closed = Vec::new();
-        for i in 0..inbox.nslots() {
+        for i in 0..self.slot_use.len() {
             let st = inbox.slot(i).state.load(Ordering::Acquire);
             match self.slot_use[i] {
                 // A slot closed before we ever saw it open may still hold messages: it
@@ -627,6 +635,20 @@ impl ShmDevice {
         Ok(events)
     }
 
+    /// Maps the extensions of our inbox published so far (a sender publishes one before
+    /// the claim whose `conn_gen` bump led us here) and gives their slots a
+    /// [`SlotUse`].
+    fn map_extensions(&mut self) -> Result<()> {
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        inbox.map_extensions()?;
+        let n = inbox.nslots();
+        if n > self.slot_use.len() {
+            tracing::debug!(slots = n, "shm inbox extended");
+            self.slot_use.resize(n, SlotUse::Unattached);
+        }
+        Ok(())
+    }
+
     /// Recycles orphaned slots whose sender closed them (or, with `check_pids`, died),
     /// and slots left claimed by a sender that died before opening them. Returns how
     /// many were recycled.
@@ -638,7 +660,8 @@ impl ShmDevice {
             return 0;
         };
         let mut n = 0;
-        for i in 0..inbox.nslots() {
+        // `slot_use` covers the slots mapped at the last scan; later ones are unseen.
+        for i in 0..self.slot_use.len() {
             let s = inbox.slot(i);
             let recycle = match self.slot_use[i] {
                 SlotUse::Orphan if s.is_closed() => true,
@@ -1018,7 +1041,7 @@ impl ShmDevice {
             notify_peer(&c.peer);
         } else {
             // Its owner cannot unlink it any more: we do (cleanup on peer crash).
-            segment::unlink(&c.peer_name);
+            c.peer.unlink_all();
         }
         // Dropping `c` unmaps the peer's inbox.
         drop(c);
@@ -1481,3 +1504,6 @@ impl Drop for ShmDevice {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, not(loom)))]
+mod many_senders;
