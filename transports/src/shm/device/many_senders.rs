@@ -48,14 +48,11 @@ fn two_hundred_senders_to_one_inbox() {
                 std::thread::spawn(move || {
                     let mut d = ShmDevice::new(ShmConfig::default()).unwrap();
                     let c = d.connect(&to_root);
+                    if let Err(e) = &c {
+                        refused.lock().unwrap().push(format!("sender {i}: {e}"));
+                    }
                     all_connected.wait();
-                    let c = match c {
-                        Ok(c) => c,
-                        Err(e) => {
-                            refused.lock().unwrap().push(format!("sender {i}: {e}"));
-                            return;
-                        }
-                    };
+                    let Ok(c) = c else { return };
                     for tag in [1, 2] {
                         d.send(c, hdr(i as u64, tag), format!("{i}.{tag}").as_bytes(), T)
                             .unwrap_or_else(|e| panic!("sender {i}: send: {e}"));
@@ -68,7 +65,7 @@ fn two_hundred_senders_to_one_inbox() {
         // Every sender holds a slot before anyone sends.
         all_connected.wait();
         {
-            let refused = refused.lock().unwrap();
+            let refused = std::mem::take(&mut *refused.lock().unwrap());
             assert!(
                 refused.is_empty(),
                 "round {round}: {} of {SENDERS} senders could not connect, first: {}",
