@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use dynres_tests::job::{Running, Runtime};
 
 /// The whole job's bound: past it the job is killed and the test fails with its
-/// output. Generous because the test machine's cores are shared with other builds.
-const LIMIT: Duration = Duration::from_secs(540);
+/// output. It took 335 s on 2 cores shared with other builds (debug build); about 2
+/// times that leaves room for a busier machine.
+const LIMIT: Duration = Duration::from_secs(720);
 
 /// Bounds inside the job (change decision, confirm, blocking accept), ms: larger than
 /// `LIMIT`, so that only `LIMIT` decides how long the test may take.

@@ -256,7 +256,7 @@ mod tests {
     /// create the same extensions. Every claim must succeed on a distinct slot, each
     /// index must end with exactly one segment in `/dev/shm` (the losers unlink
     /// theirs), the owner must see every claimed slot open, and once the owner is gone
-    /// no extension may be left.
+    /// no extension may be left (DATA-10).
     #[test]
     fn racing_creators_leave_one_extension_per_index_and_none_after_the_owner() {
         const SENDERS: usize = 48;
