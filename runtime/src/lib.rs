@@ -29,6 +29,7 @@ mod calibrated;
 mod conns;
 mod daemon;
 mod engine;
+mod fdlimit;
 mod ioloop;
 mod jobdir;
 mod link;
@@ -242,6 +243,8 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     // caller started (the job id's default) supervises it.
     let supervised =
         supervisor::start().map_err(|e| LauncherError::io("start the runtime's supervisor", e))?;
+    // About three descriptors per local process (DATA-12).
+    fdlimit::raise_nofile();
     let namespace = Namespace::new(format!("job-{job_id}"));
     let (hosts, own) = if cfg.hosts.is_empty() {
         let me = Host {

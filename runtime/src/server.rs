@@ -52,7 +52,16 @@ impl Limits {
                 Kind::Control => 4096,
                 Kind::Tool => 64,
             },
-            hello_timeout: Duration::from_secs(5),
+            // A process connects as it starts; on a host running hundreds of them on a
+            // few cores it may not run again for seconds between its connect and its
+            // hello (issue 29: 256 + 64 processes on 2 cores lost new processes at 5 s,
+            // which aborted the growth). Only our own processes can reach
+            // `control.sock` (the job directory is 0700), and a pending hello costs
+            // the I/O loop one descriptor, within `max_conns` (`DATA-12`).
+            hello_timeout: match kind {
+                Kind::Control => Duration::from_secs(60),
+                Kind::Tool => Duration::from_secs(5),
+            },
             line_timeout: Duration::from_secs(10),
             max_line: MAX_LINE,
             answer_timeout: ANSWER_TIMEOUT,

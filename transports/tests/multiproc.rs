@@ -331,8 +331,8 @@ fn killed_mid_message(kind: &str) {
 
 /// The launcher's order with a crash: the long-lived side drops each connection while
 /// the peer is still attached, then the peer is killed without closing its side. Its
-/// slot must come back once it is dead (a two-slot inbox would run out at the third
-/// peer otherwise), and its inbox must be unlinked.
+/// slot must come back once it is dead (a two-slot inbox would otherwise grow an
+/// extension at the third peer, DATA-10), and its inbox must be unlinked.
 fn shm_killed_after_release_frees_slot() {
     let cfg = ShmConfig {
         slots: 2,

@@ -1,6 +1,7 @@
 //! Example applications, built into the `dynres` binary (`dynres run --example NAME`)
 //! so that one `cargo run` builds everything a first job needs.
 
+pub mod alltoall;
 pub mod check;
 pub mod hello;
 pub mod latency;

@@ -78,6 +78,10 @@ pub struct Args {
     /// Bound on a blocking accept, ms.
     #[arg(long, default_value_t = 20_000)]
     pub accept_wait_ms: u64,
+    /// After each work step, every process exchanges a message with every other
+    /// (`alltoall.rs`): old and new processes all talk to each other after a change.
+    #[arg(long)]
+    pub alltoall: bool,
     /// Test hook: removed processes ignore `terminate` (the runtime kills them after
     /// its grace period).
     #[arg(long, hide = true)]
@@ -398,6 +402,9 @@ pub fn run(args: Args) -> Result<(), CommError> {
         comm.barrier()?;
         let hits = work_step(part);
         let total = comm.allreduce_sum(&[hits as f64])?;
+        if args.alltoall {
+            super::alltoall::exchange(&comm)?;
+        }
         row.work = ms(t.elapsed());
         // ----- resource-change step (Lst. 6.7) -----
         let decided = match root.as_mut() {

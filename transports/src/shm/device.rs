@@ -13,7 +13,9 @@ use super::record::{
 };
 use super::ring::{Consumer, LINE, Producer, RawStorage};
 use super::segment::{self, pid_alive};
-use super::waiter::{WaitOutcome, arm_wake_flag, arm_wake_flags, calibrated_spins, take_wake_flag};
+use super::waiter::{
+    WaitOutcome, arm_wake_flag, arm_wake_flags, calibrated_spins, spins_from_env, take_wake_flag,
+};
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
     ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
@@ -27,14 +29,23 @@ use crate::sync::{AtomicU32, Ordering};
 /// Tunables of the shared-memory device.
 #[derive(Clone, Debug)]
 pub struct ShmConfig {
-    /// Connection slots in our inbox (peers that can send to us at once).
+    /// Connection slots in our inbox itself. More peers than that may send to us at
+    /// once: they add slots in extensions (`DATA-10`).
     pub slots: usize,
+    /// Connection slots in each extension of our inbox (`DATA-10`).
+    pub ext_slots: usize,
     /// Bytes per ring (power of two, at least 64 KiB).
     pub ring_bytes: usize,
     /// Messages up to this size are copied as one record; larger ones stream.
     pub eager_threshold: usize,
     /// How often a blocked wait re-checks that its peers are alive.
     pub liveness_interval: Duration,
+    /// Spin iterations before a wait blocks on the futex. `None`: calibrated once per
+    /// process (a block+wake's worth). A host running more processes than it has cores
+    /// wants `Some(0)` (`DATA-12`): a spinning process only takes the core from the
+    /// one it waits for, and the calibration, timed under that load, asks for the
+    /// longest spins. `DYNRES_SHM_SPINS` overrides either.
+    pub spins: Option<u32>,
     /// When large messages are sent by single copy (the receiver reads them from our
     /// memory with `process_vm_readv`, once its probe showed it may; [`super::cma`]).
     /// The environment variable `DYNRES_SHM_CMA` overrides it (see [`CmaMode`]).
@@ -95,10 +106,15 @@ impl CmaMode {
 impl Default for ShmConfig {
     fn default() -> Self {
         Self {
-            slots: 64,
+            // Small, since a ring costs memory only once used (`DATA-11`) and more
+            // slots come on demand; enough for a job of up to 33 processes per host
+            // without an extension.
+            slots: 32,
+            ext_slots: 64,
             ring_bytes: 256 * 1024,
             eager_threshold: 8 * 1024,
             liveness_interval: Duration::from_millis(20),
+            spins: None,
             cma: CmaMode::Auto {
                 threshold: DEFAULT_CMA_THRESHOLD,
             },
@@ -109,6 +125,14 @@ impl Default for ShmConfig {
 /// Default single-copy threshold ([`CmaMode`]): below it the pipelined ring copy
 /// (both copies in cache) beats a system call plus page pinning.
 pub const DEFAULT_CMA_THRESHOLD: usize = 64 * 1024;
+
+/// Most peers whose process one liveness check looks up (`DATA-12`): each look is two
+/// system calls and a `/proc` read, and a waiting process checks every
+/// `liveness_interval`, so checking all of hundreds of peers each time made waiting on
+/// a crowded host cost more than the messages (issue 29). The check goes round the
+/// connections in turns of this many, so a dead peer is seen within
+/// `ceil(peers / LIVENESS_BATCH)` checks.
+const LIVENESS_BATCH: usize = 16;
 
 /// Turns of the receive fast path's spin taken without a `pause` (see
 /// `ShmDevice::recv_fast`).
@@ -325,6 +349,8 @@ pub struct ShmDevice {
     send_done: IdMap<SendHandle, Result<()>>,
     scratch: Vec<u8>,
     last_liveness: Instant,
+    /// Where in `ids` the next liveness check starts (see [`LIVENESS_BATCH`]).
+    liveness_cursor: usize,
     /// Effective single-copy threshold (config and environment); `None`: ring only.
     cma_min: Option<usize>,
     /// A single-copy read found its sender gone: check peers at the next progress.
@@ -361,11 +387,15 @@ impl ShmDevice {
         // Register for peers' membarriers now, not at the first receive (see
         // `waiter::take_wake_flag`).
         crate::sync::asymmetric_barriers();
-        let inbox = Inbox::create_with_probe(cfg.slots, cfg.ring_bytes, probe)?;
+        let inbox = Inbox::create_with_probe(cfg.slots, cfg.ext_slots, cfg.ring_bytes, probe)?;
         let name = inbox.seg.name().to_owned();
         tracing::debug!(segment = %name, "shm inbox created");
+        let spins = match (spins_from_env(), cfg.spins) {
+            (None, Some(s)) => s,
+            _ => calibrated_spins(),
+        };
         Ok(Self {
-            spins: calibrated_spins(),
+            spins,
             addr: ShmAddr {
                 host_id: ShmAddr::local_host_id(),
                 pid: std::process::id(),
@@ -388,6 +418,7 @@ impl ShmDevice {
             send_done: IdMap::default(),
             scratch: vec![0; 64 * 1024],
             last_liveness: Instant::now(),
+            liveness_cursor: 0,
             cma_min,
             peer_gone: false,
             cma_reads: 0,
@@ -474,11 +505,12 @@ impl ShmDevice {
             return Ok(0);
         }
         self.seen_gen = gen_now;
+        self.map_extensions()?;
         let mut events = self.reclaim_slots(false);
         let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
         let mut found = Vec::new();
         let mut closed = Vec::new();
-        for i in 0..inbox.nslots() {
+        for i in 0..self.slot_use.len() {
             let st = inbox.slot(i).state.load(Ordering::Acquire);
             match self.slot_use[i] {
                 // A slot closed before we ever saw it open may still hold messages: it
@@ -629,6 +661,20 @@ impl ShmDevice {
         Ok(events)
     }
 
+    /// Maps the extensions of our inbox published so far (a sender publishes one before
+    /// the claim whose `conn_gen` bump led us here) and gives their slots a
+    /// [`SlotUse`].
+    fn map_extensions(&mut self) -> Result<()> {
+        let inbox = self.inbox.as_ref().ok_or(TransportError::Finalized)?;
+        inbox.map_extensions()?;
+        let n = inbox.nslots();
+        if n > self.slot_use.len() {
+            tracing::debug!(slots = n, "shm inbox extended");
+            self.slot_use.resize(n, SlotUse::Unattached);
+        }
+        Ok(())
+    }
+
     /// Recycles orphaned slots whose sender closed them (or, with `check_pids`, died),
     /// and slots left claimed by a sender that died before opening them. Returns how
     /// many were recycled.
@@ -640,7 +686,8 @@ impl ShmDevice {
             return 0;
         };
         let mut n = 0;
-        for i in 0..inbox.nslots() {
+        // `slot_use` covers the slots mapped at the last scan; later ones are unseen.
+        for i in 0..self.slot_use.len() {
             let s = inbox.slot(i);
             let recycle = match self.slot_use[i] {
                 SlotUse::Orphan if s.is_closed() => true,
@@ -959,7 +1006,13 @@ impl ShmDevice {
         self.inbox()?;
         let mut events = self.reclaim_slots(true);
         let ids = self.ids.clone();
-        for id in ids {
+        // A close is one load to see; a death is looked up for a turn of
+        // LIVENESS_BATCH connections only (DATA-12).
+        let n = ids.len();
+        let start = self.liveness_cursor % n.max(1);
+        self.liveness_cursor = start + LIVENESS_BATCH;
+        let in_turn = |k: usize| (k + n - start) % n < LIVENESS_BATCH;
+        for (k, id) in ids.into_iter().enumerate() {
             let Some(c) = self.conns.get(&id) else {
                 continue;
             };
@@ -967,7 +1020,7 @@ impl ShmDevice {
                 (Some(inbox), Some((slot, _))) => inbox.slot(*slot).is_closed(),
                 _ => false,
             };
-            let alive = pid_alive(c.peer_pid);
+            let alive = !in_turn(k) || pid_alive(c.peer_pid);
             if alive && !closed {
                 continue;
             }
@@ -1020,7 +1073,7 @@ impl ShmDevice {
             notify_peer(&c.peer);
         } else {
             // Its owner cannot unlink it any more: we do (cleanup on peer crash).
-            segment::unlink(&c.peer_name);
+            c.peer.unlink_all();
         }
         // Dropping `c` unmaps the peer's inbox.
         drop(c);
@@ -1483,3 +1536,6 @@ impl Drop for ShmDevice {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, not(loom)))]
+mod many_senders;

@@ -1,5 +1,7 @@
-//! Layout of one process' inbox segment: a header (owner, running flag, futex word)
-//! followed by connection slots, each holding one SPSC ring written by one sender.
+//! Layout of one process' inbox segment: a header (owner, running flag, futex word,
+//! extension table) followed by connection slots, each holding one SPSC ring written
+//! by one sender. When they are all taken, senders add slots in extension segments
+//! ([`super::extension`], spec `DATA-10`); slot indices run on across them.
 //!
 //! ```text
 //! [InboxHeader][Slot; nslots] ... page-aligned ... [ring 0 bytes][ring 1 bytes]...
@@ -7,16 +9,17 @@
 
 use std::ptr::NonNull;
 
+use super::extension::{Extension, Extensions, MAX_EXTENSIONS, SEALED, extension_name};
 use super::ring::{CachePadded, RawStorage, RingControl};
-use super::segment::Segment;
+use super::segment::{self, Segment};
 use super::waiter::WaitWord;
 use crate::error::{Result, TransportError};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6479_6e72_6573_686d; // "dynreshm"
-/// Layout version: 4 since ring records carry a stamp in their mark word (3: the wait
-/// word became one 64-bit `seq | sleepers` word).
-const VERSION: u32 = 4;
+/// Layout version: 5 since the header has an extension table (4: ring records carry a
+/// stamp in their mark word; 3: the wait word became one 64-bit `seq | sleepers` word).
+const VERSION: u32 = 5;
 /// Longest sender segment name a slot can record.
 pub const NAME_MAX: usize = 64;
 
@@ -82,6 +85,13 @@ pub struct InboxHeader {
     pub conn_gen: CachePadded<AtomicU32>,
     /// The owner's futex word: notified on new data, new slots and freed ring space.
     pub wait: CachePadded<WaitWord>,
+    /// Slots per extension segment.
+    ext_slots: u32,
+    /// Extension `k` is published by storing its name's random part in word `k`
+    /// (compare-and-swap from 0, Release); [`SEALED`] once the owner is going away.
+    /// Published words form a prefix: a sender only creates extension `k + 1` after
+    /// finding extension `k` full.
+    ext: CachePadded<[AtomicU64; MAX_EXTENSIONS]>,
 }
 
 /// One sender's slot.
@@ -225,13 +235,15 @@ impl Default for Slot {
     }
 }
 
-/// Typed view of a mapped inbox.
+/// Typed view of a mapped inbox and of the extensions mapped so far.
 pub struct Inbox {
     /// The mapping (kept alive by this value).
     pub seg: Segment,
     nslots: usize,
     ring_cap: usize,
     data_off: usize,
+    ext_slots: usize,
+    exts: Extensions,
 }
 
 fn slots_off() -> usize {
@@ -244,15 +256,21 @@ fn data_off(nslots: usize) -> usize {
 
 impl Inbox {
     /// Creates our own inbox under a fresh unpredictable name
-    /// ([`Segment::create_unique`]).
-    pub fn create(nslots: usize, ring_cap: usize) -> Result<Self> {
-        Self::create_with_probe(nslots, ring_cap, (0, 0))
+    /// ([`Segment::create_unique`]), with `nslots` slots and `ext_slots` in each
+    /// extension.
+    pub fn create(nslots: usize, ext_slots: usize, ring_cap: usize) -> Result<Self> {
+        Self::create_with_probe(nslots, ext_slots, ring_cap, (0, 0))
     }
 
     /// [`Inbox::create`], publishing `(address, token)` of the CMA probe word (zeros:
     /// no single-copy reads from this process).
-    pub fn create_with_probe(nslots: usize, ring_cap: usize, probe: (u64, u64)) -> Result<Self> {
-        assert!(ring_cap.is_power_of_two());
+    pub fn create_with_probe(
+        nslots: usize,
+        ext_slots: usize,
+        ring_cap: usize,
+        probe: (u64, u64),
+    ) -> Result<Self> {
+        assert!(ring_cap.is_power_of_two() && ext_slots > 0);
         let data_off = data_off(nslots);
         let seg = Segment::create_unique(data_off + nslots * ring_cap)?;
         debug_assert!(seg.name().len() <= NAME_MAX);
@@ -273,6 +291,8 @@ impl Inbox {
                 running: CachePadded(AtomicU32::new(1)),
                 conn_gen: CachePadded(AtomicU32::new(0)),
                 wait: CachePadded(WaitWord::new()),
+                ext_slots: ext_slots as u32,
+                ext: CachePadded(std::array::from_fn(|_| AtomicU64::new(0))),
             });
             for i in 0..nslots {
                 base.add(slots_off() + i * std::mem::size_of::<Slot>())
@@ -285,6 +305,8 @@ impl Inbox {
             nslots,
             ring_cap,
             data_off,
+            ext_slots,
+            exts: Extensions::default(),
         })
     }
 
@@ -306,8 +328,10 @@ impl Inbox {
             return Err(bad("wrong magic or version"));
         }
         let (nslots, ring_cap) = (h.nslots as usize, h.ring_cap as usize);
+        let ext_slots = h.ext_slots as usize;
         let data_off = data_off(nslots);
-        if !ring_cap.is_power_of_two() || seg.len() < data_off + nslots * ring_cap {
+        if !ring_cap.is_power_of_two() || ext_slots == 0 || seg.len() < data_off + nslots * ring_cap
+        {
             return Err(bad("inconsistent size"));
         }
         Ok(Self {
@@ -315,6 +339,8 @@ impl Inbox {
             nslots,
             ring_cap,
             data_off,
+            ext_slots,
+            exts: Extensions::default(),
         })
     }
 
@@ -329,14 +355,28 @@ impl Inbox {
         self.header().owner_pid
     }
 
-    /// Number of slots.
+    /// Number of slots mapped in this view: the inbox's own and those of the
+    /// extensions mapped so far (all published ones after [`Inbox::map_extensions`]).
     pub fn nslots(&self) -> usize {
-        self.nslots
+        self.nslots + self.exts.mapped() * self.ext_slots
     }
 
-    /// Slot `i`.
+    /// The extension holding slot `i` (past the inbox's own) and its index there.
+    fn ext_slot(&self, i: usize) -> (&Extension, usize) {
+        let k = (i - self.nslots) / self.ext_slots;
+        let ext = self
+            .exts
+            .get(k)
+            .expect("slot index of an extension this view has mapped");
+        (ext, (i - self.nslots) % self.ext_slots)
+    }
+
+    /// Slot `i` (of the inbox or a mapped extension).
     pub fn slot(&self, i: usize) -> &Slot {
-        assert!(i < self.nslots);
+        if i >= self.nslots {
+            let (ext, j) = self.ext_slot(i);
+            return ext.slot(j);
+        }
         // SAFETY: in bounds (checked), initialised at create, valid while `seg` lives.
         unsafe {
             &*self
@@ -353,6 +393,12 @@ impl Inbox {
     /// # Safety
     /// The returned pointers are valid only while this `Inbox` (its mapping) lives.
     pub unsafe fn ring(&self, i: usize) -> (NonNull<RingControl>, RawStorage) {
+        if i >= self.nslots {
+            let (ext, j) = self.ext_slot(i);
+            // SAFETY: the extension stays mapped as long as `self` (the caller's
+            // obligation).
+            return unsafe { ext.ring(j) };
+        }
         let ctrl = NonNull::from(&self.slot(i).ring);
         // SAFETY: ring `i` lies inside the mapping (size checked at open/create).
         let data = unsafe {
@@ -367,9 +413,28 @@ impl Inbox {
         (ctrl, unsafe { RawStorage::new(data, self.ring_cap) })
     }
 
-    /// Claims a free slot for sender `name`; returns its index.
+    /// Claims a free slot for sender `name`; returns its index. When every slot is
+    /// taken, looks in the extensions, creating the next one if all are full
+    /// (`DATA-10`); fails only past [`MAX_EXTENSIONS`] or when the owner is going away.
     pub fn claim(&self, name: &str) -> Result<usize> {
-        for i in 0..self.nslots {
+        if let Some(i) = self.claim_in(0..self.nslots, name) {
+            return Ok(i);
+        }
+        for k in 0..MAX_EXTENSIONS {
+            self.extension(k)?;
+            let first = self.nslots + k * self.ext_slots;
+            if let Some(i) = self.claim_in(first..first + self.ext_slots, name) {
+                return Ok(i);
+            }
+        }
+        Err(TransportError::NoFreeSlot {
+            name: self.seg.name().to_owned(),
+        })
+    }
+
+    /// Claims the first free slot among `range` (all mapped) for sender `name`.
+    fn claim_in(&self, range: std::ops::Range<usize>, name: &str) -> Option<usize> {
+        for i in range {
             let s = self.slot(i);
             if s.try_claim() {
                 s.pid.store(std::process::id(), Ordering::Relaxed);
@@ -384,12 +449,81 @@ impl Inbox {
                 s.state.store(SLOT_OPEN, Ordering::Release);
                 self.header().conn_gen.0.fetch_add(1, Ordering::Release);
                 self.header().wait.0.notify();
-                return Ok(i);
+                return Some(i);
             }
         }
-        Err(TransportError::NoFreeSlot {
-            name: self.seg.name().to_owned(),
-        })
+        None
+    }
+
+    /// Sender: extension `k`, mapped here; created and published first if nobody has
+    /// yet. Of racing creators exactly one publishes (the compare-and-swap); the others
+    /// unlink their own segment and map the winner's.
+    fn extension(&self, k: usize) -> Result<&Extension> {
+        if let Some(e) = self.exts.get(k) {
+            return Ok(e);
+        }
+        let word = &self.header().ext.0[k];
+        // Acquire: pairs with the creator's Release, so its header and slots are
+        // written before we map them.
+        let mut suffix = word.load(Ordering::Acquire);
+        if suffix == 0 {
+            let (mut ext, mine) =
+                Extension::create(self.seg.name(), k, self.ext_slots, self.ring_cap)?;
+            match word.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    ext.disown();
+                    tracing::debug!(inbox = %self.seg.name(), index = k, "shm inbox extension created");
+                    return Ok(self.exts.insert(k, ext));
+                }
+                // Dropping ours unlinks it: exactly one segment per index.
+                Err(theirs) => suffix = theirs,
+            }
+        }
+        if suffix == SEALED {
+            return Err(TransportError::BadSegment {
+                name: self.seg.name().to_owned(),
+                reason: "its owner is closing it",
+            });
+        }
+        let ext = Extension::open(self.seg.name(), k, suffix, self.ext_slots, self.ring_cap)?;
+        Ok(self.exts.insert(k, ext))
+    }
+
+    /// Owner: maps every extension published so far, so [`Inbox::nslots`] and
+    /// [`Inbox::slot`] cover their slots. Call it when `conn_gen` moved: a sender
+    /// publishes an extension before the claim that bumps it.
+    pub fn map_extensions(&self) -> Result<()> {
+        for k in self.exts.mapped()..MAX_EXTENSIONS {
+            let suffix = self.header().ext.0[k].load(Ordering::Acquire);
+            if suffix == 0 || suffix == SEALED {
+                break;
+            }
+            let ext = Extension::open(self.seg.name(), k, suffix, self.ext_slots, self.ring_cap)?;
+            self.exts.insert(k, ext);
+        }
+        Ok(())
+    }
+
+    /// The names of the extensions published so far.
+    fn extension_names(&self) -> Vec<String> {
+        self.header()
+            .ext
+            .0
+            .iter()
+            .enumerate()
+            .map(|(k, w)| (k, w.load(Ordering::Acquire)))
+            .take_while(|&(_, w)| w != 0 && w != SEALED)
+            .map(|(k, w)| extension_name(self.seg.name(), k, w))
+            .collect()
+    }
+
+    /// A peer: unlinks the inbox and its extensions after its owner died (cleanup on
+    /// peer crash; the mappings stay valid until dropped).
+    pub fn unlink_all(&self) {
+        for name in self.extension_names() {
+            segment::unlink(&name);
+        }
+        segment::unlink(self.seg.name());
     }
 
     /// Name of the sender of an open slot (after an Acquire load saw `SLOT_OPEN`).
@@ -409,6 +543,23 @@ impl Inbox {
     /// [`Slot::recycle`].
     pub fn free_slot(&self, i: usize) {
         self.slot(i).recycle();
+    }
+}
+
+impl Drop for Inbox {
+    /// The owner seals the extension table (a sender that publishes later fails its
+    /// compare-and-swap and unlinks its own segment) and unlinks every extension
+    /// published before; the inbox itself is unlinked by its [`Segment`].
+    fn drop(&mut self) {
+        if !self.seg.is_owner() {
+            return;
+        }
+        for (k, w) in self.header().ext.0.iter().enumerate() {
+            let suffix = w.swap(SEALED, Ordering::AcqRel);
+            if suffix != 0 && suffix != SEALED {
+                segment::unlink(&extension_name(self.seg.name(), k, suffix));
+            }
+        }
     }
 }
 

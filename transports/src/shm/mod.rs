@@ -22,6 +22,7 @@
 // Single-copy transfers need real processes: not model-checked.
 #[cfg(not(loom))]
 pub mod cma;
+pub mod extension;
 pub mod layout;
 mod record;
 pub mod ring;

@@ -47,7 +47,7 @@ pub fn unique_name() -> Result<String> {
 
 /// 64 bits from the kernel's CSPRNG (`getrandom(2)`, which never returns short for 8
 /// bytes once the pool is initialised; interrupted calls are retried).
-fn random_u64() -> Result<u64> {
+pub(crate) fn random_u64() -> Result<u64> {
     let mut b = [0u8; 8];
     loop {
         // SAFETY: writes at most `b.len()` bytes into `b`.
@@ -213,6 +213,18 @@ impl Segment {
     /// Whether the mapping is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether dropping this value unlinks the name (we created it and still own it).
+    pub fn is_owner(&self) -> bool {
+        self.owner
+    }
+
+    /// Hands the duty of unlinking the name to someone else: a sender that created an
+    /// inbox extension ([`super::layout`]) gives it to the inbox's owner once it is
+    /// published, so the extension outlives the sender's own mapping.
+    pub fn disown(&mut self) {
+        self.owner = false;
     }
 }
 

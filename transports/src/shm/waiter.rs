@@ -274,10 +274,7 @@ impl Default for WaitWord {
 pub fn calibrated_spins() -> u32 {
     static SPINS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *SPINS.get_or_init(|| {
-        if let Some(v) = std::env::var("DYNRES_SHM_SPINS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
+        if let Some(v) = spins_from_env() {
             return v;
         }
         let block_wake = measure_block_wake();
@@ -287,6 +284,12 @@ pub fn calibrated_spins() -> u32 {
         tracing::debug!(?block_wake, per_spin, spins, "calibrated shm spin");
         spins
     })
+}
+
+/// The spin budget `DYNRES_SHM_SPINS` sets, if it does.
+#[cfg(not(loom))]
+pub fn spins_from_env() -> Option<u32> {
+    std::env::var("DYNRES_SHM_SPINS").ok()?.parse().ok()
 }
 
 #[cfg(not(loom))]
