@@ -196,7 +196,7 @@ fn handshake(stream: &mut TcpStream, node: u32) -> Result<(NodeSetup, FrameReade
         .set_read_timeout(None)
         .and_then(|()| stream.set_write_timeout(None))
         .map_err(|e| LauncherError::io("clear timeouts on the link", e))?;
-    Ok((setup, frames))
+    Ok((*setup, frames))
 }
 
 /// Runs node `node`'s daemon of the job whose master listens at `master` (`host:port`)
@@ -235,7 +235,12 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         limits: server::Limits::of(server::Kind::Control),
         secret: secret.clone(),
     };
-    let io = ioloop::IoLoop::start(vec![control], tx.clone())
+    let style = super::output::OutputStyle {
+        tag: setup.tag_output,
+        timestamp: setup.timestamp_output,
+        dir: (!setup.output_dir.is_empty()).then(|| setup.output_dir.clone().into()),
+    };
+    let io = ioloop::IoLoop::start(vec![control], tx.clone(), style)
         .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let reader = stream
         .try_clone()

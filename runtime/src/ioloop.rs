@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use dynres_core::rc::wire::decode_client;
 
 use super::engine::Event;
+use super::output::{OutputStyle, Sink};
 use super::server::{Kind, Limits, Throttle};
 use super::signals;
 use dynres_client::auth::{HELLO_OK, Peer, read_hello};
@@ -288,8 +289,12 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 
 impl IoLoop {
     /// Starts the loop (and its output writer), serving `sockets`.
-    pub fn start(sockets: Vec<Socket>, events: Sender<Event>) -> std::io::Result<IoLoop> {
-        IoLoop::start_with(sockets, events, true)
+    pub fn start(
+        sockets: Vec<Socket>,
+        events: Sender<Event>,
+        style: OutputStyle,
+    ) -> std::io::Result<IoLoop> {
+        IoLoop::start_with(sockets, events, true, style)
     }
 
     /// [`IoLoop::start`]; `pidfds` false: as on a kernel without them (tests).
@@ -297,6 +302,7 @@ impl IoLoop {
         sockets: Vec<Socket>,
         events: Sender<Event>,
         pidfds: bool,
+        style: OutputStyle,
     ) -> std::io::Result<IoLoop> {
         let (wake_r, wake_w) = pipe()?;
         let shared = Arc::new(Shared {
@@ -306,14 +312,14 @@ impl IoLoop {
         });
         let stop = Arc::new(StopFlag(AtomicUsize::new(RUNNING)));
         let queued = Arc::new(AtomicUsize::new(0));
-        let (out_tx, out_rx) = std::sync::mpsc::channel::<(bool, Vec<u8>)>();
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<(u32, bool, Vec<u8>)>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let writer = {
             let (queued, shared) = (queued.clone(), shared.clone());
             std::thread::Builder::new()
                 .name("dynres-output".into())
                 .spawn(move || {
-                    write_output(&out_rx, &queued, &shared);
+                    write_output(&out_rx, &queued, &shared, Sink::new(style));
                     let _ = done_tx.send(());
                 })?
         };
@@ -402,14 +408,16 @@ impl Drop for IoLoop {
 }
 
 /// The writer thread: writes forwarded lines in the order the loop read them, one
-/// write per line so that lines of different ranks do not interleave.
-fn write_output(rx: &Receiver<(bool, Vec<u8>)>, queued: &AtomicUsize, shared: &Shared) {
-    for (to_stderr, line) in rx {
-        let _ = if to_stderr {
-            std::io::stderr().lock().write_all(&line)
-        } else {
-            std::io::stdout().lock().write_all(&line)
-        };
+/// write per line so that lines of different ranks do not interleave, as `sink` shows
+/// them (`crate::output`).
+fn write_output(
+    rx: &Receiver<(u32, bool, Vec<u8>)>,
+    queued: &AtomicUsize,
+    shared: &Shared,
+    mut sink: Sink,
+) {
+    for (rank, to_stderr, line) in rx {
+        sink.write(rank, to_stderr, &line);
         let before = queued.fetch_sub(line.len(), Ordering::SeqCst);
         if before >= OUTPUT_QUEUED && before - line.len() < OUTPUT_QUEUED {
             // The loop stopped reading the pipes: it may go on.
@@ -553,7 +561,7 @@ struct Reactor {
     links: Vec<(u32, OwnedFd)>,
     outputs: Vec<Output>,
     children: Vec<Kid>,
-    out: Sender<(bool, Vec<u8>)>,
+    out: Sender<(u32, bool, Vec<u8>)>,
     queued: Arc<AtomicUsize>,
     /// Whether to try pidfds at all.
     pidfds: bool,
@@ -1147,13 +1155,8 @@ impl Reactor {
     }
 
     fn emit(&self, rank: u32, to_stderr: bool, line: &[u8]) {
-        let mut buf = format!("[rank {rank}] ").into_bytes();
-        buf.extend_from_slice(line);
-        if buf.last() != Some(&b'\n') {
-            buf.push(b'\n');
-        }
-        self.queued.fetch_add(buf.len(), Ordering::SeqCst);
-        let _ = self.out.send((to_stderr, buf));
+        self.queued.fetch_add(line.len(), Ordering::SeqCst);
+        let _ = self.out.send((rank, to_stderr, line.to_vec()));
     }
 
     /// Process `i`'s pidfd is readable: it exited.
@@ -1275,7 +1278,7 @@ mod tests {
     /// every process is forwarded.
     fn exits_are_reported(pidfds: bool) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let io = IoLoop::start_with(Vec::new(), tx, pidfds).unwrap();
+        let io = IoLoop::start_with(Vec::new(), tx, pidfds, OutputStyle::default()).unwrap();
         let h = io.handle();
         for (rank, script) in [(3, "exit 7"), (4, "sleep 0.2; exit 3")] {
             let mut p = spawn(script);
@@ -1325,7 +1328,10 @@ mod tests {
             limits,
             secret: SECRET.into(),
         };
-        (IoLoop::start(vec![socket], tx).unwrap(), rx)
+        (
+            IoLoop::start(vec![socket], tx, OutputStyle::default()).unwrap(),
+            rx,
+        )
     }
 
     fn limits(max_conns: usize, hello_timeout: Duration) -> Limits {

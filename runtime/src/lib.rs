@@ -20,6 +20,7 @@ pub mod forward;
 pub mod hostauth;
 pub mod hosts;
 pub mod input;
+pub mod output;
 pub mod private;
 pub mod tool;
 
@@ -105,6 +106,9 @@ pub struct JobConfig {
     pub timeout: Option<StdDuration>,
     /// `--bind-to`: whether each process is bound to one core of its node.
     pub bind: bind::Bind,
+    /// How the processes' output is shown or stored (`--tag-output`,
+    /// `--timestamp-output`, `--output-filename`).
+    pub output: output::OutputStyle,
 }
 
 /// The host's number of cores: the default slot count.
@@ -302,7 +306,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         socket(control, server::Kind::Control),
         socket(cli, server::Kind::Tool),
     ];
-    let io = ioloop::IoLoop::start(sockets, tx.clone())
+    let io = ioloop::IoLoop::start(sockets, tx.clone(), cfg.output.clone())
         .map_err(|e| LauncherError::io("start the I/O loop", e))?;
     let slots: u64 = hosts.iter().map(|h| u64::from(h.slots)).sum();
     tracing::info!(
@@ -342,6 +346,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cwd_required,
         env: remote_env,
         bind_core: cfg.bind == bind::Bind::Core,
+        output: cfg.output.clone(),
     };
     // A job that may grow (GROW-1) needs the other hosts' side even on one host.
     let (nodes, own_addr) = if hosts.len() > 1 || own == nodes::NO_NODE || cfg.grow_wait.is_some() {

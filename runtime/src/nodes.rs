@@ -62,6 +62,8 @@ pub struct Template {
     pub env: Vec<(String, String)>,
     /// `--bind-to core`.
     pub bind_core: bool,
+    /// How the node's processes' output is shown or stored.
+    pub output: crate::output::OutputStyle,
 }
 
 /// How daemons are started: `AGENT… HOST DYNRES daemon --master ADDR --node N`.
@@ -487,7 +489,7 @@ impl Nodes {
             .map_err(|e| format!("cannot clone the link: {e}"))?;
         let _ = stream.set_nodelay(true);
         let mut conn = Conn::new(node, stream);
-        let setup = encode_link(&LinkMsg::Setup(NodeSetup {
+        let setup = encode_link(&LinkMsg::Setup(Box::new(NodeSetup {
             node,
             job: self.template.job.clone(),
             namespace: self.template.namespace.clone(),
@@ -501,7 +503,15 @@ impl Nodes {
             cwd_required: self.template.cwd_required,
             env: self.template.env.clone(),
             bind_core: self.template.bind_core,
-        }));
+            tag_output: self.template.output.tag,
+            timestamp_output: self.template.output.timestamp,
+            output_dir: self
+                .template
+                .output
+                .dir
+                .as_ref()
+                .map_or_else(String::new, |d| d.display().to_string()),
+        })));
         conn.send(&setup)
             .and_then(|()| conn.send(&queued))
             .map_err(|e| format!("link: {e}"))?;

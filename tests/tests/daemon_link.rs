@@ -96,7 +96,7 @@ impl FakeMaster {
 }
 
 fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
-    LinkMsg::Setup(NodeSetup {
+    LinkMsg::Setup(Box::new(NodeSetup {
         node,
         job: "linkjob".into(),
         namespace: "job".into(),
@@ -111,7 +111,10 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
         cwd_required: false,
         env: vec![],
         bind_core: false,
-    })
+        tag_output: true,
+        timestamp_output: false,
+        output_dir: String::new(),
+    }))
 }
 
 /// A spawn of `rank` running `sleep 30`: a process that does not end on its own.

@@ -161,3 +161,67 @@ fn verbose_shows_debug_lines() {
     assert!(!quiet.stderr.contains("DEBUG"), "{}", quiet.dump());
     assert!(loud.stderr.contains("DEBUG"), "{}", loud.dump());
 }
+
+/// Output options: `--no-tag-output` shows lines as they are, `--timestamp-output`
+/// starts each with the seconds since the job started, `--output-filename DIR` puts
+/// each rank's stdout and stderr in its own files (untagged) and nothing on the
+/// terminal.
+#[test]
+fn output_is_tagged_timestamped_or_filed_as_asked() {
+    let rt = Runtime::new("output");
+    let script = "echo out $DYNRES_RANK; echo err $DYNRES_RANK >&2";
+    let plain = rt.run(&[
+        "run",
+        "-n",
+        "2",
+        "--no-tag-output",
+        "--timestamp-output",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(plain.code, Some(0), "{}", plain.dump());
+    let mut outs: Vec<&str> = plain.stdout.lines().collect();
+    outs.sort();
+    assert_eq!(outs.len(), 2, "{}", plain.dump());
+    for (l, rank) in outs.iter().zip(["0", "1"]) {
+        let (stamp, text) = l.split_once("] ").unwrap_or_else(|| panic!("{l}"));
+        assert!(
+            stamp.starts_with("[+") && stamp[2..].parse::<f64>().is_ok(),
+            "{l}"
+        );
+        assert_eq!(text, format!("out {rank}"), "untagged: {l}");
+    }
+    let dir = rt.scratch().join("out");
+    let d = dir.display().to_string();
+    let filed = rt.run(&[
+        "run",
+        "-n",
+        "2",
+        "--output-filename",
+        &d,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(filed.code, Some(0), "{}", filed.dump());
+    assert!(
+        !filed.stdout.contains("out "),
+        "nothing on the terminal\n{}",
+        filed.dump()
+    );
+    for rank in ["0", "1"] {
+        let read = |s: &str| std::fs::read_to_string(dir.join(format!("rank.{rank}/{s}"))).unwrap();
+        assert_eq!(read("stdout"), format!("out {rank}\n"));
+        assert_eq!(read("stderr"), format!("err {rank}\n"));
+    }
+    let tagged = rt.run(&["run", "-n", "1", "--", "echo", "x"]);
+    assert_eq!(
+        tagged.stdout,
+        "[rank 0] x\n",
+        "tagged by default\n{}",
+        tagged.dump()
+    );
+}

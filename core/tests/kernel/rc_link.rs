@@ -30,6 +30,7 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
             vec((text(), text()), 0..4),
             any::<bool>(),
         ),
+        (any::<bool>(), any::<bool>(), text()),
     )
         .prop_map(
             |(
@@ -39,8 +40,9 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                 node_addr,
                 (shm_spins, heartbeat_ms),
                 (cwd, cwd_required, env, bind_core),
+                (tag_output, timestamp_output, output_dir),
             )| {
-                LinkMsg::Setup(NodeSetup {
+                LinkMsg::Setup(Box::new(NodeSetup {
                     node,
                     job,
                     namespace,
@@ -54,7 +56,10 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                     cwd_required,
                     env,
                     bind_core,
-                })
+                    tag_output,
+                    timestamp_output,
+                    output_dir,
+                }))
             },
         );
     prop_oneof![
@@ -101,7 +106,7 @@ proptest! {
 #[test]
 fn every_control_message_has_its_documented_type() {
     let ty = |f: Vec<u8>| u16::from_be_bytes([f[3], f[4]]);
-    let setup = LinkMsg::Setup(NodeSetup {
+    let setup = LinkMsg::Setup(Box::new(NodeSetup {
         node: 1,
         job: "j".into(),
         namespace: "job-j".into(),
@@ -115,7 +120,10 @@ fn every_control_message_has_its_documented_type() {
         cwd_required: false,
         env: vec![("OMP_NUM_THREADS".into(), "4".into())],
         bind_core: true,
-    });
+        tag_output: true,
+        timestamp_output: false,
+        output_dir: String::new(),
+    }));
     let cases = [
         (setup, 0x0501),
         (LinkMsg::Heartbeat, 0x0502),

@@ -213,6 +213,22 @@ struct RunArgs {
     /// every process' start and end with its node); `dynres plot FILE` draws them.
     #[arg(long, value_name = "FILE")]
     event_log: Option<std::path::PathBuf>,
+    /// Tag each line of the processes' output with `[rank N] ` (the default; as
+    /// mpirun's `--tag-output`).
+    #[arg(long, overrides_with = "no_tag_output")]
+    tag_output: bool,
+    /// Show the processes' output lines as they are, untagged.
+    #[arg(long)]
+    no_tag_output: bool,
+    /// Start each line of the processes' output with `[+S.mmm] `, the seconds since
+    /// the job started (on other hosts: since their daemon started).
+    #[arg(long)]
+    timestamp_output: bool,
+    /// Write each process' output to DIR/rank.N/stdout and DIR/rank.N/stderr instead
+    /// of the terminal, untagged unless --tag-output (on every host, its own DIR; as
+    /// mpirun's `--output-filename`).
+    #[arg(long, value_name = "DIR")]
+    output_filename: Option<std::path::PathBuf>,
     /// End the job after SECONDS (as on SIGTERM; exit status 124, as timeout(1)).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
@@ -467,6 +483,15 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
     if args.oversubscribe {
         oversubscribe(&mut slots, &mut hosts, args.n.max(args.max.unwrap_or(0)));
     }
+    // Absolute, so that other hosts' daemons (started elsewhere) write where meant.
+    let output_dir = match &args.output_filename {
+        Some(d) => Some(
+            std::env::current_dir()
+                .map_err(|e| LauncherError::io("read the working directory", e))?
+                .join(d),
+        ),
+        None => None,
+    };
     let timeout = match args.timeout {
         None => None,
         Some(t) if t.is_finite() && t > 0.0 && t <= 1e9 => Some(Duration::from_secs_f64(t)),
@@ -504,6 +529,12 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
         wdir: args.wdir,
         env: args.env,
         timeout,
+        output: runtime::output::OutputStyle {
+            // Files hold one rank's lines each: untagged unless asked for.
+            tag: args.tag_output || (!args.no_tag_output && output_dir.is_none()),
+            timestamp: args.timestamp_output,
+            dir: output_dir,
+        },
         bind: match args.bind_to {
             BindArg::None => runtime::bind::Bind::None,
             BindArg::Core => runtime::bind::Bind::Core,
@@ -564,6 +595,9 @@ const SINGLE_DASH: &[(&str, &str)] = &[
     ("-wdir", "--wdir"),
     ("-oversubscribe", "--oversubscribe"),
     ("-timeout", "--timeout"),
+    ("-tag-output", "--tag-output"),
+    ("-timestamp-output", "--timestamp-output"),
+    ("-output-filename", "--output-filename"),
 ];
 
 /// `argv` with [`SINGLE_DASH`] spellings rewritten in `run`'s options (never after

@@ -8,6 +8,7 @@
 //! remote daemon needs to start processes (the launch template), liveness (heartbeats,
 //! HB-1..HB-3) and how processes ended, which `dynres status` and `RC-18` reports use.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -71,13 +72,20 @@ pub struct NodeSetup {
     pub env: Vec<(String, String)>,
     /// Whether each process is bound to one core of its node (`--bind-to core`).
     pub bind_core: bool,
+    /// Whether each line of output is tagged `[rank N] ` (`--tag-output`, the default).
+    pub tag_output: bool,
+    /// Whether each line of output carries the time since the job started.
+    pub timestamp_output: bool,
+    /// `--output-filename DIR`: per-rank output files under DIR on the node; empty:
+    /// the output goes to the daemon's own stdout and stderr.
+    pub output_dir: String,
 }
 
 /// A control message of the runtime link.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LinkMsg {
     /// Master → daemon, the first frame after authentication.
-    Setup(NodeSetup),
+    Setup(Box<NodeSetup>),
     /// Either way: "I am alive" (`HB-1`).
     Heartbeat,
     /// Daemon → master: a process was started (`LINK-4`).
@@ -137,6 +145,9 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
                 put_str(b, v);
             });
             put_u8(b, u8::from(s.bind_core));
+            put_u8(b, u8::from(s.tag_output));
+            put_u8(b, u8::from(s.timestamp_output));
+            put_str(b, &s.output_dir);
         }),
         LinkMsg::Heartbeat => encode_frame(&mut out, HEARTBEAT, |_| {}),
         LinkMsg::Started { rank, os_pid } => encode_frame(&mut out, STARTED, |b| {
@@ -179,6 +190,9 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
         Ok((i, (k, v)))
     })(i)?;
     let (i, bind_core) = flag("binding flag")(i)?;
+    let (i, tag_output) = flag("output tag flag")(i)?;
+    let (i, timestamp_output) = flag("output timestamp flag")(i)?;
+    let (i, output_dir) = text("output directory")(i)?;
     Ok((
         i,
         NodeSetup {
@@ -195,6 +209,9 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
             cwd_required,
             env,
             bind_core,
+            tag_output,
+            timestamp_output,
+            output_dir,
         },
     ))
 }
@@ -215,7 +232,7 @@ pub fn decode_link(frame: &[u8]) -> Result<LinkMsg, WireError> {
     match h.msg_type {
         SETUP => parse_all(body, |i| {
             let (i, s) = setup(i)?;
-            Ok((i, LinkMsg::Setup(s)))
+            Ok((i, LinkMsg::Setup(Box::new(s))))
         }),
         HEARTBEAT => parse_all(body, |i| Ok((i, LinkMsg::Heartbeat))),
         STARTED => parse_all(body, |i| {
