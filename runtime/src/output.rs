@@ -99,16 +99,15 @@ impl Sink {
     }
 
     fn file(&mut self, dir: &Path, rank: u32, to_stderr: bool) -> std::io::Result<&mut File> {
-        if !self.files.contains_key(&(rank, to_stderr)) {
-            let d = dir.join(format!("rank.{rank}"));
-            std::fs::create_dir_all(&d)?;
-            let f = File::create(d.join(if to_stderr { "stderr" } else { "stdout" }))?;
-            self.files.insert((rank, to_stderr), f);
+        match self.files.entry((rank, to_stderr)) {
+            std::collections::hash_map::Entry::Occupied(f) => Ok(f.into_mut()),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let d = dir.join(format!("rank.{rank}"));
+                std::fs::create_dir_all(&d)?;
+                let name = if to_stderr { "stderr" } else { "stdout" };
+                Ok(v.insert(File::create(d.join(name))?))
+            }
         }
-        Ok(self
-            .files
-            .get_mut(&(rank, to_stderr))
-            .expect("just inserted"))
     }
 }
 
