@@ -260,11 +260,13 @@ impl Client {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<ClientOutput> {
         self.out.pop_front()
     }
 
     /// Clients arm no timers: every wait is bounded by the master.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         None
     }
@@ -471,5 +473,27 @@ fn step_call(step: &Step) -> CallId {
         | Step::ConfirmLookup { id, .. }
         | Step::ConfirmFence { id, .. }
         | Step::ConfirmReport { id, .. } => *id,
+    }
+}
+
+impl crate::machine::Machine for Client {
+    type Input = ClientInput;
+    type Output = ClientOutput;
+    type Error = RcError;
+
+    fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), RcError> {
+        Client::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<ClientOutput> {
+        Client::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Client::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 }

@@ -328,11 +328,13 @@ impl Member {
     }
 
     /// The next thing to tell the application.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<MemberOutput> {
         self.out.pop_front()
     }
 
     /// Members keep no timers: the root decides success or failure for the group.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         None
     }
@@ -351,6 +353,28 @@ impl Member {
             Some(Err(e)) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl crate::machine::Machine for Member {
+    type Input = MemberMsg;
+    type Output = MemberOutput;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: MemberMsg) -> Result<(), SpawnError> {
+        Member::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<MemberOutput> {
+        Member::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Member::fingerprint(self)
     }
 }
 

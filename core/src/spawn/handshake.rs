@@ -371,6 +371,7 @@ impl Handshake {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
@@ -378,6 +379,7 @@ impl Handshake {
     /// When to feed [`Input::Timeout`] next: the overall deadline or the next datagram
     /// retransmission, whichever is first; after `Done` only retransmissions of the last
     /// acknowledgement; `None` once failed.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let rtx = self.dgram.as_ref().and_then(Reliable::next_deadline);
         match self.phase {
@@ -1049,5 +1051,27 @@ impl Handshake {
         } else {
             self.result = Some(Err(error));
         }
+    }
+}
+
+impl crate::machine::Machine for Handshake {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        Handshake::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        Handshake::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Handshake::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Handshake::fingerprint(self)
     }
 }

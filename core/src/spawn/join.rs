@@ -230,11 +230,13 @@ impl Join {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
 
     /// The port exchange's deadline, then the handshake's.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (&self.failed, &self.inner) {
             (Some(_), _) => None,
@@ -270,5 +272,27 @@ impl Join {
         self.failed
             .as_ref()
             .or_else(|| self.inner.as_ref().and_then(Handshake::error))
+    }
+}
+
+impl crate::machine::Machine for Join {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        Join::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        Join::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Join::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Join::fingerprint(self)
     }
 }

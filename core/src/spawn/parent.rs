@@ -284,11 +284,13 @@ impl SpawnParent {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
 
     /// See [`Handshake::poll_timeout`].
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.hs.poll_timeout()
     }
@@ -308,6 +310,28 @@ impl SpawnParent {
         let mut c = self.clone();
         c.hs = other.hs.clone();
         c == *other && self.hs.eq_except_forged(&other.hs)
+    }
+}
+
+impl crate::machine::Machine for SpawnParent {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        SpawnParent::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        SpawnParent::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        SpawnParent::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        SpawnParent::fingerprint(self)
     }
 }
 

@@ -218,6 +218,7 @@ impl Daemon {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<DaemonOutput> {
         self.out.pop_front()
     }
@@ -225,6 +226,7 @@ impl Daemon {
     /// When to call `handle(now, DaemonInput::Timeout)` next. A daemon's only deadlines
     /// are those of modexes not yet complete on its node (`MODEX-5`); every other
     /// deadline is kept by the master.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.gathers
             .values()
@@ -366,5 +368,27 @@ impl Daemon {
                     .find(|c| c.includes(pid))
                     .map(|c| c.app.as_str())
             })
+    }
+}
+
+impl crate::machine::Machine for Daemon {
+    type Input = DaemonInput;
+    type Output = DaemonOutput;
+    type Error = RcError;
+
+    fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+        Daemon::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<DaemonOutput> {
+        Daemon::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Daemon::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Daemon::fingerprint(self)
     }
 }

@@ -429,11 +429,13 @@ impl Master {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<MasterOutput> {
         self.out.pop_front()
     }
 
     /// When to call `handle(now, MasterInput::Timeout)` next.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let changes = self.changes.values().flat_map(|c| {
             let waits = c.waiters.iter().filter_map(|(_, w)| match w {
@@ -705,5 +707,27 @@ impl Master {
         for (node, procs) in by_node {
             self.send(node, msg(procs));
         }
+    }
+}
+
+impl crate::machine::Machine for Master {
+    type Input = MasterInput;
+    type Output = MasterOutput;
+    type Error = RcError;
+
+    fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+        Master::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<MasterOutput> {
+        Master::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Master::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Master::fingerprint(self)
     }
 }
