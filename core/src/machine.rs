@@ -62,7 +62,7 @@ pub(crate) fn fingerprint_without_queue<T: Hash, O>(
     queue: fn(&mut T) -> &mut VecDeque<O>,
 ) -> u64 {
     let out = core::mem::take(queue(machine));
-    let fp = crate::rc::trace::fingerprint(machine);
+    let fp = crate::trace::fingerprint(machine);
     *queue(machine) = out;
     fp
 }

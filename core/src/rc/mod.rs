@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 pub mod ends;
 mod error;
+mod input;
 pub mod master;
 mod msg;
 pub mod query;

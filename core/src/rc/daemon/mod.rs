@@ -16,34 +16,12 @@ pub use standing::Standing;
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};
 use crate::rc::error::RcError;
+pub use crate::rc::input::DaemonInput;
 use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use crate::rc::query;
 use crate::rc::trace;
 use crate::rc::types::{ChangeInfo, LaunchCommand, NodeId, ReqId};
 use crate::time::Instant;
-
-/// What a daemon is told.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum DaemonInput {
-    /// A message from the master (in the order the master sent them).
-    FromMaster(ToDaemon),
-    /// A request from a local client.
-    FromClient {
-        /// The client (authenticated by the driver's control socket).
-        from: ProcessId,
-        /// Its request id.
-        req: ReqId,
-        /// The request.
-        request: ClientRequest,
-    },
-    /// A local process exited.
-    Exited {
-        /// The process.
-        pid: ProcessId,
-    },
-    /// The timer armed from [`Daemon::poll_timeout`] fired.
-    Timeout,
-}
 
 /// What a daemon wants done.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -161,25 +139,7 @@ impl Daemon {
 
     /// Feeds one input. Refuses requests from processes that do not run here.
     pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
-        let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
-            .then(|| trace::encode_daemon_input(&input));
-        let first_output = self.out.len();
-        let result = self.step(now, input);
-        if let Some(input) = recorded {
-            let outputs: Vec<&DaemonOutput> = self.out.iter().skip(first_output).collect();
-            let outputs = trace::fingerprint(&outputs);
-            let state = self.fingerprint();
-            tracing::trace!(
-                target: trace::TARGET,
-                role = "daemon",
-                node = self.node.0,
-                now = now.as_nanos(),
-                input = %trace::hex(&input),
-                outputs,
-                state,
-            );
-        }
-        result
+        crate::trace::record(self, now, input, Self::step)
     }
 
     /// A fingerprint of the state, without the queue of outputs not yet drained.
@@ -390,5 +350,20 @@ impl crate::machine::Machine for Daemon {
 
     fn fingerprint(&mut self) -> u64 {
         Daemon::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Daemon {
+    const ROLE: &'static str = "daemon";
+    // A refused request is answered with a refusal, which the outputs already show.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Omitted;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Node(self.node.0)
+    }
+    fn queue(&mut self) -> &mut VecDeque<DaemonOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &DaemonInput) -> Vec<u8> {
+        trace::encode_daemon_input(input)
     }
 }
