@@ -8,7 +8,7 @@ use alloc::collections::{BTreeMap, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::error::RcError;
+use super::error::{ClientRejection, RcError};
 use super::master::accept_key;
 use super::msg::{ClientReply, ClientRequest, ModexData};
 use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId, SpawnCommand, Spawned};
@@ -247,7 +247,7 @@ impl Client {
     }
 
     /// Feeds one input. Replies to unknown requests (late or duplicated) are ignored.
-    pub fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), ClientRejection> {
         match input {
             ClientInput::Call { id, call } => self.call(now, id, call),
             ClientInput::Reply { req, reply } => {
@@ -271,9 +271,9 @@ impl Client {
         None
     }
 
-    fn call(&mut self, now: Instant, id: CallId, call: ClientCall) -> Result<(), RcError> {
+    fn call(&mut self, now: Instant, id: CallId, call: ClientCall) -> Result<(), ClientRejection> {
         if self.open.values().any(|s| step_call(s) == id) {
-            return Err(RcError::Client("call id already in use"));
+            return Err(ClientRejection::CallIdInUse(id));
         }
         let request = match call {
             ClientCall::GetResChange { bound } => ClientRequest::Query { bound },
@@ -479,9 +479,9 @@ fn step_call(step: &Step) -> CallId {
 impl crate::machine::Machine for Client {
     type Input = ClientInput;
     type Output = ClientOutput;
-    type Error = RcError;
+    type Error = ClientRejection;
 
-    fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), RcError> {
+    fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), ClientRejection> {
         Client::handle(self, now, input)
     }
 

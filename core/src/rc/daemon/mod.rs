@@ -15,7 +15,7 @@ pub use standing::Standing;
 
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};
-use crate::rc::error::RcError;
+use crate::rc::error::{DaemonRejection, RcError};
 pub use crate::rc::input::DaemonInput;
 use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use crate::rc::query;
@@ -138,7 +138,7 @@ impl Daemon {
     }
 
     /// Feeds one input. Refuses requests from processes that do not run here.
-    pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
         crate::trace::record(self, now, input, Self::step)
     }
 
@@ -150,7 +150,7 @@ impl Daemon {
         fp
     }
 
-    fn step(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+    fn step(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
         match input {
             DaemonInput::FromMaster(msg) => self.on_master(msg),
             DaemonInput::FromClient { from, req, request } => {
@@ -161,7 +161,7 @@ impl Daemon {
                         req,
                         reply,
                     });
-                    return Err(RcError::NotPermitted(from));
+                    return Err(DaemonRejection::NotLocal(from));
                 }
                 self.on_client(now, from, req, request);
             }
@@ -334,9 +334,9 @@ impl Daemon {
 impl crate::machine::Machine for Daemon {
     type Input = DaemonInput;
     type Output = DaemonOutput;
-    type Error = RcError;
+    type Error = DaemonRejection;
 
-    fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+    fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
         Daemon::handle(self, now, input)
     }
 

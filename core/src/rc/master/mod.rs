@@ -23,7 +23,7 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::error::RcError;
+use super::error::{BadRequest, MasterRejection, RcError};
 pub use super::input::{MasterConfig, MasterInput};
 use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
 use super::trace;
@@ -210,7 +210,7 @@ impl Master {
         // Sizes are checked before any table is allocated for them (`RC-2`).
         let total: u64 = cfg.nodes.iter().map(|n| u64::from(n.slots)).sum();
         if total > MAX_SLOTS {
-            return Err(RcError::BadRequest("a job may have at most 2^24 slots"));
+            return Err(RcError::BadRequest(BadRequest::TooManySlots));
         }
         let wanted: u64 = cfg.apps.iter().map(|(_, n)| u64::from(*n)).sum();
         if wanted > total {
@@ -243,7 +243,7 @@ impl Master {
         let mut apps: Vec<(String, Vec<ProcessId>)> = Vec::new();
         for (app, n) in m.cfg.apps.clone() {
             if n == 0 {
-                return Err(RcError::BadRequest("an application starts with no process"));
+                return Err(RcError::BadRequest(BadRequest::EmptyApplication));
             }
             let procs = m.new_ranks(n);
             apps.push((app, procs));
@@ -283,12 +283,12 @@ impl Master {
     /// Feeds one input. A client's bad request gets a typed reply; `Err` is only for
     /// input the master cannot attribute (a message from an unknown node), which
     /// changes nothing.
-    pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         crate::trace::record(self, now, input, Self::transition)
     }
 
     /// [`Master::handle`] without its transition event.
-    fn transition(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+    fn transition(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         self.step(now, input)?;
         if !self.bug(crate::bugs::Bug::ModexIgnoreVersion) {
             self.recheck_modexes();
@@ -305,11 +305,11 @@ impl Master {
         fp
     }
 
-    fn step(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+    fn step(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         tracing::trace!(?input, "master input");
         match input {
             MasterInput::FromDaemon { node, .. } if node.0 as usize >= self.cfg.nodes.len() => {
-                return Err(RcError::BadRequest("message from an unknown node"));
+                return Err(MasterRejection::UnknownNode(node));
             }
             MasterInput::FromDaemon { node, msg } => match msg {
                 ToMaster::Forward { from, req, request } => {
@@ -482,7 +482,7 @@ impl Master {
             // Gathered by the daemons (`MODEX-1`); a daemon that forwards one anyway is
             // refused rather than served one member at a time.
             ClientRequest::Modex { .. } => {
-                let err = RcError::BadRequest("a modex is gathered by the node's daemon");
+                let err = RcError::BadRequest(BadRequest::ModexAtMaster);
                 self.reply(&route, ClientReply::Modex(Err(err)));
             }
             ClientRequest::Spawn { commands, env } => {
@@ -625,9 +625,9 @@ impl Master {
 impl crate::machine::Machine for Master {
     type Input = MasterInput;
     type Output = MasterOutput;
-    type Error = RcError;
+    type Error = MasterRejection;
 
-    fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+    fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         Master::handle(self, now, input)
     }
 
