@@ -54,7 +54,15 @@ use crate::process::{Namespace, Rank};
 use crate::wire::WireError;
 
 /// Everything that can go wrong in a spawn / connect / join.
+///
+/// It comes back two ways: as the `Err` of a machine's `handle` (the input was rejected
+/// and nothing changed, SPAWN-10: the driver drops the input and goes on) and in
+/// [`Output::Failed`] (the attempt is over: the application's call fails with it).
+///
+/// Non-exhaustive: a caller acts on the kinds it knows (e.g. retries after
+/// [`SpawnError::Timeout`]) and reports any other as a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
     /// Peer bytes were malformed or corrupted; they were dropped.
     #[error("malformed input from peer: {0}")]
