@@ -4,6 +4,8 @@
 
 use std::ffi::c_int;
 
+use dynres_core::Machine as _;
+
 use crate::error::{CapiError, CapiResult};
 use crate::types::put;
 
@@ -108,22 +110,25 @@ impl Encoded {
     }
 }
 
-/// A kernel machine behind a C handle: its outputs, held back while a buffer is too
-/// small, and how each becomes an action.
-pub trait Machine: crate::error::Poison {
-    /// The machine's output type.
-    type Output;
+/// A kernel machine behind a C handle: the machine itself (its `poll_output` and
+/// `poll_timeout` come from [`dynres_core::Machine`], so they are not restated here),
+/// its output held back while a buffer is too small, and how each output becomes an
+/// action.
+pub trait Handle: crate::error::Poison {
+    /// The kernel machine inside.
+    type Kernel: dynres_core::Machine;
     /// What a caller gets besides the action (the client's result).
     type Extra;
-    /// The output held back by a too-small buffer.
-    fn pending(&mut self) -> &mut Option<Self::Output>;
-    /// The machine's next output.
-    fn next_output(&mut self) -> Option<Self::Output>;
+    /// The machine inside.
+    fn kernel(&self) -> &Self::Kernel;
+    /// The machine and the output held back by a too-small buffer, borrowed together.
+    fn parts(&mut self) -> (&mut Self::Kernel, &mut Option<Output<Self>>);
     /// The action of an output.
-    fn encode(o: &Self::Output) -> Encoded<Self::Extra>;
-    /// The machine's next deadline.
-    fn timeout(&self) -> Option<dynres_core::Instant>;
+    fn encode(o: &Output<Self>) -> Encoded<Self::Extra>;
 }
+
+/// The output type of the machine behind a handle.
+pub type Output<H> = <<H as Handle>::Kernel as dynres_core::Machine>::Output;
 
 /// Hands the next output over: takes it from the held-back one (or polls the machine),
 /// encodes it, and writes it to `*action` and `buf`. If `cap` is below the payload's
@@ -132,18 +137,18 @@ pub trait Machine: crate::error::Poison {
 ///
 /// # Safety
 /// `action` is NULL or writable; `buf` is NULL or valid for `cap` byte writes.
-pub unsafe fn hand_over<M: Machine>(
+pub unsafe fn hand_over<M: Handle>(
     m: &mut M,
     action: *mut dynres_action,
     buf: *mut u8,
     cap: usize,
 ) -> Result<Option<M::Extra>, CapiError> {
     crate::types::need(action, "action")?;
-    if m.pending().is_none() {
-        let next = m.next_output();
-        *m.pending() = next;
+    let (kernel, pending) = m.parts();
+    if pending.is_none() {
+        *pending = kernel.poll_output();
     }
-    let Some(out) = m.pending().as_ref() else {
+    let Some(out) = pending.as_ref() else {
         // SAFETY: checked non-NULL above; writable by the caller's promise.
         unsafe { put(action, dynres_action::default(), "action")? };
         return Ok(None);
@@ -157,7 +162,7 @@ pub unsafe fn hand_over<M: Machine>(
     // SAFETY: as above.
     unsafe { put(action, a, "action")? };
     copy_payload(&payload, buf, cap)?;
-    *m.pending() = None;
+    *pending = None;
     Ok(Some(extra))
 }
 
@@ -165,7 +170,7 @@ pub unsafe fn hand_over<M: Machine>(
 ///
 /// # Safety
 /// `m` is NULL or a live handle; the rest as [`hand_over`].
-pub unsafe fn poll_output<M: Machine>(
+pub unsafe fn poll_output<M: Handle>(
     m: *mut M,
     action: *mut dynres_action,
     buf: *mut u8,
@@ -180,7 +185,7 @@ pub unsafe fn poll_output<M: Machine>(
 ///
 /// # Safety
 /// `m` is NULL or a live handle; both pointers are NULL or writable.
-pub unsafe fn poll_timeout<M: Machine>(
+pub unsafe fn poll_timeout<M: Handle>(
     m: *mut M,
     deadline_ns: *mut u64,
     armed: *mut c_int,
@@ -189,7 +194,7 @@ pub unsafe fn poll_timeout<M: Machine>(
     unsafe {
         crate::error::guard_handle(m, |m| {
             crate::types::need(armed, "armed")?;
-            let t = m.timeout();
+            let t = m.kernel().poll_timeout();
             put(deadline_ns, t.map_or(0, |t| t.0), "deadline_ns")?;
             put(armed, c_int::from(t.is_some()), "armed")
         })

@@ -7,7 +7,7 @@ use dynres_core::rc::wire::{decode_reply, encode_client};
 use dynres_core::rc::{CallId, Client, ClientCall, ClientInput, ClientOutput};
 use dynres_core::{Instant, Namespace, ProcessId};
 
-use crate::action::{self, Encoded, Machine, dynres_action, hand_over};
+use crate::action::{self, Encoded, Handle, dynres_action, hand_over};
 use crate::calls::{self, dynres_result};
 use crate::error::{CapiError, Poison, create_handle, free_handle, guard_handle};
 use crate::types::{dynres_change_request, put, text};
@@ -28,20 +28,17 @@ impl Poison for dynres_client {
     }
 }
 
-impl Machine for dynres_client {
-    type Output = ClientOutput;
+impl Handle for dynres_client {
+    type Kernel = Client;
     type Extra = Option<dynres_result>;
-    fn pending(&mut self) -> &mut Option<ClientOutput> {
-        &mut self.pending
+    fn kernel(&self) -> &Client {
+        &self.client
     }
-    fn next_output(&mut self) -> Option<ClientOutput> {
-        self.client.poll_output()
+    fn parts(&mut self) -> (&mut Client, &mut Option<ClientOutput>) {
+        (&mut self.client, &mut self.pending)
     }
     fn encode(o: &ClientOutput) -> Encoded<Option<dynres_result>> {
         encode(o)
-    }
-    fn timeout(&self) -> Option<Instant> {
-        self.client.poll_timeout()
     }
 }
 

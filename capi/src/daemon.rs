@@ -6,7 +6,7 @@ use dynres_core::rc::wire::{decode_client, decode_to_daemon, encode_reply, encod
 use dynres_core::rc::{Daemon, DaemonInput, DaemonOutput, NodeId};
 use dynres_core::{Instant, Namespace, ProcessId};
 
-use crate::action::{self, Encoded, Machine, dynres_action};
+use crate::action::{self, Encoded, Handle, dynres_action};
 use crate::error::{Poison, create_handle, free_handle, guard_handle};
 use crate::types::{ranks_bytes, text};
 
@@ -27,20 +27,17 @@ impl Poison for dynres_daemon {
     }
 }
 
-impl Machine for dynres_daemon {
-    type Output = DaemonOutput;
+impl Handle for dynres_daemon {
+    type Kernel = Daemon;
     type Extra = ();
-    fn pending(&mut self) -> &mut Option<DaemonOutput> {
-        &mut self.pending
+    fn kernel(&self) -> &Daemon {
+        &self.daemon
     }
-    fn next_output(&mut self) -> Option<DaemonOutput> {
-        self.daemon.poll_output()
+    fn parts(&mut self) -> (&mut Daemon, &mut Option<DaemonOutput>) {
+        (&mut self.daemon, &mut self.pending)
     }
     fn encode(o: &DaemonOutput) -> Encoded {
         encode(o)
-    }
-    fn timeout(&self) -> Option<Instant> {
-        self.daemon.poll_timeout()
     }
 }
 

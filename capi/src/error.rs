@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use dynres_client::ClientError;
 use dynres_core::pset::{NameError, PsetError};
-use dynres_core::rc::RcError;
+use dynres_core::rc::{ClientRejection, DaemonRejection, MasterRejection, RcError};
 use dynres_core::wire::WireError;
 
 /// Success.
@@ -139,6 +139,26 @@ pub enum CapiError {
     /// The handle was poisoned by an earlier panic.
     #[error("{0} was poisoned by an earlier panic")]
     Poisoned(&'static str),
+}
+
+// A machine's rejection reaches C as the refusal it maps to (core's one `From` per
+// role), so its code and text are those C callers always got.
+impl From<MasterRejection> for CapiError {
+    fn from(r: MasterRejection) -> Self {
+        CapiError::Rc(r.into())
+    }
+}
+
+impl From<DaemonRejection> for CapiError {
+    fn from(r: DaemonRejection) -> Self {
+        CapiError::Rc(r.into())
+    }
+}
+
+impl From<ClientRejection> for CapiError {
+    fn from(r: ClientRejection) -> Self {
+        CapiError::Rc(r.into())
+    }
 }
 
 fn wire_code(e: &WireError) -> c_int {

@@ -7,7 +7,7 @@ use dynres_core::rc::{Master, MasterConfig, MasterInput, MasterOutput, NodeId};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Instant, Namespace};
 
-use crate::action::{self, Encoded, Machine, dynres_action};
+use crate::action::{self, Encoded, Handle, dynres_action};
 use crate::error::{CapiError, Poison, create_handle, free_handle, guard_handle, rc_code};
 use crate::registry::dynres_registry;
 use crate::types::{dynres_change_request, name, put, slice, status_code, text, with_nul};
@@ -76,20 +76,17 @@ impl Poison for dynres_master {
     }
 }
 
-impl Machine for dynres_master {
-    type Output = MasterOutput;
+impl Handle for dynres_master {
+    type Kernel = Master;
     type Extra = ();
-    fn pending(&mut self) -> &mut Option<MasterOutput> {
-        &mut self.pending
+    fn kernel(&self) -> &Master {
+        &self.master
     }
-    fn next_output(&mut self) -> Option<MasterOutput> {
-        self.master.poll_output()
+    fn parts(&mut self) -> (&mut Master, &mut Option<MasterOutput>) {
+        (&mut self.master, &mut self.pending)
     }
     fn encode(o: &MasterOutput) -> Encoded {
         encode(o)
-    }
-    fn timeout(&self) -> Option<Instant> {
-        self.master.poll_timeout()
     }
 }
 

@@ -125,7 +125,10 @@ impl Session {
         self.next_call += 1;
         let id = self.next_call;
         self.client
-            .handle(self.now(), ClientInput::Call { id, call })?;
+            .handle(self.now(), ClientInput::Call { id, call })
+            // The session numbers its own calls, so a rejection is a bug; it reports
+            // as the refusal it maps to.
+            .map_err(|r| ClientError::Rc(r.into()))?;
         loop {
             while let Some(out) = self.client.poll_output() {
                 match out {
@@ -147,7 +150,8 @@ impl Session {
             };
             let (req, reply) = decode_reply(&frame)?;
             self.client
-                .handle(self.now(), ClientInput::Reply { req, reply })?;
+                .handle(self.now(), ClientInput::Reply { req, reply })
+                .map_err(|r| ClientError::Rc(r.into()))?;
         }
     }
 

@@ -13,6 +13,7 @@
 extern crate alloc;
 
 pub mod bugs;
+pub mod machine;
 pub mod process;
 pub mod pset;
 pub mod rc;
@@ -24,5 +25,6 @@ pub mod time;
 pub mod trace;
 pub mod wire;
 
+pub use machine::Machine;
 pub use process::{Namespace, ProcessId, Rank};
 pub use time::{Duration, Instant};

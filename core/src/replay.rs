@@ -14,13 +14,13 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use crate::rc::trace::{
-    decode_daemon_input, decode_master_config, decode_master_input, fingerprint, unhex,
-};
+use crate::machine::Machine;
+use crate::rc::trace::{decode_daemon_input, decode_master_config, decode_master_input};
 use crate::rc::{Daemon, DaemonOutput, Master, MasterOutput, NodeId};
 use crate::spawn::trace::{self as st, HandshakeInput};
-use crate::spawn::{Handshake, Join, Member, MemberOutput, SpawnError, SpawnParent};
+use crate::spawn::{Handshake, Join, Member, SpawnError, SpawnParent};
 use crate::time::Instant;
+use crate::trace::{fingerprint, unhex};
 
 /// Why a replay failed: the first line that did not replay identically.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,8 +73,16 @@ enum SpawnMachine {
     Member(Member),
 }
 
-fn drain<T>(mut poll: impl FnMut() -> Option<T>) -> Vec<T> {
-    core::iter::from_fn(&mut poll).collect()
+/// Feeds one input to a spawn machine; returns the fingerprint of what it queued and
+/// its result, as the recorder took it (`ResultRecord::Hashed`).
+fn feed_one<M>(m: &mut M, now: Instant, input: M::Input) -> u64
+where
+    M: Machine,
+    M::Output: core::hash::Hash,
+    M::Error: core::hash::Hash,
+{
+    let r = m.handle(now, input);
+    fingerprint(&(m.take_outputs(), &r))
 }
 
 impl SpawnMachine {
@@ -87,25 +95,25 @@ impl SpawnMachine {
             st::ROLE_HANDSHAKE => {
                 let s = st::decode_handshake_start(bytes).map_err(decoded)?;
                 let mut m = Handshake::new(s.now, s.role, s.port, s.cfg).map_err(built)?;
-                let outs = fingerprint(&drain(|| m.poll_output()));
+                let outs = fingerprint(&m.take_outputs());
                 (SpawnMachine::Handshake(m), outs)
             }
             st::ROLE_PARENT => {
                 let (now, cfg) = st::decode_parent_start(bytes).map_err(decoded)?;
                 let mut m = SpawnParent::new(now, cfg).map_err(built)?;
-                let outs = fingerprint(&drain(|| m.poll_output()));
+                let outs = fingerprint(&m.take_outputs());
                 (SpawnMachine::Parent(m), outs)
             }
             st::ROLE_JOIN => {
                 let (now, port, cfg) = st::decode_join_start(bytes).map_err(decoded)?;
                 let mut m = Join::new(now, port, cfg).map_err(built)?;
-                let outs = fingerprint(&drain(|| m.poll_output()));
+                let outs = fingerprint(&m.take_outputs());
                 (SpawnMachine::Join(m), outs)
             }
             st::ROLE_MEMBER => {
                 let s = st::decode_member_start(bytes).map_err(decoded)?;
                 let mut m = Member::new(s.role, s.rank, s.local, s.local_endpoints);
-                let outs = fingerprint(&drain(|| m.poll_output()));
+                let outs = fingerprint(&m.take_outputs());
                 (SpawnMachine::Member(m), outs)
             }
             other => return Err(format!("unknown role {other:?}")),
@@ -118,26 +126,18 @@ impl SpawnMachine {
         Ok(match self {
             SpawnMachine::Handshake(m) => {
                 let r = match st::decode_handshake_input(bytes).map_err(decoded)? {
-                    HandshakeInput::Input(i) => m.handle(now, i),
+                    HandshakeInput::Input(i) => return Ok(feed_one(m, now, i)),
                     HandshakeInput::Cancel(e) => {
                         m.cancel(e);
-                        Ok(())
+                        Ok::<(), SpawnError>(())
                     }
                 };
-                fingerprint(&(drain(|| m.poll_output()), &r))
+                fingerprint(&(m.take_outputs(), &r))
             }
-            SpawnMachine::Parent(m) => {
-                let r = m.handle(now, st::decode_input(bytes).map_err(decoded)?);
-                fingerprint(&(drain(|| m.poll_output()), &r))
-            }
-            SpawnMachine::Join(m) => {
-                let r = m.handle(now, st::decode_input(bytes).map_err(decoded)?);
-                fingerprint(&(drain(|| m.poll_output()), &r))
-            }
+            SpawnMachine::Parent(m) => feed_one(m, now, st::decode_input(bytes).map_err(decoded)?),
+            SpawnMachine::Join(m) => feed_one(m, now, st::decode_input(bytes).map_err(decoded)?),
             SpawnMachine::Member(m) => {
-                let r = m.handle(now, st::decode_member_msg(bytes).map_err(decoded)?);
-                let outs: Vec<MemberOutput> = drain(|| m.poll_output());
-                fingerprint(&(outs, &r))
+                feed_one(m, now, st::decode_member_msg(bytes).map_err(decoded)?)
             }
         })
     }
@@ -182,7 +182,7 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                     Master::new(cfg).map_err(|e| bad(format!("master refused its config: {e}")))?;
                 // A new master is a new run: its daemons start afresh too.
                 daemons.clear();
-                let outs: Vec<MasterOutput> = drain(|| m.poll_output());
+                let outs: Vec<MasterOutput> = m.take_outputs();
                 let got = (fingerprint(&outs), m.fingerprint());
                 master = Some(m);
                 (got, (num(out)?, num(st)?), false, "master".to_string())
@@ -195,7 +195,7 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                     decode_master_input(&bytes(input)?).map_err(|e| bad(format!("input: {e}")))?;
                 m.handle(Instant(num(now)?), input)
                     .map_err(|e| bad(format!("master refused: {e}")))?;
-                let outs: Vec<MasterOutput> = drain(|| m.poll_output());
+                let outs: Vec<MasterOutput> = m.take_outputs();
                 let got = (fingerprint(&outs), m.fingerprint());
                 (got, (num(out)?, num(st)?), true, "master".to_string())
             }
@@ -209,7 +209,7 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                     decode_daemon_input(&bytes(input)?).map_err(|e| bad(format!("input: {e}")))?;
                 // A refused client request is part of the recorded behaviour too.
                 let _ = d.handle(Instant(num(now)?), input);
-                let outs: Vec<DaemonOutput> = drain(|| d.poll_output());
+                let outs: Vec<DaemonOutput> = d.take_outputs();
                 let got = (fingerprint(&outs), d.fingerprint());
                 (got, (num(out)?, num(st)?), true, format!("daemon {node}"))
             }

@@ -1,9 +1,15 @@
-//! The text form of transition events (`spec/verification.md` §6), shared by every
-//! recorder (the verification crate's in-memory recorder, the launcher's
-//! `DYNRES_TRACE_FILE` layer) so the line format is written once, and the instance tags
-//! that keep several machines of one kind apart in one trace.
+//! Transition events (`spec/verification.md` §6): the one recorder every kernel machine
+//! emits its events through ([`Recorded`], [`record`], [`record_start`]); the text form
+//! of those events, shared by every consumer (the verification crate's in-memory
+//! recorder, the launcher's `DYNRES_TRACE_FILE` layer) so the line format is written
+//! once; and the instance tags that keep several machines of one kind apart in one
+//! trace.
 //!
-//! A transition event (target [`crate::rc::trace::TARGET`]) becomes one line of
+//! This module is a leaf of the crate's module graph: the machines use it, it uses
+//! none of them. What each machine records (its role, its id, how its inputs are
+//! encoded) is its [`Recorded`] impl.
+//!
+//! A transition event (target [`TARGET`]) becomes one line of
 //! space-separated words:
 //!
 //! ```text
@@ -15,7 +21,7 @@
 //! `spawn-parent`, `spawn-join`, `spawn-member` (followed by the machine id);
 //! construction and input are lower-case hex of their wire encodings, the rest decimal.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -24,6 +30,64 @@ use core::hash::{Hash, Hasher};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use tracing::field::{Field, Visit};
+
+use crate::machine::Machine;
+use crate::time::Instant;
+
+/// The `tracing` target of transition events.
+pub const TARGET: &str = "dynres::transition";
+
+/// FNV-1a, 64 bit: a fixed, seedless hash, so fingerprints agree across runs and hosts.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv64 {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// The fingerprint of anything hashable.
+pub fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut h = Fnv64::default();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// Lower-case hex, for putting bytes into a trace line.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Parses [`hex`]; `None` on an odd length or a non-hex digit.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16);
+    let b = s.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8))
+        .collect()
+}
 
 /// The fields of one transition event, collected by name.
 #[derive(Default, Debug)]
@@ -77,14 +141,163 @@ impl EventFields {
 }
 
 /// The trace line of a `tracing` event: `None` unless it is a transition event (target
-/// [`crate::rc::trace::TARGET`]) with the fields described in the module docs.
+/// [`TARGET`]) with the fields described in the module docs.
 pub fn event_line(event: &tracing::Event<'_>) -> Option<String> {
-    if event.metadata().target() != crate::rc::trace::TARGET {
+    if event.metadata().target() != TARGET {
         return None;
     }
     let mut f = EventFields::default();
     event.record(&mut f);
     f.line()
+}
+
+/// Whether transition events are enabled: the one check the kernel pays per transition
+/// when tracing is off.
+pub fn enabled() -> bool {
+    tracing::enabled!(target: TARGET, tracing::Level::TRACE)
+}
+
+/// The words between a line's role and its time: which machine of the role it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceKey {
+    /// Nothing: one machine of the role per process (the master).
+    None,
+    /// A daemon's node number.
+    Node(u32),
+    /// A spawn machine's id (see [`InstanceTag`]).
+    Id(String),
+}
+
+/// How a transition's result enters its outputs fingerprint; fixed per role, so
+/// recorded traces keep replaying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultRecord {
+    /// Hashed with the outputs, so a replay also checks which inputs were rejected (the
+    /// spawn machines).
+    Hashed,
+    /// Not hashed: a rejection shows in the outputs (the daemon's refusal reply).
+    Omitted,
+    /// A rejected input records no event at all, since it changed nothing (the master).
+    OnlyAccepted,
+}
+
+/// A machine whose transitions are recorded: what [`record`] and [`record_start`] need
+/// to know about it.
+pub trait Recorded: Machine + Hash {
+    /// The `role` word of its lines.
+    const ROLE: &'static str;
+    /// How the result of `handle` enters the outputs fingerprint.
+    const RESULT: ResultRecord;
+    /// Which machine of the role this is.
+    fn key(&self) -> TraceKey;
+    /// Its queue of outputs not yet drained.
+    fn queue(&mut self) -> &mut VecDeque<Self::Output>;
+    /// Its instance tag, drawn when its `start` event is recorded; `None` for roles
+    /// keyed otherwise.
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        None
+    }
+    /// The recorded form of an input (replay decodes it).
+    fn encode_input(input: &Self::Input) -> Vec<u8>;
+}
+
+/// [`Machine::handle`] with its transition event: encodes `input` if events are
+/// enabled, runs `step`, and records what it queued and the state after.
+pub fn record<M>(
+    m: &mut M,
+    now: Instant,
+    input: M::Input,
+    step: impl FnOnce(&mut M, Instant, M::Input) -> Result<(), M::Error>,
+) -> Result<(), M::Error>
+where
+    M: Recorded,
+    M::Output: Hash,
+    M::Error: Hash,
+{
+    let recorded = enabled().then(|| M::encode_input(&input));
+    record_encoded(m, now, recorded, |m| step(m, now, input))
+}
+
+/// [`record`] for a transition whose input is not a [`Machine::Input`] (a handshake's
+/// `cancel`): `recorded` is its encoding, present when events are enabled.
+pub fn record_encoded<M>(
+    m: &mut M,
+    now: Instant,
+    recorded: Option<Vec<u8>>,
+    step: impl FnOnce(&mut M) -> Result<(), M::Error>,
+) -> Result<(), M::Error>
+where
+    M: Recorded,
+    M::Output: Hash,
+    M::Error: Hash,
+{
+    let first_output = m.queue().len();
+    let r = step(m);
+    if let Some(input) = recorded {
+        let outputs: Vec<&M::Output> = m.queue().iter().skip(first_output).collect();
+        let outputs = match M::RESULT {
+            ResultRecord::Hashed => Some(fingerprint(&(outputs, &r))),
+            ResultRecord::Omitted => Some(fingerprint(&outputs)),
+            ResultRecord::OnlyAccepted => r.is_ok().then(|| fingerprint(&outputs)),
+        };
+        if let Some(outputs) = outputs {
+            let state = m.fingerprint();
+            let at = Word::Now(now.as_nanos());
+            emit(&m.key(), M::ROLE, at, &hex(&input), outputs, state);
+        }
+    }
+    r
+}
+
+/// Records a new machine's `start` event (`start` is its encoded construction, present
+/// when events are enabled): draws its instance tag, then fingerprints the outputs its
+/// construction queued and its state.
+pub fn record_start<M>(m: &mut M, start: Option<Vec<u8>>)
+where
+    M: Recorded,
+    M::Output: Hash,
+{
+    let Some(start) = start else { return };
+    if let Some(tag) = m.tag() {
+        *tag = InstanceTag::draw();
+    }
+    let outputs: Vec<&M::Output> = m.queue().iter().collect();
+    let outputs = fingerprint(&outputs);
+    let state = m.fingerprint();
+    emit(&m.key(), M::ROLE, Word::Start, &hex(&start), outputs, state);
+}
+
+/// The word after the key: `start`, or the time of the transition.
+enum Word {
+    Start,
+    Now(u64),
+}
+
+/// Emits one transition event. The field names are those [`EventFields::line`] reads;
+/// one macro call per shape because an event's fields are fixed at its call site.
+fn emit(key: &TraceKey, role: &'static str, word: Word, arg: &str, outputs: u64, state: u64) {
+    match (key, word) {
+        (TraceKey::None, Word::Start) => {
+            tracing::trace!(target: TARGET, role, start = arg, outputs, state);
+        }
+        (TraceKey::None, Word::Now(now)) => {
+            tracing::trace!(target: TARGET, role, now, input = arg, outputs, state);
+        }
+        (TraceKey::Node(node), Word::Start) => {
+            tracing::trace!(target: TARGET, role, node, start = arg, outputs, state);
+        }
+        (TraceKey::Node(node), Word::Now(now)) => {
+            tracing::trace!(target: TARGET, role, node, now, input = arg, outputs, state);
+        }
+        (TraceKey::Id(id), Word::Start) => {
+            let id = id.as_str();
+            tracing::trace!(target: TARGET, role, id, start = arg, outputs, state);
+        }
+        (TraceKey::Id(id), Word::Now(now)) => {
+            let id = id.as_str();
+            tracing::trace!(target: TARGET, role, id, now, input = arg, outputs, state);
+        }
+    }
 }
 
 static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(1);
@@ -103,7 +316,7 @@ pub struct InstanceTag(pub u32);
 impl InstanceTag {
     /// A fresh tag if transition events are enabled, else 0.
     pub fn draw() -> Self {
-        if tracing::enabled!(target: crate::rc::trace::TARGET, tracing::Level::TRACE) {
+        if enabled() {
             InstanceTag(NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed))
         } else {
             InstanceTag(0)
@@ -191,9 +404,6 @@ mod tests {
     #[test]
     fn tags_are_not_state() {
         assert_eq!(InstanceTag(1), InstanceTag(2));
-        assert_eq!(
-            crate::rc::trace::fingerprint(&InstanceTag(1)),
-            crate::rc::trace::fingerprint(&InstanceTag(2))
-        );
+        assert_eq!(fingerprint(&InstanceTag(1)), fingerprint(&InstanceTag(2)));
     }
 }

@@ -33,6 +33,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
+use dynres_core::Machine as _;
 use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::{DgramFrame, Segment};
 use dynres_core::spawn::{
@@ -413,7 +414,12 @@ pub enum Machine {
     Join(Box<Join>),
 }
 
-impl Machine {
+// The gate drives every root machine through the kernel's one machine shape.
+impl dynres_core::Machine for Machine {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
     fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         match self {
             Machine::Hs(h) => h.handle(now, input),
@@ -438,6 +444,16 @@ impl Machine {
         }
     }
 
+    fn fingerprint(&mut self) -> u64 {
+        match self {
+            Machine::Hs(h) => h.fingerprint(),
+            Machine::Spawn(p) => p.fingerprint(),
+            Machine::Join(j) => j.fingerprint(),
+        }
+    }
+}
+
+impl Machine {
     fn plant(&mut self, bugs: Bugs) {
         match self {
             Machine::Hs(h) => h.plant(bugs),

@@ -8,7 +8,7 @@ use alloc::collections::{BTreeMap, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::error::RcError;
+use super::error::{ClientRejection, RcError};
 use super::master::accept_key;
 use super::msg::{ClientReply, ClientRequest, ModexData};
 use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId, SpawnCommand, Spawned};
@@ -247,7 +247,7 @@ impl Client {
     }
 
     /// Feeds one input. Replies to unknown requests (late or duplicated) are ignored.
-    pub fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), RcError> {
+    pub fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), ClientRejection> {
         match input {
             ClientInput::Call { id, call } => self.call(now, id, call),
             ClientInput::Reply { req, reply } => {
@@ -260,18 +260,20 @@ impl Client {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<ClientOutput> {
         self.out.pop_front()
     }
 
     /// Clients arm no timers: every wait is bounded by the master.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         None
     }
 
-    fn call(&mut self, now: Instant, id: CallId, call: ClientCall) -> Result<(), RcError> {
+    fn call(&mut self, now: Instant, id: CallId, call: ClientCall) -> Result<(), ClientRejection> {
         if self.open.values().any(|s| step_call(s) == id) {
-            return Err(RcError::Client("call id already in use"));
+            return Err(ClientRejection::CallIdInUse(id));
         }
         let request = match call {
             ClientCall::GetResChange { bound } => ClientRequest::Query { bound },
@@ -471,5 +473,27 @@ fn step_call(step: &Step) -> CallId {
         | Step::ConfirmLookup { id, .. }
         | Step::ConfirmFence { id, .. }
         | Step::ConfirmReport { id, .. } => *id,
+    }
+}
+
+impl crate::machine::Machine for Client {
+    type Input = ClientInput;
+    type Output = ClientOutput;
+    type Error = ClientRejection;
+
+    fn handle(&mut self, now: Instant, input: ClientInput) -> Result<(), ClientRejection> {
+        Client::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<ClientOutput> {
+        Client::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Client::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 }

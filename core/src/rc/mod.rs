@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 pub mod ends;
 mod error;
+mod input;
 pub mod master;
 mod msg;
 pub mod query;
@@ -22,7 +23,9 @@ pub mod wire;
 
 pub use client::{AcceptResult, CallId, CallResult, Client, ClientCall, ClientInput, ClientOutput};
 pub use daemon::{Daemon, DaemonInput, DaemonOutput, Standing};
-pub use error::{PsetErrorBox, RcError};
+pub use error::{
+    BadRequest, ClientRejection, DaemonRejection, MasterRejection, PsetErrorBox, RcError,
+};
 pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
 pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{

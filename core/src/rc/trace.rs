@@ -12,12 +12,10 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::hash::{Hash, Hasher};
 
 use nom::Parser;
 
-use super::daemon::DaemonInput;
-use super::master::{MasterConfig, MasterInput};
+use super::input::{DaemonInput, MasterConfig, MasterInput};
 use super::msg::{ClientRequest, ToMaster};
 use super::types::NodeId;
 use super::wire::{
@@ -30,37 +28,9 @@ use crate::time::Duration;
 use crate::wire::prim::{self, put_bytes, put_str, put_u8, put_u32, put_u64};
 use crate::wire::{PResult, WireError, parse_all};
 
-/// The `tracing` target of transition events.
-pub const TARGET: &str = "dynres::transition";
-
-/// FNV-1a, 64 bit: a fixed, seedless hash, so fingerprints agree across runs and hosts.
-#[derive(Clone, Copy, Debug)]
-pub struct Fnv64(u64);
-
-impl Default for Fnv64 {
-    fn default() -> Self {
-        Fnv64(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv64 {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
-/// The fingerprint of anything hashable.
-pub fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
-    let mut h = Fnv64::default();
-    value.hash(&mut h);
-    h.finish()
-}
+// The target, the hash and the hex words are the generic recorder's (crate::trace);
+// re-exported so the launcher's and the tests' paths stay.
+pub use crate::trace::{Fnv64, TARGET, fingerprint, hex, unhex};
 
 /// Encodes a master input: tag 1 `FromDaemon` (node, `ToMaster` frame), 2 `RequestChange`
 /// (client frame; its request id is the ticket), 3 `Timeout`, 4 `NodeLost` (node),
@@ -270,27 +240,4 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
             },
         ))
     })
-}
-
-/// Lower-case hex, for putting bytes into a trace line.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
-/// Parses [`hex`]; `None` on an odd length or a non-hex digit.
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| (c as char).to_digit(16);
-    let b = s.as_bytes();
-    if b.len() % 2 != 0 {
-        return None;
-    }
-    b.chunks(2)
-        .map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8))
-        .collect()
 }

@@ -15,7 +15,7 @@ use core::fmt;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::group::Role;
+use super::role::Role;
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -25,7 +25,7 @@ use crate::wire::{HEADER_LEN, WireError, decode_frame, encode_frame, parse_all, 
 use super::SpawnError;
 use super::auth::{BootKey, TAG_LEN};
 use super::crc::crc32;
-use super::group::Role;
+use super::role::Role;
 
 /// Bytes a segment adds around its payload: frame header, session (8), message
 /// sequence (4), index and count (2 each), payload length (4), tag (16, SPAWN-22),

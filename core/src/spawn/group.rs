@@ -12,20 +12,10 @@ use crate::time::Instant;
 use super::SpawnError;
 use super::auth::BootKey;
 use super::msg::{Addr, GroupHeader};
+use super::role::Role;
 use super::trace;
-use crate::rc::trace as rc_trace;
+use super::types::MemberMsg;
 use crate::trace::InstanceTag;
-
-/// Which side of the handshake a process was on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    /// Connected to a port: a spawned child (`get_parent`), an `MPI_Comm_connect` client,
-    /// or the higher port of a join.
-    Initiator,
-    /// Owned the port: a spawning parent, an `MPI_Comm_accept` server, or the lower
-    /// port of a join.
-    Acceptor,
-}
 
 /// An inter-group as one process holds it: both groups' triples and endpoint tables.
 /// Connections to remote ranks are opened on demand from `remote_endpoints`.
@@ -145,35 +135,6 @@ impl ContextIds {
     }
 }
 
-/// What a root sends to each non-root member of its local group, over the group's
-/// existing intra-group channel (SPAWN-6).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MemberMsg {
-    /// The remote group's triple (the broadcast after Hello/HelloAck).
-    RemoteGroup {
-        /// The connection attempt.
-        session: u64,
-        /// The remote group's triple.
-        remote: GroupHeader,
-        /// The inter-group's data-plane key (SPAWN-23).
-        data_key: BootKey,
-    },
-    /// The remote group's endpoint table (follows `RemoteGroup`).
-    RemoteEndpoints {
-        /// The connection attempt.
-        session: u64,
-        /// `endpoints[r]`: remote rank `r`'s address.
-        endpoints: Vec<Addr>,
-    },
-    /// The handshake failed (or was revoked); drop anything received for it.
-    Failed {
-        /// The connection attempt.
-        session: u64,
-        /// Why.
-        error: SpawnError,
-    },
-}
-
 /// What a [`Member`] tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MemberOutput {
@@ -201,7 +162,7 @@ pub struct Member {
 impl Member {
     /// Member `rank` of the local group described by `local` / `local_endpoints`.
     pub fn new(role: Role, rank: Rank, local: GroupHeader, local_endpoints: Vec<Addr>) -> Self {
-        let start = trace::enabled()
+        let start = crate::trace::enabled()
             .then(|| trace::encode_member_start(role, rank, &local, &local_endpoints));
         let mut m = Member {
             role,
@@ -213,12 +174,7 @@ impl Member {
             out: VecDeque::new(),
             tag: InstanceTag::default(),
         };
-        if let Some(start) = start {
-            m.tag = InstanceTag::draw();
-            let outputs = rc_trace::fingerprint(&Vec::<&MemberOutput>::new());
-            let state = m.fingerprint();
-            trace::emit_start(trace::ROLE_MEMBER, &m.trace_id(), &start, outputs, state);
-        }
+        crate::trace::record_start(&mut m, start);
         m
     }
 
@@ -228,37 +184,22 @@ impl Member {
             "g{}.r{}.{}.{}",
             self.local.group_id,
             self.rank,
-            trace::role_letter(self.role),
+            self.role.letter(),
             self.tag.0
         )
     }
 
     /// A fingerprint of the state without the outputs not yet drained.
     pub fn fingerprint(&mut self) -> u64 {
-        trace::fingerprint_without_queue(self, |m| &mut m.out)
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     /// Handles one message from the root. After a failure everything is ignored; after
     /// success only `Failed` (a revocation, SPAWN-8) has an effect. Endpoints before the
     /// triple, or of the wrong size, are errors and change nothing.
     pub fn handle(&mut self, now: Instant, msg: MemberMsg) -> Result<(), SpawnError> {
-        let recorded = trace::enabled().then(|| trace::encode_member_msg(&msg));
-        let first_output = self.out.len();
-        let r = self.step(msg);
-        if let Some(input) = recorded {
-            let outputs: Vec<&MemberOutput> = self.out.iter().skip(first_output).collect();
-            let outputs = rc_trace::fingerprint(&(outputs, &r));
-            let state = self.fingerprint();
-            trace::emit(
-                trace::ROLE_MEMBER,
-                &self.trace_id(),
-                now,
-                &input,
-                outputs,
-                state,
-            );
-        }
-        r
+        // Members keep no timers: `now` only stamps the event.
+        crate::trace::record(self, now, msg, |m, _, msg| m.step(msg))
     }
 
     fn step(&mut self, msg: MemberMsg) -> Result<(), SpawnError> {
@@ -328,11 +269,13 @@ impl Member {
     }
 
     /// The next thing to tell the application.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<MemberOutput> {
         self.out.pop_front()
     }
 
     /// Members keep no timers: the root decides success or failure for the group.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         None
     }
@@ -351,6 +294,46 @@ impl Member {
             Some(Err(e)) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl crate::machine::Machine for Member {
+    type Input = MemberMsg;
+    type Output = MemberOutput;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: MemberMsg) -> Result<(), SpawnError> {
+        Member::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<MemberOutput> {
+        Member::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Member::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Member {
+    const ROLE: &'static str = trace::ROLE_MEMBER;
+    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Id(self.trace_id())
+    }
+    fn queue(&mut self) -> &mut VecDeque<MemberOutput> {
+        &mut self.out
+    }
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        Some(&mut self.tag)
+    }
+    fn encode_input(input: &MemberMsg) -> Vec<u8> {
+        trace::encode_member_msg(input)
     }
 }
 

@@ -8,110 +8,19 @@ use alloc::vec::Vec;
 
 use tracing::{debug, warn};
 
-use crate::process::Rank;
-use crate::time::{Duration, Instant};
+use crate::time::Instant;
 
 use super::auth::BootKey;
-use super::datagram::{DatagramConfig, DgramFrame, MIN_MTU, Reliable};
-use super::group::{InterGroup, MemberMsg, Role};
+use super::datagram::{DgramFrame, Reliable};
+use super::group::InterGroup;
 use super::msg::{AbortReason, Addr, GroupHeader, HsMsg, MAX_GROUP};
 use super::port::{PortName, Transport};
+use super::role::Role;
 use super::stream::FrameReader;
 use super::trace::{self, HandshakeInput};
+use super::types::{HandshakeConfig, MemberMsg, Phase, Served};
 use super::{Input, Output, SpawnError};
-use crate::rc::trace as rc_trace;
 use crate::trace::InstanceTag;
-
-/// Where a handshake is (`spec/spawn.md`, "States").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    /// Join only: waiting for the peer's port on the join stream.
-    JoinExchange,
-    /// Acceptor: waiting for a Hello on the port.
-    Listening,
-    /// Initiator: Hello sent, waiting for HelloAck.
-    AwaitHelloAck,
-    /// Triples exchanged; endpoint tables and their acks in flight.
-    Endpoints,
-    /// Inter-group ready (final unless revoked by a peer Abort).
-    Done,
-    /// Failed; no handle (final).
-    Failed,
-}
-
-/// What one root needs to know to take part in a handshake.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct HandshakeConfig {
-    /// The local group's triple; `context_id` comes from the job's [`super::ContextIds`].
-    pub local: GroupHeader,
-    /// `local_endpoints[r]`: local rank `r`'s address; length must equal `local.size`.
-    pub local_endpoints: Vec<Addr>,
-    /// The root's rank in the local group; every other rank gets [`Output::ToMember`]s.
-    pub root: Rank,
-    /// The whole handshake must finish within this long of its start (SPAWN-8).
-    pub timeout: Duration,
-    /// Datagram bootstrap parameters.
-    pub datagram: DatagramConfig,
-    /// Acceptor only: accept only this remote (group id, size), e.g. a spawn's children.
-    pub expect_remote: Option<(u64, u32)>,
-    /// Initiator only: the session id of this attempt; `None` uses `local.group_id`.
-    /// A group that connects more than once should give each attempt its own id so a
-    /// late datagram of one attempt can never be taken for another (SPAWN-11).
-    pub session: Option<u64>,
-    /// Acceptor only: the connections earlier accepts on the same port opened
-    /// ([`Handshake::served`] of each). A datagram Hello with one's address and session
-    /// is a late copy of that connection's Hello, not a new connection, and is refused
-    /// (SPAWN-21). Empty for a port's first accept.
-    pub served: Vec<Served>,
-}
-
-/// A connection an accept opened on its port: the initiator's datagram address and the
-/// session of its Hello (SPAWN-21). The caller keeps these for as long as the port is
-/// open (or as long as a late Hello may still arrive) and passes them to the port's
-/// next accepts in [`HandshakeConfig::served`].
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Served {
-    /// The initiator root's datagram address (the `from` of its Hello).
-    pub from: Addr,
-    /// The connection's session.
-    pub session: u64,
-}
-
-impl HandshakeConfig {
-    /// A configuration with default timers: 10 s overall, default datagram parameters.
-    pub fn new(local: GroupHeader, local_endpoints: Vec<Addr>) -> Self {
-        HandshakeConfig {
-            local,
-            local_endpoints,
-            root: 0,
-            timeout: Duration::from_secs(10),
-            datagram: DatagramConfig::default(),
-            expect_remote: None,
-            session: None,
-            served: Vec::new(),
-        }
-    }
-
-    fn validate(&self) -> Result<(), SpawnError> {
-        let n = self.local.size as usize;
-        if n == 0 || n > MAX_GROUP {
-            return Err(SpawnError::Config("local group size must be 1..=65536"));
-        }
-        if self.local_endpoints.len() != n {
-            return Err(SpawnError::EndpointCount {
-                expected: self.local.size,
-                got: self.local_endpoints.len() as u64,
-            });
-        }
-        if self.root >= self.local.size {
-            return Err(SpawnError::Config("root is not a rank of the local group"));
-        }
-        if self.datagram.mtu < MIN_MTU {
-            return Err(SpawnError::Config("datagram MTU below 128 bytes"));
-        }
-        Ok(())
-    }
-}
 
 /// One root's handshake state machine (initiator or acceptor).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -187,21 +96,10 @@ impl Handshake {
         port: PortName,
         cfg: HandshakeConfig,
     ) -> Result<Self, SpawnError> {
-        let start = trace::enabled().then(|| trace::encode_handshake_start(now, role, &port, &cfg));
+        let start =
+            crate::trace::enabled().then(|| trace::encode_handshake_start(now, role, &port, &cfg));
         let mut hs = Self::start(now, role, port, cfg)?;
-        if let Some(start) = start {
-            hs.tag = InstanceTag::draw();
-            let outputs: Vec<&Output> = hs.out.iter().collect();
-            let outputs = rc_trace::fingerprint(&outputs);
-            let state = hs.fingerprint();
-            trace::emit_start(
-                trace::ROLE_HANDSHAKE,
-                &hs.trace_id(),
-                &start,
-                outputs,
-                state,
-            );
-        }
+        crate::trace::record_start(&mut hs, start);
         Ok(hs)
     }
 
@@ -211,7 +109,7 @@ impl Handshake {
             "g{}.r{}.{}.{}",
             self.cfg.local.group_id,
             self.cfg.root,
-            trace::role_letter(self.role),
+            self.role.letter(),
             self.tag.0
         )
     }
@@ -219,31 +117,7 @@ impl Handshake {
     /// A fingerprint of the state without the outputs not yet drained (so it does not
     /// depend on when the driver drains them).
     pub fn fingerprint(&mut self) -> u64 {
-        trace::fingerprint_without_queue(self, |m| &mut m.out)
-    }
-
-    /// Emits the transition event of one `handle` or `cancel` (`recorded` is the
-    /// encoded input, present when events are enabled).
-    fn record(
-        &mut self,
-        now: Instant,
-        recorded: Option<Vec<u8>>,
-        first_output: usize,
-        r: &Result<(), SpawnError>,
-    ) {
-        if let Some(input) = recorded {
-            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
-            let outputs = rc_trace::fingerprint(&(outputs, r));
-            let state = self.fingerprint();
-            trace::emit(
-                trace::ROLE_HANDSHAKE,
-                &self.trace_id(),
-                now,
-                &input,
-                outputs,
-                state,
-            );
-        }
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     /// [`Handshake::new`] without transition events, for the machines that wrap a
@@ -316,11 +190,7 @@ impl Handshake {
     /// Feeds one input. `Err` means the input was rejected and nothing changed
     /// (SPAWN-10); the handshake's own outcome is reported through [`Output`]s.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        let recorded = trace::enabled().then(|| trace::encode_input(&input));
-        let first_output = self.out.len();
-        let r = self.step(now, input);
-        self.record(now, recorded, first_output, &r);
-        r
+        crate::trace::record(self, now, input, Self::step)
     }
 
     /// [`Handshake::handle`] without its transition event.
@@ -371,6 +241,7 @@ impl Handshake {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
@@ -378,6 +249,7 @@ impl Handshake {
     /// When to feed [`Input::Timeout`] next: the overall deadline or the next datagram
     /// retransmission, whichever is first; after `Done` only retransmissions of the last
     /// acknowledgement; `None` once failed.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let rtx = self.dgram.as_ref().and_then(Reliable::next_deadline);
         match self.phase {
@@ -391,12 +263,14 @@ impl Handshake {
     /// The application gives up (or the runtime could not launch): fails the handshake
     /// and tells the peer root, if known.
     pub fn cancel(&mut self, error: SpawnError) {
-        let recorded = trace::enabled()
+        let recorded = crate::trace::enabled()
             .then(|| trace::encode_handshake_input(&HandshakeInput::Cancel(error.clone())));
-        let first_output = self.out.len();
-        self.abandon(error);
         // `cancel` takes no time; its event is stamped 0 (replay does not use it).
-        self.record(Instant(0), recorded, first_output, &Ok(()));
+        let always_ok = crate::trace::record_encoded(self, Instant(0), recorded, |hs| {
+            hs.abandon(error);
+            Ok(())
+        });
+        debug_assert!(always_ok.is_ok());
     }
 
     /// [`Handshake::cancel`] without its transition event.
@@ -1049,5 +923,45 @@ impl Handshake {
         } else {
             self.result = Some(Err(error));
         }
+    }
+}
+
+impl crate::machine::Machine for Handshake {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        Handshake::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        Handshake::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Handshake::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Handshake::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Handshake {
+    const ROLE: &'static str = trace::ROLE_HANDSHAKE;
+    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Id(self.trace_id())
+    }
+    fn queue(&mut self) -> &mut VecDeque<Output> {
+        &mut self.out
+    }
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        Some(&mut self.tag)
+    }
+    fn encode_input(input: &Input) -> Vec<u8> {
+        trace::encode_input(input)
     }
 }

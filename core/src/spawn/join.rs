@@ -12,14 +12,14 @@ use crate::time::Instant;
 use crate::wire::WireError;
 
 use super::datagram::DgramFrame;
-use super::group::Role;
-use super::handshake::{Handshake, HandshakeConfig, Phase};
+use super::handshake::Handshake;
 use super::msg::JoinPort;
 use super::port::PortName;
+use super::role::Role;
 use super::stream::FrameReader;
 use super::trace;
+use super::types::{HandshakeConfig, Phase};
 use super::{Input, Output, SpawnError};
-use crate::rc::trace as rc_trace;
 use crate::trace::InstanceTag;
 
 /// Inputs held while the roles are still undecided, at most this many.
@@ -44,15 +44,9 @@ impl Join {
     /// Starts a join; `my_port` is a port this process listens on, the local group is
     /// this process alone.
     pub fn new(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
-        let start = trace::enabled().then(|| trace::encode_join_start(now, &my_port, &cfg));
+        let start = crate::trace::enabled().then(|| trace::encode_join_start(now, &my_port, &cfg));
         let mut j = Self::start(now, my_port, cfg)?;
-        if let Some(start) = start {
-            j.tag = InstanceTag::draw();
-            let outputs: Vec<&Output> = j.out.iter().collect();
-            let outputs = rc_trace::fingerprint(&outputs);
-            let state = j.fingerprint();
-            trace::emit_start(trace::ROLE_JOIN, &j.trace_id(), &start, outputs, state);
-        }
+        crate::trace::record_start(&mut j, start);
         Ok(j)
     }
 
@@ -63,7 +57,7 @@ impl Join {
 
     /// A fingerprint of the state without the outputs not yet drained.
     pub fn fingerprint(&mut self) -> u64 {
-        trace::fingerprint_without_queue(self, |m| &mut m.out)
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     fn start(now: Instant, my_port: PortName, cfg: HandshakeConfig) -> Result<Self, SpawnError> {
@@ -103,23 +97,7 @@ impl Join {
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::JoinStream`].
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        let recorded = trace::enabled().then(|| trace::encode_input(&input));
-        let first_output = self.out.len();
-        let r = self.step(now, input);
-        if let Some(input) = recorded {
-            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
-            let outputs = rc_trace::fingerprint(&(outputs, &r));
-            let state = self.fingerprint();
-            trace::emit(
-                trace::ROLE_JOIN,
-                &self.trace_id(),
-                now,
-                &input,
-                outputs,
-                state,
-            );
-        }
-        r
+        crate::trace::record(self, now, input, Self::step)
     }
 
     fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
@@ -230,11 +208,13 @@ impl Join {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
 
     /// The port exchange's deadline, then the handshake's.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (&self.failed, &self.inner) {
             (Some(_), _) => None,
@@ -270,5 +250,45 @@ impl Join {
         self.failed
             .as_ref()
             .or_else(|| self.inner.as_ref().and_then(Handshake::error))
+    }
+}
+
+impl crate::machine::Machine for Join {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        Join::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        Join::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Join::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Join::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Join {
+    const ROLE: &'static str = trace::ROLE_JOIN;
+    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Id(self.trace_id())
+    }
+    fn queue(&mut self) -> &mut VecDeque<Output> {
+        &mut self.out
+    }
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        Some(&mut self.tag)
+    }
+    fn encode_input(input: &Input) -> Vec<u8> {
+        trace::encode_input(input)
     }
 }

@@ -18,8 +18,8 @@ use alloc::vec::Vec;
 use crate::wire::prim::{clip_str, put_seq, put_str, put_u8, put_u64, seq, string, u8, u64};
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all, types};
 
-use super::handshake::Phase;
 use super::msg::{AbortReason, MAX_GROUP, addr, boot_key, header, put_header, put_key};
+use super::types::Phase;
 use super::{MemberMsg, SpawnError};
 
 /// Longest error text carried in a `Failed` message, in bytes.

@@ -4,8 +4,9 @@ use alloc::vec::Vec;
 
 use crate::process::Rank;
 
-use super::group::{InterGroup, Role};
+use super::group::InterGroup;
 use super::msg::Addr;
+use super::role::Role;
 
 /// The merged intra-group as one process sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -15,6 +15,7 @@
 //! foreign peer bytes, an input the machine does not take) and then leaves the state
 //! unchanged (SPAWN-10); the outcome of the handshake itself is an [`Output`].
 
+mod addr;
 pub mod auth;
 mod crc;
 pub mod datagram;
@@ -26,8 +27,10 @@ mod merge;
 pub mod msg;
 mod parent;
 pub mod port;
+mod role;
 pub mod stream;
 pub mod trace;
+mod types;
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -35,21 +38,31 @@ use alloc::vec::Vec;
 pub use auth::{BootKey, TAG_LEN};
 pub use crc::crc32;
 pub use datagram::DatagramConfig;
-pub use group::{ContextIds, InterGroup, Member, MemberMsg, MemberOutput, Role};
-pub use handshake::{Handshake, HandshakeConfig, Phase, Served};
+pub use group::{ContextIds, InterGroup, Member, MemberOutput};
+pub use handshake::Handshake;
 pub use join::Join;
 #[cfg(feature = "planted-bugs")]
 pub use merge::merge_planted;
 pub use merge::{MergedGroup, merge};
 pub use msg::{AbortReason, Addr, GroupHeader, HsMsg, JoinPort};
-pub use parent::{SpawnConfig, SpawnEnv, SpawnParent};
+pub use parent::{SpawnEnv, SpawnParent};
 pub use port::{Bootstrap, PortAddress, PortName, Ports, Transport};
+pub use role::Role;
+pub use types::{HandshakeConfig, MemberMsg, Phase, Served, SpawnConfig};
 
 use crate::process::{Namespace, Rank};
 use crate::wire::WireError;
 
 /// Everything that can go wrong in a spawn / connect / join.
+///
+/// It comes back two ways: as the `Err` of a machine's `handle` (the input was rejected
+/// and nothing changed, SPAWN-10: the driver drops the input and goes on) and in
+/// [`Output::Failed`] (the attempt is over: the application's call fails with it).
+///
+/// Non-exhaustive: a caller acts on the kinds it knows (e.g. retries after
+/// [`SpawnError::Timeout`]) and reports any other as a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
     /// Peer bytes were malformed or corrupted; they were dropped.
     #[error("malformed input from peer: {0}")]

@@ -11,18 +11,15 @@ use crate::wire::{HEADER_LEN, PResult, WireError, decode_frame, encode_frame, pa
 
 use super::SpawnError;
 use super::auth::{BootKey, TAG_LEN};
-use super::group::Role;
 use super::port::{MAX_PORT_NAME, Transport};
+use super::role::Role;
 
-/// Longest endpoint or port address, in bytes.
-pub const MAX_ADDR: usize = 64;
+// Addresses are their own leaf (the port names carry them too); re-exported where
+// they always were.
+pub use super::addr::{Addr, MAX_ADDR};
+
 /// Largest group whose endpoint table the handshake carries.
 pub const MAX_GROUP: usize = 1 << 16;
-
-/// An opaque transport address: a UD (LID, QPN) pair, an RC connection request address,
-/// a socket address... The kernel compares and copies it, never interprets it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Addr(pub Vec<u8>);
 
 /// What defines one side of an inter-group: the triple the roots exchange (SPAWN-4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -10,13 +10,13 @@ use crate::process::Namespace;
 use crate::time::Instant;
 
 use super::auth::BootKey;
-use super::group::Role;
-use super::handshake::{Handshake, HandshakeConfig};
+use super::handshake::Handshake;
 use super::msg::MAX_GROUP;
 use super::port::PortName;
+use super::role::Role;
 use super::trace;
+use super::types::SpawnConfig;
 use super::{Input, Output, SpawnError};
-use crate::rc::trace as rc_trace;
 use crate::trace::InstanceTag;
 
 /// What a spawned child finds in its environment (SPAWN-3).
@@ -98,25 +98,6 @@ impl SpawnEnv {
     }
 }
 
-/// What the parent root needs for a spawn.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SpawnConfig {
-    /// The parent group and timers (its `expect_remote` is set by the spawn).
-    pub handshake: HandshakeConfig,
-    /// The port the children connect back to (opened by the caller).
-    pub port: PortName,
-    /// How many children (`maxprocs`).
-    pub maxprocs: u32,
-    /// The children's namespace (chosen by the runtime).
-    pub child_namespace: Namespace,
-    /// The children's group id (chosen by the runtime; unique in the job).
-    pub child_group_id: u64,
-    /// The spawn's own key (drawn at random by the driver for every spawn): the parent
-    /// authenticates the children's messages with it, not with the port's key, and the
-    /// children find it in their environment (SPAWN-22).
-    pub key: BootKey,
-}
-
 /// The parent root of one `MPI_Comm_spawn`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SpawnParent {
@@ -132,15 +113,9 @@ pub struct SpawnParent {
 impl SpawnParent {
     /// Starts the spawn: the first output is the [`Output::Launch`].
     pub fn new(now: Instant, cfg: SpawnConfig) -> Result<Self, SpawnError> {
-        let start = trace::enabled().then(|| trace::encode_parent_start(now, &cfg));
+        let start = crate::trace::enabled().then(|| trace::encode_parent_start(now, &cfg));
         let mut p = Self::start(now, cfg)?;
-        if let Some(start) = start {
-            p.tag = InstanceTag::draw();
-            let outputs: Vec<&Output> = p.out.iter().collect();
-            let outputs = rc_trace::fingerprint(&outputs);
-            let state = p.fingerprint();
-            trace::emit_start(trace::ROLE_PARENT, &p.trace_id(), &start, outputs, state);
-        }
+        crate::trace::record_start(&mut p, start);
         Ok(p)
     }
 
@@ -158,7 +133,7 @@ impl SpawnParent {
 
     /// A fingerprint of the state without the outputs not yet drained.
     pub fn fingerprint(&mut self) -> u64 {
-        trace::fingerprint_without_queue(self, |m| &mut m.out)
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
     }
 
     fn start(now: Instant, cfg: SpawnConfig) -> Result<Self, SpawnError> {
@@ -213,8 +188,11 @@ impl SpawnParent {
 
     /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        let recorded = trace::enabled().then(|| trace::encode_input(&input));
-        let first_output = self.out.len();
+        crate::trace::record(self, now, input, Self::step)
+    }
+
+    /// [`SpawnParent::handle`] without its transition event.
+    fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
         if self.planted_relaunches(&input) {
             self.out.push_back(Output::Launch {
                 namespace: self.namespace.clone(),
@@ -238,19 +216,6 @@ impl SpawnParent {
             other => self.hs.step(now, other),
         };
         self.drain();
-        if let Some(input) = recorded {
-            let outputs: Vec<&Output> = self.out.iter().skip(first_output).collect();
-            let outputs = rc_trace::fingerprint(&(outputs, &r));
-            let state = self.fingerprint();
-            trace::emit(
-                trace::ROLE_PARENT,
-                &self.trace_id(),
-                now,
-                &input,
-                outputs,
-                state,
-            );
-        }
         r
     }
 
@@ -284,11 +249,13 @@ impl SpawnParent {
     }
 
     /// The next thing the driver must do.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
     }
 
     /// See [`Handshake::poll_timeout`].
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.hs.poll_timeout()
     }
@@ -308,6 +275,46 @@ impl SpawnParent {
         let mut c = self.clone();
         c.hs = other.hs.clone();
         c == *other && self.hs.eq_except_forged(&other.hs)
+    }
+}
+
+impl crate::machine::Machine for SpawnParent {
+    type Input = Input;
+    type Output = Output;
+    type Error = SpawnError;
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+        SpawnParent::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        SpawnParent::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        SpawnParent::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        SpawnParent::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for SpawnParent {
+    const ROLE: &'static str = trace::ROLE_PARENT;
+    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Id(self.trace_id())
+    }
+    fn queue(&mut self) -> &mut VecDeque<Output> {
+        &mut self.out
+    }
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        Some(&mut self.tag)
+    }
+    fn encode_input(input: &Input) -> Vec<u8> {
+        trace::encode_input(input)
     }
 }
 

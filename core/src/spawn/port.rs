@@ -34,8 +34,8 @@ use nom::combinator::{all_consuming, map, value};
 use nom::sequence::preceded;
 
 use super::SpawnError;
+use super::addr::{Addr, MAX_ADDR};
 use super::auth::BootKey;
-use super::msg::{Addr, MAX_ADDR};
 
 /// Longest port name accepted, in bytes (MPI's `MPI_MAX_PORT_NAME` is of this order).
 pub const MAX_PORT_NAME: usize = 512;

@@ -14,23 +14,21 @@
 //! Every encoding is built from [`crate::wire::prim`]; every decoder is a nom parser
 //! returning a typed [`WireError`], never panicking on recorded bytes.
 
-use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use nom::Parser;
 
-use super::group::{MemberMsg, Role};
-use super::handshake::{HandshakeConfig, Phase, Served};
 use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP, boot_key, put_key};
-use super::parent::SpawnConfig;
 use super::port::{Bootstrap, PortName};
+use super::role::Role;
+use super::types::{HandshakeConfig, MemberMsg, Phase, Served, SpawnConfig};
 use super::{DatagramConfig, Input, SpawnError};
 use crate::process::{Namespace, Rank};
 use crate::time::{Duration, Instant};
 use crate::wire::prim::{self, put_bytes, put_seq, put_str, put_u8, put_u16, put_u32, put_u64};
 use crate::wire::{PResult, WireError, parse_all};
 
-pub use crate::rc::trace::TARGET;
+pub use crate::trace::TARGET;
 
 /// Role name of a [`super::Handshake`]'s events.
 pub const ROLE_HANDSHAKE: &str = "spawn-handshake";
@@ -47,64 +45,6 @@ const MAX_PAYLOAD: usize = 1 << 24;
 const MAX_TEXT: usize = 4096;
 /// Most served connections a recorded accept's configuration lists (SPAWN-21).
 const MAX_SERVED: usize = 1 << 16;
-
-/// Whether transition events are enabled: the one check the kernel pays per transition
-/// when tracing is off.
-pub(crate) fn enabled() -> bool {
-    tracing::enabled!(target: TARGET, tracing::Level::TRACE)
-}
-
-/// Emits a machine's `start` event.
-pub(crate) fn emit_start(role: &'static str, id: &str, start: &[u8], outputs: u64, state: u64) {
-    tracing::trace!(
-        target: TARGET,
-        role,
-        id,
-        start = %crate::rc::trace::hex(start),
-        outputs,
-        state,
-    );
-}
-
-/// Emits one transition event.
-pub(crate) fn emit(
-    role: &'static str,
-    id: &str,
-    now: Instant,
-    input: &[u8],
-    outputs: u64,
-    state: u64,
-) {
-    tracing::trace!(
-        target: TARGET,
-        role,
-        id,
-        now = now.as_nanos(),
-        input = %crate::rc::trace::hex(input),
-        outputs,
-        state,
-    );
-}
-
-/// The fingerprint of a machine's state without its output queue (taken out, hashed
-/// without, put back), so it does not depend on when the driver drains the outputs.
-pub(crate) fn fingerprint_without_queue<T: core::hash::Hash, O>(
-    machine: &mut T,
-    queue: fn(&mut T) -> &mut VecDeque<O>,
-) -> u64 {
-    let out = core::mem::take(queue(machine));
-    let fp = crate::rc::trace::fingerprint(machine);
-    *queue(machine) = out;
-    fp
-}
-
-/// The short form of a role in machine ids: `a` acceptor, `i` initiator.
-pub(crate) fn role_letter(role: Role) -> char {
-    match role {
-        Role::Acceptor => 'a',
-        Role::Initiator => 'i',
-    }
-}
 
 /// What a handshake's `handle` or `cancel` took: the trace's input of a
 /// [`super::Handshake`].

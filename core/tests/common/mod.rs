@@ -620,7 +620,11 @@ impl World {
     }
 
     /// The driver adds a node (`RC-21`): a daemon for it, then the master's input.
-    pub fn add_node(&mut self, name: &str, slots: u32) -> Result<(), dynres_core::rc::RcError> {
+    pub fn add_node(
+        &mut self,
+        name: &str,
+        slots: u32,
+    ) -> Result<(), dynres_core::rc::MasterRejection> {
         let node = NodeId(self.daemons.len() as u32);
         self.daemons.push(Daemon::new(node));
         let spec = NodeSpec {

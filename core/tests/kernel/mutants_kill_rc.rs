@@ -11,6 +11,7 @@ use dynres_core::Duration;
 use dynres_core::ProcessId;
 use dynres_core::pset::PsetName;
 use dynres_core::pset::{AttrUpdate, PsetOp, SetOp};
+use dynres_core::rc::BadRequest;
 use dynres_core::rc::{
     CallResult, ChangeRequest, ClientCall, ClientReply, ClientRequest, DaemonInput, DaemonOutput,
     QueryAnswer, RcError, RcStatus,
@@ -273,7 +274,7 @@ fn added_node_is_refused_only_past_the_slot_limit() {
     assert_eq!(w.master.slots().free_count(), 4096 + 4097 - 2);
     assert!(matches!(
         w.add_node("huge", (1 << 24) - 8192),
-        Err(RcError::BadRequest(_))
+        Err(dynres_core::rc::MasterRejection::TooManySlots)
     ));
 }
 
@@ -802,7 +803,7 @@ fn a_client_refuses_a_call_id_already_open() {
     assert_eq!(c.handle(Instant(0), query(5)), Ok(()));
     assert_eq!(
         c.handle(Instant(0), query(5)),
-        Err(RcError::Client("call id already in use"))
+        Err(dynres_core::rc::ClientRejection::CallIdInUse(5))
     );
     assert_eq!(c.handle(Instant(0), query(0)), Ok(()));
 }
@@ -901,7 +902,7 @@ fn an_add_naming_a_pset_that_is_not_malleable_is_refused() {
     req.bound = Some(PsetName::world());
     w.request(req);
     w.run_for(Duration::from_millis(1));
-    assert_refused(&w, RcError::BadRequest("the bound pset is not malleable"));
+    assert_refused(&w, RcError::BadRequest(BadRequest::NotMalleable));
 }
 
 /// `rc/client.rs` `Client::poll_timeout` → `Some(Default::default())` asked its driver to
@@ -1067,7 +1068,7 @@ fn a_message_from_an_unknown_node_is_refused() {
     let before = w.master.fingerprint();
     assert_eq!(
         w.master.handle(w.now, query(1)),
-        Err(RcError::BadRequest("message from an unknown node"))
+        Err(dynres_core::rc::MasterRejection::UnknownNode(NodeId(1)))
     );
     assert_eq!(w.master.poll_output(), None);
     assert_eq!(w.master.fingerprint(), before);
@@ -1425,10 +1426,7 @@ fn an_add_of_no_process_is_refused() {
     let mut w = World::new(config(1, 4, 2));
     w.request(ChangeRequest::add(APP, 0));
     w.run_for(Duration::from_millis(1));
-    assert_refused(
-        &w,
-        RcError::BadRequest("a change must add or remove at least one process"),
-    );
+    assert_refused(&w, RcError::BadRequest(BadRequest::EmptyChange));
 }
 
 /// `master/phase1.rs` `Master::start_change`: `!in_app(p) || !is_running(p)` → `&&` let

@@ -5,10 +5,12 @@ use crate::common;
 
 use common::*;
 use dynres_core::Duration;
-use dynres_core::rc::{ChangeRequest, MasterInput, MasterOutput, NodeId, RcError, RcStatus};
+use dynres_core::rc::{
+    ChangeRequest, MasterInput, MasterOutput, MasterRejection, NodeId, RcError, RcStatus,
+};
 use dynres_core::slots::SlotState;
 
-fn returned(w: &mut World, node: u32) -> Result<(), RcError> {
+fn returned(w: &mut World, node: u32) -> Result<(), MasterRejection> {
     let now = w.now;
     let r = w
         .master
@@ -40,8 +42,14 @@ fn only_an_empty_node_is_returned_and_never_used_again() {
     );
     assert_eq!(w.master.slots().processes_on(1).len(), 2);
     let before = w.master.slots().slots().to_vec();
-    assert!(matches!(returned(&mut w, 1), Err(RcError::BadRequest(_))));
-    assert!(matches!(returned(&mut w, 0), Err(RcError::BadRequest(_))));
+    assert_eq!(
+        returned(&mut w, 1),
+        Err(MasterRejection::NodeBusy(NodeId(1)))
+    );
+    assert_eq!(
+        returned(&mut w, 0),
+        Err(MasterRejection::NodeBusy(NodeId(0)))
+    );
     assert_eq!(
         w.master.slots().slots(),
         &before[..],
@@ -77,5 +85,8 @@ fn only_an_empty_node_is_returned_and_never_used_again() {
 #[test]
 fn an_unknown_node_is_refused() {
     let mut w = World::new(config(1, 2, 1));
-    assert!(matches!(returned(&mut w, 7), Err(RcError::BadRequest(_))));
+    assert_eq!(
+        returned(&mut w, 7),
+        Err(MasterRejection::NoSuchNode(NodeId(7)))
+    );
 }

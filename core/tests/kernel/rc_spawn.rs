@@ -7,6 +7,7 @@ use crate::common;
 
 use common::{APP, World, config, pid, root};
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
+use dynres_core::rc::BadRequest;
 use dynres_core::rc::{
     CallResult, ChangeRequest, ClientCall, MasterOutput, NodeId, RcError, RcStatus, SpawnCommand,
     Spawned,
@@ -177,7 +178,7 @@ fn only_the_spawning_application_kills_the_children() {
     assert_eq!(kill(&mut w, &pid(1), &got.app), Ok(()), "gone already");
     assert_eq!(
         kill(&mut w, &pid(1), "spawn-7"),
-        Err(RcError::BadRequest("no such spawn"))
+        Err(RcError::BadRequest(BadRequest::NoSuchSpawn))
     );
 }
 
@@ -253,13 +254,13 @@ fn a_kill_of_a_spawn_not_made_yet_is_refused() {
     w.run_for(Duration::from_millis(1));
     assert_eq!(
         kill(&mut w, &pid(0), "spawn-0"),
-        Err(RcError::BadRequest("no such spawn"))
+        Err(RcError::BadRequest(BadRequest::NoSuchSpawn))
     );
     let got = spawn(&mut w, &pid(0), vec![cmd("a", 1)]).unwrap();
     assert_eq!(got.app, "spawn-0");
     assert_eq!(
         kill(&mut w, &pid(0), "spawn-1"),
-        Err(RcError::BadRequest("no such spawn"))
+        Err(RcError::BadRequest(BadRequest::NoSuchSpawn))
     );
 }
 
@@ -280,8 +281,6 @@ fn a_spawn_may_start_up_to_65536_processes() {
     );
     assert_eq!(
         spawn(&mut w, &pid(0), vec![cmd("a", 65_536), cmd("b", 1)]),
-        Err(RcError::BadRequest(
-            "a spawn may start at most 65536 processes"
-        ))
+        Err(RcError::BadRequest(BadRequest::SpawnTooLarge))
     );
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use dynres_core::pset::{
     AttrUpdate, Attributes, OpOutcome, PsetError, PsetName, PsetOp, SetOp, SplitBy,
 };
+use dynres_core::rc::BadRequest;
 use dynres_core::rc::wire::{
     MAX_OPS, MAX_PROCS, decode_client, decode_reply, decode_to_daemon, decode_to_master,
     encode_client, encode_reply, encode_to_daemon, encode_to_master, types as ty,
@@ -200,7 +201,7 @@ fn rc_error() -> BoxedStrategy<RcError> {
             free: f as usize
         })),
         pid().prop_map(|p| RcError::Slots(SlotError::NotPlaced(p))),
-        Just(RcError::BadRequest("zero processes")),
+        Just(RcError::BadRequest(BadRequest::EmptyChange)),
         pset_name().prop_map(RcError::NoSuchChange),
         pset_name().prop_map(RcError::Aborted),
         pset_name().prop_map(RcError::AlreadyFinalized),

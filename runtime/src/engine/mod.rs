@@ -874,21 +874,22 @@ impl Engine {
                 return;
             };
             let now = self.now();
-            let r = match link {
-                Link::ToDaemon(msg) => self.daemon.handle(now, DaemonInput::FromMaster(msg)),
-                Link::ToMaster(msg) => match &mut self.master {
-                    Some(m) => m.handle(
-                        now,
-                        MasterInput::FromDaemon {
-                            node: self.node,
-                            msg,
-                        },
-                    ),
-                    None => Ok(()),
-                },
-            };
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "input refused");
+            // Each machine rejects with its own type; both are only logged.
+            match link {
+                Link::ToDaemon(msg) => {
+                    if let Err(e) = self.daemon.handle(now, DaemonInput::FromMaster(msg)) {
+                        tracing::debug!(error = %e, "input refused");
+                    }
+                }
+                Link::ToMaster(msg) => {
+                    let node = self.node;
+                    if let Some(m) = &mut self.master {
+                        let input = MasterInput::FromDaemon { node, msg };
+                        if let Err(e) = m.handle(now, input) {
+                            tracing::debug!(error = %e, "input refused");
+                        }
+                    }
+                }
             }
         }
     }

@@ -15,35 +15,13 @@ pub use standing::Standing;
 
 use crate::process::ProcessId;
 use crate::pset::{Attributes, Domain, PsetName};
-use crate::rc::error::RcError;
+use crate::rc::error::{DaemonRejection, RcError};
+pub use crate::rc::input::DaemonInput;
 use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use crate::rc::query;
 use crate::rc::trace;
 use crate::rc::types::{ChangeInfo, LaunchCommand, NodeId, ReqId};
 use crate::time::Instant;
-
-/// What a daemon is told.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum DaemonInput {
-    /// A message from the master (in the order the master sent them).
-    FromMaster(ToDaemon),
-    /// A request from a local client.
-    FromClient {
-        /// The client (authenticated by the driver's control socket).
-        from: ProcessId,
-        /// Its request id.
-        req: ReqId,
-        /// The request.
-        request: ClientRequest,
-    },
-    /// A local process exited.
-    Exited {
-        /// The process.
-        pid: ProcessId,
-    },
-    /// The timer armed from [`Daemon::poll_timeout`] fired.
-    Timeout,
-}
 
 /// What a daemon wants done.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -160,26 +138,8 @@ impl Daemon {
     }
 
     /// Feeds one input. Refuses requests from processes that do not run here.
-    pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
-        let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
-            .then(|| trace::encode_daemon_input(&input));
-        let first_output = self.out.len();
-        let result = self.step(now, input);
-        if let Some(input) = recorded {
-            let outputs: Vec<&DaemonOutput> = self.out.iter().skip(first_output).collect();
-            let outputs = trace::fingerprint(&outputs);
-            let state = self.fingerprint();
-            tracing::trace!(
-                target: trace::TARGET,
-                role = "daemon",
-                node = self.node.0,
-                now = now.as_nanos(),
-                input = %trace::hex(&input),
-                outputs,
-                state,
-            );
-        }
-        result
+    pub fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
+        crate::trace::record(self, now, input, Self::step)
     }
 
     /// A fingerprint of the state, without the queue of outputs not yet drained.
@@ -190,7 +150,7 @@ impl Daemon {
         fp
     }
 
-    fn step(&mut self, now: Instant, input: DaemonInput) -> Result<(), RcError> {
+    fn step(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
         match input {
             DaemonInput::FromMaster(msg) => self.on_master(msg),
             DaemonInput::FromClient { from, req, request } => {
@@ -201,7 +161,7 @@ impl Daemon {
                         req,
                         reply,
                     });
-                    return Err(RcError::NotPermitted(from));
+                    return Err(DaemonRejection::NotLocal(from));
                 }
                 self.on_client(now, from, req, request);
             }
@@ -218,6 +178,7 @@ impl Daemon {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<DaemonOutput> {
         self.out.pop_front()
     }
@@ -225,6 +186,7 @@ impl Daemon {
     /// When to call `handle(now, DaemonInput::Timeout)` next. A daemon's only deadlines
     /// are those of modexes not yet complete on its node (`MODEX-5`); every other
     /// deadline is kept by the master.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.gathers
             .values()
@@ -366,5 +328,42 @@ impl Daemon {
                     .find(|c| c.includes(pid))
                     .map(|c| c.app.as_str())
             })
+    }
+}
+
+impl crate::machine::Machine for Daemon {
+    type Input = DaemonInput;
+    type Output = DaemonOutput;
+    type Error = DaemonRejection;
+
+    fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
+        Daemon::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<DaemonOutput> {
+        Daemon::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Daemon::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Daemon::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Daemon {
+    const ROLE: &'static str = "daemon";
+    // A refused request is answered with a refusal, which the outputs already show.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Omitted;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Node(self.node.0)
+    }
+    fn queue(&mut self) -> &mut VecDeque<DaemonOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &DaemonInput) -> Vec<u8> {
+        trace::encode_daemon_input(input)
     }
 }

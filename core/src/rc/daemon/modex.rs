@@ -13,7 +13,7 @@ use super::{Daemon, DaemonOutput, Gather};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::{PsetError, PsetName};
-use crate::rc::error::RcError;
+use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::{ClientReply, ModexData, ToMaster};
 use crate::rc::types::ReqId;
 use crate::time::{Duration, Instant};
@@ -50,7 +50,7 @@ impl Daemon {
             forwarded: false,
         });
         if gather.arrived.contains_key(&from) || gather.forwarded {
-            let err = RcError::BadRequest("this process is already in this modex");
+            let err = RcError::BadRequest(BadRequest::AlreadyInModex);
             return self.answer(&from, req, Err(err));
         }
         gather.arrived.insert(from.clone(), (req, data.clone()));

@@ -12,7 +12,7 @@ use super::{Growth, MAX_SLOTS, Master, MasterOutput, Requester};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
-use crate::rc::error::RcError;
+use crate::rc::error::{MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
 use crate::rc::types::{ChangeRequest, NodeId, RcType};
 use crate::slots::{NodeSpec, SlotError};
@@ -61,10 +61,14 @@ impl Master {
     /// replica — every live pset, the job data, every change still in progress — before
     /// any change can place a process there (`RC-3`, `RC-14`); a waiting request starts
     /// once its slots are there.
-    pub(crate) fn on_node_added(&mut self, now: Instant, node: NodeSpec) -> Result<(), RcError> {
+    pub(crate) fn on_node_added(
+        &mut self,
+        now: Instant,
+        node: NodeSpec,
+    ) -> Result<(), MasterRejection> {
         let total: u64 = self.cfg.nodes.iter().map(|n| u64::from(n.slots)).sum();
         if total + u64::from(node.slots) > MAX_SLOTS {
-            return Err(RcError::BadRequest("a job may have at most 2^24 slots"));
+            return Err(MasterRejection::TooManySlots);
         }
         let id = NodeId(self.slots.add_node(node.clone()));
         self.cfg.nodes.push(node);

@@ -23,14 +23,15 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::error::RcError;
+use super::error::{BadRequest, MasterRejection, RcError};
+pub use super::input::{MasterConfig, MasterInput};
 use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
 use super::trace;
 use super::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
-use crate::process::{Namespace, ProcessId, Rank};
+use crate::process::{ProcessId, Rank};
 use crate::pset::{Origin, PsetName, PsetRegistry};
-use crate::slots::{NodeSpec, SlotMap};
-use crate::time::{Duration, Instant};
+use crate::slots::SlotMap;
+use crate::time::Instant;
 
 /// Most slots a job may have, over all its nodes: the slot map and the process table
 /// are sized by it, so it is checked before either is allocated.
@@ -40,75 +41,6 @@ pub const MAX_SLOTS: u64 = 1 << 24;
 /// answer late accepts and confirms, `RC-13`). Older ones are forgotten with their
 /// protocol keys, so a job's memory does not grow with its number of changes (`RC-19`).
 pub const DONE_KEPT: usize = 16;
-
-/// How the master is set up.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct MasterConfig {
-    /// The job's namespace.
-    pub namespace: Namespace,
-    /// Nodes and their slots, in the total order of `SLOT-1`.
-    pub nodes: Vec<NodeSpec>,
-    /// Applications and how many processes each starts with.
-    pub apps: Vec<(String, u32)>,
-    /// How long a change may take from announcement to a decision (`RC-10`).
-    pub change_timeout: Duration,
-    /// How long removed processes get to exit before they are killed (`RC-11`).
-    pub grace: Duration,
-    /// Most changes queued per application behind the one in flight (`RC-15`).
-    pub max_queued: usize,
-    /// How long a request that needs more slots than the job has waits for the driver
-    /// to add nodes (`RC-21`); `None` refuses it at once (`RC-2`).
-    pub grow_wait: Option<Duration>,
-}
-
-/// What the master is told.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MasterInput {
-    /// A message from a daemon.
-    FromDaemon {
-        /// The sender.
-        node: NodeId,
-        /// The message.
-        msg: ToMaster,
-    },
-    /// A change initiated from outside (a tool or the scheduler: `RES_CHANGE_DEFINE`).
-    /// `ticket` is the driver's name for the request: the master reports under it when
-    /// the change starts ([`MasterOutput::Started`]) or is refused, now or after waiting
-    /// in the queue (`RC-15`), so the initiator learns the final outcome.
-    RequestChange {
-        /// The initiator's name for this request.
-        ticket: u64,
-        /// The request.
-        req: ChangeRequest,
-    },
-    /// The timer armed from [`Master::poll_timeout`] fired.
-    Timeout,
-    /// The driver's failure detector declares a node (its daemon and every process on
-    /// it) lost (`RC-17`).
-    NodeLost {
-        /// The node.
-        node: NodeId,
-    },
-    /// The driver adds a node to the job, e.g. one the resource manager granted after
-    /// [`MasterOutput::NeedSlots`] (`RC-21`): it gets the next node index, its slots
-    /// come after every other (`SLOT-6`), and its daemon is sent the replica before
-    /// anything else. A request waiting for slots starts once they suffice.
-    NodeAdded {
-        /// The node: its name and slots.
-        node: NodeSpec,
-    },
-    /// The driver could not obtain the slots of [`MasterOutput::NeedSlots`] (`RC-21`):
-    /// the waiting request is refused at once with [`RcError::NotGranted`].
-    SlotsDenied,
-    /// The driver gives back a node with no process of the job on it (one reported
-    /// [`MasterOutput::NodeReleased`]), e.g. to the resource manager (`RC-20`): its slots
-    /// are retired (`SLOT-5`). Refused, with nothing changed, while a process of the
-    /// job is placed there (running, leaving, or launched by a change in flight).
-    NodeReturned {
-        /// The node.
-        node: NodeId,
-    },
-}
 
 /// What the master wants done.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -278,7 +210,7 @@ impl Master {
         // Sizes are checked before any table is allocated for them (`RC-2`).
         let total: u64 = cfg.nodes.iter().map(|n| u64::from(n.slots)).sum();
         if total > MAX_SLOTS {
-            return Err(RcError::BadRequest("a job may have at most 2^24 slots"));
+            return Err(RcError::BadRequest(BadRequest::TooManySlots));
         }
         let wanted: u64 = cfg.apps.iter().map(|(_, n)| u64::from(*n)).sum();
         if wanted > total {
@@ -311,7 +243,7 @@ impl Master {
         let mut apps: Vec<(String, Vec<ProcessId>)> = Vec::new();
         for (app, n) in m.cfg.apps.clone() {
             if n == 0 {
-                return Err(RcError::BadRequest("an application starts with no process"));
+                return Err(RcError::BadRequest(BadRequest::EmptyApplication));
             }
             let procs = m.new_ranks(n);
             apps.push((app, procs));
@@ -343,43 +275,23 @@ impl Master {
             removed: Vec::new(),
         });
         m.launch(&all);
-        if tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE) {
-            let outputs: Vec<&MasterOutput> = m.out.iter().collect();
-            let outputs = trace::fingerprint(&outputs);
-            tracing::trace!(
-                target: trace::TARGET,
-                role = "master",
-                start = %trace::hex(&trace::encode_master_config(&m.cfg)),
-                outputs,
-                state = m.fingerprint(),
-            );
-        }
+        let start = crate::trace::enabled().then(|| trace::encode_master_config(&m.cfg));
+        crate::trace::record_start(&mut m, start);
         Ok(m)
     }
 
     /// Feeds one input. A client's bad request gets a typed reply; `Err` is only for
     /// input the master cannot attribute (a message from an unknown node), which
     /// changes nothing.
-    pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
-        let recorded = tracing::enabled!(target: trace::TARGET, tracing::Level::TRACE)
-            .then(|| trace::encode_master_input(&input));
-        let first_output = self.out.len();
+    pub fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
+        crate::trace::record(self, now, input, Self::transition)
+    }
+
+    /// [`Master::handle`] without its transition event.
+    fn transition(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         self.step(now, input)?;
         if !self.bug(crate::bugs::Bug::ModexIgnoreVersion) {
             self.recheck_modexes();
-        }
-        if let Some(input) = recorded {
-            let outputs: Vec<&MasterOutput> = self.out.iter().skip(first_output).collect();
-            let outputs = trace::fingerprint(&outputs);
-            let state = self.fingerprint();
-            tracing::trace!(
-                target: trace::TARGET,
-                role = "master",
-                now = now.as_nanos(),
-                input = %trace::hex(&input),
-                outputs,
-                state,
-            );
         }
         Ok(())
     }
@@ -393,11 +305,11 @@ impl Master {
         fp
     }
 
-    fn step(&mut self, now: Instant, input: MasterInput) -> Result<(), RcError> {
+    fn step(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
         tracing::trace!(?input, "master input");
         match input {
             MasterInput::FromDaemon { node, .. } if node.0 as usize >= self.cfg.nodes.len() => {
-                return Err(RcError::BadRequest("message from an unknown node"));
+                return Err(MasterRejection::UnknownNode(node));
             }
             MasterInput::FromDaemon { node, msg } => match msg {
                 ToMaster::Forward { from, req, request } => {
@@ -429,11 +341,13 @@ impl Master {
     }
 
     /// The next thing to do, if any.
+    #[must_use = "an output is an action the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<MasterOutput> {
         self.out.pop_front()
     }
 
     /// When to call `handle(now, MasterInput::Timeout)` next.
+    #[must_use = "a deadline the driver must arm a timer for"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let changes = self.changes.values().flat_map(|c| {
             let waits = c.waiters.iter().filter_map(|(_, w)| match w {
@@ -568,7 +482,7 @@ impl Master {
             // Gathered by the daemons (`MODEX-1`); a daemon that forwards one anyway is
             // refused rather than served one member at a time.
             ClientRequest::Modex { .. } => {
-                let err = RcError::BadRequest("a modex is gathered by the node's daemon");
+                let err = RcError::BadRequest(BadRequest::ModexAtMaster);
                 self.reply(&route, ClientReply::Modex(Err(err)));
             }
             ClientRequest::Spawn { commands, env } => {
@@ -705,5 +619,42 @@ impl Master {
         for (node, procs) in by_node {
             self.send(node, msg(procs));
         }
+    }
+}
+
+impl crate::machine::Machine for Master {
+    type Input = MasterInput;
+    type Output = MasterOutput;
+    type Error = MasterRejection;
+
+    fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
+        Master::handle(self, now, input)
+    }
+
+    fn poll_output(&mut self) -> Option<MasterOutput> {
+        Master::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Master::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        Master::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for Master {
+    const ROLE: &'static str = "master";
+    // A message the master cannot attribute changes nothing: not a transition.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::OnlyAccepted;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::None
+    }
+    fn queue(&mut self) -> &mut VecDeque<MasterOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &MasterInput) -> Vec<u8> {
+        trace::encode_master_input(input)
     }
 }

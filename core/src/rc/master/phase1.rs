@@ -8,7 +8,7 @@ use super::{Change, Master, MasterOutput, Requester};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
-use crate::rc::error::RcError;
+use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
 use crate::rc::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, RcType};
 use crate::time::Instant;
@@ -112,12 +112,10 @@ impl Master {
         let wants_add = matches!(req.kind, RcType::Add | RcType::Replace);
         let wants_sub = matches!(req.kind, RcType::Sub | RcType::Replace);
         if (wants_add && adds == 0) || (wants_sub && removes == 0) {
-            return Err(RcError::BadRequest(
-                "a change must add or remove at least one process",
-            ));
+            return Err(RcError::BadRequest(BadRequest::EmptyChange));
         }
         if !wants_sub && !req.victims.is_empty() {
-            return Err(RcError::BadRequest("only SUB and REPLACE take victims"));
+            return Err(RcError::BadRequest(BadRequest::VictimsWithoutRemoval));
         }
         // RC-2: sizes are checked against what exists before anything is allocated for
         // them, so a request for 2^32 processes costs nothing.
@@ -128,9 +126,7 @@ impl Master {
             }));
         }
         if wants_sub && removes as usize >= app_members.len() {
-            return Err(RcError::BadRequest(
-                "a change may not remove every process of the application",
-            ));
+            return Err(RcError::BadRequest(BadRequest::RemovesWholeApplication));
         }
         // Victims: named ones must be running processes of the app (RC-5); otherwise
         // stack order among the app's processes (SLOT-2).
@@ -143,7 +139,7 @@ impl Master {
         } else {
             let distinct: BTreeSet<&ProcessId> = req.victims.iter().collect();
             if distinct.len() != req.victims.len() {
-                return Err(RcError::BadRequest("a victim is named twice"));
+                return Err(RcError::BadRequest(BadRequest::DuplicateVictim));
             }
             if let Some(p) = req
                 .victims
@@ -184,12 +180,12 @@ impl Master {
                 let malleable = registry.malleable(&req.app);
                 let chosen = match &req.bound {
                     Some(b) if malleable.contains(b) => b.clone(),
-                    Some(_) => return Err(RcError::BadRequest("the bound pset is not malleable")),
+                    Some(_) => return Err(RcError::BadRequest(BadRequest::NotMalleable)),
                     None if malleable.contains(&root) => root.clone(),
                     None => malleable
                         .first()
                         .cloned()
-                        .ok_or(RcError::BadRequest("the application has no malleable pset"))?,
+                        .ok_or(RcError::BadRequest(BadRequest::NoMalleablePset))?,
                 };
                 alloc::vec![chosen]
             }
@@ -197,17 +193,13 @@ impl Master {
             RcType::Replace => {
                 let xc = registry.reference_counted(sub_delta.as_ref().unwrap_or(&delta))?;
                 if xc.len() != 1 {
-                    return Err(RcError::BadRequest(
-                        "a REPLACE must remove processes of exactly one malleable pset",
-                    ));
+                    return Err(RcError::BadRequest(BadRequest::ReplaceSpansPsets));
                 }
                 xc
             }
         };
         if bound.is_empty() {
-            return Err(RcError::BadRequest(
-                "no active pset holds the processes to remove",
-            ));
+            return Err(RcError::BadRequest(BadRequest::NothingToRemove));
         }
 
         // Commit.

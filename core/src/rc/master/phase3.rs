@@ -9,7 +9,7 @@ use super::{Change, Master, MasterOutput, Route, Waiter};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::pset::PsetName;
-use crate::rc::error::RcError;
+use crate::rc::error::{BadRequest, MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
 use crate::rc::types::{AcceptOutcome, NodeId, RcStatus, RcType};
 use crate::time::{Duration, Instant};
@@ -112,9 +112,7 @@ impl Master {
             Some(b) => b,
             None if change.info.bound.len() == 1 => change.info.bound[0].clone(),
             None => {
-                return Err(RcError::BadRequest(
-                    "this change has several bound psets: name one",
-                ));
+                return Err(RcError::BadRequest(BadRequest::AmbiguousBound));
             }
         };
         if !change.info.bound.contains(&bound) {
@@ -550,15 +548,13 @@ impl Master {
 
     /// A node given back (`RC-20`): only an empty one; its slots are retired (`SLOT-5`)
     /// so nothing is placed there again. No process is affected.
-    pub(crate) fn on_node_returned(&mut self, node: NodeId) -> Result<(), RcError> {
+    pub(crate) fn on_node_returned(&mut self, node: NodeId) -> Result<(), MasterRejection> {
         if node.0 as usize >= self.cfg.nodes.len() {
-            return Err(RcError::BadRequest("no such node"));
+            return Err(MasterRejection::NoSuchNode(node));
         }
         let busy = !self.slots.processes_on(node.0).is_empty();
         if busy && !self.bug(Bug::ReturnBusyNode) {
-            return Err(RcError::BadRequest(
-                "the node still has processes of the job",
-            ));
+            return Err(MasterRejection::NodeBusy(node));
         }
         let gone = self.slots.retire_node(node.0);
         tracing::debug!(node = node.0, planted = gone.len(), "node returned");

@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use super::{Master, MasterOutput, Route};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
-use crate::rc::error::RcError;
+use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::ToDaemon;
 use crate::rc::types::{LaunchCommand, NodeId, SpawnCommand, Spawned};
 use crate::slots::SlotError;
@@ -33,31 +33,27 @@ pub(crate) struct SpawnGroup {
 /// Checks what a client may ask for before anything is allocated (`RC-2`).
 fn validate(commands: &[SpawnCommand], env: &[(String, String)]) -> Result<u64, RcError> {
     if commands.is_empty() {
-        return Err(RcError::BadRequest("a spawn needs at least one command"));
+        return Err(RcError::BadRequest(BadRequest::NoSpawnCommand));
     }
     let mut total: u64 = 0;
     for c in commands {
         if c.program.is_empty() || c.program.contains('\0') {
-            return Err(RcError::BadRequest("a spawn command needs a program"));
+            return Err(RcError::BadRequest(BadRequest::NoProgram));
         }
         if c.count == 0 {
-            return Err(RcError::BadRequest("a spawn command starts no process"));
+            return Err(RcError::BadRequest(BadRequest::EmptySpawnCommand));
         }
         if c.args.iter().any(|a| a.contains('\0')) {
-            return Err(RcError::BadRequest("a spawn argument contains NUL"));
+            return Err(RcError::BadRequest(BadRequest::NulInArgument));
         }
         total += u64::from(c.count);
     }
     if total > MAX_SPAWN {
-        return Err(RcError::BadRequest(
-            "a spawn may start at most 65536 processes",
-        ));
+        return Err(RcError::BadRequest(BadRequest::SpawnTooLarge));
     }
     let bad_name = |k: &str| k.is_empty() || k.contains('=') || k.contains('\0');
     if env.iter().any(|(k, v)| bad_name(k) || v.contains('\0')) {
-        return Err(RcError::BadRequest(
-            "a spawn environment variable has an invalid name or value",
-        ));
+        return Err(RcError::BadRequest(BadRequest::BadEnvironment));
     }
     Ok(total)
 }
@@ -159,7 +155,7 @@ impl Master {
             return if past {
                 Ok(())
             } else {
-                Err(RcError::BadRequest("no such spawn"))
+                Err(RcError::BadRequest(BadRequest::NoSuchSpawn))
             };
         };
         if self.app_of.get(&route.pid) != Some(&group.spawner) && !self.bug(Bug::KillSpawnByAnyone)

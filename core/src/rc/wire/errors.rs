@@ -10,8 +10,8 @@
 //! - [`RcError::Refused`] is the reserved code [`REFUSED_MARKER`] followed by
 //!   `code u16 | detail`, and decodes to itself;
 //! - the others (`Pset`, `Slots`, `BadRequest`, `NewPsetMismatch`, `Client`) hold nested
-//!   errors or `&'static str` reasons that cannot be rebuilt from bytes, so they are
-//!   encoded as `code | detail` with `detail` their `Display` text, and decode to
+//!   errors or reasons that peers have always exchanged as text, so they are encoded as
+//!   `code | detail` with `detail` their `Display` text, and decode to
 //!   `Refused { code, detail }`. Any code this kernel does not know is read the same
 //!   way, so a newer peer's errors arrive as `Refused` instead of failing the frame.
 //!

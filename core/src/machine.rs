@@ -1,0 +1,68 @@
+//! The shape every kernel machine shares: inputs and the current time go in through
+//! [`Machine::handle`], messages come out of [`Machine::poll_output`], the one timer
+//! out of [`Machine::poll_timeout`].
+//!
+//! The seven machines ([`crate::rc::Master`], [`crate::rc::Daemon`],
+//! [`crate::rc::Client`], [`crate::spawn::Handshake`], [`crate::spawn::SpawnParent`],
+//! [`crate::spawn::Join`], [`crate::spawn::Member`]) implement it, so drivers (the C
+//! ABI, the model checker's adapters, the trace recorder and replay) are written once
+//! against the trait instead of once per machine. Each machine keeps its inherent
+//! methods too, so callers that know the concrete type need not import the trait.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::hash::Hash;
+
+use crate::time::Instant;
+
+/// A deterministic, sans-I/O state machine of the kernel.
+///
+/// A driver loop: feed one input with [`handle`](Machine::handle), then drain
+/// [`poll_output`](Machine::poll_output) until `None` and do what each output says,
+/// then arm a timer for [`poll_timeout`](Machine::poll_timeout) and feed the machine's
+/// timeout input when it fires. Outputs left in the queue are not lost, but a driver
+/// that drops one it polled (a send, a kill, a launch) breaks the protocol, hence the
+/// `#[must_use]`.
+pub trait Machine {
+    /// What [`handle`](Machine::handle) takes.
+    type Input;
+    /// What [`poll_output`](Machine::poll_output) returns: something the driver must do.
+    type Output;
+    /// Why [`handle`](Machine::handle) rejected an input.
+    type Error;
+
+    /// Feeds one input at time `now`. `Err` means the input was rejected; what a
+    /// rejection changed (usually nothing) is documented by each machine.
+    fn handle(&mut self, now: Instant, input: Self::Input) -> Result<(), Self::Error>;
+
+    /// The next thing the driver must do, if any.
+    #[must_use = "an output is an action the driver must carry out (a send, a launch, a kill)"]
+    fn poll_output(&mut self) -> Option<Self::Output>;
+
+    /// When to feed the machine's timeout input next; `None` if no timer is armed.
+    #[must_use = "a deadline the driver must arm a timer for"]
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// A fingerprint of the state without the outputs not yet drained, so it does not
+    /// depend on when the driver drains them (trace conformance, `spec/verification.md`
+    /// §6).
+    fn fingerprint(&mut self) -> u64;
+
+    /// Every output queued now, in order.
+    #[must_use = "outputs are actions the driver must carry out"]
+    fn take_outputs(&mut self) -> Vec<Self::Output> {
+        core::iter::from_fn(|| self.poll_output()).collect()
+    }
+}
+
+/// The fingerprint of `machine` hashed without its output queue: the queue is taken
+/// out, the rest hashed, the queue put back.
+pub(crate) fn fingerprint_without_queue<T: Hash, O>(
+    machine: &mut T,
+    queue: fn(&mut T) -> &mut VecDeque<O>,
+) -> u64 {
+    let out = core::mem::take(queue(machine));
+    let fp = crate::trace::fingerprint(machine);
+    *queue(machine) = out;
+    fp
+}
