@@ -91,6 +91,11 @@ pub struct Counts {
     pub steps: u64,
     /// Master → daemon messages and bytes per message kind (where the bytes go).
     pub to_daemon_kinds: BTreeMap<&'static str, (u64, u64)>,
+    /// CPU nanoseconds the master spent in `handle` and `poll_output`, by
+    /// [`Cluster::clock`] (zero without one).
+    pub master_ns: u64,
+    /// The same per daemon, by node.
+    pub daemon_ns: BTreeMap<u32, u64>,
 }
 
 impl Counts {
@@ -151,17 +156,31 @@ pub struct Cluster {
     watched: HashMap<(ProcessId, CallId), Option<CallResult>>,
     /// Modex calls completed successfully since the last [`Cluster::take_counts`].
     pub modex_ok: u64,
+    /// Fence calls completed successfully since the last [`Cluster::take_counts`].
+    pub fence_ok: u64,
     /// Processes whose daemon launched them.
     pub launched: u64,
     exited: BTreeSet<ProcessId>,
     counts: Counts,
+    /// A CPU clock in nanoseconds (the thread's CPU time), to split an operation's CPU
+    /// time between the machines: in a real job the daemons run in parallel, so the
+    /// master's time and the busiest daemon's bound an operation, not their sum.
+    pub clock: fn() -> u64,
 }
 
 impl Cluster {
     /// Starts the job of `cfg` and runs until every first process is launched.
     pub fn start(cfg: MasterConfig) -> Cluster {
+        Cluster::start_clocked(cfg, || 0)
+    }
+
+    /// [`Cluster::start`], splitting CPU time by machine with `clock`
+    /// ([`Counts::master_ns`]); the start itself counts too.
+    pub fn start_clocked(cfg: MasterConfig, clock: fn() -> u64) -> Cluster {
+        let t0 = clock();
         let nodes = cfg.nodes.len() as u32;
         let master = Master::new(cfg).expect("job starts");
+        let master_new = clock() - t0;
         let mut c = Cluster {
             now: Instant::ZERO,
             latency: Duration::from_micros(10),
@@ -177,10 +196,13 @@ impl Cluster {
             timer_of: HashMap::new(),
             watched: HashMap::new(),
             modex_ok: 0,
+            fence_ok: 0,
             launched: 0,
             exited: BTreeSet::new(),
             counts: Counts::default(),
+            clock,
         };
+        c.counts.master_ns += master_new;
         c.drain_master();
         c.settle();
         c
@@ -189,6 +211,7 @@ impl Cluster {
     /// Counts since the last call, and starts counting afresh.
     pub fn take_counts(&mut self) -> Counts {
         self.modex_ok = 0;
+        self.fence_ok = 0;
         core::mem::take(&mut self.counts)
     }
 
@@ -269,14 +292,10 @@ impl Cluster {
                 self.counts.steps += 1;
                 match who {
                     None => {
-                        self.master.handle(self.now, MasterInput::Timeout).unwrap();
-                        self.drain_master();
+                        self.to_master(MasterInput::Timeout);
                     }
                     Some(n) => {
-                        self.daemons[n as usize]
-                            .handle(self.now, DaemonInput::Timeout)
-                            .unwrap();
-                        self.drain_daemon(NodeId(n));
+                        self.to_daemon(NodeId(n), DaemonInput::Timeout);
                     }
                 }
                 true
@@ -297,24 +316,15 @@ impl Cluster {
             Event::ToMaster(node, frame) => {
                 let msg = decode_to_master(&frame).expect("the master decodes");
                 drop(frame);
-                self.master
-                    .handle(self.now, MasterInput::FromDaemon { node, msg })
-                    .unwrap();
-                self.drain_master();
+                self.to_master(MasterInput::FromDaemon { node, msg });
             }
             Event::External(ticket, req) => {
-                self.master
-                    .handle(self.now, MasterInput::RequestChange { ticket, req })
-                    .unwrap();
-                self.drain_master();
+                self.to_master(MasterInput::RequestChange { ticket, req });
             }
             Event::ToDaemon(node, frame) => {
                 let msg = decode_to_daemon(&frame).expect("a daemon decodes");
                 drop(frame);
-                self.daemons[node.0 as usize]
-                    .handle(self.now, DaemonInput::FromMaster(msg))
-                    .unwrap();
-                self.drain_daemon(node);
+                self.to_daemon(node, DaemonInput::FromMaster(msg));
             }
             Event::ClientToDaemon(from, frame) => {
                 if self.exited.contains(&from) {
@@ -322,9 +332,7 @@ impl Cluster {
                 }
                 let (req, request) = decode_client(&frame).expect("a daemon decodes");
                 let node = self.node_of[&from];
-                let _ = self.daemons[node.0 as usize]
-                    .handle(self.now, DaemonInput::FromClient { from, req, request });
-                self.drain_daemon(node);
+                self.to_daemon(node, DaemonInput::FromClient { from, req, request });
             }
             Event::DaemonToClient(to, frame) => {
                 if self.exited.contains(&to) {
@@ -355,17 +363,35 @@ impl Cluster {
                 }
                 self.clients.remove(&pid);
                 let node = self.node_of[&pid];
-                self.daemons[node.0 as usize]
-                    .handle(self.now, DaemonInput::Exited { pid })
-                    .unwrap();
-                self.drain_daemon(node);
+                self.to_daemon(node, DaemonInput::Exited { pid });
             }
         }
     }
 
+    /// Feeds the master, timing it.
+    fn to_master(&mut self, input: MasterInput) {
+        let t0 = (self.clock)();
+        self.master.handle(self.now, input).unwrap();
+        self.counts.master_ns += (self.clock)() - t0;
+        self.drain_master();
+    }
+
+    /// Feeds a daemon, timing it. A client's bad request is the client's business
+    /// (it gets a typed reply), so the daemon's `Err` is ignored.
+    fn to_daemon(&mut self, node: NodeId, input: DaemonInput) {
+        let t0 = (self.clock)();
+        let _ = self.daemons[node.0 as usize].handle(self.now, input);
+        *self.counts.daemon_ns.entry(node.0).or_default() += (self.clock)() - t0;
+        self.drain_daemon(node);
+    }
+
     fn drain_master(&mut self) {
         let at = self.now + self.latency;
-        while let Some(o) = self.master.poll_output() {
+        loop {
+            let t0 = (self.clock)();
+            let o = self.master.poll_output();
+            self.counts.master_ns += (self.clock)() - t0;
+            let Some(o) = o else { break };
             if let MasterOutput::Send(env) = o {
                 let frame = encode_to_daemon(&env.msg);
                 self.count(Link::ToDaemon, frame.len());
@@ -384,7 +410,11 @@ impl Cluster {
 
     fn drain_daemon(&mut self, node: NodeId) {
         let at = self.now + self.latency;
-        while let Some(o) = self.daemons[node.0 as usize].poll_output() {
+        loop {
+            let t0 = (self.clock)();
+            let o = self.daemons[node.0 as usize].poll_output();
+            *self.counts.daemon_ns.entry(node.0).or_default() += (self.clock)() - t0;
+            let Some(o) = o else { break };
             match o {
                 DaemonOutput::ToMaster(msg) => {
                     let frame = encode_to_master(&msg);
@@ -452,8 +482,10 @@ impl Cluster {
                             }
                         }
                     }
-                    if matches!(result, CallResult::Modex(Ok(_))) {
-                        self.modex_ok += 1;
+                    match result {
+                        CallResult::Modex(Ok(_)) => self.modex_ok += 1,
+                        CallResult::Fence(Ok(())) => self.fence_ok += 1,
+                        _ => {}
                     }
                     if let Some(slot) = self.watched.get_mut(&(pid.clone(), id)) {
                         *slot = Some(result);
@@ -552,6 +584,23 @@ impl Cluster {
         }
         self.settle();
         self.modex_ok
+    }
+
+    /// Every process of the job enters a fence over the application's pset; returns
+    /// how many were released.
+    pub fn fence(&mut self) -> u64 {
+        let pset = PsetName::app_root(APP).unwrap();
+        let mut ranks: Vec<ProcessId> = self.clients.keys().cloned().collect();
+        ranks.sort();
+        for p in ranks {
+            let call = ClientCall::Fence {
+                pset: pset.clone(),
+                timeout: Duration::from_secs(10),
+            };
+            self.call(&p, call, false);
+        }
+        self.settle();
+        self.fence_ok
     }
 
     /// Processes alive (launched and not exited).

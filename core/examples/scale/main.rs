@@ -1,16 +1,19 @@
 //! The kernel alone at scale (issue 29, goal 4): master, D daemons and every client in
 //! memory ([`cluster`]), at D = 1, 16, 256 and 1,024 nodes × 64 and 128 processes per
 //! node. Per operation (job start, ADD and SUB of one node's worth, a pset operation on
-//! the world, a modex over the application) it reports process CPU time
-//! (`getrusage`), messages and encoded bytes (real wire frames), and memory (a counting
+//! the world, a fence and a modex over the application) it reports process CPU time
+//! (`getrusage`) and the master's share of it, messages and encoded bytes (real wire
+//! frames), and memory (a counting
 //! global allocator: the peak of live heap above the operation's start, and the live
 //! heap after it), as a markdown table on stdout and a plot in
 //! `target/scale/scale.svg`.
 //!
-//! Run: `cargo run --release -p dynres-core --example scale -- [--max-nodes N]
-//! [--modex-max-world W]`. The modex hands every member every member's value, so its
-//! bytes grow with the square of the job; it is skipped above `W` processes (16,384 by
-//! default) to keep a run within minutes and memory.
+//! Run: `cargo run --release -p dynres-core --example scale -- [--min-nodes N]
+//! [--max-nodes N] [--ppn 64|128] [--max-world W] [--modex-max-world M]`. Every daemon
+//! holds a replica of every pset, so the simulation's memory grows with nodes × world
+//! (about 8 GiB at 1,024 × 64): sizes over `W` processes (65,536 by default) are
+//! skipped. The modex hands every member every member's value, so its bytes grow with
+//! the square of the job: it is skipped above `M` processes (16,384 by default).
 
 #[path = "cluster.rs"]
 mod cluster;
@@ -73,6 +76,15 @@ fn cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// This thread's CPU time in nanoseconds (the simulation runs on one thread).
+fn thread_cpu_ns() -> u64 {
+    // SAFETY: `clock_gettime` only writes the struct it is given.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the thread CPU clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// One operation's costs.
 #[derive(Clone, Debug)]
 struct Row {
@@ -110,7 +122,9 @@ fn measure<T>(nodes: u32, ppn: u32, op: &'static str, f: impl FnOnce() -> T) -> 
 
 fn run(nodes: u32, ppn: u32, modex_max: u32, rows: &mut Vec<Row>) {
     let world = nodes * ppn;
-    let (mut c, mut row) = measure(nodes, ppn, "start", || Cluster::start(config(nodes, ppn)));
+    let (mut c, mut row) = measure(nodes, ppn, "start", || {
+        Cluster::start_clocked(config(nodes, ppn), thread_cpu_ns)
+    });
     row.counts = c.take_counts();
     assert_eq!(c.processes() as u32, world, "every first process launched");
     print_row(&row);
@@ -144,6 +158,13 @@ fn ops(ppn: u32) -> Vec<Op> {
             Box::new(|c: &mut Cluster| c.pset_op_on_world("mpi://app/app/w")),
         ),
         (
+            "fence",
+            Box::new(|c: &mut Cluster| {
+                let world = c.processes() as u64;
+                assert_eq!(c.fence(), world, "every member was released");
+            }),
+        ),
+        (
             "modex",
             Box::new(|c: &mut Cluster| {
                 let world = c.processes() as u64;
@@ -157,18 +178,20 @@ fn mib(b: usize) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
-const HEADER: &str = "| nodes | ppn | procs | op | CPU ms | msgs | master↔daemon msgs | bytes | master↔daemon bytes | peak MiB | live MiB |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|";
+const HEADER: &str = "| nodes | ppn | procs | op | CPU ms | master ms | busiest daemon ms | msgs | master↔daemon msgs | bytes | master↔daemon bytes | peak MiB | live MiB |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn print_row(r: &Row) {
     let rt = |l| r.counts.link(l);
     let (md, mdb) = (rt(Link::ToDaemon), rt(Link::ToMaster));
     println!(
-        "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {:.1} | {:.1} |",
+        "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {:.1} | {:.1} |",
         r.nodes,
         r.ppn,
         r.nodes * r.ppn,
         r.op,
         r.cpu_ms,
+        r.counts.master_ns as f64 * 1e-6,
+        r.counts.daemon_ns.values().max().copied().unwrap_or(0) as f64 * 1e-6,
         r.counts.messages(),
         md.0 + mdb.0,
         r.counts.bytes(),
@@ -180,16 +203,21 @@ fn print_row(r: &Row) {
 
 fn plot(rows: &[Row], path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+    let root = SVGBackend::new(path, (1500, 500)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = root.split_evenly((1, 3));
     let world = |r: &Row| f64::from(r.nodes * r.ppn);
     let max_x = rows.iter().map(world).fold(64.0, f64::max) * 2.0;
-    let ops = ["start", "add", "sub", "pset_op", "modex"];
-    let colours = [&RED, &BLUE, &GREEN, &MAGENTA, &BLACK];
+    let ops = ["start", "add", "sub", "pset_op", "fence", "modex"];
+    let colours = [&RED, &BLUE, &GREEN, &MAGENTA, &CYAN, &BLACK];
     type Metric = fn(&Row) -> f64;
-    let metrics: [(&str, Metric); 2] = [
-        ("CPU ms per operation", |r| r.cpu_ms.max(1e-3)),
+    let metrics: [(&str, Metric); 3] = [
+        ("CPU ms per operation (all machines)", |r| {
+            r.cpu_ms.max(1e-3)
+        }),
+        ("master CPU ms per operation", |r| {
+            (r.counts.master_ns as f64 * 1e-6).max(1e-3)
+        }),
         ("bytes per operation", |r| r.counts.bytes().max(1) as f64),
     ];
     for (panel, (title, metric)) in panels.iter().zip(metrics) {
@@ -243,12 +271,25 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
+    let min_nodes = arg("--min-nodes", 1);
     let max_nodes = arg("--max-nodes", 1024);
+    let only_ppn = arg("--ppn", 0);
+    let max_world = arg("--max-world", 65536);
     let modex_max = arg("--modex-max-world", 16384);
     println!("{HEADER}");
     let mut rows = Vec::new();
-    for nodes in [1, 16, 256, 1024].into_iter().filter(|&d| d <= max_nodes) {
-        for ppn in [64, 128] {
+    for nodes in [1, 16, 256, 1024]
+        .into_iter()
+        .filter(|&d| (min_nodes..=max_nodes).contains(&d))
+    {
+        for ppn in [64, 128]
+            .into_iter()
+            .filter(|&p| only_ppn == 0 || p == only_ppn)
+        {
+            if nodes * ppn > max_world {
+                eprintln!("skipped {nodes} × {ppn}: over --max-world {max_world}");
+                continue;
+            }
             run(nodes, ppn, modex_max, &mut rows);
         }
     }

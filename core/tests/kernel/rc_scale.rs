@@ -8,8 +8,8 @@ use crate::scale_cluster::{APP, Cluster, Counts, Link, config};
 use dynres_core::rc::ChangeRequest;
 
 /// Counts of the start, the ADD and SUB of one node's worth, a pset operation on the
-/// world and a modex over the application, for `nodes` × `ppn` (on `nodes + 1` nodes).
-fn ops(nodes: u32, ppn: u32) -> [Counts; 5] {
+/// world, a fence and a modex over the application, for `nodes` × `ppn` (on `nodes + 1` nodes).
+fn ops(nodes: u32, ppn: u32) -> [Counts; 6] {
     let mut c = Cluster::start(config(nodes, ppn));
     assert_eq!(c.processes() as u32, nodes * ppn);
     let start = c.take_counts();
@@ -21,9 +21,15 @@ fn ops(nodes: u32, ppn: u32) -> [Counts; 5] {
     assert_eq!(c.processes() as u32, nodes * ppn);
     c.pset_op_on_world("mpi://app/app/w");
     let pset_op = c.take_counts();
+    assert_eq!(
+        c.fence(),
+        u64::from(nodes * ppn),
+        "every member was released"
+    );
+    let fence = c.take_counts();
     assert_eq!(c.modex(), u64::from(nodes * ppn), "every member completed");
     let modex = c.take_counts();
-    [start, add, sub, pset_op, modex]
+    [start, add, sub, pset_op, fence, modex]
 }
 
 /// Messages per kind of master → daemon message.
@@ -40,7 +46,7 @@ fn messages_per_operation_grow_with_nodes_and_affected_processes_only() {
     for (nodes, ppn) in [(1, 2), (1, 4), (2, 2), (4, 2), (4, 4), (8, 4), (16, 3)] {
         let n = u64::from(nodes) + 1;
         let (d, p) = (u64::from(nodes), u64::from(ppn));
-        let [start, add, sub, pset_op, modex] = ops(nodes, ppn);
+        let [start, add, sub, pset_op, fence, modex] = ops(nodes, ppn);
         let at = format!("{nodes} nodes × {ppn}");
         // Start: every node's replica (WORLD, the application's pset, the job data),
         // and one launch per node with processes.
@@ -83,6 +89,11 @@ fn messages_per_operation_grow_with_nodes_and_affected_processes_only() {
         // to it, one definition per node.
         assert_eq!(kinds(&pset_op), [("DefinePset", n), ("Reply", 1)], "{at}");
         assert_eq!(pset_op.messages(), n + 4, "{at}");
+        // A fence: every member's request goes through the master and back (it is not
+        // gathered per node, unlike the modex).
+        assert_eq!(fence.link(Link::ToMaster).0, d * p, "{at}");
+        assert_eq!(kinds(&fence), [("Reply", d * p)], "{at}");
+        assert_eq!(fence.messages(), 4 * d * p, "{at}");
         // The modex: one batch per node up and one table per node down (MODEX-1,
         // MODEX-3), one request and one reply per member.
         assert_eq!(modex.link(Link::ToMaster).0, d, "{at}");
