@@ -292,10 +292,10 @@ impl Cluster {
                 self.counts.steps += 1;
                 match who {
                     None => {
-                        self.to_master(MasterInput::Timeout);
+                        self.feed_master(MasterInput::Timeout);
                     }
                     Some(n) => {
-                        self.to_daemon(NodeId(n), DaemonInput::Timeout);
+                        self.feed_daemon(NodeId(n), DaemonInput::Timeout);
                     }
                 }
                 true
@@ -316,15 +316,15 @@ impl Cluster {
             Event::ToMaster(node, frame) => {
                 let msg = decode_to_master(&frame).expect("the master decodes");
                 drop(frame);
-                self.to_master(MasterInput::FromDaemon { node, msg });
+                self.feed_master(MasterInput::FromDaemon { node, msg });
             }
             Event::External(ticket, req) => {
-                self.to_master(MasterInput::RequestChange { ticket, req });
+                self.feed_master(MasterInput::RequestChange { ticket, req });
             }
             Event::ToDaemon(node, frame) => {
                 let msg = decode_to_daemon(&frame).expect("a daemon decodes");
                 drop(frame);
-                self.to_daemon(node, DaemonInput::FromMaster(msg));
+                self.feed_daemon(node, DaemonInput::FromMaster(msg));
             }
             Event::ClientToDaemon(from, frame) => {
                 if self.exited.contains(&from) {
@@ -332,7 +332,7 @@ impl Cluster {
                 }
                 let (req, request) = decode_client(&frame).expect("a daemon decodes");
                 let node = self.node_of[&from];
-                self.to_daemon(node, DaemonInput::FromClient { from, req, request });
+                self.feed_daemon(node, DaemonInput::FromClient { from, req, request });
             }
             Event::DaemonToClient(to, frame) => {
                 if self.exited.contains(&to) {
@@ -363,13 +363,13 @@ impl Cluster {
                 }
                 self.clients.remove(&pid);
                 let node = self.node_of[&pid];
-                self.to_daemon(node, DaemonInput::Exited { pid });
+                self.feed_daemon(node, DaemonInput::Exited { pid });
             }
         }
     }
 
     /// Feeds the master, timing it.
-    fn to_master(&mut self, input: MasterInput) {
+    fn feed_master(&mut self, input: MasterInput) {
         let t0 = (self.clock)();
         self.master.handle(self.now, input).unwrap();
         self.counts.master_ns += (self.clock)() - t0;
@@ -378,7 +378,7 @@ impl Cluster {
 
     /// Feeds a daemon, timing it. A client's bad request is the client's business
     /// (it gets a typed reply), so the daemon's `Err` is ignored.
-    fn to_daemon(&mut self, node: NodeId, input: DaemonInput) {
+    fn feed_daemon(&mut self, node: NodeId, input: DaemonInput) {
         let t0 = (self.clock)();
         let _ = self.daemons[node.0 as usize].handle(self.now, input);
         *self.counts.daemon_ns.entry(node.0).or_default() += (self.clock)() - t0;

@@ -13,7 +13,9 @@
 //! holds a replica of every pset, so the simulation's memory grows with nodes × world
 //! (about 8 GiB at 1,024 × 64): sizes over `W` processes (65,536 by default) are
 //! skipped. The modex hands every member every member's value, so its bytes grow with
-//! the square of the job: it is skipped above `M` processes (16,384 by default).
+//! the square of the job: it is skipped above `M` processes (4,096 by default).
+//! `--plot-from TABLE…` only draws the plot from tables it printed before (runs of one
+//! size each, concatenated).
 
 #[path = "cluster.rs"]
 mod cluster;
@@ -201,24 +203,67 @@ fn print_row(r: &Row) {
     );
 }
 
-fn plot(rows: &[Row], path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+/// What the plot shows of one row.
+struct Point {
+    world: f64,
+    ppn: u32,
+    op: String,
+    cpu_ms: f64,
+    master_ms: f64,
+    bytes: f64,
+}
+
+impl Point {
+    fn of(r: &Row) -> Point {
+        Point {
+            world: f64::from(r.nodes * r.ppn),
+            ppn: r.ppn,
+            op: r.op.to_string(),
+            cpu_ms: r.cpu_ms,
+            master_ms: r.counts.master_ns as f64 * 1e-6,
+            bytes: r.counts.bytes() as f64,
+        }
+    }
+
+    /// A row of the table this example prints, read back (`--plot-from`), so that runs
+    /// of one size each can be drawn together.
+    fn parse(line: &str) -> Option<Point> {
+        let c: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        if c.len() != 13 {
+            return None;
+        }
+        Some(Point {
+            world: c[2].parse().ok()?,
+            ppn: c[1].parse().ok()?,
+            op: c[3].to_string(),
+            cpu_ms: c[4].parse().ok()?,
+            master_ms: c[5].parse().ok()?,
+            bytes: c[9].parse().ok()?,
+        })
+    }
+}
+
+fn plot(rows: &[Point], path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (1500, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let panels = root.split_evenly((1, 3));
-    let world = |r: &Row| f64::from(r.nodes * r.ppn);
+    let world = |r: &Point| r.world;
     let max_x = rows.iter().map(world).fold(64.0, f64::max) * 2.0;
     let ops = ["start", "add", "sub", "pset_op", "fence", "modex"];
     let colours = [&RED, &BLUE, &GREEN, &MAGENTA, &CYAN, &BLACK];
-    type Metric = fn(&Row) -> f64;
+    type Metric = fn(&Point) -> f64;
     let metrics: [(&str, Metric); 3] = [
         ("CPU ms per operation (all machines)", |r| {
             r.cpu_ms.max(1e-3)
         }),
-        ("master CPU ms per operation", |r| {
-            (r.counts.master_ns as f64 * 1e-6).max(1e-3)
-        }),
-        ("bytes per operation", |r| r.counts.bytes().max(1) as f64),
+        ("master CPU ms per operation", |r| r.master_ms.max(1e-3)),
+        ("bytes per operation", |r| r.bytes.max(1.0)),
     ];
     for (panel, (title, metric)) in panels.iter().zip(metrics) {
         let max_y = rows.iter().map(metric).fold(1.0, f64::max) * 2.0;
@@ -275,7 +320,19 @@ fn main() {
     let max_nodes = arg("--max-nodes", 1024);
     let only_ppn = arg("--ppn", 0);
     let max_world = arg("--max-world", 65536);
-    let modex_max = arg("--modex-max-world", 16384);
+    let modex_max = arg("--modex-max-world", 4096);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/scale");
+    std::fs::create_dir_all(&dir).expect("target/scale");
+    let path = dir.join("scale.svg");
+    if let Some(i) = args.iter().position(|a| a == "--plot-from") {
+        let tables: String = (args[i + 1..].iter())
+            .map(|f| std::fs::read_to_string(f).expect("a table printed by this example"))
+            .collect();
+        let points: Vec<Point> = tables.lines().filter_map(Point::parse).collect();
+        plot(&points, &path).expect("plot");
+        eprintln!("plot: {}", path.display());
+        return;
+    }
     println!("{HEADER}");
     let mut rows = Vec::new();
     for nodes in [1, 16, 256, 1024]
@@ -293,9 +350,7 @@ fn main() {
             run(nodes, ppn, modex_max, &mut rows);
         }
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/scale");
-    std::fs::create_dir_all(&dir).expect("target/scale");
-    let path = dir.join("scale.svg");
-    plot(&rows, &path).expect("plot");
+    let points: Vec<Point> = rows.iter().map(Point::of).collect();
+    plot(&points, &path).expect("plot");
     eprintln!("plot: {}", path.display());
 }
