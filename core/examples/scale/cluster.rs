@@ -569,7 +569,7 @@ impl Cluster {
     }
 
     /// Every process of the job takes part in a modex over the application's pset with
-    /// a 16-byte value; returns how many completed.
+    /// a 15-byte value; returns how many completed.
     pub fn modex(&mut self) -> u64 {
         let pset = PsetName::app_root(APP).unwrap();
         let mut ranks: Vec<ProcessId> = self.clients.keys().cloned().collect();
