@@ -6,8 +6,11 @@
 //! process held is freed only once that process has exited (`SLOT-3`), and a node with
 //! no occupied or leaving slot left is released from the job.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cmp::Ordering;
+use core::hash::{Hash, Hasher};
 
 use crate::process::ProcessId;
 
@@ -79,8 +82,42 @@ pub struct SlotMap {
     /// First slot index of each node, plus the total at the end.
     starts: Vec<u32>,
     slots: Vec<SlotState>,
+    /// Which slot each placed process holds, so finding a process' slot costs a lookup,
+    /// not a scan of every slot of the job (issue 29: the scan made placing a job of n
+    /// processes, and the master's per-process checks, O(n²)).
+    index: SlotIndex,
     /// Planted bugs (always empty in shipped builds).
     pub(crate) bugs: crate::bugs::Bugs,
+}
+
+/// The slot of every process in an occupied or leaving slot: a function of the slots,
+/// so it takes no part in comparing or hashing a map (states, fingerprints and the
+/// models' state spaces stay those of the slots alone).
+#[derive(Clone, Debug, Default)]
+struct SlotIndex(BTreeMap<ProcessId, u32>);
+
+impl PartialEq for SlotIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SlotIndex {}
+
+impl PartialOrd for SlotIndex {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SlotIndex {
+    fn cmp(&self, _: &Self) -> Ordering {
+        Ordering::Equal
+    }
+}
+
+impl Hash for SlotIndex {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
 }
 
 impl SlotMap {
@@ -97,6 +134,7 @@ impl SlotMap {
             nodes,
             starts,
             slots: alloc::vec![SlotState::Free; total as usize],
+            index: SlotIndex::default(),
             bugs: crate::bugs::Bugs::NONE,
         }
     }
@@ -166,6 +204,9 @@ impl SlotMap {
             for s in &mut self.slots[a as usize..b as usize] {
                 *s = SlotState::Retired;
             }
+            for p in &gone {
+                self.index.0.remove(p);
+            }
         }
         gone
     }
@@ -199,17 +240,13 @@ impl SlotMap {
 
     /// Whether `pid` runs and is not leaving.
     pub fn is_running(&self, pid: &ProcessId) -> bool {
-        self.slots
-            .iter()
-            .any(|s| matches!(s, SlotState::Occupied(p) if p == pid))
+        self.slot_of(pid)
+            .is_some_and(|i| matches!(&self.slots[i as usize], SlotState::Occupied(p) if p == pid))
     }
 
     /// The slot `pid` holds, if any.
     pub fn slot_of(&self, pid: &ProcessId) -> Option<u32> {
-        self.slots
-            .iter()
-            .position(|s| matches!(s, SlotState::Occupied(p) | SlotState::Leaving(p) if p == pid))
-            .map(|i| i as u32)
+        self.index.0.get(pid).copied()
     }
 
     /// Places new processes on the lowest free slots (`SLOT-1`). Returns the placements
@@ -229,12 +266,21 @@ impl SlotMap {
         let mut new_nodes = Vec::new();
         let mut free_slots = (0..self.slots.len()).filter(|&i| self.slots[i] == SlotState::Free);
         let chosen: Vec<usize> = free_slots.by_ref().take(pids.len()).collect();
+        // The chosen slots ascend, so each node's come in one run: whether it is new to
+        // the job is asked once per node, before this placement puts anyone there, not
+        // once per process (a scan of the node's slots each time).
+        let mut last_node = None;
         for (pid, slot) in pids.iter().zip(chosen) {
             let node = self.node_of(slot as u32).unwrap_or_default();
-            if !self.is_allocated(node) && !new_nodes.contains(&node) {
-                new_nodes.push(node);
+            if last_node != Some(node) {
+                last_node = Some(node);
+                if !self.is_allocated(node) && !new_nodes.contains(&node) {
+                    new_nodes.push(node);
+                }
             }
             self.slots[slot] = SlotState::Occupied(pid.clone());
+            // The lowest slot first, as a scan of the slots would find it.
+            self.index.0.entry(pid.clone()).or_insert(slot as u32);
             placed.push(Placement {
                 pid: pid.clone(),
                 slot: slot as u32,
@@ -297,6 +343,7 @@ impl SlotMap {
             .slot_of(pid)
             .ok_or_else(|| SlotError::NotPlaced(pid.clone()))?;
         self.slots[slot as usize] = SlotState::Free;
+        self.index.0.remove(pid);
         let node = self.node_of(slot).unwrap_or_default();
         Ok((!self.is_allocated(node)).then_some(node))
     }
@@ -444,5 +491,60 @@ mod tests {
             vec![m.free(&pids(50..51)[0].clone())],
             vec![Err(SlotError::NotPlaced(pids(50..51)[0].clone()))]
         );
+    }
+
+    /// Every process' slot as a scan of the slots finds it: what the index must agree
+    /// with after every change.
+    fn scanned(m: &SlotMap) -> Vec<(ProcessId, u32)> {
+        let mut v: Vec<(ProcessId, u32)> = (m.slots().iter().enumerate())
+            .filter_map(|(i, s)| match s {
+                SlotState::Occupied(p) | SlotState::Leaving(p) => Some((p.clone(), i as u32)),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The slot index (issue 29) answers `slot_of` and `is_running` as a scan of the
+    /// slots would through placing, leaving, freeing, retiring and adding nodes, and
+    /// takes no part in comparing maps.
+    #[test]
+    fn the_slot_index_agrees_with_the_slots() {
+        let check = |m: &SlotMap| {
+            let want = scanned(m);
+            let got: Vec<(ProcessId, u32)> =
+                m.index.0.iter().map(|(p, s)| (p.clone(), *s)).collect();
+            assert_eq!(got, want);
+            for p in pids(0..32) {
+                let running = want.iter().any(|(q, s)| {
+                    *q == p && m.slots()[*s as usize] == SlotState::Occupied(p.clone())
+                });
+                assert_eq!(m.is_running(&p), running, "{p:?}");
+            }
+        };
+        let mut m = four_by_four();
+        m.place(&pids(0..10)).unwrap();
+        check(&m);
+        let victims = m.victims(3).unwrap();
+        m.mark_leaving(&victims).unwrap();
+        check(&m);
+        m.free(&victims[0]).unwrap();
+        check(&m);
+        m.place(&pids(10..14)).unwrap();
+        check(&m);
+        let gone = m.retire_node(1);
+        assert!(!gone.is_empty());
+        check(&m);
+        m.add_node(NodeSpec {
+            name: "node5".into(),
+            slots: 4,
+        });
+        m.place(&pids(14..20)).unwrap();
+        check(&m);
+        // Two maps with the same slots are equal whatever their indexes hold.
+        let mut other = m.clone();
+        other.index = SlotIndex::default();
+        assert_eq!(m, other);
     }
 }

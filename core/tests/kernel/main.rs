@@ -10,6 +10,9 @@
 mod common;
 #[path = "../spawn_sim/mod.rs"]
 mod spawn_sim;
+// The scale example's cluster (issue 29): the same simulator, counted at small sizes.
+#[path = "../../examples/scale/cluster.rs"]
+mod scale_cluster;
 
 mod fuzz_seeds;
 mod mutants_kill;
@@ -23,6 +26,7 @@ mod rc_hardening;
 mod rc_link;
 mod rc_modex;
 mod rc_node_return;
+mod rc_scale;
 mod rc_spawn;
 mod rc_standing;
 mod rc_wire;

@@ -89,21 +89,32 @@ impl Master {
     /// released (`RC-16`).
     pub(crate) fn fence(&mut self, now: Instant, route: Route, pset: PsetName, timeout: Duration) {
         let origin = self.origin(&route.pid);
-        let members = match self.registry.members(&origin, &pset) {
-            Ok(m) => m,
+        // Membership by index, not by listing the pset's members: each arrival costs a
+        // lookup, so a fence over n processes costs O(n log n), not O(n²) (issue 29).
+        let is_member = match self.registry.resolve(&origin, &pset) {
+            Ok((members, _)) => {
+                (self.registry.table().index_of(&route.pid)).is_some_and(|i| members.contains(i))
+            }
             Err(e) => return self.reply(&route, ClientReply::Fence(Err(e.into()))),
         };
-        if !members.contains(&route.pid) {
+        if !is_member {
             let err = RcError::NotPermitted(route.pid.clone());
             return self.reply(&route, ClientReply::Fence(Err(err)));
         }
+        let registry = &self.registry;
         let fence = self.fences.entry(pset.clone()).or_insert_with(|| Fence {
-            members: members.into_iter().collect::<BTreeSet<_>>(),
+            members: (registry.members(&origin, &pset).unwrap_or_default())
+                .into_iter()
+                .collect::<BTreeSet<_>>(),
             arrived: BTreeMap::new(),
             deadline: now + timeout,
         });
         fence.arrived.insert(route.pid.clone(), route);
-        if fence.members.iter().all(|m| fence.arrived.contains_key(m)) {
+        // Only once as many have arrived as there are members can all of them have: the
+        // full check runs then, not on every arrival.
+        if fence.arrived.len() >= fence.members.len()
+            && fence.members.iter().all(|m| fence.arrived.contains_key(m))
+        {
             let done = self.fences.remove(&pset).expect("present");
             for route in done.arrived.into_values() {
                 self.reply(&route, ClientReply::Fence(Ok(())));

@@ -86,9 +86,13 @@ impl Master {
         }
         // So is a member lost before any batch arrived (no modex was waiting for it
         // then): the modex can never complete.
+        // The batch's members as a set: the scan below asks of every member of the
+        // pset, and a scan of the batch each time made a node's batch cost
+        // O(members × batch), O(n²) over a modex of n (issue 29).
+        let batch: BTreeSet<&ProcessId> = entries.iter().map(|(p, _)| p).collect();
         let dead = members
             .iter()
-            .find(|m| placed(m).is_none() && !entries.iter().any(|(p, _)| p == *m));
+            .find(|m| placed(m).is_none() && !batch.contains(m));
         let dead = dead.cloned();
         let g = self
             .modexes
@@ -106,7 +110,9 @@ impl Master {
         if let Some(p) = dead.filter(|p| !g.entries.contains_key(p)) {
             return self.fail_modex(&pset, RcError::ProcessLost(p));
         }
-        if g.members.iter().all(|m| g.entries.contains_key(m)) {
+        // As for fences: the full check only once enough values are in.
+        if g.entries.len() >= g.members.len() && g.members.iter().all(|m| g.entries.contains_key(m))
+        {
             let g = self.modexes.remove(&pset).expect("present");
             let table: Vec<(ProcessId, String)> = g
                 .entries
