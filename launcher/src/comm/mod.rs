@@ -193,7 +193,7 @@ fn open_devices() -> Result<Devices, CommError> {
 }
 
 /// `shm:HOST_ID:PID:SEGMENT;tcp:IP:PORT` (either part may be missing; `none` if both are).
-fn encode_addrs(a: &PeerAddrs) -> String {
+pub(crate) fn encode_addrs(a: &PeerAddrs) -> String {
     let mut parts = Vec::with_capacity(2);
     if let Some(s) = &a.shm {
         parts.push(format!("shm:{}:{}:{}", s.host_id, s.pid, s.segment));
@@ -207,7 +207,7 @@ fn encode_addrs(a: &PeerAddrs) -> String {
     parts.join(";")
 }
 
-fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
+pub(crate) fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
     let bad = || CommError::BadAddress(s.to_string());
     let mut addrs = PeerAddrs::default();
     for part in s.split(';') {
