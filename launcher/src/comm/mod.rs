@@ -406,11 +406,13 @@ impl Communicator {
             context_id: self.context,
             len: data.len() as u64,
         };
-        let peer = self.peer(dest)?.clone();
+        // Borrowed, not cloned: a clone and drop of the handle are two atomic
+        // read-modify-writes per message.
+        let peer = self.peer(dest)?;
         self.transport
             .router
             .borrow_mut()
-            .send(&peer, header, data, OP_TIMEOUT)?;
+            .send(peer, header, data, OP_TIMEOUT)?;
         Ok(())
     }
 
@@ -427,9 +429,9 @@ impl Communicator {
         max: usize,
         timeout: Duration,
     ) -> Result<Vec<u8>, CommError> {
-        let peer = self.peer(src)?.clone();
+        let peer = self.peer(src)?;
         let r = self.transport.router.borrow_mut().recv(
-            Some(&peer),
+            Some(peer),
             Some(tag),
             self.context,
             vec![0; max],

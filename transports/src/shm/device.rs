@@ -16,7 +16,7 @@ use super::segment::{self, pid_alive};
 use super::waiter::{WaitOutcome, arm_wake_flag, arm_wake_flags, calibrated_spins, take_wake_flag};
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
-    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+    ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
 };
 use crate::error::{Result, TransportError};
 use crate::header::{MsgHeader, RECORD_HEADER_LEN};
@@ -1369,6 +1369,13 @@ impl Device for ShmDevice {
             Ok(r) => Ok(r),
             Err(buf) => recv_blocking(self, spec, buf, timeout),
         }
+    }
+
+    fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
+        Ok(match self.recv_fast(spec, buf)? {
+            Ok(r) => FastRecv::Done(r),
+            Err(buf) => FastRecv::Declined(buf),
+        })
     }
 
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {

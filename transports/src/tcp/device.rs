@@ -10,8 +10,8 @@ use super::auth::{self, DataKey, HandshakeError, HandshakeFailure, TcpKeys};
 use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
 use crate::device::{
-    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
-    wait_recv,
+    ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec, SendHandle,
+    recv_blocking, wait_recv,
 };
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
@@ -1398,6 +1398,14 @@ impl Device for TcpDevice {
             Fast::General(buf) => recv_blocking(self, spec, buf, timeout),
             Fast::Posted(h) => wait_recv(self, h, timeout),
         }
+    }
+
+    fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
+        Ok(match self.recv_fast(spec, buf)? {
+            Fast::Done(r) => FastRecv::Done(r),
+            Fast::General(buf) => FastRecv::Declined(buf),
+            Fast::Posted(h) => FastRecv::Posted(h),
+        })
     }
 
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
