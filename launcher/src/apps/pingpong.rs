@@ -8,7 +8,8 @@
 //! `raw_ratio` communicator / raw TCP.
 //!
 //! The device alone is what `dynres-transports`' ping-pong bench drives: `Device::send`
-//! and `Device::recv` on one connection, the receive buffer reused. The raw socket is
+//! and `Device::recv` on one connection, the receive buffer reused (the communicator
+//! reuses its buffer too, through `Communicator::recv_into`). The raw socket is
 //! `std::net::TcpStream` with `TCP_NODELAY`, blocking, listening on the node's address
 //! (`DYNRES_NODE_ADDR`) like the communicator's TCP device. Run the two processes with
 //! equal `DYNRES_HOST_ID`s to measure shared memory, different ones for TCP.
@@ -186,15 +187,16 @@ fn run(a: &Args) -> Result<(), CommError> {
     for _ in 0..a.rounds {
         for _ in 0..n {
             let t = Instant::now();
+            // The buffer goes round, as in the device-alone loop and an MPI_Recv.
             if me == 0 {
                 comm.send(other, TAG, &byte)?;
-                let got = comm.recv(other, TAG, 1)?;
-                if got.len() != 1 {
+                back = comm.recv_into(other, TAG, back)?;
+                if back.len() != 1 {
                     return Err(CommError::Malformed("ping-pong reply length"));
                 }
             } else {
-                let got = comm.recv(other, TAG, 1)?;
-                comm.send(other, TAG, &got)?;
+                back = comm.recv_into(other, TAG, back)?;
+                comm.send(other, TAG, &back)?;
             }
             via_comm.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
