@@ -1556,25 +1556,44 @@ impl TcpDevice {
     /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
     /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
     /// staged, so the general path parses them under the same matching rules.
+    ///
+    /// After a simultaneous connect the peer's messages come on the socket it opened,
+    /// our connection's second half (each side sends on its own socket): the spin
+    /// reads that one, provided our own half is idle (nothing staged or half-read).
+    /// Both halves are common — both sides of a communicator's first exchange connect
+    /// — and before this such a connection never took the fast path (issue 29).
     fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Fast> {
         let Some(id) = spec.conn else {
             return Ok(Fast::General(buf));
         };
-        // The second socket of a simultaneous connect carries this connection's
-        // messages: only the general path watches both.
-        if !self.matcher.quiet_for(id)
-            || self
-                .conns
-                .values()
-                .any(|c| !c.out.is_empty() || c.alias_of == Some(id))
-        {
+        if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.out.is_empty()) {
             return Ok(Fast::General(buf));
         }
-        let (max, budget) = (self.cfg.max_message, self.spin);
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(own) = self.conns.get(&id) else {
             return Ok(Fast::General(buf));
         };
-        if !c.ready || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
+        if own.alias_of.is_some() {
+            // A receive on the second half's own id: the general path's business.
+            return Ok(Fast::General(buf));
+        }
+        let half = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.alias_of == Some(id))
+            .map(|(k, _)| *k);
+        // `sid`: the socket the peer's messages for `id` arrive on.
+        let sid = match half {
+            None => id,
+            Some(_) if !own.ready || own.stage_pos != 0 || !matches!(own.rx, Rx::Header) => {
+                return Ok(Fast::General(buf));
+            }
+            Some(h) => h,
+        };
+        let (max, budget) = (self.cfg.max_message, self.spin);
+        let Some(c) = self.conns.get_mut(&sid) else {
+            return Ok(Fast::General(buf));
+        };
+        if !c.ready || !matches!(c.rx, Rx::Header) {
             return Ok(Fast::General(buf));
         }
         let mut idle: Option<Instant> = None;
@@ -1600,7 +1619,7 @@ impl TcpDevice {
                 Err(e) => {
                     // Reported once by the kernel: record it before falling back.
                     let mid = c.stage_pos > 0;
-                    self.kill(id, classify(id, e, mid));
+                    self.kill(sid, classify(sid, e, mid));
                     return Ok(Fast::General(buf));
                 }
             }
@@ -1633,7 +1652,7 @@ impl TcpDevice {
             match c.stream.read(&mut buf[got..len]) {
                 Ok(0) => {
                     break TransportError::PeerClosed {
-                        conn: id.0,
+                        conn: sid.0,
                         mid_message: true,
                     };
                 }
@@ -1652,10 +1671,10 @@ impl TcpDevice {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break classify(id, e, true),
+                Err(e) => break classify(sid, e, true),
             }
         };
-        self.kill(id, failed.duplicate());
+        self.kill(sid, failed.duplicate());
         Err(failed)
     }
 
