@@ -9,11 +9,12 @@
 //! change) get shared memory like everyone else.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::addr::PeerAddrs;
-use crate::device::{ConnId, Device, DeviceKind, FastRecv, Received, RecvSpec};
+use crate::device::{ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec};
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
 use crate::idmap::IdMap;
@@ -33,7 +34,17 @@ pub struct PeerRef(Arc<PeerEntry>);
 struct PeerEntry {
     id: u64,
     addrs: PeerAddrs,
+    /// The router that made this record ([`Router::uid`]).
+    owner: u64,
+    /// The route, once chosen: a route never changes while a handle exists (the
+    /// record goes only with the last handle), so a message finds it here instead of
+    /// looking the record up.
+    route: OnceLock<(usize, ConnId)>,
 }
+
+/// Tells routers apart, so that a handle used with a router that did not make it is
+/// never taken for one of its own.
+static NEXT_ROUTER: AtomicU64 = AtomicU64::new(1);
 
 impl PeerRef {
     /// The peer's addresses.
@@ -82,6 +93,8 @@ pub struct Router {
     next_id: u64,
     /// Receives from one peer so far (for [`OTHERS_EVERY`]).
     routed_recvs: u64,
+    /// This router's identity among the process' routers (see [`PeerEntry::owner`]).
+    uid: u64,
 }
 
 impl Router {
@@ -98,6 +111,7 @@ impl Router {
             records: IdMap::default(),
             next_id: 0,
             routed_recvs: 0,
+            uid: NEXT_ROUTER.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -121,6 +135,8 @@ impl Router {
         let entry = Arc::new(PeerEntry {
             id: self.next_id,
             addrs: addrs.clone(),
+            owner: self.uid,
+            route: OnceLock::new(),
         });
         self.by_addrs.insert(addrs.clone(), self.next_id);
         self.records.insert(
@@ -171,7 +187,19 @@ impl Router {
         Ok((self.devices[dev].kind(), conn))
     }
 
+    #[inline]
     fn route_idx(&mut self, peer: &PeerRef) -> Result<(usize, ConnId)> {
+        if peer.0.owner == self.uid {
+            if let Some(r) = peer.0.route.get() {
+                return Ok(*r);
+            }
+        }
+        self.choose_route(peer)
+    }
+
+    /// The first use of `peer`: choose its device and connect.
+    #[inline(never)]
+    fn choose_route(&mut self, peer: &PeerRef) -> Result<(usize, ConnId)> {
         let rec = self
             .records
             .get_mut(&peer.0.id)
@@ -189,10 +217,15 @@ impl Router {
         let conn = self.devices[dev].connect(&rec.addrs)?;
         tracing::debug!(?kind, conn = conn.0, "route chosen");
         rec.route = Some((dev, conn));
+        if peer.0.owner == self.uid {
+            // Set once: this is the only place, and it runs only while unset.
+            let _ = peer.0.route.set((dev, conn));
+        }
         Ok((dev, conn))
     }
 
     /// Blocking send to `peer`.
+    #[inline]
     pub fn send(
         &mut self,
         peer: &PeerRef,
@@ -211,6 +244,7 @@ impl Router {
     /// costs what the device alone costs — no matching queues, no progress of the
     /// other devices, no clock read (issue 29: these made the communicator 1.5–3× its
     /// device). `timeout` counts from after that spin, as in [`Device::recv`].
+    #[inline]
     pub fn recv(
         &mut self,
         from: Option<&PeerRef>,
@@ -225,27 +259,45 @@ impl Router {
             tag,
             context_id,
         };
-        let mut buf = Some(buf);
-        let mut posted = None;
-        if let Some(p) = from {
-            let (dev, conn) = self.route_idx(p)?;
-            spec.conn = Some(conn);
-            self.routed_recvs = self.routed_recvs.wrapping_add(1);
-            if self.routed_recvs % OTHERS_EVERY == 0 {
-                for (i, d) in self.devices.iter_mut().enumerate() {
-                    if i != dev {
-                        d.progress()?;
-                    }
-                }
-            }
-            let buf = buf.take().expect("unused");
-            let h = match self.devices[dev].recv_fast_path(&spec, buf)? {
-                FastRecv::Done(r) => return Ok(r),
-                FastRecv::Posted(h) => h,
-                FastRecv::Declined(buf) => self.devices[dev].post_recv(spec, buf)?,
-            };
-            posted = Some((dev, h));
+        let Some(p) = from else {
+            return self.recv_general(spec, Some(buf), None, timeout);
+        };
+        let (dev, conn) = self.route_idx(p)?;
+        spec.conn = Some(conn);
+        self.routed_recvs = self.routed_recvs.wrapping_add(1);
+        if self.routed_recvs % OTHERS_EVERY == 0 {
+            self.progress_others(dev)?;
         }
+        let h = match self.devices[dev].recv_fast_path(&spec, buf)? {
+            FastRecv::Done(r) => return Ok(r),
+            FastRecv::Posted(h) => h,
+            FastRecv::Declined(buf) => self.devices[dev].post_recv(spec, buf)?,
+        };
+        self.recv_general(spec, None, Some((dev, h)), timeout)
+    }
+
+    /// Progresses every device but `dev`.
+    #[inline(never)]
+    fn progress_others(&mut self, dev: usize) -> Result<()> {
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            if i != dev {
+                d.progress()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The general half of [`Router::recv`]: a receive `posted` on one device, or
+    /// (`buf`) any source on any device. Kept out of the fast half so that stays small
+    /// enough to inline into its callers.
+    #[inline(never)]
+    fn recv_general(
+        &mut self,
+        spec: RecvSpec,
+        mut buf: Option<Vec<u8>>,
+        mut posted: Option<(usize, RecvHandle)>,
+        timeout: Duration,
+    ) -> Result<Received> {
         let deadline = Instant::now() + timeout;
         // Spin-then-block on one device when only it can deliver (a single device, or
         // a receive posted on one); with an any-source receive over several, take
@@ -336,7 +388,7 @@ impl Router {
 mod tests {
     use super::*;
     use crate::addr::{ShmAddr, VerbsAddr};
-    use crate::device::{RecvHandle, SendHandle};
+    use crate::device::SendHandle;
     use crate::shm::{ShmConfig, ShmDevice};
     use crate::tcp::{TcpConfig, TcpDevice};
     use std::sync::atomic::{AtomicU64, Ordering};

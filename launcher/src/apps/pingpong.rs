@@ -3,9 +3,10 @@
 //! uses for the other process (a second instance of it, used alone: the ceiling the
 //! communicator is measured against) and over a bare TCP socket, for `dynres-bench`.
 //! Member 0 prints one line:
-//! `pingpong: device=tcp comm_us=… dev_us=… raw_us=… ratio=… raw_ratio=… samples=…` —
-//! medians of half a round trip in µs; `ratio` is communicator / device alone,
-//! `raw_ratio` communicator / raw TCP.
+//! `pingpong: device=tcp comm_us=… dev_us=… raw_us=… ratio=… raw_ratio=… aa_ratio=…
+//! samples=…` — medians of half a round trip in µs; `ratio` is communicator / device
+//! alone, `raw_ratio` communicator / raw TCP, `aa_ratio` the device's second run of
+//! each round against its first (an A/A control: the noise of the comparison).
 //!
 //! The device alone is what `dynres-transports`' ping-pong bench drives: `Device::send`
 //! and `Device::recv` on one connection, the receive buffer reused (the communicator
@@ -42,7 +43,7 @@ pub struct Args {
     /// Round trips per round and per method.
     #[arg(short = 'i', long = "iterations", default_value_t = 2000)]
     pub iterations: u32,
-    /// Rounds (each: communicator, device alone, raw TCP).
+    /// Rounds (each: device alone, communicator, device alone, raw TCP).
     #[arg(short = 'r', long = "rounds", default_value_t = 5)]
     pub rounds: u32,
 }
@@ -133,6 +134,32 @@ fn device_alone(
     }
 }
 
+/// `n` round trips on the device alone, each one's half appended to `out` in µs.
+fn device_round(
+    dev: &mut dyn Device,
+    conn: ConnId,
+    me: usize,
+    n: usize,
+    mut back: Vec<u8>,
+    out: &mut Vec<f64>,
+) -> Result<Vec<u8>, CommError> {
+    for _ in 0..n {
+        let t = Instant::now();
+        if me == 0 {
+            dev.send(conn, dev_header(), &[0], WAIT)?;
+            back = dev.recv(dev_spec(conn), back, WAIT)?.data;
+            if back.len() != 1 {
+                return Err(CommError::Malformed("ping-pong reply length"));
+            }
+        } else {
+            back = dev.recv(dev_spec(conn), back, WAIT)?.data;
+            dev.send(conn, dev_header(), &back, WAIT)?;
+        }
+        out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    Ok(back)
+}
+
 fn dev_header() -> MsgHeader {
     MsgHeader {
         source: 0,
@@ -181,10 +208,15 @@ fn run(a: &Args) -> Result<(), CommError> {
         s.unpublish(KEY)?;
     }
     let n = a.iterations as usize;
-    let (mut via_comm, mut via_dev, mut via_raw) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut via_comm, mut via_raw) = (Vec::new(), Vec::new());
+    // The device runs twice per round, before and after the communicator: the
+    // communicator is compared with both together, and the second against the first
+    // (an A/A control) says how far two runs of the same loop differ here.
+    let (mut via_dev, mut via_dev2) = (Vec::new(), Vec::new());
     let mut byte = [0u8; 1];
     let mut back = vec![0u8; 1];
     for _ in 0..a.rounds {
+        back = device_round(dev.as_mut(), conn, me, n, back, &mut via_dev)?;
         for _ in 0..n {
             let t = Instant::now();
             // The buffer goes round, as in the device-alone loop and an MPI_Recv.
@@ -200,20 +232,7 @@ fn run(a: &Args) -> Result<(), CommError> {
             }
             via_comm.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
-        for _ in 0..n {
-            let t = Instant::now();
-            if me == 0 {
-                dev.send(conn, dev_header(), &byte, WAIT)?;
-                back = dev.recv(dev_spec(conn), back, WAIT)?.data;
-                if back.len() != 1 {
-                    return Err(CommError::Malformed("ping-pong reply length"));
-                }
-            } else {
-                back = dev.recv(dev_spec(conn), back, WAIT)?.data;
-                dev.send(conn, dev_header(), &back, WAIT)?;
-            }
-            via_dev.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
+        back = device_round(dev.as_mut(), conn, me, n, back, &mut via_dev2)?;
         for _ in 0..n {
             let t = Instant::now();
             if me == 0 {
@@ -227,13 +246,15 @@ fn run(a: &Args) -> Result<(), CommError> {
         }
     }
     if me == 0 {
+        let aa = super::median(&mut via_dev2) / super::median(&mut via_dev);
+        via_dev.append(&mut via_dev2);
         let c = super::median(&mut via_comm);
         let d = super::median(&mut via_dev);
         let r = super::median(&mut via_raw);
         let _ = writeln!(
             std::io::stdout(),
             "pingpong: device={device} comm_us={c:.3} dev_us={d:.3} raw_us={r:.3} \
-             ratio={:.3} raw_ratio={:.3} samples={}",
+             ratio={:.3} raw_ratio={:.3} aa_ratio={aa:.3} samples={}",
             c / d,
             c / r,
             via_comm.len()

@@ -395,7 +395,8 @@ impl Communicator {
         self.peers
             .get(i)
             .and_then(|p| p.as_ref())
-            .ok_or(CommError::Malformed("no such peer"))
+            // Lazily: an error built and dropped on every message costs a call.
+            .ok_or_else(|| CommError::Malformed("no such peer"))
     }
 
     /// Sends `data` to member `dest` with `tag`.

@@ -214,17 +214,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// others are counted and logged at debug level.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Outcome of the receive fast path.
-enum Fast {
-    /// Received.
-    Done(Received),
-    /// Not handled: the general path takes the buffer (nothing was consumed).
-    General(Vec<u8>),
-    /// A matching frame is partly received: the buffer is posted for it, and the
-    /// general path finishes it.
-    Posted(RecvHandle),
-}
-
 /// Frames up to this size (header included) are sent from one contiguous buffer.
 const SMALL_WRITE: usize = 256;
 
@@ -1394,18 +1383,16 @@ impl Device for TcpDevice {
 
     fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
         match self.recv_fast(&spec, buf)? {
-            Fast::Done(r) => Ok(r),
-            Fast::General(buf) => recv_blocking(self, spec, buf, timeout),
-            Fast::Posted(h) => wait_recv(self, h, timeout),
+            FastRecv::Done(r) => Ok(r),
+            FastRecv::Declined(buf) => recv_blocking(self, spec, buf, timeout),
+            FastRecv::Posted(h) => wait_recv(self, h, timeout),
         }
     }
 
     fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
-        Ok(match self.recv_fast(spec, buf)? {
-            Fast::Done(r) => FastRecv::Done(r),
-            Fast::General(buf) => FastRecv::Declined(buf),
-            Fast::Posted(h) => FastRecv::Posted(h),
-        })
+        // The same type all the way: the result is not copied from one layout into
+        // another on the way out (issue 29: such copies stalled on store forwarding).
+        self.recv_fast(spec, buf)
     }
 
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
@@ -1554,7 +1541,7 @@ impl TcpDevice {
     /// of that socket into its staging buffer and, if a complete matching data frame
     /// is there, copies it into `buf` without going through the matching queues.
     /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
-    /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
+    /// malformed frame — returns the buffer (`FastRecv::Declined`) with the bytes left
     /// staged, so the general path parses them under the same matching rules.
     ///
     /// After a simultaneous connect the peer's messages come on the socket it opened,
@@ -1562,19 +1549,19 @@ impl TcpDevice {
     /// reads that one, provided our own half is idle (nothing staged or half-read).
     /// Both halves are common — both sides of a communicator's first exchange connect
     /// — and before this such a connection never took the fast path (issue 29).
-    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Fast> {
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
         let Some(id) = spec.conn else {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.out.is_empty()) {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         let Some(own) = self.conns.get(&id) else {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         if own.alias_of.is_some() {
             // A receive on the second half's own id: the general path's business.
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         let half = self
             .conns
@@ -1585,16 +1572,16 @@ impl TcpDevice {
         let sid = match half {
             None => id,
             Some(_) if !own.ready || own.stage_pos != 0 || !matches!(own.rx, Rx::Header) => {
-                return Ok(Fast::General(buf));
+                return Ok(FastRecv::Declined(buf));
             }
             Some(h) => h,
         };
         let (max, budget) = (self.cfg.max_message, self.spin);
         let Some(c) = self.conns.get_mut(&sid) else {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         if !c.ready || !matches!(c.rx, Rx::Header) {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         let mut idle: Option<Instant> = None;
         let mut turn = 0u32;
@@ -1603,16 +1590,16 @@ impl TcpDevice {
             if c.stage_pos >= FRAME_HEADER_LEN {
                 match framing::parse_header(&c.stage[..c.stage_pos], max) {
                     Ok(Some(fh)) => break fh,
-                    _ => return Ok(Fast::General(buf)),
+                    _ => return Ok(FastRecv::Declined(buf)),
                 }
             }
             let pos = c.stage_pos;
             match c.stream.read(&mut c.stage[pos..]) {
-                Ok(0) => return Ok(Fast::General(buf)), // EOF stays: the general path reports it
+                Ok(0) => return Ok(FastRecv::Declined(buf)), // EOF stays: the general path reports it
                 Ok(k) => c.stage_pos += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if spun_out(&mut turn, &mut idle, budget) {
-                        return Ok(Fast::General(buf));
+                        return Ok(FastRecv::Declined(buf));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1620,13 +1607,13 @@ impl TcpDevice {
                     // Reported once by the kernel: record it before falling back.
                     let mid = c.stage_pos > 0;
                     self.kill(sid, classify(sid, e, mid));
-                    return Ok(Fast::General(buf));
+                    return Ok(FastRecv::Declined(buf));
                 }
             }
         };
         let len = fh.msg.len as usize;
         if fh.kind != FrameKind::Data || !spec.matches(id, &fh.msg) || len > buf.len() {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         // 2. It is ours: take the staged part, then read the rest straight into `buf`.
         let mut buf = buf;
@@ -1643,7 +1630,7 @@ impl TcpDevice {
                 {
                     self.fast_receives += 1;
                 }
-                return Ok(Fast::Done(Received {
+                return Ok(FastRecv::Done(Received {
                     header: fh.msg,
                     conn: id,
                     data: buf,
@@ -1667,7 +1654,7 @@ impl TcpDevice {
                         let h = self.matcher.post(*spec, buf);
                         let sink = self.matcher.incoming(id, fh.msg);
                         c.rx = Rx::Payload { fh, sink, got };
-                        return Ok(Fast::Posted(h));
+                        return Ok(FastRecv::Posted(h));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

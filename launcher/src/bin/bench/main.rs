@@ -296,6 +296,7 @@ struct PingPong {
     raw: Vec<f64>,
     ratio: Vec<f64>,
     raw_ratio: Vec<f64>,
+    aa_ratio: Vec<f64>,
 }
 
 fn range(v: &[f64]) -> (f64, f64) {
@@ -352,6 +353,7 @@ fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
             pp.raw.push(num("raw_us=")?);
             pp.ratio.push(num("ratio=")?);
             pp.raw_ratio.push(num("raw_ratio=")?);
+            pp.aa_ratio.push(num("aa_ratio=")?);
             pp.device = field(line, "device=").unwrap_or("?").to_string();
         }
         results.push((two_hosts, pp));
@@ -361,24 +363,28 @@ fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
         None => "two hosts: loopback, 127.0.0.1 ↔ 127.0.0.2".into(),
     };
     println!(
-        "\n1 B ping-pong (one host: shared memory; {across}; {reps} jobs each of 5 × 2000 \
-         round trips per path, alternating; half round trip, median of the jobs' medians; \
-         ratios: median of the jobs' ratios, range over jobs)"
+        "\n1 B ping-pong (one host: shared memory; {across}; {reps} jobs each of 5 rounds \
+         of 2000 round trips per path: device alone, communicator, device alone again, raw \
+         TCP; half round trip, median of the jobs' medians; ratios: median of the jobs' \
+         ratios, range over jobs; A/A: the device's second run of each round against its \
+         first, the noise of the comparison)"
     );
     println!(
-        "| placement | communicator | device alone | comm / device | raw TCP | comm / raw TCP |"
+        "| placement | communicator | device alone | comm / device | A/A | raw TCP | comm / raw TCP |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (two_hosts, pp) in &results {
         let (lo, hi) = range(&pp.ratio);
+        let (alo, ahi) = range(&pp.aa_ratio);
         let (rlo, rhi) = range(&pp.raw_ratio);
         println!(
-            "| {} ({}) | {:.2} µs | {:.2} µs | {:.2}× ({lo:.2}–{hi:.2}×) | {:.2} µs | {:.2}× ({rlo:.2}–{rhi:.2}×) |",
+            "| {} ({}) | {:.3} µs | {:.3} µs | {:.2}× ({lo:.2}–{hi:.2}×) | {:.2}× ({alo:.2}–{ahi:.2}×) | {:.2} µs | {:.2}× ({rlo:.2}–{rhi:.2}×) |",
             if *two_hosts { "two hosts" } else { "one host" },
             pp.device,
             median(&pp.comm),
             median(&pp.dev),
             median(&pp.ratio),
+            median(&pp.aa_ratio),
             median(&pp.raw),
             median(&pp.raw_ratio),
         );
