@@ -68,6 +68,18 @@ pub struct Received {
     pub data: Vec<u8>,
 }
 
+/// What [`Device::recv_fast_path`] did with a receive.
+#[derive(Debug)]
+pub enum FastRecv {
+    /// Completed on the fast path.
+    Done(Received),
+    /// Not taken: the buffer comes back untouched; nothing was posted or consumed, so
+    /// the caller posts it as an ordinary receive.
+    Declined(Vec<u8>),
+    /// A matching message was partly taken: the rest arrives into this posted receive.
+    Posted(RecvHandle),
+}
+
 /// A fabric. All calls are non-blocking except the `*_blocking` helpers and
 /// [`Device::wait_activity`], which block at most for the given timeout.
 pub trait Device: Send {
@@ -112,6 +124,16 @@ pub trait Device: Send {
     /// path that keeps the same matching rules.
     fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
         recv_blocking(self, spec, buf, timeout)
+    }
+
+    /// The first step of a blocking receive on one connection (`spec.conn` set), for a
+    /// caller that drives the device itself (the router, which also has other devices
+    /// to progress). A device with a receive fast path tries it, spinning for at most
+    /// its spin budget, under the same matching rules as [`Device::post_recv`]; the
+    /// default declines at once. [`Device::recv`] is this plus a blocking wait.
+    fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
+        let _ = spec;
+        Ok(FastRecv::Declined(buf))
     }
 
     /// The completed receive, if done (returned once).

@@ -28,7 +28,9 @@ pub mod tcp;
 pub mod verbs;
 
 pub use addr::{HOST_ID_ENV, PeerAddrs, ShmAddr, VerbsAddr};
-pub use device::{ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle};
+pub use device::{
+    ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec, SendHandle,
+};
 pub use error::{Result, TransportError};
 pub use header::MsgHeader;
 pub use router::{PeerRef, Router};

@@ -216,7 +216,7 @@ fn oversubscribed() -> bool {
 }
 
 /// `shm:HOST_ID:PID:SEGMENT;tcp:IP:PORT` (either part may be missing; `none` if both are).
-fn encode_addrs(a: &PeerAddrs) -> String {
+pub fn encode_addrs(a: &PeerAddrs) -> String {
     let mut parts = Vec::with_capacity(2);
     if let Some(s) = &a.shm {
         parts.push(format!("shm:{}:{}:{}", s.host_id, s.pid, s.segment));
@@ -230,7 +230,8 @@ fn encode_addrs(a: &PeerAddrs) -> String {
     parts.join(";")
 }
 
-fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
+/// The addresses [`encode_addrs`] wrote; anything else is [`CommError::BadAddress`].
+pub fn decode_addrs(s: &str) -> Result<PeerAddrs, CommError> {
     let bad = || CommError::BadAddress(s.to_string());
     let mut addrs = PeerAddrs::default();
     for part in s.split(';') {
@@ -431,7 +432,8 @@ impl Communicator {
         self.peers
             .get(i)
             .and_then(|p| p.as_ref())
-            .ok_or(CommError::Malformed("no such peer"))
+            // Lazily: an error built and dropped on every message costs a call.
+            .ok_or_else(|| CommError::Malformed("no such peer"))
     }
 
     /// Sends `data` to member `dest` with `tag`.
@@ -442,11 +444,13 @@ impl Communicator {
             context_id: self.context,
             len: data.len() as u64,
         };
-        let peer = self.peer(dest)?.clone();
+        // Borrowed, not cloned: a clone and drop of the handle are two atomic
+        // read-modify-writes per message.
+        let peer = self.peer(dest)?;
         self.transport
             .router
             .borrow_mut()
-            .send(&peer, header, data, OP_TIMEOUT)?;
+            .send(peer, header, data, OP_TIMEOUT)?;
         Ok(())
     }
 
@@ -463,12 +467,30 @@ impl Communicator {
         max: usize,
         timeout: Duration,
     ) -> Result<Vec<u8>, CommError> {
-        let peer = self.peer(src)?.clone();
+        self.recv_into_timeout(src, tag, vec![0; max], timeout)
+    }
+
+    /// Receives a message from member `src` with `tag` into `buf`, whose length is the
+    /// most it may hold, and returns `buf` holding exactly the message. A caller that
+    /// hands the buffer back (resized) for the next receive allocates nothing per
+    /// message, like `MPI_Recv` into a user buffer.
+    pub fn recv_into(&self, src: usize, tag: u64, buf: Vec<u8>) -> Result<Vec<u8>, CommError> {
+        self.recv_into_timeout(src, tag, buf, OP_TIMEOUT)
+    }
+
+    fn recv_into_timeout(
+        &self,
+        src: usize,
+        tag: u64,
+        buf: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CommError> {
+        let peer = self.peer(src)?;
         let r = self.transport.router.borrow_mut().recv(
-            Some(&peer),
+            Some(peer),
             Some(tag),
             self.context,
-            vec![0; max],
+            buf,
             timeout,
         )?;
         Ok(r.data)
@@ -669,6 +691,31 @@ mod tests {
         let p = ta.router().borrow_mut().add_peer(b_addr);
         ta.router().borrow_mut().send(&p, header, b"hi", t).unwrap();
         assert_eq!(b.join().unwrap(), b"hi");
+    }
+
+    /// `recv_into` fills the caller's buffer with each message in order and hands the
+    /// same allocation back (nothing allocated per message); a message larger than the
+    /// buffer is refused, not cut.
+    #[test]
+    fn recv_into_reuses_the_callers_buffer() {
+        let (ta, tb) = (Transport::new().unwrap(), Transport::new().unwrap());
+        let table = vec![(0, ta.local_addrs()), (1, tb.local_addrs())];
+        let a = Communicator::from_table(&ta, "t", table.clone(), 0, 9).unwrap();
+        let b = Communicator::from_table(&tb, "t", table, 1, 9).unwrap();
+        let msgs: [&[u8]; 3] = [b"hello", b"hi", b""];
+        for m in msgs {
+            a.send(1, 3, m).unwrap();
+        }
+        a.send(1, 3, &[7; 40]).unwrap();
+        let mut buf = vec![0u8; 16];
+        let at = buf.as_ptr();
+        for m in msgs {
+            buf = b.recv_into(0, 3, buf).unwrap();
+            assert_eq!(buf, m);
+            assert_eq!(buf.as_ptr(), at, "a new allocation");
+            buf.resize(16, 0);
+        }
+        assert!(b.recv_into(0, 3, buf).is_err(), "40 B into 16 B");
     }
 
     #[test]

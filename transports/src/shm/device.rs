@@ -18,7 +18,7 @@ use super::waiter::{
 };
 use crate::addr::{PeerAddrs, ShmAddr};
 use crate::device::{
-    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
+    ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
 };
 use crate::error::{Result, TransportError};
 use crate::header::{MsgHeader, RECORD_HEADER_LEN};
@@ -1095,24 +1095,24 @@ impl ShmDevice {
     /// a matching eager record arrives, copies it straight into `buf` without going
     /// through the matching queues. Anything else — no message within the spin, a
     /// non-matching or large message, pending sends — returns the buffer untouched
-    /// (`Ok(Err(buf))`) for the general path, so the matching rules stay the same.
-    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Result<Received, Vec<u8>>> {
+    /// (`FastRecv::Declined`) for the general path, so the matching rules stay the same.
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
         let Some(id) = spec.conn else {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.tx.is_empty()) {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         let eager = self.cfg.eager_threshold;
         let spins = self.spins;
         let Some(c) = self.conns.get_mut(&id) else {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         if !matches!(c.rx, Rx::Idle) {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         let Some((slot, cons)) = c.inbound.as_mut() else {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         };
         let mut tries = 0u32;
         // Watches `head` and, where that line is trusted, the record's own line,
@@ -1125,7 +1125,7 @@ impl ShmDevice {
             }
             tries += 1;
             if tries > spins {
-                return Ok(Err(buf));
+                return Ok(FastRecv::Declined(buf));
             }
             // The first turns look again at once: a `pause` between looks delays
             // seeing a reply by half its length on average (issue 15, eighth pass:
@@ -1149,7 +1149,7 @@ impl ShmDevice {
             c.out.prefetch_next_record();
         }
         if flags != 0 || !spec.matches(id, &header) || len > eager || len > buf.len() {
-            return Ok(Err(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         // SAFETY: no flag, so the sender pushed this record whole (`push_message`),
         // with one stamp: whichever of stamp or `head` showed us its header shows all of it.
@@ -1169,7 +1169,7 @@ impl ShmDevice {
         {
             self.fast_receives += 1;
         }
-        Ok(Ok(Received {
+        Ok(FastRecv::Done(Received {
             header,
             conn: id,
             data: buf,
@@ -1421,9 +1421,16 @@ impl Device for ShmDevice {
 
     fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
         match self.recv_fast(&spec, buf)? {
-            Ok(r) => Ok(r),
-            Err(buf) => recv_blocking(self, spec, buf, timeout),
+            FastRecv::Done(r) => Ok(r),
+            FastRecv::Declined(buf) => recv_blocking(self, spec, buf, timeout),
+            FastRecv::Posted(h) => crate::device::wait_recv(self, h, timeout),
         }
+    }
+
+    fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
+        // The same type all the way: the result is not copied from one layout into
+        // another on the way out (issue 29: such copies stalled on store forwarding).
+        self.recv_fast(spec, buf)
     }
 
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {

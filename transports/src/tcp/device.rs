@@ -10,8 +10,8 @@ use super::auth::{self, DataKey, HandshakeError, HandshakeFailure, TcpKeys};
 use super::framing::{self, FRAME_HEADER_LEN, FrameHeader, FrameKind};
 use crate::addr::PeerAddrs;
 use crate::device::{
-    ConnId, Device, DeviceKind, Received, RecvHandle, RecvSpec, SendHandle, recv_blocking,
-    wait_recv,
+    ConnId, Device, DeviceKind, FastRecv, Received, RecvHandle, RecvSpec, SendHandle,
+    recv_blocking, wait_recv,
 };
 use crate::error::{Result, TransportError};
 use crate::header::MsgHeader;
@@ -213,17 +213,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// At most one warning per this interval about refused connections (DATA-3); the
 /// others are counted and logged at debug level.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// Outcome of the receive fast path.
-enum Fast {
-    /// Received.
-    Done(Received),
-    /// Not handled: the general path takes the buffer (nothing was consumed).
-    General(Vec<u8>),
-    /// A matching frame is partly received: the buffer is posted for it, and the
-    /// general path finishes it.
-    Posted(RecvHandle),
-}
 
 /// Frames up to this size (header included) are sent from one contiguous buffer.
 const SMALL_WRITE: usize = 256;
@@ -1394,10 +1383,16 @@ impl Device for TcpDevice {
 
     fn recv(&mut self, spec: RecvSpec, buf: Vec<u8>, timeout: Duration) -> Result<Received> {
         match self.recv_fast(&spec, buf)? {
-            Fast::Done(r) => Ok(r),
-            Fast::General(buf) => recv_blocking(self, spec, buf, timeout),
-            Fast::Posted(h) => wait_recv(self, h, timeout),
+            FastRecv::Done(r) => Ok(r),
+            FastRecv::Declined(buf) => recv_blocking(self, spec, buf, timeout),
+            FastRecv::Posted(h) => wait_recv(self, h, timeout),
         }
+    }
+
+    fn recv_fast_path(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
+        // The same type all the way: the result is not copied from one layout into
+        // another on the way out (issue 29: such copies stalled on store forwarding).
+        self.recv_fast(spec, buf)
     }
 
     fn test_recv(&mut self, handle: RecvHandle) -> Result<Option<Received>> {
@@ -1546,28 +1541,47 @@ impl TcpDevice {
     /// of that socket into its staging buffer and, if a complete matching data frame
     /// is there, copies it into `buf` without going through the matching queues.
     /// Anything else — no frame within the spin, a partial, non-matching, HELLO or
-    /// malformed frame — returns the buffer (`Ok(Err(buf))`) with the bytes left
+    /// malformed frame — returns the buffer (`FastRecv::Declined`) with the bytes left
     /// staged, so the general path parses them under the same matching rules.
-    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<Fast> {
+    ///
+    /// After a simultaneous connect the peer's messages come on the socket it opened,
+    /// our connection's second half (each side sends on its own socket): the spin
+    /// reads that one, provided our own half is idle (nothing staged or half-read).
+    /// Both halves are common — both sides of a communicator's first exchange connect
+    /// — and before this such a connection never took the fast path (issue 29).
+    fn recv_fast(&mut self, spec: &RecvSpec, buf: Vec<u8>) -> Result<FastRecv> {
         let Some(id) = spec.conn else {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         };
-        // The second socket of a simultaneous connect carries this connection's
-        // messages: only the general path watches both.
-        if !self.matcher.quiet_for(id)
-            || self
-                .conns
-                .values()
-                .any(|c| !c.out.is_empty() || c.alias_of == Some(id))
-        {
-            return Ok(Fast::General(buf));
+        if !self.matcher.quiet_for(id) || self.conns.values().any(|c| !c.out.is_empty()) {
+            return Ok(FastRecv::Declined(buf));
         }
-        let (max, budget) = (self.cfg.max_message, self.spin);
-        let Some(c) = self.conns.get_mut(&id) else {
-            return Ok(Fast::General(buf));
+        let Some(own) = self.conns.get(&id) else {
+            return Ok(FastRecv::Declined(buf));
         };
-        if !c.ready || c.alias_of.is_some() || !matches!(c.rx, Rx::Header) {
-            return Ok(Fast::General(buf));
+        if own.alias_of.is_some() {
+            // A receive on the second half's own id: the general path's business.
+            return Ok(FastRecv::Declined(buf));
+        }
+        let half = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.alias_of == Some(id))
+            .map(|(k, _)| *k);
+        // `sid`: the socket the peer's messages for `id` arrive on.
+        let sid = match half {
+            None => id,
+            Some(_) if !own.ready || own.stage_pos != 0 || !matches!(own.rx, Rx::Header) => {
+                return Ok(FastRecv::Declined(buf));
+            }
+            Some(h) => h,
+        };
+        let (max, budget) = (self.cfg.max_message, self.spin);
+        let Some(c) = self.conns.get_mut(&sid) else {
+            return Ok(FastRecv::Declined(buf));
+        };
+        if !c.ready || !matches!(c.rx, Rx::Header) {
+            return Ok(FastRecv::Declined(buf));
         }
         let mut idle: Option<Instant> = None;
         let mut turn = 0u32;
@@ -1576,30 +1590,30 @@ impl TcpDevice {
             if c.stage_pos >= FRAME_HEADER_LEN {
                 match framing::parse_header(&c.stage[..c.stage_pos], max) {
                     Ok(Some(fh)) => break fh,
-                    _ => return Ok(Fast::General(buf)),
+                    _ => return Ok(FastRecv::Declined(buf)),
                 }
             }
             let pos = c.stage_pos;
             match c.stream.read(&mut c.stage[pos..]) {
-                Ok(0) => return Ok(Fast::General(buf)), // EOF stays: the general path reports it
+                Ok(0) => return Ok(FastRecv::Declined(buf)), // EOF stays: the general path reports it
                 Ok(k) => c.stage_pos += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if spun_out(&mut turn, &mut idle, budget) {
-                        return Ok(Fast::General(buf));
+                        return Ok(FastRecv::Declined(buf));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     // Reported once by the kernel: record it before falling back.
                     let mid = c.stage_pos > 0;
-                    self.kill(id, classify(id, e, mid));
-                    return Ok(Fast::General(buf));
+                    self.kill(sid, classify(sid, e, mid));
+                    return Ok(FastRecv::Declined(buf));
                 }
             }
         };
         let len = fh.msg.len as usize;
         if fh.kind != FrameKind::Data || !spec.matches(id, &fh.msg) || len > buf.len() {
-            return Ok(Fast::General(buf));
+            return Ok(FastRecv::Declined(buf));
         }
         // 2. It is ours: take the staged part, then read the rest straight into `buf`.
         let mut buf = buf;
@@ -1616,7 +1630,7 @@ impl TcpDevice {
                 {
                     self.fast_receives += 1;
                 }
-                return Ok(Fast::Done(Received {
+                return Ok(FastRecv::Done(Received {
                     header: fh.msg,
                     conn: id,
                     data: buf,
@@ -1625,7 +1639,7 @@ impl TcpDevice {
             match c.stream.read(&mut buf[got..len]) {
                 Ok(0) => {
                     break TransportError::PeerClosed {
-                        conn: id.0,
+                        conn: sid.0,
                         mid_message: true,
                     };
                 }
@@ -1640,14 +1654,14 @@ impl TcpDevice {
                         let h = self.matcher.post(*spec, buf);
                         let sink = self.matcher.incoming(id, fh.msg);
                         c.rx = Rx::Payload { fh, sink, got };
-                        return Ok(Fast::Posted(h));
+                        return Ok(FastRecv::Posted(h));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break classify(id, e, true),
+                Err(e) => break classify(sid, e, true),
             }
         };
-        self.kill(id, failed.duplicate());
+        self.kill(sid, failed.duplicate());
         Err(failed)
     }
 

