@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 pub mod ends;
 mod error;
+pub mod liveness;
 pub mod master;
 mod msg;
 pub mod query;
