@@ -356,7 +356,7 @@ impl Liveness {
     /// HB-1..3 at `now`: the nodes silent or unconnected past their bound are lost; the
     /// others get the heartbeats they are owed.
     fn expire(&mut self, now: Instant) {
-        let cfg = self.cfg;
+        let (cfg, bugs) = (self.cfg, self.bugs);
         let mut lost = alloc::vec::Vec::new();
         for (&node, l) in self.nodes.iter_mut() {
             match l {
@@ -368,7 +368,7 @@ impl Liveness {
                 NodeLink::Up(beat) => match beat.due(&cfg, now) {
                     Due::Nothing => {}
                     Due::Heartbeat => {
-                        beat.last_sent = now;
+                        beat.sent(bugs, now);
                         self.out.push_back(LivenessOutput::Heartbeat { node });
                     }
                     Due::Silent(d) => lost.push((node, Loss::Silent(d))),
@@ -466,7 +466,7 @@ impl MasterWatch {
             WatchInput::Timeout => match self.beat.due(&self.cfg, now) {
                 Due::Nothing => {}
                 Due::Heartbeat => {
-                    self.beat.last_sent = now;
+                    self.beat.sent(self.bugs, now);
                     self.out.push_back(WatchOutput::Heartbeat);
                 }
                 Due::Silent(d) => {

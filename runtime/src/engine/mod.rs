@@ -551,11 +551,14 @@ impl Engine {
             }
             Event::NodeGone { node, why } => {
                 if self.master.is_some() {
-                    if self.nodes.as_ref().is_some_and(|n| n.is_live(node)) {
-                        self.lost_nodes.push((node, why));
-                        self.drain();
-                    } else {
-                        tracing::debug!(node, "daemon ended: {why}");
+                    // The detector says whether the end is a loss (not for a node given
+                    // back, RC-20, or one lost already).
+                    match self.nodes.as_mut().map(|n| n.link_ended(node, why.clone())) {
+                        Some(Some(lost)) => {
+                            self.lost_nodes.push(lost);
+                            self.drain();
+                        }
+                        _ => tracing::debug!(node, "daemon ended: {why}"),
                     }
                 } else {
                     self.master_gone(why);
