@@ -249,6 +249,10 @@ pub enum Bug {
     /// The end of a given-back node's link is declared a loss, as for a live one
     /// (`RC-20`, `GROW-2`, `NODE-1`): the job loses a node it gave back on purpose.
     ReturnedEndIsLoss,
+    /// The detector asks to be woken for heartbeats and silences only, not for the
+    /// connect bound of a daemon still starting: with no node up, a daemon that never
+    /// connects is never lost (`HB-3`).
+    ConnectDeadlineNotArmed,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

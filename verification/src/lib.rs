@@ -12,6 +12,7 @@ pub mod adapter;
 pub mod ends_model;
 pub mod fair;
 pub mod golden;
+pub mod liveness_model;
 pub mod models;
 pub mod planted;
 pub mod pool;

@@ -393,6 +393,7 @@ impl Liveness {
         self.nodes
             .values()
             .filter_map(|l| match l {
+                NodeLink::Starting { .. } if self.bugs.has(Bug::ConnectDeadlineNotArmed) => None,
                 NodeLink::Starting { since } => Some(*since + cfg.connect_bound + Duration(1)),
                 NodeLink::Up(b) => Some(b.deadline(cfg)),
                 NodeLink::Gone | NodeLink::Returned => None,
