@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 pub mod ends;
 mod error;
+pub mod giveback;
 pub mod liveness;
 pub mod master;
 mod msg;

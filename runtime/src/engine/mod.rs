@@ -196,9 +196,8 @@ pub struct Engine {
     /// Emptied nodes to give back (RC-20), not yet offered to core.
     to_return: Vec<u32>,
     /// Emptied nodes held until the nodes emptied alongside them are empty too
-    /// (GROW-4), and since when.
-    returning: std::collections::BTreeSet<u32>,
-    held_since: Option<std::time::Instant>,
+    /// (GROW-4): core's machine decides when they go.
+    pub(super) giveback: dynres_core::rc::giveback::GiveBack,
     /// Nodes core was told are lost (each once).
     reported_lost: std::collections::BTreeSet<u32>,
     /// (Node daemon) the master said the job is over, or its link ended (LINK-5, RT-3).
@@ -279,11 +278,6 @@ impl Outcome {
 /// before it returns anyway: the runtime always ends in bounded time.
 const INTERRUPT_BOUND: StdDuration = StdDuration::from_secs(5);
 
-/// GROW-4: the longest an emptied node waits for the nodes emptied alongside it. Their
-/// processes are killed after the change's grace period, so they are normally released
-/// well within it; a process that cannot be reaped must not keep the others.
-pub(super) const HOLD_BOUND: StdDuration = StdDuration::from_secs(30);
-
 impl Engine {
     /// A runtime for `node`: with `master`, the job's master process (its own node's
     /// daemon included); without, a node daemon (see [`Engine::with_upstream`]).
@@ -308,8 +302,7 @@ impl Engine {
             remote_procs: BTreeMap::new(),
             lost_nodes: Vec::new(),
             to_return: Vec::new(),
-            returning: std::collections::BTreeSet::new(),
-            held_since: None,
+            giveback: Default::default(),
             reported_lost: std::collections::BTreeSet::new(),
             upstream_done: None,
             node_lost_why: None,
@@ -751,7 +744,7 @@ impl Engine {
             self.return_nodes();
             self.drain_links();
         }
-        if !self.returning.is_empty() {
+        if !self.giveback.held().is_empty() {
             // Held nodes (GROW-4) go once the nodes they wait for are released or lost.
             self.return_nodes();
             self.drain_links();
