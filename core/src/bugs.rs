@@ -253,6 +253,14 @@ pub enum Bug {
     /// connect bound of a daemon still starting: with no node up, a daemon that never
     /// connects is never lost (`HB-3`).
     ConnectDeadlineNotArmed,
+    /// Every node released restarts the hold of the batch (`since = now`), so a node
+    /// that never empties keeps the others as long as nodes keep being released
+    /// (`GROW-4`: at most the bound after the first was held).
+    HoldRestartsOnRelease,
+    /// A released node is offered back at once, alone, while another node of the same
+    /// change is still emptying: Slurm without accounting refuses the second update
+    /// (`GROW-4`).
+    OfferWithoutHold,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

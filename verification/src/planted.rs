@@ -64,6 +64,17 @@ pub fn corpus() -> Vec<Planted> {
             "liveness-2n-3b",
             "NODE-4 a daemon that ends its node on its own reports a loss",
         ),
+        // issue 30: GROW-4's hold (`giveback_model.rs`)
+        p(
+            HoldRestartsOnRelease,
+            "giveback-3n",
+            "GROW-4 a released node goes back within the hold bound",
+        ),
+        p(
+            OfferWithoutHold,
+            "giveback-3n",
+            "GROW-4 nodes emptied together go back together",
+        ),
         p(
             DaemonKillIsRemoval,
             "ends-stall-2n-3r",
@@ -483,6 +494,9 @@ pub fn unplanted() -> Vec<&'static str> {
     for cfg in crate::liveness_model::pr_configs() {
         names.extend(always(&cfg));
     }
+    for cfg in crate::giveback_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
     let planted: BTreeSet<&str> = corpus().iter().map(|p| p.property).collect();
     names.retain(|n| !planted.contains(n));
     names.into_iter().collect()
@@ -518,6 +532,13 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         .find(|c| c.name == planted.config)
     {
         let cfg = crate::liveness_model::LiveConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
+    if let Some(base) = crate::giveback_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::giveback_model::GbConfig { bugs, ..base };
         return hunt_in(planted, cfg, &[], threads);
     }
     if let Some(base) = spawn_configs::pr_configs()

@@ -8,6 +8,7 @@
 use alloc::collections::{BTreeSet, VecDeque};
 use alloc::vec::Vec;
 
+use crate::bugs::{Bug, Bugs};
 use crate::time::{Duration, Instant};
 
 /// GROW-4: the longest an emptied node waits for the nodes emptied alongside it.
@@ -43,6 +44,7 @@ pub enum GiveBackOutput {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GiveBack {
     bound: Duration,
+    bugs: Bugs,
     held: BTreeSet<u32>,
     /// When the first of `held` was held while others were emptying.
     since: Option<Instant>,
@@ -58,8 +60,14 @@ impl Default for GiveBack {
 impl GiveBack {
     /// A machine that holds nodes at most `bound`.
     pub fn new(bound: Duration) -> Self {
+        Self::with_bugs(bound, Bugs::NONE)
+    }
+
+    /// [`GiveBack::new`] with planted bugs (the verification crate's models).
+    pub fn with_bugs(bound: Duration, bugs: Bugs) -> Self {
         GiveBack {
             bound,
+            bugs,
             held: BTreeSet::new(),
             since: None,
             out: VecDeque::new(),
@@ -78,8 +86,12 @@ impl GiveBack {
         match input {
             GiveBackInput::Released { node } => {
                 self.held.insert(node);
+                if self.since.is_some() && self.bugs.has(Bug::HoldRestartsOnRelease) {
+                    self.since = Some(now);
+                }
             }
             GiveBackInput::Emptying(others) => {
+                let others = others && !self.bugs.has(Bug::OfferWithoutHold);
                 if self.held.is_empty() {
                     return;
                 }
