@@ -17,6 +17,7 @@ pub mod giveback;
 pub mod liveness;
 pub mod master;
 mod msg;
+pub mod onloss;
 pub mod query;
 pub mod trace;
 mod types;

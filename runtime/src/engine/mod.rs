@@ -19,7 +19,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration as StdDuration;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::ends::{KillCause, daemon_kill_cause, judge};
+use dynres_core::rc::ends::{KillCause, Verdict, daemon_kill_cause, judge};
+use dynres_core::rc::onloss::{LossAction, on_loss};
 use dynres_core::rc::wire::link::{LinkMsg, encode_link};
 use dynres_core::rc::wire::{encode_reply, encode_to_master};
 use dynres_core::rc::{
@@ -118,18 +119,9 @@ enum Link {
     ToMaster(ToMaster),
 }
 
-/// What the runtime does when the job loses a process (`RC-18`): a process it did not
-/// remove exited with a failure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum OnLoss {
-    /// End the job: kill every other process and report the loss (the default, as an
-    /// MPI job whose errors are fatal).
-    #[default]
-    EndJob,
-    /// Go on with the survivors: the change in flight was aborted and fences waiting for
-    /// the lost process failed; the application decides what to do.
-    Continue,
-}
+/// What the runtime does when the job loses a process (`RC-18`): core's policy, decided
+/// by `dynres_core::rc::onloss::on_loss`.
+pub use dynres_core::rc::onloss::OnLoss;
 
 /// When a change's statuses were reported, for `dynres status`.
 #[derive(Clone, Debug)]
@@ -879,21 +871,26 @@ impl Engine {
         } else {
             return;
         };
-        if spawned {
-            tracing::warn!("spawned {why}");
-            return;
+        // Judged a loss above; the policy decides what it does to the job.
+        let action = on_loss(
+            self.on_loss,
+            Verdict::Failed,
+            spawned,
+            self.ending.is_some(),
+        );
+        if action.counts() {
+            self.record_failure(rank, code);
         }
-        self.record_failure(rank, code);
-        match self.on_loss {
-            OnLoss::Continue => {
-                tracing::error!("{why}; the job goes on without it");
-            }
-            OnLoss::EndJob if self.ending.is_none() => {
+        match action {
+            LossAction::None => {}
+            LossAction::Logged => tracing::warn!("spawned {why}"),
+            LossAction::Continue => tracing::error!("{why}; the job goes on without it"),
+            LossAction::EndJob => {
                 tracing::error!("{why}; ending the job");
                 self.ending = Some(why);
                 self.kill_all(KillCause::JobEnding);
             }
-            OnLoss::EndJob => tracing::error!("{why}"),
+            LossAction::Counted => tracing::error!("{why}"),
         }
     }
 
