@@ -576,10 +576,9 @@ impl Nodes {
         let reader = match wrote {
             Ok(reader) => reader,
             Err(why) => {
-                return match self.link_ended(node, why.clone()) {
-                    Some((_, why)) => Err(why),
-                    None => Err(why),
-                };
+                // The detector hears of it too: the node was up for it already.
+                let _ = self.link_ended(node, why.clone());
+                return Err(why);
             }
         };
         if let Some(r) = self.remote.get_mut(&node) {
