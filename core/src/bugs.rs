@@ -237,6 +237,30 @@ pub enum Bug {
     /// a process without the key opens a spawn's handshake with a forged Hello and the
     /// children are refused (`SPAWN-22`).
     SkipBootstrapMac,
+    // issue 30: the runtime's failure detector as a machine (`rc::liveness`)
+    /// Writing to a peer counts as hearing from it, so a node the master keeps sending
+    /// heartbeats to is never found silent: a daemon that stopped is never declared
+    /// lost (`HB-2`, `NODE-1`) — the silent loss.
+    SentCountsAsHeard,
+    /// A frame from the peer is recorded as one sent to it, so a node heard every
+    /// heartbeat is declared silent once the bound passes after it came up (`HB-2`):
+    /// a false loss.
+    HeardRecordedAsSent,
+    /// The end of a given-back node's link is declared a loss, as for a live one
+    /// (`RC-20`, `GROW-2`, `NODE-1`): the job loses a node it gave back on purpose.
+    ReturnedEndIsLoss,
+    /// The detector asks to be woken for heartbeats and silences only, not for the
+    /// connect bound of a daemon still starting: with no node up, a daemon that never
+    /// connects is never lost (`HB-3`).
+    ConnectDeadlineNotArmed,
+    /// Every node released restarts the hold of the batch (`since = now`), so a node
+    /// that never empties keeps the others as long as nodes keep being released
+    /// (`GROW-4`: at most the bound after the first was held).
+    HoldRestartsOnRelease,
+    /// A released node is offered back at once, alone, while another node of the same
+    /// change is still emptying: Slurm without accounting refuses the second update
+    /// (`GROW-4`).
+    OfferWithoutHold,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dynres_core::Namespace;
+use dynres_core::rc::liveness::{LivenessConfig, MasterWatch, WatchInput, WatchOutput};
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link};
 
 use super::conns::Conn;
@@ -29,40 +30,63 @@ use dynres_client::framing::{Frame, FrameReader};
 /// How long a daemon tries to reach the master, and then to get its `Setup`.
 const CONNECT_BOUND: Duration = Duration::from_secs(10);
 
-/// The daemon's link to the master, as its engine uses it.
+/// The daemon's link to the master, as its engine uses it. Whether the master is
+/// alive and when it is owed a heartbeat is core's [`MasterWatch`]'s to decide; this
+/// feeds it the link's traffic and the time.
 pub struct Upstream {
     conn: Conn,
     reader: Option<JoinHandle<()>>,
-    last_heard: Instant,
-    last_sent: Instant,
-    heartbeat: Duration,
+    watch: MasterWatch,
+    /// The origin of the kernel clock the watch is fed.
+    origin: Instant,
 }
 
 impl Upstream {
+    fn new(conn: Conn, reader: JoinHandle<()>, heartbeat: Duration) -> Upstream {
+        let cfg = LivenessConfig::new(super::nodes::kernel_span(heartbeat));
+        Upstream {
+            conn,
+            reader: Some(reader),
+            watch: MasterWatch::new(cfg, dynres_core::time::Instant::ZERO),
+            origin: Instant::now(),
+        }
+    }
+
     /// Queues `frame` for the master (never blocks the engine, as LINK-6 on the master).
     pub fn send(&mut self, frame: &[u8]) -> Result<(), String> {
-        self.last_sent = Instant::now();
+        let now = super::nodes::kernel_now(self.origin);
+        self.watch.handle(now, WatchInput::Sent);
         self.conn.send(frame).map_err(|e| format!("link: {e}"))
     }
 
     /// The master was heard from (HB-1).
     pub fn heard(&mut self) {
-        self.last_heard = Instant::now();
+        let now = super::nodes::kernel_now(self.origin);
+        self.watch.handle(now, WatchInput::Heard);
     }
 
-    /// Flushes, sends a heartbeat when due, and checks the master is alive (HB-2).
+    /// Flushes, and wakes the watch when it asked to be: sends the heartbeats it asks
+    /// for; an error when it finds the master silent (HB-2) or the link failed.
     pub fn tick(&mut self) -> Result<(), String> {
-        if self.last_heard.elapsed() > self.heartbeat * super::nodes::SILENT_BEATS {
-            return Err(format!(
-                "the master was silent for {} ms",
-                self.last_heard.elapsed().as_millis()
-            ));
+        let now = super::nodes::kernel_now(self.origin);
+        if self.watch.poll_timeout().is_some_and(|t| t <= now) {
+            self.watch.handle(now, WatchInput::Timeout);
         }
-        self.conn.flush().map_err(|e| format!("link: {e}"))?;
-        if self.last_sent.elapsed() >= self.heartbeat {
-            self.send(&encode_link(&LinkMsg::Heartbeat))?;
+        while let Some(out) = self.watch.poll_output() {
+            match out {
+                WatchOutput::MasterSilent(d) => {
+                    return Err(format!(
+                        "the master was silent for {} ms",
+                        d.as_nanos() / 1_000_000
+                    ));
+                }
+                WatchOutput::Heartbeat => self
+                    .conn
+                    .send(&encode_link(&LinkMsg::Heartbeat))
+                    .map_err(|e| format!("link: {e}"))?,
+            }
         }
-        Ok(())
+        self.conn.flush().map_err(|e| format!("link: {e}"))
     }
 
     /// The link's socket while bytes wait for the master to read: the I/O loop says
@@ -246,14 +270,11 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         .try_clone()
         .and_then(|s| link::reader(s, frames, node, tx.clone()))
         .map_err(|e| LauncherError::io("start the link's reader", e))?;
-    let now = Instant::now();
-    let upstream = Upstream {
-        conn: Conn::new(node, stream),
-        reader: Some(reader),
-        last_heard: now,
-        last_sent: now,
-        heartbeat: Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),
-    };
+    let upstream = Upstream::new(
+        Conn::new(node, stream),
+        reader,
+        Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),
+    );
     let spec = LaunchSpec {
         program: setup.program,
         args: setup.args,

@@ -1,9 +1,11 @@
 //! The master's side of the other hosts (`spec/runtime.md`): starting their daemons
 //! through the launch agent (RT-2), accepting and authenticating them (AUTH-1..8, with
 //! `acceptor.rs`), relaying frames to them without blocking (LINK-2, LINK-6),
-//! heartbeats and the failure detector (HB-1..3, NODE-1). Nothing here decides a
-//! protocol step: a node found dead is reported to the engine, which tells core
-//! (`NodeLost`, RC-17).
+//! heartbeats and the failure detector (HB-1..3, NODE-1). Nothing here decides: whether
+//! a node is lost, when it is owed a heartbeat and whether its link's end is news is
+//! core's [`Liveness`] machine's to say, which this driver feeds with what happened on
+//! the links and the time; a node found dead is reported to the engine, which tells
+//! core (`NodeLost`, RC-17).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -15,7 +17,11 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use dynres_core::rc::liveness::{
+    Liveness, LivenessConfig, LivenessInput, LivenessOutput, Loss, NodeLink,
+};
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, encode_link};
+use dynres_core::time::{Duration as KDuration, Instant as KInstant};
 
 use super::acceptor::Acceptor;
 use super::conns::Conn;
@@ -28,14 +34,24 @@ use dynres_client::framing::FrameReader;
 /// has a daemon.
 pub const NO_NODE: u32 = u32::MAX;
 
-/// HB-2: heartbeats missed before a link counts as dead.
-pub const SILENT_BEATS: u32 = 10;
+/// How often launch agents are polled for their exit (HB-3): not after every event
+/// (no `waitpid` per agent per client request).
+const CHECK_EVERY: KDuration = KDuration::from_millis(10);
 
-/// How often agents, heartbeats and silences are checked (HB-1..3).
-const CHECK_EVERY: Duration = Duration::from_millis(10);
+/// How long a daemon has to connect and authenticate after its launch (HB-3), as the
+/// daemon's retries bound it.
+pub const CONNECT_BOUND: Duration =
+    Duration::from_nanos(dynres_core::rc::liveness::CONNECT_BOUND.as_nanos());
 
-/// How long a daemon has to connect and authenticate after its launch (HB-3).
-pub const CONNECT_BOUND: Duration = Duration::from_secs(30);
+/// The kernel's clock for a driver: nanoseconds since `origin` (`dynres_core::time`).
+pub(crate) fn kernel_now(origin: Instant) -> KInstant {
+    KInstant(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A std span as the kernel's.
+pub(crate) fn kernel_span(d: Duration) -> KDuration {
+    KDuration(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
 
 /// The launch template every daemon gets in its `Setup` (LINK-2), minus the node.
 #[derive(Clone, Debug)]
@@ -75,19 +91,14 @@ pub struct Agent {
     pub exe: PathBuf,
 }
 
+/// A node's link as I/O sees it; where it stands for the job is [`Liveness`]'s.
 enum State {
     /// The agent runs; the daemon has not authenticated yet. Frames wait in order.
-    Starting { since: Instant, queued: Vec<u8> },
+    Starting { queued: Vec<u8> },
     /// Authenticated and set up.
-    Up {
-        conn: Conn,
-        last_heard: Instant,
-        last_sent: Instant,
-    },
-    /// Lost or shut down: frames for it are dropped.
+    Up { conn: Conn },
+    /// Lost, shut down or given back: frames for it are dropped.
     Gone,
-    /// Given back to the resource manager (RC-20): its daemon was told to end.
-    Returned,
 }
 
 struct Remote {
@@ -119,8 +130,12 @@ pub struct Nodes {
     slurm_dir: PathBuf,
     /// What was given back to it (shared with the threads that run `scontrol`).
     slurm: Arc<std::sync::Mutex<SlurmReturns>>,
-    /// When [`Nodes::tick`] last checked agents and heartbeats.
-    checked: Instant,
+    /// The failure detector and link lifecycle (HB-1..3, NODE-1, RC-20).
+    liveness: Liveness,
+    /// The origin of the kernel clock the detector is fed.
+    origin: Instant,
+    /// When [`Nodes::tick`] last polled the agents.
+    checked: KInstant,
 }
 
 /// Nodes given back to Slurm and the node list last applied to the allocation.
@@ -155,6 +170,7 @@ impl Nodes {
                 let _ = up.send(Event::NodeUp { node, stream });
             },
         )?;
+        let liveness = Liveness::new(LivenessConfig::new(kernel_span(template.heartbeat)));
         Ok(Nodes {
             hosts,
             own,
@@ -170,8 +186,60 @@ impl Nodes {
             agents: BTreeMap::new(),
             slurm_dir: std::env::temp_dir(),
             slurm: Arc::default(),
-            checked: Instant::now(),
+            liveness,
+            origin: Instant::now(),
+            checked: KInstant::ZERO,
         })
+    }
+
+    fn now(&self) -> KInstant {
+        kernel_now(self.origin)
+    }
+
+    /// Gives the detector `input` and carries out what it decides: heartbeats are
+    /// written (a write that fails ends the link, which the detector hears too); the
+    /// nodes it declares lost are returned with why, `detail` for a loss the driver
+    /// saw (a link's or an agent's end).
+    fn decide(&mut self, input: LivenessInput, detail: Option<String>) -> Vec<(u32, String)> {
+        let now = self.now();
+        let mut lost = Vec::new();
+        let mut next = vec![(input, detail)];
+        while let Some((input, detail)) = next.pop() {
+            if let Err(e) = self.liveness.handle(now, input) {
+                tracing::debug!(error = %e, "the failure detector refused {input:?}");
+            }
+            while let Some(out) = self.liveness.poll_output() {
+                match out {
+                    LivenessOutput::Heartbeat { node } => {
+                        let Some(Remote {
+                            state: State::Up { conn },
+                            ..
+                        }) = self.remote.get_mut(&node)
+                        else {
+                            continue;
+                        };
+                        if let Err(e) = conn.send(&encode_link(&LinkMsg::Heartbeat)) {
+                            next.push((
+                                LivenessInput::LinkEnded { node },
+                                Some(format!("link: {e}")),
+                            ));
+                        }
+                    }
+                    LivenessOutput::Lost { node, loss } => {
+                        lost.push((node, describe(loss, detail.clone())));
+                    }
+                }
+            }
+        }
+        lost
+    }
+
+    /// `node`'s link ended (closed, failed, undecodable: LINK-1, LINK-6) for `why`:
+    /// the loss, if the detector says it is one (not for a node given back, RC-20).
+    pub fn link_ended(&mut self, node: u32, why: String) -> Option<(u32, String)> {
+        self.decide(LivenessInput::LinkEnded { node }, Some(why))
+            .into_iter()
+            .next()
     }
 
     /// The host name of `node`.
@@ -307,13 +375,10 @@ impl Nodes {
         if node == self.own {
             return "in-process";
         }
-        match self.remote.get(&node).map(|r| &r.state) {
-            None => "not started",
-            Some(State::Starting { .. }) => "starting",
-            Some(State::Up { .. }) => "up",
-            Some(State::Gone) => "gone",
-            Some(State::Returned) => "returned",
-        }
+        self.liveness
+            .link(node)
+            .as_ref()
+            .map_or("not started", NodeLink::name)
     }
 
     /// Starts `node`'s daemon through the launch agent (RT-2), once.
@@ -353,13 +418,10 @@ impl Nodes {
             child
         });
         let (agent, state) = match started {
-            Ok(child) => (
-                Some(child),
-                State::Starting {
-                    since: Instant::now(),
-                    queued: Vec::new(),
-                },
-            ),
+            Ok(child) => {
+                self.decide(LivenessInput::Launched { node }, None);
+                (Some(child), State::Starting { queued: Vec::new() })
+            }
             Err(e) => {
                 self.awaiting(node, false);
                 let why = format!(
@@ -374,7 +436,8 @@ impl Nodes {
                         reader: None,
                     },
                 );
-                return Err(why);
+                let lost = self.decide(LivenessInput::LaunchFailed { node }, Some(why.clone()));
+                return Err(lost.into_iter().next().map_or(why, |(_, why)| why));
             }
         };
         self.remote.insert(
@@ -401,30 +464,32 @@ impl Nodes {
     /// Sends a frame to `node`'s daemon, or queues it until the daemon is up (RT-2).
     /// An error means the node must be declared lost (LINK-6).
     pub fn send(&mut self, node: u32, frame: &[u8]) -> Result<(), String> {
-        let Some(r) = self.remote.get_mut(&node) else {
-            return Err(format!("no daemon was started for node {node}"));
-        };
-        match &mut r.state {
-            State::Starting { queued, .. } => {
+        let failed = match self.remote.get_mut(&node).map(|r| &mut r.state) {
+            None => Some(format!("no daemon was started for node {node}")),
+            Some(State::Starting { queued }) => {
                 queued.extend_from_slice(frame);
+                None
+            }
+            Some(State::Up { conn }) => conn.send(frame).err().map(|e| format!("link: {e}")),
+            Some(State::Gone) => None,
+        };
+        match failed {
+            None => {
+                let now = self.now();
+                // Refusals are for authentication only; a write is always taken.
+                let _ = self.liveness.handle(now, LivenessInput::Sent { node });
                 Ok(())
             }
-            State::Up {
-                conn, last_sent, ..
-            } => {
-                *last_sent = Instant::now();
-                conn.send(frame).map_err(|e| format!("link: {e}"))
-            }
-            State::Gone | State::Returned => Ok(()),
+            Some(why) => match self.link_ended(node, why) {
+                Some((_, why)) => Err(why),
+                None => Ok(()),
+            },
         }
     }
 
     /// Whether `node`'s link still counts: a link that ends later is a lost node.
     pub fn is_live(&self, node: u32) -> bool {
-        matches!(
-            self.remote.get(&node).map(|r| &r.state),
-            Some(State::Starting { .. } | State::Up { .. })
-        )
+        self.liveness.is_live(node)
     }
 
     /// Ends the daemons of `nodes` because the nodes were given back (RC-20; their
@@ -442,8 +507,9 @@ impl Nodes {
                 let _ = conn.send(&encode_link(&LinkMsg::Shutdown));
                 let _ = conn.flush();
             }
-            r.state = State::Returned;
+            r.state = State::Gone;
             agents.extend(r.agent.take());
+            self.decide(LivenessInput::Returned { node: *node }, None);
         }
         let name = format!(
             "dynres-return-{}",
@@ -473,14 +539,23 @@ impl Nodes {
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "?".into(), |a| a.to_string());
-        let Some(r) = self.remote.get_mut(&node) else {
+        // AUTH-5: only a node that awaits its daemon takes one.
+        let now = self.now();
+        if let Err(e) = self
+            .liveness
+            .handle(now, LivenessInput::Authenticated { node })
+        {
             let _ = stream.shutdown(std::net::Shutdown::Both);
-            tracing::warn!(node, %peer, "refused a daemon: no daemon was started for that node");
+            tracing::warn!(node, %peer, "refused a daemon: {e}");
             return Ok(());
-        };
-        let State::Starting { queued, .. } = &mut r.state else {
+        }
+        let Some(Remote {
+            state: State::Starting { queued },
+            ..
+        }) = self.remote.get_mut(&node)
+        else {
+            // The detector awaits a daemon only while its agent runs: not reached.
             let _ = stream.shutdown(std::net::Shutdown::Both);
-            tracing::warn!(node, %peer, "refused a daemon: the node has one already (or is gone)");
             return Ok(());
         };
         let queued = std::mem::take(queued);
@@ -512,101 +587,70 @@ impl Nodes {
                 .as_ref()
                 .map_or_else(String::new, |d| d.display().to_string()),
         })));
-        conn.send(&setup)
+        let wrote = conn
+            .send(&setup)
             .and_then(|()| conn.send(&queued))
-            .map_err(|e| format!("link: {e}"))?;
-        r.reader = Some(
-            link::reader(reader_stream, FrameReader::new(), node, self.events.clone())
-                .map_err(|e| format!("no thread to read the link: {e}"))?,
-        );
-        let now = Instant::now();
-        r.state = State::Up {
-            conn,
-            last_heard: now,
-            last_sent: now,
+            .map_err(|e| format!("link: {e}"))
+            .and_then(|()| {
+                link::reader(reader_stream, FrameReader::new(), node, self.events.clone())
+                    .map_err(|e| format!("no thread to read the link: {e}"))
+            });
+        let reader = match wrote {
+            Ok(reader) => reader,
+            Err(why) => {
+                // The detector hears of it too: the node was up for it already.
+                let _ = self.link_ended(node, why.clone());
+                return Err(why);
+            }
         };
+        if let Some(r) = self.remote.get_mut(&node) {
+            r.reader = Some(reader);
+            r.state = State::Up { conn };
+        }
         tracing::info!(node, %peer, host = %self.hosts[node as usize].name, "daemon up");
         Ok(())
     }
 
     /// Something arrived from `node` (HB-1: any frame is a sign of life).
     pub fn heard(&mut self, node: u32) {
-        if let Some(Remote {
-            state: State::Up { last_heard, .. },
-            ..
-        }) = self.remote.get_mut(&node)
-        {
-            *last_heard = Instant::now();
-        }
+        let now = self.now();
+        // Refusals are for authentication only; a frame is always taken.
+        let _ = self.liveness.handle(now, LivenessInput::Heard { node });
     }
 
     /// Heartbeats, pending writes and the failure detector: returns the nodes found
-    /// dead, with why (HB-2, HB-3, LINK-6).
+    /// dead, with why (HB-2, HB-3, LINK-6). The detector decides; this polls the
+    /// agents and the writes and wakes it when it asked to be.
     pub fn tick(&mut self) -> Vec<(u32, String)> {
-        let hb = self.template.heartbeat;
-        let mut dead = Vec::new();
-        // The engine ticks after every event: between checks only pending writes move
-        // (no `waitpid` per agent per client request).
-        if self.checked.elapsed() < CHECK_EVERY {
-            for (&node, r) in &mut self.remote {
-                if let State::Up { conn, .. } = &mut r.state {
-                    if let Err(e) = conn.flush() {
-                        dead.push((node, format!("link: {e}")));
-                    }
+        let mut ended = Vec::new();
+        for (&node, r) in &mut self.remote {
+            if let State::Up { conn } = &mut r.state {
+                if let Err(e) = conn.flush() {
+                    ended.push((LivenessInput::LinkEnded { node }, format!("link: {e}")));
                 }
             }
-            return dead;
         }
-        self.checked = Instant::now();
-        for (&node, r) in &mut self.remote {
-            if let Some(agent) = &mut r.agent {
-                if let Ok(Some(st)) = agent.try_wait() {
-                    r.agent = None;
-                    if matches!(r.state, State::Starting { .. }) {
-                        dead.push((
-                            node,
+        let now = self.now();
+        if now - self.checked >= CHECK_EVERY {
+            self.checked = now;
+            for (&node, r) in &mut self.remote {
+                if let Some(agent) = &mut r.agent {
+                    if let Ok(Some(st)) = agent.try_wait() {
+                        r.agent = None;
+                        ended.push((
+                            LivenessInput::AgentExited { node },
                             format!("its launch agent exited ({st}) before the daemon connected"),
                         ));
-                        continue;
                     }
                 }
             }
-            match &mut r.state {
-                State::Starting { since, .. } if since.elapsed() > CONNECT_BOUND => {
-                    dead.push((
-                        node,
-                        format!(
-                            "its daemon did not connect within {} s",
-                            CONNECT_BOUND.as_secs()
-                        ),
-                    ));
-                }
-                State::Up {
-                    conn,
-                    last_heard,
-                    last_sent,
-                } => {
-                    if last_heard.elapsed() > hb * SILENT_BEATS {
-                        dead.push((
-                            node,
-                            format!(
-                                "its daemon was silent for {} ms",
-                                last_heard.elapsed().as_millis()
-                            ),
-                        ));
-                        continue;
-                    }
-                    let mut r = conn.flush();
-                    if r.is_ok() && last_sent.elapsed() >= hb {
-                        *last_sent = Instant::now();
-                        r = conn.send(&encode_link(&LinkMsg::Heartbeat));
-                    }
-                    if let Err(e) = r {
-                        dead.push((node, format!("link: {e}")));
-                    }
-                }
-                _ => {}
-            }
+        }
+        let mut dead = Vec::new();
+        for (input, why) in ended {
+            dead.extend(self.decide(input, Some(why)));
+        }
+        if self.liveness.poll_timeout().is_some_and(|t| t <= now) {
+            dead.extend(self.decide(LivenessInput::Timeout, None));
         }
         dead
     }
@@ -633,6 +677,7 @@ impl Nodes {
             }
             r.state = State::Gone;
         }
+        self.decide(LivenessInput::Dropped { node }, None);
     }
 
     /// Tells every connected daemon the job is over (LINK-5) and stops daemons that
@@ -656,8 +701,11 @@ impl Nodes {
                     r.state = State::Gone;
                     never.push(node);
                 }
-                State::Gone | State::Returned => {}
+                State::Gone => {}
             }
+        }
+        for &node in &never {
+            self.decide(LivenessInput::Dropped { node }, None);
         }
         never
     }
@@ -699,12 +747,30 @@ impl Nodes {
         let open: std::collections::BTreeSet<&String> = self
             .grown
             .iter()
-            .filter(|(n, _)| !matches!(self.remote.get(n).map(|r| &r.state), Some(State::Returned)))
+            .filter(|(n, _)| self.liveness.link(**n) != Some(NodeLink::Returned))
             .map(|(_, j)| j)
             .collect();
         for job in open {
             super::slurm::release(job);
         }
+    }
+}
+
+/// Why a node was lost, in words for the job's one line (NODE-2); `detail` is what
+/// the driver saw, for the losses it reported.
+fn describe(loss: Loss, detail: Option<String>) -> String {
+    match (loss, detail) {
+        (Loss::NeverConnected(bound), _) => format!(
+            "its daemon did not connect within {} s",
+            bound.as_nanos() / 1_000_000_000
+        ),
+        (Loss::Silent(d), _) => {
+            format!("its daemon was silent for {} ms", d.as_nanos() / 1_000_000)
+        }
+        (_, Some(why)) => why,
+        (Loss::LaunchFailed, None) => "its launch agent could not be started".into(),
+        (Loss::AgentExited, None) => "its launch agent exited before the daemon connected".into(),
+        (Loss::LinkEnded, None) => "its link ended".into(),
     }
 }
 

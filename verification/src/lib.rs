@@ -11,7 +11,9 @@
 pub mod adapter;
 pub mod ends_model;
 pub mod fair;
+pub mod giveback_model;
 pub mod golden;
+pub mod liveness_model;
 pub mod models;
 pub mod planted;
 pub mod pool;

@@ -9,7 +9,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dynres_verification::models::{nightly_configs, pr_configs};
 use dynres_verification::planted::{Hunt, corpus, hunt, unplanted};
 use dynres_verification::run::{Outcome, check, check_fair, check_spawn};
-use dynres_verification::{ends_model, golden, pool, pset_model, spawn_configs};
+use dynres_verification::{
+    ends_model, giveback_model, golden, liveness_model, pool, pset_model, spawn_configs,
+};
 
 /// The checker allocates and frees one state per transition; glibc's malloc took about a
 /// third of its time.
@@ -227,6 +229,18 @@ fn run_check(
         add(
             cfg.name.to_string(),
             Box::new(move |t| ends_model::check(&cfg, max_states, t)),
+        );
+    }
+    for cfg in liveness_model::pr_configs() {
+        add(
+            cfg.name.to_string(),
+            Box::new(move |t| liveness_model::check(&cfg, max_states, t)),
+        );
+    }
+    for cfg in giveback_model::pr_configs() {
+        add(
+            cfg.name.to_string(),
+            Box::new(move |t| giveback_model::check(&cfg, max_states, t)),
         );
     }
     let started = Instant::now();

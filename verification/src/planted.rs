@@ -33,6 +33,48 @@ pub fn corpus() -> Vec<Planted> {
         property,
     };
     vec![
+        // issue 30: the runtime's failure detector (`liveness_model.rs`)
+        p(
+            SentCountsAsHeard,
+            "liveness-2n-3b",
+            "HB-2 NODE-1 a node silent past the bound is declared lost",
+        ),
+        p(
+            SentCountsAsHeard,
+            "liveness-2n-3b",
+            "RT-3 HB-2 a daemon whose master fell silent ends its node",
+        ),
+        p(
+            HeardRecordedAsSent,
+            "liveness-2n-3b",
+            "HB-2 HB-3 NODE-1 a node is declared lost only for a reason",
+        ),
+        p(
+            ReturnedEndIsLoss,
+            "liveness-2n-3b",
+            "RC-20 a node given back is never declared lost",
+        ),
+        p(
+            ConnectDeadlineNotArmed,
+            "liveness-2n-3b",
+            "HB-3 a daemon not connected within its bound is declared lost",
+        ),
+        p(
+            LostMasterKillsAsShutdown,
+            "liveness-2n-3b",
+            "NODE-4 a daemon that ends its node on its own reports a loss",
+        ),
+        // issue 30: GROW-4's hold (`giveback_model.rs`)
+        p(
+            HoldRestartsOnRelease,
+            "giveback-3n",
+            "GROW-4 a released node goes back within the hold bound",
+        ),
+        p(
+            OfferWithoutHold,
+            "giveback-3n",
+            "GROW-4 nodes emptied together go back together",
+        ),
         p(
             DaemonKillIsRemoval,
             "ends-stall-2n-3r",
@@ -449,6 +491,12 @@ pub fn unplanted() -> Vec<&'static str> {
     for cfg in crate::ends_model::pr_configs() {
         names.extend(always(&cfg));
     }
+    for cfg in crate::liveness_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
+    for cfg in crate::giveback_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
     let planted: BTreeSet<&str> = corpus().iter().map(|p| p.property).collect();
     names.retain(|n| !planted.contains(n));
     names.into_iter().collect()
@@ -477,6 +525,20 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         .find(|c| c.name == planted.config)
     {
         let cfg = crate::ends_model::EndsConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
+    if let Some(base) = crate::liveness_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::liveness_model::LiveConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
+    if let Some(base) = crate::giveback_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::giveback_model::GbConfig { bugs, ..base };
         return hunt_in(planted, cfg, &[], threads);
     }
     if let Some(base) = spawn_configs::pr_configs()

@@ -10,7 +10,9 @@ use dynres_core::rc::wire::{decode_to_daemon, decode_to_master, encode_to_daemon
 use dynres_core::rc::{DaemonInput, MasterInput, NodeId, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
 
-use super::{Engine, HOLD_BOUND, RemoteProc};
+use dynres_core::rc::giveback::{GiveBackInput, GiveBackOutput, HOLD_BOUND};
+
+use super::{Engine, RemoteProc};
 use crate::daemon::Upstream;
 use crate::nodes::Nodes;
 use crate::signals;
@@ -39,7 +41,7 @@ impl Engine {
     /// Heartbeats and failure detection on master ↔ daemon links (HB-1..3), and the
     /// bound on emptied nodes held for others (GROW-4).
     pub(super) fn tick_links(&mut self) {
-        if !self.returning.is_empty() {
+        if !self.giveback.held().is_empty() {
             // Held nodes go at the latest after HOLD_BOUND (GROW-4).
             self.drain();
         }
@@ -210,13 +212,15 @@ impl Engine {
     /// change empties go back in one resource manager update — but never longer than
     /// [`HOLD_BOUND`].
     pub(super) fn return_nodes(&mut self) {
-        self.returning.extend(self.to_return.drain(..));
-        if self.returning.is_empty() {
+        let now = self.now();
+        for node in self.to_return.drain(..) {
+            self.giveback.handle(now, GiveBackInput::Released { node });
+        }
+        if self.giveback.held().is_empty() {
             return;
         }
-        let now = self.now();
         let (Some(m), Some(nodes)) = (&mut self.master, &mut self.nodes) else {
-            self.returning.clear();
+            self.giveback = Default::default();
             return;
         };
         let emptying: Vec<u32> = nodes
@@ -224,23 +228,29 @@ impl Engine {
             .into_iter()
             .filter(|n| nodes.gives_back(*n) && nodes.is_live(*n) && m.slots().is_emptying(*n))
             .collect();
-        if !emptying.is_empty() {
-            let Some(held) = self.held_since else {
-                tracing::debug!(?emptying, held = ?self.returning, "emptied nodes wait for others");
-                self.held_since = Some(std::time::Instant::now());
-                return;
-            };
-            if held.elapsed() < HOLD_BOUND {
-                return;
+        let waiting = self.giveback.poll_timeout().is_none();
+        self.giveback
+            .handle(now, GiveBackInput::Emptying(!emptying.is_empty()));
+        let Some(GiveBackOutput::Offer {
+            nodes: batch,
+            overdue,
+        }) = self.giveback.poll_output()
+        else {
+            if waiting {
+                let held = self.giveback.held();
+                tracing::debug!(?emptying, ?held, "emptied nodes wait for others");
             }
+            return;
+        };
+        if overdue {
             tracing::warn!(
                 ?emptying,
-                "nodes still emptying after {HOLD_BOUND:?}; giving back the others without them"
+                "nodes still emptying after {} s; giving back the others without them",
+                HOLD_BOUND.as_nanos() / 1_000_000_000
             );
         }
-        self.held_since = None;
         let mut accepted = Vec::new();
-        for node in std::mem::take(&mut self.returning) {
+        for node in batch {
             match m.handle(now, MasterInput::NodeReturned { node: NodeId(node) }) {
                 Ok(()) => accepted.push(node),
                 Err(e) => tracing::debug!(node, error = %e, "node kept"),

@@ -21,7 +21,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration as StdDuration;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::ends::{KillCause, daemon_kill_cause, judge};
+use dynres_core::rc::ends::{KillCause, Verdict, daemon_kill_cause, judge};
+use dynres_core::rc::onloss::{LossAction, on_loss};
 use dynres_core::rc::wire::link::{LinkMsg, encode_link};
 use dynres_core::rc::wire::{encode_reply, encode_to_master};
 use dynres_core::rc::{
@@ -135,18 +136,9 @@ enum Link {
     ToMaster(ToMaster),
 }
 
-/// What the runtime does when the job loses a process (`RC-18`): a process it did not
-/// remove exited with a failure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum OnLoss {
-    /// End the job: kill every other process and report the loss (the default, as an
-    /// MPI job whose errors are fatal).
-    #[default]
-    EndJob,
-    /// Go on with the survivors: the change in flight was aborted and fences waiting for
-    /// the lost process failed; the application decides what to do.
-    Continue,
-}
+/// What the runtime does when the job loses a process (`RC-18`): core's policy, decided
+/// by `dynres_core::rc::onloss::on_loss`.
+pub use dynres_core::rc::onloss::OnLoss;
 
 /// When a change's statuses were reported, for `dynres status`.
 #[derive(Clone, Debug)]
@@ -213,9 +205,8 @@ pub struct Engine {
     /// Emptied nodes to give back (RC-20), not yet offered to core.
     to_return: Vec<u32>,
     /// Emptied nodes held until the nodes emptied alongside them are empty too
-    /// (GROW-4), and since when.
-    returning: std::collections::BTreeSet<u32>,
-    held_since: Option<std::time::Instant>,
+    /// (GROW-4): core's machine decides when they go.
+    pub(super) giveback: dynres_core::rc::giveback::GiveBack,
     /// Nodes core was told are lost (each once).
     reported_lost: std::collections::BTreeSet<u32>,
     /// (Node daemon) the master said the job is over, or its link ended (LINK-5, RT-3).
@@ -317,11 +308,6 @@ const TICK: StdDuration = StdDuration::from_millis(200);
 /// event then (signals come through the I/O loop's self-pipe); this is a safety net.
 const IDLE_WAIT: StdDuration = StdDuration::from_secs(1);
 
-/// GROW-4: the longest an emptied node waits for the nodes emptied alongside it. Their
-/// processes are killed after the change's grace period, so they are normally released
-/// well within it; a process that cannot be reaped must not keep the others.
-pub(super) const HOLD_BOUND: StdDuration = StdDuration::from_secs(30);
-
 impl Engine {
     /// A runtime for `node`: with `master`, the job's master process (its own node's
     /// daemon included); without, a node daemon (see [`Engine::with_upstream`]).
@@ -348,8 +334,7 @@ impl Engine {
             remote_procs: BTreeMap::new(),
             lost_nodes: Vec::new(),
             to_return: Vec::new(),
-            returning: std::collections::BTreeSet::new(),
-            held_since: None,
+            giveback: Default::default(),
             reported_lost: std::collections::BTreeSet::new(),
             upstream_done: None,
             node_lost_why: None,
@@ -603,11 +588,14 @@ impl Engine {
             }
             Event::NodeGone { node, why } => {
                 if self.master.is_some() {
-                    if self.nodes.as_ref().is_some_and(|n| n.is_live(node)) {
-                        self.lost_nodes.push((node, why));
-                        self.drain();
-                    } else {
-                        tracing::debug!(node, "daemon ended: {why}");
+                    // The detector says whether the end is a loss (not for a node given
+                    // back, RC-20, or one lost already).
+                    match self.nodes.as_mut().map(|n| n.link_ended(node, why.clone())) {
+                        Some(Some(lost)) => {
+                            self.lost_nodes.push(lost);
+                            self.drain();
+                        }
+                        _ => tracing::debug!(node, "daemon ended: {why}"),
                     }
                 } else {
                     self.master_gone(why);
@@ -852,7 +840,7 @@ impl Engine {
             self.return_nodes();
             self.drain_links();
         }
-        if !self.returning.is_empty() {
+        if !self.giveback.held().is_empty() {
             // Held nodes (GROW-4) go once the nodes they wait for are released or lost.
             self.return_nodes();
             self.drain_links();
@@ -988,21 +976,26 @@ impl Engine {
         } else {
             return;
         };
-        if spawned {
-            tracing::warn!("spawned {why}");
-            return;
+        // Judged a loss above; the policy decides what it does to the job.
+        let action = on_loss(
+            self.on_loss,
+            Verdict::Failed,
+            spawned,
+            self.ending.is_some(),
+        );
+        if action.counts() {
+            self.record_failure(rank, code);
         }
-        self.record_failure(rank, code);
-        match self.on_loss {
-            OnLoss::Continue => {
-                tracing::error!("{why}; the job goes on without it");
-            }
-            OnLoss::EndJob if self.ending.is_none() => {
+        match action {
+            LossAction::None => {}
+            LossAction::Logged => tracing::warn!("spawned {why}"),
+            LossAction::Continue => tracing::error!("{why}; the job goes on without it"),
+            LossAction::EndJob => {
                 tracing::error!("{why}; ending the job");
                 self.ending = Some(why);
                 self.kill_all(KillCause::JobEnding);
             }
-            OnLoss::EndJob => tracing::error!("{why}"),
+            LossAction::Counted => tracing::error!("{why}"),
         }
     }
 
