@@ -178,12 +178,17 @@ pub unsafe fn pset_op(
     pset2: *const c_char,
     target: *const c_char,
 ) -> Result<ClientCall, CapiError> {
-    // SAFETY (all three): forwarded.
+    // SAFETY: forwarded: the caller's contract covers each pointer.
+    let pset1 = unsafe { name(pset1, "pset1") }?;
+    // SAFETY: as `pset1`.
+    let pset2 = unsafe { name(pset2, "pset2") }?;
+    // SAFETY: as `pset1`.
+    let target = unsafe { opt_name(target, "target") }?;
     let op = PsetOp::Set {
         op: set_op(op)?,
-        pset1: unsafe { name(pset1, "pset1") }?,
-        pset2: unsafe { name(pset2, "pset2") }?,
-        target: unsafe { opt_name(target, "target") }?,
+        pset1,
+        pset2,
+        target,
         attrs: AttrUpdate::none(),
     };
     Ok(ClientCall::PsetOp { ops: vec![op] })
@@ -194,11 +199,11 @@ pub unsafe fn pset_op(
 /// # Safety
 /// As [`get_res_change`].
 pub unsafe fn publish(key: *const c_char, value: *const c_char) -> Result<ClientCall, CapiError> {
-    Ok(ClientCall::Publish {
-        // SAFETY (both): forwarded.
-        key: unsafe { text(key, "key") }?.to_string(),
-        value: unsafe { text(value, "value") }?.to_string(),
-    })
+    // SAFETY: forwarded: the caller's contract covers both pointers.
+    let key = unsafe { text(key, "key") }?.to_string();
+    // SAFETY: as `key`.
+    let value = unsafe { text(value, "value") }?.to_string();
+    Ok(ClientCall::Publish { key, value })
 }
 
 /// `unpublish(key)`.
@@ -246,11 +251,16 @@ pub unsafe fn accept(
     bound: *const c_char,
     wait_ns: u64,
 ) -> Result<ClientCall, CapiError> {
-    // SAFETY (all three): forwarded.
+    // SAFETY: forwarded: the caller's contract covers each pointer.
+    let delta = unsafe { name(delta, "delta") }?;
+    // SAFETY: as `delta`.
+    let new_pset = unsafe { name(new_pset, "new_pset") }?;
+    // SAFETY: as `delta`.
+    let bound = unsafe { opt_name(bound, "bound") }?;
     Ok(ClientCall::Accept {
-        delta: unsafe { name(delta, "delta") }?,
-        new_pset: unsafe { name(new_pset, "new_pset") }?,
-        bound: unsafe { opt_name(bound, "bound") }?,
+        delta,
+        new_pset,
+        bound,
         wait: wait(wait_ns),
     })
 }

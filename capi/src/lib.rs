@@ -19,7 +19,6 @@
 //! message from `dynres_last_error()`), checks its pointers for NULL, and catches
 //! panics (the handle is then poisoned). Handles are not thread-safe: one thread at a
 //! time per handle.
-#![warn(missing_docs)]
 
 pub mod action;
 pub mod calls;

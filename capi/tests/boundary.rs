@@ -98,7 +98,7 @@ fn null_pointers_are_error_codes() {
     let mut a = dynres_action::default();
     let mut buf = [0u8; 64];
     let (mut deadline, mut armed) = (0u64, 0 as c_int);
-    // SAFETY (the whole test): NULL where the API allows it to be checked; every
+    // SAFETY: for the whole test: NULL where the API allows it to be checked; every
     // non-NULL pointer is valid.
     unsafe {
         // Handles.
@@ -297,10 +297,8 @@ fn malformed_frames_are_typed_codes() {
     drain(m);
     let mut d = null_mut();
     // SAFETY: valid pointers.
-    assert_eq!(
-        unsafe { dynres_daemon_new(0, c"job".as_ptr(), &mut d) },
-        DYNRES_OK
-    );
+    let made = unsafe { dynres_daemon_new(0, c"job".as_ptr(), &mut d) };
+    assert_eq!(made, DYNRES_OK);
     let good = encode_to_daemon(&ToDaemon::PrunePset {
         name: PsetName::parse("mpi://rte/app/x").unwrap(),
     });

@@ -15,7 +15,6 @@
 //! MPI-2 style dynamic process management (spawn, ports, connect/accept) on the
 //! kernel's spawn handshakes. [`auth`], [`env`](mod@env) and [`framing`] are the local protocol
 //! between a process and its runtime, shared with `dynres-runtime`.
-#![warn(missing_docs)]
 
 pub mod auth;
 pub mod comm;

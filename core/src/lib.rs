@@ -8,7 +8,6 @@
 //! code cites those IDs next to where it enforces them.
 #![no_std]
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 extern crate alloc;
 

@@ -97,11 +97,14 @@ fn owner(path: &Path) -> Result<Owner, LauncherError> {
             let pid: Option<libc::pid_t> = crate::input::read_bounded(&pid_path, &f, 32)
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
-            // SAFETY: kill with signal 0 only checks that the process exists.
             let alive = pid.is_some_and(|p| {
-                p > 0
-                    && (unsafe { libc::kill(p, 0) } == 0
-                        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+                // Never 0 or negative: kill would address process groups.
+                if p <= 0 {
+                    return false;
+                }
+                // SAFETY: kill with signal 0 only checks that the process exists.
+                let sent = unsafe { libc::kill(p, 0) };
+                sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
             });
             Ok(if alive {
                 Owner::Alive

@@ -11,7 +11,6 @@
 //!
 //! Applications do not link this crate: they link `dynres-client`, whose local
 //! protocol (hello, frames, environment) this runtime serves.
-#![warn(missing_docs)]
 
 pub mod bind;
 pub mod error;

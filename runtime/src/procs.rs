@@ -318,7 +318,7 @@ pub fn send_signal(os_pid: u32, sig: libc::c_int) {
 }
 
 /// A one-word description of an exit.
-pub fn describe(status: &ExitStatus) -> String {
+pub fn describe(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(c), _) => format!("exit {c}"),
         (None, Some(s)) => format!("signal {s}"),
@@ -327,7 +327,7 @@ pub fn describe(status: &ExitStatus) -> String {
 }
 
 /// An exit as one number for the link (LINK-4): the exit code, or 128 + the signal.
-pub fn code_of(status: &ExitStatus) -> u32 {
+pub fn code_of(status: ExitStatus) -> u32 {
     match (status.code(), status.signal()) {
         (Some(c), _) => c as u32 & 0xff,
         (None, Some(s)) => 128 + s as u32,

@@ -97,7 +97,7 @@ fn snapshot(e: &Engine) -> Option<Snapshot> {
             pid: Some(x.os_pid),
             state: "exited",
             node: None,
-            exit: Some(describe(&x.status)),
+            exit: Some(describe(x.status)),
         });
     }
     let nodes = e.nodes.as_ref().map(|nodes| {

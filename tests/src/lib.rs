@@ -2,7 +2,6 @@
 //!
 //! End-to-end tests across the kernel, the transports and the launcher: real processes,
 //! real sockets, grow and shrink. The tests themselves live in `tests/tests/`.
-#![warn(missing_docs)]
 
 pub mod job;
 pub mod netns;

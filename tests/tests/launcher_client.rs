@@ -19,9 +19,8 @@ fn client_library_and_communicator_answer_correctly() {
 #[test]
 fn a_client_without_the_runtime_gets_a_typed_error() {
     // No DYNRES_* environment: not started by `dynres run`.
-    let e = match dynres_client::Session::init() {
-        Err(e) => e,
-        Ok(_) => panic!("a session without a runtime"),
+    let Err(e) = dynres_client::Session::init() else {
+        panic!("a session without a runtime")
     };
     assert!(matches!(e, dynres_client::ClientError::Env(_)), "{e}");
 }

@@ -10,7 +10,6 @@
 //! * [`tcp::TcpDevice`]: non-blocking sockets, `TCP_NODELAY`, nom-parsed framing.
 //! * `verbs::VerbsDevice` (feature `verbs`): UD datagrams for bootstrap, RC for data.
 //! * [`router::Router`]: several devices at once, chosen per peer from its address set.
-#![warn(missing_docs)]
 // Under `--cfg loom` only the ring and the waiter are exercised; the rest still compiles.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 

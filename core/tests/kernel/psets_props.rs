@@ -217,13 +217,10 @@ proptest! {
                     reg.apply(&me, &op)
                 }
             };
-            let out = match result {
-                Err(_) => {
-                    // PSET-40: a refused request changes nothing.
-                    prop_assert_eq!(&reg, &before);
-                    continue;
-                }
-                Ok(out) => out,
+            let Ok(out) = result else {
+                // PSET-40: a refused request changes nothing.
+                prop_assert_eq!(&reg, &before);
+                continue;
             };
             let after = snapshot(&reg);
             // Def. 4 computed naively from the snapshot (S = {caller} for mpi://SELF).

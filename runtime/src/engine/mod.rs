@@ -113,13 +113,13 @@ pub enum Event {
     },
     /// (Master) Slurm's answer to a request for more nodes (GROW-1).
     Granted(Result<crate::slurm::Grant, String>),
-    /// A connection whose replies were held back ([`ioloop::Handle::watch_write`])
+    /// A connection whose replies were held back (`ioloop::Handle::watch_write`)
     /// takes bytes again.
     Writable {
         /// Connection id.
         conn: u64,
     },
-    /// A link whose frames were held back ([`ioloop::Handle::watch_link`]) takes
+    /// A link whose frames were held back (`ioloop::Handle::watch_link`) takes
     /// bytes again: the loop's turn flushes it.
     LinkWritable {
         /// The peer's node (on a daemon: its own node).
@@ -753,10 +753,10 @@ impl Engine {
             }
         };
         c.exit = Some(status);
-        if !judge(procs::code_of(&status), c.cause).is_loss() {
-            tracing::debug!(rank, how = %procs::describe(&status), cause = ?c.cause, "exited");
+        if !judge(procs::code_of(status), c.cause).is_loss() {
+            tracing::debug!(rank, how = %procs::describe(status), cause = ?c.cause, "exited");
         } else {
-            tracing::warn!(rank, how = %procs::describe(&status), "exited");
+            tracing::warn!(rank, how = %procs::describe(status), "exited");
         }
         if !status.success() {
             // A process that did not finish cleanly cannot unlink its segments.
@@ -764,12 +764,12 @@ impl Engine {
         }
         let (os_pid, cause) = (c.os_pid, c.cause);
         if self.master.is_some() {
-            crate::events::end(rank, self.node.0, i64::from(procs::code_of(&status)));
+            crate::events::end(rank, self.node.0, i64::from(procs::code_of(status)));
         }
         if let Some(conn) = self.by_rank.get(&rank).copied() {
             self.drop_conn(conn);
         }
-        self.report_end(rank, os_pid, procs::code_of(&status), cause);
+        self.report_end(rank, os_pid, procs::code_of(status), cause);
         let pid = self.pid(rank);
         // Core learns the exit while the child is still listed, so that a loss it
         // reports can be judged by its exit status.
@@ -938,7 +938,7 @@ impl Engine {
             let Some(status) = c.exit else {
                 return;
             };
-            let code = procs::code_of(&status);
+            let code = procs::code_of(status);
             if !judge(code, c.cause).is_loss() {
                 tracing::debug!(rank, "process finished");
                 return;
@@ -946,7 +946,7 @@ impl Engine {
             let why = format!(
                 "rank {rank} (pid {}) exited unexpectedly ({})",
                 c.os_pid,
-                procs::describe(&status)
+                procs::describe(status)
             );
             (why, Some(code))
         } else if let Some(p) = self.remote_procs.get(&rank) {

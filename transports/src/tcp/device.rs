@@ -505,7 +505,7 @@ impl TcpDevice {
             return;
         }
         if let Some(oldest) = waiting.map(|(k, _)| *k).min() {
-            let e = self.refusal(oldest, HandshakeError::Evicted);
+            let e = Self::refusal(oldest, HandshakeError::Evicted);
             self.refuse(oldest, e);
         }
     }
@@ -547,12 +547,12 @@ impl TcpDevice {
             .map(|(k, _)| *k)
             .collect();
         for id in late {
-            let e = self.refusal(id, HandshakeError::Deadline(self.cfg.handshake_timeout));
+            let e = Self::refusal(id, HandshakeError::Deadline(self.cfg.handshake_timeout));
             self.kill(id, e);
         }
     }
 
-    fn refusal(&self, id: ConnId, why: HandshakeError) -> TransportError {
+    fn refusal(id: ConnId, why: HandshakeError) -> TransportError {
         TransportError::Handshake {
             conn: id.0,
             reason: HandshakeFailure::Refused(why),

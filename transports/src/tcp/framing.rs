@@ -262,7 +262,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn header_round_trip(source: u64, tag: u64, context_id: u32, len in 0u64..=u32::MAX as u64) {
+        fn header_round_trip(source: u64, tag: u64, context_id: u32, len in 0u64..=u64::from(u32::MAX)) {
             let h = data(source, tag, context_id, len);
             prop_assert_eq!(parse_header(&encode(&h), u64::MAX).unwrap(), Some(h));
         }

@@ -939,7 +939,7 @@ mod orders {
                 Step::Connect => conn = Some(s.as_mut().unwrap().connect(&to_r).unwrap()),
                 Step::Send(n) => {
                     let (s, c) = (s.as_mut().unwrap(), conn.unwrap());
-                    s.send(c, hdr(n as u64), &payload(n), T).unwrap();
+                    s.send(c, hdr(u64::from(n)), &payload(n), T).unwrap();
                 }
                 Step::Close if drop_on_close => s = None,
                 Step::Close => s.as_mut().unwrap().disconnect(conn.unwrap()).unwrap(),
@@ -980,7 +980,7 @@ mod orders {
         }
         for (n, g) in (1u8..).zip(got) {
             let g = g.unwrap();
-            assert_eq!((g.conn, g.header.tag), (id, n as u64), "{order:?}");
+            assert_eq!((g.conn, g.header.tag), (id, u64::from(n)), "{order:?}");
             assert_eq!(g.data, payload(n), "{order:?}");
         }
         // Nothing more: the next receive on the connection fails with the close.
