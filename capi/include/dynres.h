@@ -125,6 +125,12 @@
 #define DYNRES_ACTION_SPAWNED_EXITED 16
 
 /**
+ * Master: a change was ABORTED; the frame is the delta pset's name, a NUL, then why
+ * (a NUL-terminated text). Comes just before the change's `DYNRES_ACTION_STATUS`.
+ */
+#define DYNRES_ACTION_ABORTED 17
+
+/**
  * Result of `get_res_change`.
  */
 #define DYNRES_CALL_GET_RES_CHANGE 1

@@ -55,6 +55,9 @@ pub const DYNRES_ACTION_NEED_SLOTS: i32 = 14;
 pub const DYNRES_ACTION_SPAWN: i32 = 15;
 /// Master: a spawned child (`rank`) exited (SPAWN-19); not a loss of the job.
 pub const DYNRES_ACTION_SPAWNED_EXITED: i32 = 16;
+/// Master: a change was ABORTED; the frame is the delta pset's name, a NUL, then why
+/// (a NUL-terminated text). Comes just before the change's `DYNRES_ACTION_STATUS`.
+pub const DYNRES_ACTION_ABORTED: i32 = 17;
 
 /// One action. Fields that an action kind does not use are 0.
 #[repr(C)]

@@ -105,6 +105,11 @@ fn encode(o: &MasterOutput) -> Encoded {
             e.action.status = status_code(*status);
             e
         }
+        MasterOutput::Aborted { delta, reason } => {
+            let mut text = with_nul(delta.as_str());
+            text.extend(with_nul(&reason.to_string()));
+            Encoded::new(action::DYNRES_ACTION_ABORTED, text)
+        }
         MasterOutput::Refused { ticket, error, .. } => {
             let mut e = Encoded::new(action::DYNRES_ACTION_REFUSED, with_nul(&error.to_string()));
             e.action.id = *ticket;

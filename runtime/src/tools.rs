@@ -73,6 +73,9 @@ struct Waiting {
 pub struct ToolRequests {
     next: u64,
     open: BTreeMap<u64, Waiting>,
+    /// Why a change was ABORTED, from the master's report just before the status
+    /// (RC-12), until the status answers the tools waiting for it.
+    why: BTreeMap<PsetName, String>,
 }
 
 impl ToolRequests {
@@ -129,11 +132,17 @@ impl ToolRequests {
         }
     }
 
+    /// The master aborted `delta` because of `why` (its status comes next).
+    pub fn aborted(&mut self, delta: &PsetName, why: String) {
+        self.why.insert(delta.clone(), why);
+    }
+
     /// A change reached `status`; tools waiting for it get their answer if it is final.
     pub fn status(&mut self, delta: &PsetName, status: RcStatus) {
         if !status.is_final() {
             return;
         }
+        let why = self.why.remove(delta);
         let done: Vec<u64> = self
             .open
             .iter()
@@ -144,7 +153,10 @@ impl ToolRequests {
             if let Some(w) = self.open.remove(&t) {
                 let line = match status {
                     RcStatus::Finalized => format!("ok {delta} FINALIZED\n"),
-                    _ => format!("error: change {delta} was ABORTED\n"),
+                    _ => match &why {
+                        Some(why) => format!("error: change {delta} was ABORTED: {why}\n"),
+                        None => format!("error: change {delta} was ABORTED\n"),
+                    },
                 };
                 w.reply.send(line);
             }
@@ -220,5 +232,23 @@ mod tests {
         t.after_request(c);
         t.refused(c, &RcError::Timeout);
         assert!(rx.try_recv().unwrap().starts_with("error: refused"));
+    }
+
+    /// RC-12: a tool waiting for a change the master aborted hears why.
+    #[test]
+    fn a_waiting_tool_hears_why_its_change_was_aborted() {
+        let mut t = ToolRequests::default();
+        let d = PsetName::parse("mpi://rte/app/rc/5").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a = t.open(ToolReply::to(tx), true);
+        t.started(a, &d);
+        t.after_request(a);
+        t.aborted(&d, "the change was not decided in time".into());
+        t.status(&d, RcStatus::Aborted);
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            format!("error: change {d} was ABORTED: the change was not decided in time\n")
+        );
+        assert!(t.why.is_empty(), "the reason is not kept after the answer");
     }
 }

@@ -112,7 +112,12 @@ fn a_waiting_change_shows_progress_then_its_abort() {
         "no progress line\n{}",
         g.dump()
     );
-    assert!(g.stderr.contains("ABORTED"), "{}", g.dump());
+    assert!(
+        g.stderr
+            .contains("ABORTED: the change was not decided in time"),
+        "the abort says why\n{}",
+        g.dump()
+    );
     assert_eq!(rt.run(&["kill", job]).code, Some(0));
     run.finish(rt.dir.clone(), Duration::from_secs(30))
         .assert_nothing_left();

@@ -61,6 +61,35 @@ impl RcStatus {
     }
 }
 
+/// Why the master ABORTED a change (`RC-12`), for the tools and logs that asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum AbortReason {
+    /// The change was not decided within the job's change timeout (`RC-10`): the
+    /// application did not accept it, or its new processes did not all confirm.
+    NotDecidedInTime,
+    /// A new process' confirm failed (`RC-12`).
+    ConfirmFailed,
+    /// A new process exited before the change was decided.
+    NewProcessExited,
+    /// A process of the application was lost while the change was in flight
+    /// (`RC-18`).
+    MemberLost,
+}
+
+impl core::fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            AbortReason::NotDecidedInTime => {
+                "the change was not decided in time (the application did not accept it, or a new process did not confirm)"
+            }
+            AbortReason::ConfirmFailed => "a new process failed to confirm",
+            AbortReason::NewProcessExited => "a new process exited before the change was decided",
+            AbortReason::MemberLost => "a process of the application was lost",
+        })
+    }
+}
+
 /// A request to change the resources of an application (the `RES_CHANGE_DEFINE` event
 /// or `request_res_change`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

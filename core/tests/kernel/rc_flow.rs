@@ -8,7 +8,8 @@ use crate::common;
 use common::*;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SplitBy};
 use dynres_core::rc::{
-    AcceptResult, CallResult, ChangeRequest, ClientCall, MasterOutput, RcError, RcStatus, RcType,
+    AbortReason, AcceptResult, CallResult, ChangeRequest, ClientCall, MasterOutput, RcError,
+    RcStatus, RcType,
 };
 use dynres_core::slots::SlotState;
 use dynres_core::{Duration, ProcessId};
@@ -257,6 +258,16 @@ fn confirm_timeout_aborts_and_rolls_back() {
     assert_eq!(
         w.status_log(&delta),
         [RcStatus::Announced, RcStatus::Pending, RcStatus::Aborted]
+    );
+    // RC-12: the master says why, for the tool that asked.
+    assert!(
+        w.notices.iter().any(|n| *n
+            == MasterOutput::Aborted {
+                delta: delta.clone(),
+                reason: AbortReason::NotDecidedInTime
+            }),
+        "{:?}",
+        w.notices
     );
     assert_eq!(
         w.members(&root()),

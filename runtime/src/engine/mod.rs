@@ -889,6 +889,10 @@ impl Engine {
             }
             MasterOutput::Send(env) => self.send_to_node(env.to.0, &env.msg),
             MasterOutput::Status { delta, status } => self.on_status(delta, status),
+            MasterOutput::Aborted { delta, reason } => {
+                tracing::warn!("{delta}: ABORTED: {reason}");
+                self.tools.aborted(&delta, reason.to_string());
+            }
             MasterOutput::Started { ticket, delta } => self.tools.started(ticket, &delta),
             MasterOutput::Refused {
                 ticket,

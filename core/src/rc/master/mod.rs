@@ -27,7 +27,7 @@ use super::error::{BadRequest, MasterRejection, RcError};
 pub use super::input::{MasterConfig, MasterInput};
 use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
 use super::trace;
-use super::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
+use super::types::{AbortReason, ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
 use crate::process::{ProcessId, Rank};
 use crate::pset::{Origin, PsetName, PsetRegistry};
 use crate::slots::SlotMap;
@@ -53,6 +53,13 @@ pub enum MasterOutput {
         delta: PsetName,
         /// Its new status.
         status: RcStatus,
+    },
+    /// A change was ABORTED, and why (reported just before its `Status`).
+    Aborted {
+        /// The change.
+        delta: PsetName,
+        /// Why.
+        reason: AbortReason,
     },
     /// An externally requested change was refused (queued ones report here too).
     Refused {

@@ -11,7 +11,7 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::{BadRequest, MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{AcceptOutcome, NodeId, RcStatus, RcType};
+use crate::rc::types::{AbortReason, AcceptOutcome, NodeId, RcStatus, RcType};
 use crate::time::{Duration, Instant};
 
 /// The data-server key under which the accept root's new pset is published.
@@ -209,7 +209,7 @@ impl Master {
             change.waiters.push((route.clone(), Waiter::Confirm));
         }
         if !ok {
-            self.abort(now, &delta, "a new process failed to confirm");
+            self.abort(now, &delta, AbortReason::ConfirmFailed);
             return;
         }
         change.confirmed.insert(route.pid.clone());
@@ -313,14 +313,19 @@ impl Master {
     /// The decision ABORTED (`RC-1`, `RC-12`): added processes are killed, job data
     /// and the application's psets go back to the snapshot, waiters learn it, and the
     /// change stays queryable until its added processes have exited.
-    pub(crate) fn abort(&mut self, now: Instant, delta: &PsetName, why: &'static str) {
+    pub(crate) fn abort(&mut self, now: Instant, delta: &PsetName, why: AbortReason) {
         let Some(change) = self.changes.get(delta) else {
             return;
         };
         if change.info.status.is_final() {
             return;
         }
-        tracing::debug!(%delta, why, "change aborted");
+        tracing::debug!(%delta, %why, "change aborted");
+        // The reason first, so that whoever waits for the status has it (RC-12).
+        self.out.push_back(MasterOutput::Aborted {
+            delta: delta.clone(),
+            reason: why,
+        });
         self.set_status(delta, RcStatus::Aborted);
         let _ = self.publish(now, &confirm_key(delta), String::from("failure"), false);
         let change = self.changes.get_mut(delta).expect("present");
@@ -474,11 +479,7 @@ impl Master {
         match owner {
             Some((delta, status)) => {
                 if !status.is_final() {
-                    self.abort(
-                        now,
-                        &delta,
-                        "a new process exited before the change was decided",
-                    );
+                    self.abort(now, &delta, AbortReason::NewProcessExited);
                 }
                 self.note_exit(&delta, pid);
             }
@@ -508,7 +509,7 @@ impl Master {
         };
         if !self.bug(Bug::IgnoreLoss) {
             for delta in endangered {
-                self.abort(now, &delta, "a process of the application was lost");
+                self.abort(now, &delta, AbortReason::MemberLost);
             }
         }
         let stuck: Vec<PsetName> = self
@@ -639,7 +640,7 @@ impl Master {
             .map(|(d, _)| d.clone())
             .collect();
         for delta in due {
-            self.abort(now, &delta, "the change was not decided in time");
+            self.abort(now, &delta, AbortReason::NotDecidedInTime);
         }
         let graced: Vec<PsetName> = self
             .changes
