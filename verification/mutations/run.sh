@@ -41,6 +41,7 @@ if [ ${#patches[@]} -eq 0 ]; then
     patches=("$root"/verification/mutations/*.patch)
 fi
 work=${DYNRES_MUTATION_DIR:-$root/target/mutations}
+mkdir -p "$work" && work=$(cd "$work" && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$work/target}
 export CARGO_INCREMENTAL=0 PROPTEST_CASES=${PROPTEST_CASES:-32}
 src=$work/src
