@@ -56,7 +56,9 @@ for patch in "${patches[@]}"; do
     # A fresh copy of the tree as it is (committed or not), without build outputs.
     rm -rf "$src" && mkdir -p "$src"
     tar -C "$root" --exclude=./target --exclude=./.git -cf - . | tar -C "$src" -xf -
-    if ! (cd "$src" && git apply "$patch") >>"$log" 2>&1; then
+    # patch(1), not `git apply`: the scratch directory may lie inside the repository
+    # (target/ is), where `git apply` silently skips paths outside the current directory.
+    if ! (cd "$src" && patch -p1 --forward --batch <"$patch") >>"$log" 2>&1; then
         rows+=("$name|-|-|-|does not apply")
         continue
     fi
