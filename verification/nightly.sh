@@ -8,10 +8,13 @@
 #            any crash (panic, failed assertion, overflow, OOM, timeout) fails the stage
 #   mutants  cargo-mutants over dynres-core (.cargo/mutants.toml), kill rate
 #            caught / (caught + missed) must be >= DYNRES_KILL_RATE_MIN (90)
+#   corpus   the unplanted-bug corpus (verification/mutations/run.sh, issue 33): every
+#            patch must be caught by a property or a test, none by golden counts alone
+#            (--quick: only each patch's own configurations)
 #
 # then ONE summary table, and a non-zero exit if any stage failed.
 #
-# Usage: verification/nightly.sh [--quick] [--stages gate,fuzz,mutants] [--help]
+# Usage: verification/nightly.sh [--quick] [--stages gate,fuzz,mutants,corpus] [--help]
 #
 #   --quick        smoke test in minutes: 100,000 fuzz inputs per target, mutants
 #                  shard 0/100 (20 of 2,000), the gate's nightly tier only for
@@ -51,7 +54,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 QUICK=0
-STAGES="gate,fuzz,mutants"
+STAGES="gate,fuzz,mutants,corpus"
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -70,7 +73,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 for s in ${STAGES//,/ }; do
-    case "$s" in gate | fuzz | mutants) ;; *) die "unknown stage '$s' (gate, fuzz, mutants)" ;; esac
+    case "$s" in gate | fuzz | mutants | corpus) ;; *) die "unknown stage '$s' (gate, fuzz, mutants, corpus)" ;; esac
 done
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 
@@ -277,11 +280,31 @@ stage_mutants() {
     fi
 }
 
+# ---------------------------------------------------------------- corpus
+stage_corpus() {
+    local t0=$SECONDS rc=0 args=()
+    [ "$QUICK" = 1 ] && args+=(--quick)
+    echo "nightly.sh: corpus: verification/mutations/run.sh ${args[*]} (log: $LOG/corpus.log)"
+    # Its own scratch and target directory (see run.sh), under this run's logs' parent.
+    DYNRES_MUTATION_DIR="${CARGO_TARGET_DIR:-target}/mutations" CARGO_TARGET_DIR= \
+        verification/mutations/run.sh "${args[@]}" >"$LOG/corpus.log" 2>&1 || rc=$?
+    local dt=$((SECONDS - t0)) n caught
+    n=$(grep -c ': .* (gate failures' "$LOG/corpus.log" || true)
+    caught=$(grep -cE ': caught-by-(property|test) ' "$LOG/corpus.log" || true)
+    if [ "$rc" = 0 ]; then
+        row corpus "unplanted bugs" ok "caught $caught/$n" "$dt"
+    else
+        row corpus "unplanted bugs" "FAIL (exit $rc)" "caught $caught/$n; see corpus.log" "$dt"
+        fail
+    fi
+}
+
 main() {
     local t0=$SECONDS verdict
     if want gate; then stage_gate; fi
     if want fuzz; then stage_fuzz; fi
     if want mutants; then stage_mutants; fi
+    if want corpus; then stage_corpus; fi
     # ------------------------------------------------------------ summary
     if [ "$FAILED" = 0 ]; then verdict=PASS; else verdict=FAIL; fi
     {

@@ -261,6 +261,15 @@ pub enum Bug {
     /// change is still emptying: Slurm without accounting refuses the second update
     /// (`GROW-4`).
     OfferWithoutHold,
+    // issue 33: classes only golden counts saw
+    /// The master starts the request that waited for a new node (`RC-21`) before it
+    /// sends that node's daemon its replica, so the change's launch reaches a daemon
+    /// that holds no pset of the job and only the new processes' job data (`RC-22`).
+    GrowStartsBeforeReplica,
+    /// A modex the master fails (a member lost, its deadline passed) is reported only to
+    /// the nodes whose batch arrived, not to every node with a member: a daemon still
+    /// gathering waits for its own deadline (`MODEX-4`).
+    ModexFailBatchNodesOnly,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

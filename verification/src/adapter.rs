@@ -10,6 +10,7 @@
 //! any point, which advances the master's clock to its next deadline.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use dynres_core::bugs::Bugs;
@@ -324,6 +325,10 @@ pub struct MasterState {
     /// Tickets in the order the master started or refused them, refusals for a full
     /// queue left out (those never queued): FIFO means increasing (`RC-15`).
     pub left_queue: Vec<u64>,
+    /// Master steps that failed a modex (`ModexDone` with `ProcessLost` or `Timeout`,
+    /// which only a failed gather sends) without telling every node where a member of
+    /// its version runs (`MODEX-4`). A count that stays 0 in a correct run.
+    pub modex_fail_untold: u32,
     /// Every undecided change's view of before it, recorded when it is announced and
     /// dropped at its decision (`RC-12`). While the change is undecided the view is what
     /// the master's own snapshot holds, so it splits no state.
@@ -732,6 +737,10 @@ pub struct DaemonState {
     /// Modex replies `Stale` it handed its clients (whose machines then ask again,
     /// `MODEX-2`).
     pub stale_replies: u32,
+    /// Launches after job start (of an added process or a spawn's child) whose replica
+    /// lacked `mpi://WORLD`, the process' application pset or the process in its job
+    /// data (`RC-22`). A count that stays 0 in a correct run, so it splits no state.
+    pub unready_launches: u32,
     /// The fingerprint of everything above (see `RcState::seal`).
     pub fp: u64,
 }
@@ -937,11 +946,26 @@ pub struct RcNode {
     pub initial: u32,
 }
 
-fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
+/// Drains the master's outputs after one step; `batch_step` says the step handled a
+/// node's modex batch (see [`modex_fail_told_all`]).
+fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>, batch_step: bool) {
     let first = st.log.len();
+    // MODEX-4: the nodes each failed modex of this step was sent to.
+    let mut failed: BTreeMap<(PsetName, u64), BTreeSet<NodeId>> = BTreeMap::new();
     while let Some(out) = st.master.poll_output() {
         match out {
             MasterOutput::Send(env) => {
+                if let ToDaemon::ModexDone {
+                    pset,
+                    version,
+                    result: Err(RcError::ProcessLost(_) | RcError::Timeout),
+                } = &env.msg
+                {
+                    failed
+                        .entry((pset.clone(), *version))
+                        .or_default()
+                        .insert(env.to);
+                }
                 if let ToDaemon::Reply {
                     to,
                     reply: ClientReply::SpawnKilled(Ok(())),
@@ -974,10 +998,46 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>) {
         }
     }
     track_rollbacks(st, first);
+    for ((pset, version), told) in failed {
+        if !batch_step && !modex_fail_told_all(&st.master, &pset, version, &told) {
+            st.modex_fail_untold += 1;
+        }
+    }
     match st.master.poll_timeout() {
         Some(_) => o.set_timer(RcTimer::Master, model_timeout()),
         None => o.cancel_timer(RcTimer::Master),
     }
+}
+
+/// `MODEX-4`: a failed modex of `pset` at `version` was sent to every node where the
+/// master places a live member of that version (the job data's node, as the gather's
+/// members are found), so no daemon still gathering for it waits for its own deadline.
+///
+/// Checked for failures a deadline or a loss causes (`Timeout`, an exit, a lost node),
+/// not for the answer to a batch: a batch naming a dead member when no gather is held
+/// is answered to its sender alone, the other nodes' batches being failed the same way
+/// when they come.
+fn modex_fail_told_all(
+    master: &Master,
+    pset: &PsetName,
+    version: u64,
+    told: &BTreeSet<NodeId>,
+) -> bool {
+    let Ok(p) = master.registry().get(pset) else {
+        return true;
+    };
+    if p.attrs.version != version {
+        // Not the gathered version any more: MODEX-2 fails it with Stale instead.
+        return true;
+    }
+    let members = master
+        .registry()
+        .members(&dynres_core::pset::Origin::Runtime, pset)
+        .unwrap_or_default();
+    members
+        .iter()
+        .filter_map(|m| master.processes().get(m))
+        .all(|n| told.contains(n))
 }
 
 /// `RC-12` across one master step whose statuses start at `log[first]`: a change
@@ -1021,6 +1081,16 @@ fn set_ticket(st: &mut MasterState, ticket: u64, outcome: Ticket) {
     }
 }
 
+/// `RC-22`: whether a daemon's replica holds what a process it launches needs at once —
+/// `mpi://WORLD`, the pset of the process' application and the process in the job data
+/// — as every daemon of the job does from its start. A node added at run time holds them
+/// only once the master sent it the replica.
+fn replica_ready(daemon: &Daemon, p: &ProcessId, app: &str) -> bool {
+    daemon.pset(&PsetName::world()).is_some()
+        && daemon.pset(&root_of(app)).is_some()
+        && daemon.job().contains(p)
+}
+
 fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out<RcNode>) {
     while let Some(out) = st.daemon.poll_output() {
         match out {
@@ -1042,6 +1112,9 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                     let in_pset = st.daemon.pset(&root).is_some_and(|(m, _)| m.contains(&p));
                     let known = in_pset && st.daemon.job().contains(&p);
                     st.spawn_launches.push((p.clone(), known));
+                    if !replica_ready(&st.daemon, &p, &app) {
+                        st.unready_launches += 1;
+                    }
                     send(o, layout.proc(&p), RcMsg::LaunchSpawned(app.clone()));
                 }
             }
@@ -1050,6 +1123,14 @@ fn drain_daemon(layout: &Layout, initial: u32, st: &mut DaemonState, o: &mut Out
                     if p.rank >= initial {
                         let saw = st.daemon.changes().any(|c| c.includes(&p));
                         st.launched.push((p.clone(), saw));
+                        let app = st
+                            .daemon
+                            .changes()
+                            .find(|c| c.includes(&p))
+                            .map(|c| c.app.clone());
+                        if !app.is_some_and(|app| replica_ready(&st.daemon, &p, &app)) {
+                            st.unready_launches += 1;
+                        }
                     }
                     send(o, layout.proc(&p), RcMsg::Launch);
                 }
@@ -1439,6 +1520,7 @@ impl RcNode {
                     foreign_edits: 0,
                     foreign_confirms: 0,
                     foreign_confirm_edits: 0,
+                    modex_fail_untold: 0,
                     exit_while_concurrent: false,
                     spawn_kills_granted: Vec::new(),
                     tickets: Vec::new(),
@@ -1449,7 +1531,7 @@ impl RcNode {
                     spun: false,
                     fp: 0,
                 };
-                drain_master(&self.layout, &mut st, o);
+                drain_master(&self.layout, &mut st, o, false);
                 RcState::Master(Box::new(st))
             }
             RcActor::Scheduler(reqs, give_back, _) => {
@@ -1478,6 +1560,7 @@ impl RcNode {
                     refused_inputs: 0,
                     spawn_launches: Vec::new(),
                     stale_replies: 0,
+                    unready_launches: 0,
                     fp: 0,
                 }))
             }
@@ -1539,6 +1622,13 @@ impl RcNode {
                     _ => None,
                 };
                 let adding = matches!(input, MasterInput::NodeAdded { .. });
+                let batch_step = matches!(
+                    input,
+                    MasterInput::FromDaemon {
+                        msg: ToMaster::Modex { .. },
+                        ..
+                    }
+                );
                 let r = st.master.handle(st.now, input);
                 if let (Some(node), Ok(())) = (giving_back, &r) {
                     st.returned.push(node);
@@ -1553,7 +1643,7 @@ impl RcNode {
                     st.version_violations += 1;
                 }
                 // After the drain: the step's status changes are in the log then.
-                drain_master(&self.layout, st, o);
+                drain_master(&self.layout, st, o, batch_step);
                 if let Some(check) = isolation {
                     check.after(&self.actor, st);
                 }
@@ -1780,7 +1870,7 @@ impl RcNode {
                         st.spun = true;
                     }
                 }
-                drain_master(&self.layout, st, o);
+                drain_master(&self.layout, st, o, false);
                 if let Some(check) = isolation {
                     check.after(&self.actor, st);
                 }

@@ -42,6 +42,17 @@ pub fn render(outcomes: &[Outcome]) -> String {
     out
 }
 
+/// The outcomes whose count differs from the golden file's (or that it lacks): what a
+/// `--bless` changes, so that the gate can print what those counts still guarantee.
+pub fn changed(outcomes: &[Outcome]) -> Vec<String> {
+    let golden = weights();
+    outcomes
+        .iter()
+        .filter(|o| golden.get(&o.name) != Some(&o.states))
+        .map(|o| o.name.clone())
+        .collect()
+}
+
 /// Compares (or, with `bless`, rewrites) the golden counts. Returns whether the gate may
 /// pass and the lines to report (the binary prints them). An exhaustive search visits
 /// every reachable state once whatever the number of threads, so the unique count is

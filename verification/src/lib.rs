@@ -6,9 +6,11 @@
 //! handshakes run the same way (see [`spawn_model`], [`spawn_configs`]), liveness under
 //! fairness (see [`fair`]), pset operations from several clients checked for
 //! linearizability against an independent sequential store (see [`pset_model`],
-//! [`pset_oracle`]), golden state counts, and the `check` command that runs them all.
+//! [`pset_oracle`]), golden state counts, what each configuration pins (see [`coverage`]),
+//! and the `check` command that runs them all.
 
 pub mod adapter;
+pub mod coverage;
 pub mod ends_model;
 pub mod fair;
 pub mod giveback_model;

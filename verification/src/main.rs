@@ -1,6 +1,6 @@
 //! `dynres-verification`: the merge gate (`spec/verification.md`).
 //!
-//! `cargo verify check [--tier pr|nightly] [--json FILE]`
+//! `cargo verify check [--tier pr|nightly] [--json FILE] [--bless] [--explain]`
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -58,6 +58,10 @@ enum Cmd {
         /// Print the counterexample of every caught planted bug.
         #[arg(long)]
         verbose: bool,
+        /// Instead of checking, print every configuration's properties and the planted
+        /// bugs run against it (what its golden count still guarantees).
+        #[arg(long)]
+        explain: bool,
     },
     /// Record a trace of the in-memory harnesses' resource-change and spawn flows to FILE.
     Record {
@@ -89,10 +93,23 @@ fn main() -> ExitCode {
             verbose,
             threads,
             bless,
+            explain,
             explore: Some(config),
         } => {
-            let _ = (tier, json, only, verbose, threads, bless);
+            let _ = (tier, json, only, verbose, threads, bless, explain);
             explore(&config)
+        }
+        Cmd::Check {
+            tier,
+            only,
+            explain: true,
+            ..
+        } => {
+            let nightly = matches!(tier, Tier::Nightly);
+            for line in dynres_verification::coverage::explain(only.as_deref(), nightly) {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
         }
         Cmd::Check {
             tier,
@@ -101,6 +118,7 @@ fn main() -> ExitCode {
             verbose,
             threads,
             bless,
+            explain: false,
             explore: None,
         } => run_check(tier, json, only, verbose, threads, bless),
         Cmd::Record { file } => {
@@ -263,9 +281,17 @@ fn run_check(
         .filter(|o| !nightly_only.contains(&o.name.as_str()))
         .cloned()
         .collect();
+    let changed = golden::changed(&pinned);
     let (golden_ok, report) = golden::compare(&pinned, bless, only.is_some());
     for line in report {
         println!("{line}");
+    }
+    if bless && golden_ok {
+        // A new count is accepted only knowing what it still guarantees (issue 33).
+        let nightly = matches!(tier, Tier::Nightly);
+        for line in dynres_verification::coverage::bless_report(&changed, nightly) {
+            println!("{line}");
+        }
     }
     println!();
     println!(

@@ -536,6 +536,11 @@ fn modex_properties(model: RcModel, stale: bool, losses: bool) -> RcModel {
             },
         )
         .property(
+            Expectation::Always,
+            "MODEX-4 a failed modex is sent to every node with a member, not only those with a batch",
+            |_, s| master(s).modex_fail_untold == 0,
+        )
+        .property(
             Expectation::Sometimes,
             "MODEX-3 a modex completes",
             |_, s| procs(s).any(|p| matches!(p.modex, Some(Ok(_)))),
@@ -788,6 +793,11 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
             Expectation::Always,
             "RC-3 announced before launched",
             |_, s| daemons(s).all(|d| d.launched.iter().all(|(_, saw)| *saw)),
+        )
+        .property(
+            Expectation::Always,
+            "RC-22 a process is launched only where the replica holds WORLD, its application's pset and its job data",
+            |_, s| daemons(s).all(|d| d.unready_launches == 0),
         )
         .property(
             Expectation::Always,

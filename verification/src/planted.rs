@@ -451,6 +451,17 @@ pub fn corpus() -> Vec<Planted> {
             "spawn-accept-twice-dgram",
             "SPAWN-21 an initiator is paired with at most one accept, the one that answered it",
         ),
+        // issue 33: the two classes only golden counts saw
+        p(
+            GrowStartsBeforeReplica,
+            "rc-grow-1n-2e-1new",
+            "RC-22 a process is launched only where the replica holds WORLD, its application's pset and its job data",
+        ),
+        p(
+            ModexFailBatchNodesOnly,
+            "rc-modex-loss-2n-3e",
+            "MODEX-4 a failed modex is sent to every node with a member, not only those with a batch",
+        ),
         // issue 28: the authenticated bootstrap
         p(
             SkipBootstrapMac,

@@ -875,3 +875,52 @@ fn three_applications_change_at_once_and_an_abort_touches_its_own() {
     assert_eq!(w.master.status(&sub3), RcStatus::Aborted);
     assert!(in_job(&w, 4), "restored by its own abort");
 }
+
+/// RC-15: one application's queued requests leave the queue in the order they came,
+/// each when the application's previous change is decided, whatever another
+/// application queues meanwhile. Only the gate's `rc-queue-1n-2e-1new` saw the order
+/// before (issue 33). The changes are told apart by kind and size: nobody accepts, so
+/// each aborts at its deadline and the next one starts.
+#[test]
+fn one_applications_queued_requests_start_in_the_order_they_came() {
+    // Slots to spare: an aborted change's processes hold theirs until they exit.
+    let mut cfg = config(1, 16, 2);
+    cfg.apps.push(("app2".into(), 1));
+    cfg.max_queued = 4;
+    let mut w = World::new(cfg);
+    w.behaviour.confirm = false;
+    for req in [
+        ChangeRequest::add(APP, 1),
+        ChangeRequest::add(APP, 2),
+        ChangeRequest::add("app2", 1),
+        ChangeRequest::sub(APP, 1),
+        ChangeRequest::add("app2", 3),
+    ] {
+        w.request(req);
+    }
+    w.run_for(Duration::from_millis(1));
+    // One change per application at once; the other three wait.
+    assert_eq!(w.statuses.len(), 2, "{:?}", w.statuses);
+    // Three rounds of deadlines (500 ms each) start and abort everything queued.
+    w.run_for(Duration::from_millis(1600));
+    let started = |app: &str| -> Vec<(RcType, usize)> {
+        w.statuses
+            .iter()
+            .filter(|(_, s)| *s == RcStatus::Announced)
+            .filter_map(|(d, _)| w.master.all_changes().find(|c| c.delta == *d))
+            .filter(|c| c.app == app)
+            .map(|c| (c.kind, c.added.len()))
+            .collect()
+    };
+    assert_eq!(
+        started(APP),
+        [(RcType::Add, 1), (RcType::Add, 2), (RcType::Sub, 0)]
+    );
+    assert_eq!(started("app2"), [(RcType::Add, 1), (RcType::Add, 3)]);
+    let aborted = w
+        .statuses
+        .iter()
+        .filter(|(_, s)| *s == RcStatus::Aborted)
+        .count();
+    assert_eq!(aborted, 5, "every request started and was decided");
+}

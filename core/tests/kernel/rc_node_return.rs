@@ -90,3 +90,48 @@ fn an_unknown_node_is_refused() {
         Err(MasterRejection::NoSuchNode(NodeId(7)))
     );
 }
+
+/// RC-20, SLOT-3, SLOT-5: between a SUB's FINALIZED and its victim's exit the victim has
+/// left the job data but still runs on its node and holds its slot, so the node is not
+/// given back; once the victim has exited it is. Only the gate's `rc-sub-return-2n-2e-1new`
+/// saw this window before (issue 33): a master judging "busy" by the job data would give
+/// back a node whose only process is still leaving.
+#[test]
+fn a_node_whose_only_process_is_leaving_is_not_given_back_before_it_exits() {
+    // Rank 0 on node 0, rank 1 alone on node 1; the SUB removes rank 1 (stack order).
+    let mut w = World::new(config(2, 1, 2));
+    w.behaviour.exit_when_removed = false;
+    assert_eq!(
+        decided(&mut w, ChangeRequest::sub(APP, 1)),
+        RcStatus::Finalized
+    );
+    assert!(!w.exited.contains(&pid(1)), "the victim has not exited yet");
+    assert!(
+        !w.master.processes().contains_key(&pid(1)),
+        "a FINALIZED SUB's victim is out of the job data"
+    );
+    assert_eq!(
+        w.master.slots().processes_on(1),
+        [pid(1)],
+        "but holds its slot"
+    );
+    let before = w.master.slots().slots().to_vec();
+    assert!(
+        matches!(returned(&mut w, 1), Err(MasterRejection::NodeBusy(_))),
+        "a node whose process is still leaving is busy"
+    );
+    assert_eq!(
+        w.master.slots().slots(),
+        &before[..],
+        "refused: nothing changes"
+    );
+    w.exit(&pid(1));
+    w.run_for(Duration::from_millis(10));
+    assert!(w.master.slots().processes_on(1).is_empty());
+    returned(&mut w, 1).unwrap();
+    assert!(
+        w.master.slots().slots()[1..]
+            .iter()
+            .all(|s| *s == SlotState::Retired)
+    );
+}

@@ -73,7 +73,11 @@ impl Master {
         let id = NodeId(self.slots.add_node(node.clone()));
         self.cfg.nodes.push(node);
         tracing::debug!(node = id.0, "node added");
-        if !self.bug(Bug::NoReplicaForAddedNode) {
+        // RC-22: the replica first, so nothing below can use the node before its daemon
+        // holds what every other daemon holds.
+        let replica_first =
+            !self.bug(Bug::NoReplicaForAddedNode) && !self.bug(Bug::GrowStartsBeforeReplica);
+        if replica_first {
             self.send_replica(id);
         }
         let ready = self.growth.as_ref().is_some_and(|g| {
@@ -89,6 +93,9 @@ impl Master {
                 self.start_or_refuse(now, g.from, g.req);
                 self.dequeue(now, &app);
             }
+        }
+        if self.bug(Bug::GrowStartsBeforeReplica) {
+            self.send_replica(id);
         }
         Ok(())
     }

@@ -153,7 +153,9 @@ impl Master {
             return;
         };
         let mut nodes = g.nodes;
-        nodes.extend(g.members.iter().filter_map(|m| self.procs.get(m).copied()));
+        if !self.bug(Bug::ModexFailBatchNodesOnly) {
+            nodes.extend(g.members.iter().filter_map(|m| self.procs.get(m).copied()));
+        }
         for n in nodes {
             self.modex_done(n, pset, g.version, Err(err.clone()));
         }
