@@ -96,6 +96,26 @@ fn a_missing_member_times_out_everyone_and_nothing_is_left_behind() {
     }
 }
 
+/// MODEX-5: the master keeps the *earliest* deadline of the batches it holds: a node whose
+/// members wait 50 ms and a node whose members wait 10 s, with a member missing on a third
+/// node — every member, the patient ones too, has its `Timeout` by 100 ms (keeping the
+/// latest deadline, they would wait 10 s; the models cannot tell, as every member there
+/// has the same timeout).
+#[test]
+fn the_earliest_contributors_deadline_times_the_modex_out() {
+    let mut w = World::new(config(3, 2, 6));
+    let r = root();
+    let mut calls = start(&mut w, &r, &[0, 1], 50);
+    calls.extend(start(&mut w, &r, &[2, 3, 4], 10_000));
+    w.run_for(Duration::from_millis(100));
+    for (rank, id) in calls {
+        match w.results.get(&(pid(rank), id)) {
+            Some(CallResult::Modex(Err(RcError::Timeout))) => {}
+            other => panic!("rank {rank} at 100 ms: {other:?}"),
+        }
+    }
+}
+
 /// MODEX-2: a node's batch gathered at a version that is no longer current fails with
 /// `Stale` naming the new version; the member's client asks again, and every member
 /// agrees on the new table.
