@@ -116,6 +116,12 @@ pub fn all(nightly: bool) -> Vec<Coverage> {
     for cfg in crate::ends_model::pr_configs() {
         out.push((cfg.name.to_string(), names(&cfg)));
     }
+    for cfg in crate::liveness_model::pr_configs() {
+        out.push((cfg.name.to_string(), names(&cfg)));
+    }
+    for cfg in crate::giveback_model::pr_configs() {
+        out.push((cfg.name.to_string(), names(&cfg)));
+    }
     let corpus = corpus();
     out.into_iter()
         .map(|(config, properties)| Coverage {
