@@ -48,18 +48,17 @@ impl RcFabric {
         let (pd, cq) = match (pd, cq) {
             (Ok(pd), Ok(cq)) => (pd, cq),
             (pd, cq) => {
-                let err = match (pd, cq) {
-                    (Err(e), _) | (_, Err(e)) => e,
-                    _ => unreachable!("one of them failed"),
+                let ((Err(err), _) | (_, Err(err))) = (pd, cq) else {
+                    unreachable!("one of them failed")
                 };
                 // SAFETY: `ctx` came from Box::leak above and nothing borrows it any more
                 // (the PD/CQ results were consumed by the match).
-                drop(unsafe { Box::from_raw(ctx as *const Context as *mut Context) });
+                drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });
                 return Err(err);
             }
         };
         Ok(Self {
-            ctx: ctx as *const Context as *mut Context,
+            ctx: std::ptr::from_ref(ctx).cast_mut(),
             pd: Box::into_raw(Box::new(pd)),
             cq: Box::into_raw(Box::new(cq)),
             use_gid,

@@ -105,7 +105,8 @@ impl UdEndpoint {
         let mut port = ffi::ibv_port_attr::default();
         // SAFETY: `ctx` is open; the compat struct is a prefix of `ibv_port_attr`, as
         // the ibverbs crate also relies on.
-        let rc = unsafe { ffi::ibv_query_port(self.ctx, PORT, &mut port as *mut _ as *mut _) };
+        let rc =
+            unsafe { ffi::ibv_query_port(self.ctx, PORT, std::ptr::from_mut(&mut port).cast()) };
         if rc != 0 {
             return Err(verr_code("ibv_query_port", rc));
         }
