@@ -294,6 +294,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         node_addr: Some(node_ip),
         cwd: start_dir(&setup.cwd, setup.cwd_required),
         env: setup.env,
+        forward_stdin: false,
         bind_cpus: super::bind_cpus(if setup.bind_core {
             super::bind::Bind::Core
         } else {

@@ -43,6 +43,7 @@ use super::engine::Event;
 use super::output::{OutputStyle, Sink};
 use super::server::{Kind, Limits, Throttle};
 use super::signals;
+use super::stdin::{Forward, Want};
 use dynres_client::auth::{HELLO_OK, Peer, read_hello};
 use dynres_client::framing::{Frame, FrameReader};
 
@@ -93,6 +94,8 @@ enum Cmd {
     /// The engine's answer to tool connection `id` (`None`: it dropped the reply
     /// unanswered, the job ended).
     ToolAnswer { id: u64, text: Option<String> },
+    /// Forward the runtime's stdin into this pipe (rank 0's stdin).
+    Stdin(OwnedFd),
 }
 
 /// Shared between the loop and its handles.
@@ -148,6 +151,11 @@ impl Handle {
             stdout,
             stderr,
         });
+    }
+
+    /// Forwards the runtime's stdin into `pipe`, rank 0's stdin, until either ends.
+    pub fn forward_stdin(&self, pipe: OwnedFd) {
+        self.shared.push(Cmd::Stdin(pipe));
     }
 
     /// Asks for one [`Event::Writable`] once connection `conn` can take more bytes
@@ -351,6 +359,7 @@ impl IoLoop {
             pidfds,
             no_pidfd: false,
             next_child: 0,
+            stdin: None,
         };
         let thread = std::thread::Builder::new()
             .name("dynres-io".into())
@@ -547,6 +556,8 @@ enum Token {
     Link(usize),
     Output(usize),
     Kid(usize),
+    StdinIn,
+    StdinRoom,
 }
 
 struct Reactor {
@@ -568,6 +579,8 @@ struct Reactor {
     /// Some process has no pidfd: SIGCHLD is watched and exits are polled for.
     no_pidfd: bool,
     next_child: u64,
+    /// The runtime's stdin forwarded to rank 0, while both are open.
+    stdin: Option<Forward>,
 }
 
 impl Reactor {
@@ -640,6 +653,16 @@ impl Reactor {
                     }
                     Token::Output(i) => self.read_output(i, READ_PER_TURN),
                     Token::Kid(i) => self.reap(i),
+                    Token::StdinIn => {
+                        if !self.stdin.as_mut().is_some_and(Forward::on_input) {
+                            self.stdin = None;
+                        }
+                    }
+                    Token::StdinRoom => {
+                        if !self.stdin.as_mut().is_some_and(Forward::on_room) {
+                            self.stdin = None;
+                        }
+                    }
                 }
             }
             if self.no_pidfd {
@@ -670,6 +693,10 @@ impl Reactor {
                     }
                 }
                 Cmd::WatchLink { node, fd } => self.links.push((node, fd)),
+                Cmd::Stdin(pipe) => match Forward::new(pipe) {
+                    Ok(f) => self.stdin = Some(f),
+                    Err(e) => tracing::warn!("cannot forward stdin to rank 0: {e}"),
+                },
                 Cmd::ToolAnswer { id, text } => {
                     let ended = || "error: the job ended\n".to_string();
                     self.answer(id, text.unwrap_or_else(ended));
@@ -824,6 +851,11 @@ impl Reactor {
             if let Some(fd) = &k.pidfd {
                 add(fd.as_raw_fd(), libc::POLLIN, Token::Kid(i));
             }
+        }
+        match self.stdin.as_ref().map(Forward::want) {
+            Some(Want::Input(fd)) => add(fd, libc::POLLIN, Token::StdinIn),
+            Some(Want::Room(fd)) => add(fd, libc::POLLOUT, Token::StdinRoom),
+            None => {}
         }
         if self.no_pidfd && self.children.iter().any(|k| k.pidfd.is_none()) {
             at(now + REAP_POLL);

@@ -39,6 +39,7 @@ mod server;
 mod signals;
 mod slurm;
 mod status;
+mod stdin;
 mod supervisor;
 mod tools;
 
@@ -378,6 +379,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         cwd: cwd_required.then(|| cwd.display().to_string()),
         env: forward::local_env(&cfg.env),
         bind_cpus: bind_cpus(cfg.bind),
+        forward_stdin: stdin::should_forward(),
     };
     let grow = cfg.grow_wait.map(|wait| engine::Grow {
         wait,

@@ -54,6 +54,9 @@ pub struct LaunchSpec {
     /// `--bind-to core`: the node's CPUs, taken in turn by local rank; `None`: no
     /// binding.
     pub bind_cpus: Option<Vec<usize>>,
+    /// Whether rank 0's stdin is the runtime's own, forwarded by the I/O loop (the
+    /// master's node only; every other process gets `/dev/null`).
+    pub forward_stdin: bool,
 }
 
 /// What the runtime measured once for the processes of its node: each would otherwise
@@ -195,6 +198,9 @@ fn launcher(
                 {
                     return;
                 }
+                if let Some(pipe) = proc.stdin.take() {
+                    io.forward_stdin(OwnedFd::from(pipe));
+                }
                 // Handed over after `Launched` is queued, so the exit comes after it.
                 io.add_child(rank, proc, stdout, stderr);
             }
@@ -251,7 +257,11 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         }))
         .env("DYNRES_SHM_SPINS", spec.shm_spins.to_string())
         .envs(spec.calibration.env())
-        .stdin(Stdio::null())
+        .stdin(if rank == 0 && job.spawn.is_none() && spec.forward_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // This runtime sweeps /dev/shm for the job (`sweep_stale_shm`, and the segments of

@@ -225,3 +225,42 @@ fn output_is_tagged_timestamped_or_filed_as_asked() {
         tagged.dump()
     );
 }
+
+/// stdin goes to rank 0 (as mpirun), every other process reads `/dev/null`; rank 0
+/// sees the end of input when `dynres run`'s stdin ends.
+#[test]
+fn stdin_goes_to_rank_0_only() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let rt = Runtime::new("stdin");
+    // Rank 0 counts the bytes and says its first line; the others count theirs.
+    let script =
+        "if [ $DYNRES_RANK = 0 ]; then tee /dev/stderr | wc -c; else echo other $(cat | wc -c); fi";
+    let mut cmd = rt.command(&["run", "-n", "2", "--", "sh", "-c", script]);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    // More than a pipe holds, so the forwarding waits for rank 0 to read.
+    let big = "x".repeat(200_000);
+    let sent = format!("line one\n{big}\nline three\n");
+    input.write_all(sent.as_bytes()).unwrap();
+    drop(input);
+    let f = dynres_tests::job::wait_bounded(child, rt.dir.clone(), Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout.contains(&format!("[rank 0] {}\n", sent.len())),
+        "rank 0 got every byte and the end of input\n{}",
+        &f.stdout[..f.stdout.len().min(300)]
+    );
+    assert!(f.stderr.contains("[rank 0] line one\n"), "in order");
+    assert!(
+        f.stdout.contains("[rank 1] other 0"),
+        "{}",
+        &f.stdout[..f.stdout.len().min(300)]
+    );
+}
