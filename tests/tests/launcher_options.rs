@@ -183,7 +183,8 @@ fn output_is_tagged_timestamped_or_filed_as_asked() {
     ]);
     assert_eq!(plain.code, Some(0), "{}", plain.dump());
     let mut outs: Vec<&str> = plain.stdout.lines().collect();
-    outs.sort();
+    // By the text after the timestamp: the ranks' lines come in either order.
+    outs.sort_by_key(|l| l.split_once("] ").map(|(_, t)| t.to_string()));
     assert_eq!(outs.len(), 2, "{}", plain.dump());
     for (l, rank) in outs.iter().zip(["0", "1"]) {
         let (stamp, text) = l.split_once("] ").unwrap_or_else(|| panic!("{l}"));
