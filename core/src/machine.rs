@@ -66,3 +66,37 @@ pub(crate) fn fingerprint_without_queue<T: Hash, O>(
     *queue(machine) = out;
     fp
 }
+
+/// Implements [`Machine`] for a kernel machine by its inherent `handle`, `poll_output`,
+/// `poll_timeout` and `fingerprint`, which every machine has in the trait's shape:
+/// `by_inherent_methods!(Type, Input, Output, Error)`.
+macro_rules! by_inherent_methods {
+    ($ty:ident, $input:ty, $output:ty, $error:ty) => {
+        impl $crate::machine::Machine for $ty {
+            type Input = $input;
+            type Output = $output;
+            type Error = $error;
+
+            fn handle(
+                &mut self,
+                now: $crate::time::Instant,
+                input: $input,
+            ) -> ::core::result::Result<(), $error> {
+                $ty::handle(self, now, input)
+            }
+
+            fn poll_output(&mut self) -> ::core::option::Option<$output> {
+                $ty::poll_output(self)
+            }
+
+            fn poll_timeout(&self) -> ::core::option::Option<$crate::time::Instant> {
+                $ty::poll_timeout(self)
+            }
+
+            fn fingerprint(&mut self) -> u64 {
+                $ty::fingerprint(self)
+            }
+        }
+    };
+}
+pub(crate) use by_inherent_methods;

@@ -297,27 +297,7 @@ impl Member {
     }
 }
 
-impl crate::machine::Machine for Member {
-    type Input = MemberMsg;
-    type Output = MemberOutput;
-    type Error = SpawnError;
-
-    fn handle(&mut self, now: Instant, input: MemberMsg) -> Result<(), SpawnError> {
-        Member::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<MemberOutput> {
-        Member::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Member::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        Member::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(Member, MemberMsg, MemberOutput, SpawnError);
 
 impl crate::trace::Recorded for Member {
     const ROLE: &'static str = trace::ROLE_MEMBER;

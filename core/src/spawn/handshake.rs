@@ -926,27 +926,7 @@ impl Handshake {
     }
 }
 
-impl crate::machine::Machine for Handshake {
-    type Input = Input;
-    type Output = Output;
-    type Error = SpawnError;
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        Handshake::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<Output> {
-        Handshake::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Handshake::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        Handshake::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(Handshake, Input, Output, SpawnError);
 
 impl crate::trace::Recorded for Handshake {
     const ROLE: &'static str = trace::ROLE_HANDSHAKE;

@@ -253,27 +253,7 @@ impl Join {
     }
 }
 
-impl crate::machine::Machine for Join {
-    type Input = Input;
-    type Output = Output;
-    type Error = SpawnError;
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        Join::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<Output> {
-        Join::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Join::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        Join::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(Join, Input, Output, SpawnError);
 
 impl crate::trace::Recorded for Join {
     const ROLE: &'static str = trace::ROLE_JOIN;

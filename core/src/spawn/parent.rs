@@ -278,27 +278,7 @@ impl SpawnParent {
     }
 }
 
-impl crate::machine::Machine for SpawnParent {
-    type Input = Input;
-    type Output = Output;
-    type Error = SpawnError;
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        SpawnParent::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<Output> {
-        SpawnParent::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        SpawnParent::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        SpawnParent::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(SpawnParent, Input, Output, SpawnError);
 
 impl crate::trace::Recorded for SpawnParent {
     const ROLE: &'static str = trace::ROLE_PARENT;

@@ -331,27 +331,7 @@ impl Daemon {
     }
 }
 
-impl crate::machine::Machine for Daemon {
-    type Input = DaemonInput;
-    type Output = DaemonOutput;
-    type Error = DaemonRejection;
-
-    fn handle(&mut self, now: Instant, input: DaemonInput) -> Result<(), DaemonRejection> {
-        Daemon::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<DaemonOutput> {
-        Daemon::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Daemon::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        Daemon::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(Daemon, DaemonInput, DaemonOutput, DaemonRejection);
 
 impl crate::trace::Recorded for Daemon {
     const ROLE: &'static str = "daemon";

@@ -629,27 +629,7 @@ impl Master {
     }
 }
 
-impl crate::machine::Machine for Master {
-    type Input = MasterInput;
-    type Output = MasterOutput;
-    type Error = MasterRejection;
-
-    fn handle(&mut self, now: Instant, input: MasterInput) -> Result<(), MasterRejection> {
-        Master::handle(self, now, input)
-    }
-
-    fn poll_output(&mut self) -> Option<MasterOutput> {
-        Master::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Master::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        Master::fingerprint(self)
-    }
-}
+crate::machine::by_inherent_methods!(Master, MasterInput, MasterOutput, MasterRejection);
 
 impl crate::trace::Recorded for Master {
     const ROLE: &'static str = "master";
