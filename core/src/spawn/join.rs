@@ -255,20 +255,4 @@ impl Join {
 
 crate::machine::by_inherent_methods!(Join, Input, Output, SpawnError);
 
-impl crate::trace::Recorded for Join {
-    const ROLE: &'static str = trace::ROLE_JOIN;
-    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
-    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
-    fn key(&self) -> crate::trace::TraceKey {
-        crate::trace::TraceKey::Id(self.trace_id())
-    }
-    fn queue(&mut self) -> &mut VecDeque<Output> {
-        &mut self.out
-    }
-    fn tag(&mut self) -> Option<&mut InstanceTag> {
-        Some(&mut self.tag)
-    }
-    fn encode_input(input: &Input) -> Vec<u8> {
-        trace::encode_input(input)
-    }
-}
+crate::spawn::trace::recorded_by_id!(Join, ROLE_JOIN);

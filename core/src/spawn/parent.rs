@@ -280,23 +280,7 @@ impl SpawnParent {
 
 crate::machine::by_inherent_methods!(SpawnParent, Input, Output, SpawnError);
 
-impl crate::trace::Recorded for SpawnParent {
-    const ROLE: &'static str = trace::ROLE_PARENT;
-    // Rejected inputs are part of the recorded behaviour (SPAWN-10), so replay checks them.
-    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
-    fn key(&self) -> crate::trace::TraceKey {
-        crate::trace::TraceKey::Id(self.trace_id())
-    }
-    fn queue(&mut self) -> &mut VecDeque<Output> {
-        &mut self.out
-    }
-    fn tag(&mut self) -> Option<&mut InstanceTag> {
-        Some(&mut self.tag)
-    }
-    fn encode_input(input: &Input) -> Vec<u8> {
-        trace::encode_input(input)
-    }
-}
+crate::spawn::trace::recorded_by_id!(SpawnParent, ROLE_PARENT);
 
 #[cfg(test)]
 mod tests {

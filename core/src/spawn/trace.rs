@@ -851,6 +851,31 @@ pub fn decode_member_start(bytes: &[u8]) -> Result<MemberStart, WireError> {
     })
 }
 
+/// Implements [`crate::trace::Recorded`] for a spawn machine recorded under its trace id,
+/// its rejected inputs included (SPAWN-10: they are part of the recorded behaviour, so
+/// replay checks them): `recorded_by_id!(Type, ROLE_CONST)`.
+macro_rules! recorded_by_id {
+    ($ty:ident, $role:ident) => {
+        impl $crate::trace::Recorded for $ty {
+            const ROLE: &'static str = $crate::spawn::trace::$role;
+            const RESULT: $crate::trace::ResultRecord = $crate::trace::ResultRecord::Hashed;
+            fn key(&self) -> $crate::trace::TraceKey {
+                $crate::trace::TraceKey::Id(self.trace_id())
+            }
+            fn queue(&mut self) -> &mut ::alloc::collections::VecDeque<$crate::spawn::Output> {
+                &mut self.out
+            }
+            fn tag(&mut self) -> Option<&mut $crate::trace::InstanceTag> {
+                Some(&mut self.tag)
+            }
+            fn encode_input(input: &$crate::spawn::Input) -> ::alloc::vec::Vec<u8> {
+                $crate::spawn::trace::encode_input(input)
+            }
+        }
+    };
+}
+pub(crate) use recorded_by_id;
+
 #[cfg(test)]
 mod tests {
     use super::*;
