@@ -19,7 +19,10 @@ if [ "${2:-}" = "--release" ]; then
   out=release
 fi
 cd "$(dirname "$0")/.."
-cargo build -p dynres-capi -p dynres-launcher --bin dynres --locked --profile "$profile"
+# Two builds: `--bin` selects targets in every named package, so one command with
+# `-p dynres-capi --bin dynres` would leave libdynres unbuilt on a clean checkout.
+cargo build -p dynres-capi --lib --locked --profile "$profile"
+cargo build -p dynres-launcher --bin dynres --locked --profile "$profile"
 target="${CARGO_TARGET_DIR:-target}/$out"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 mkdir -p "$prefix/include" "$prefix/lib/pkgconfig" "$prefix/bin" "$prefix/share/man/man1" \
