@@ -13,6 +13,7 @@ extern crate alloc;
 
 pub mod bugs;
 pub mod machine;
+pub mod pmi;
 pub mod process;
 pub mod pset;
 pub mod rc;

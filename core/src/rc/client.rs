@@ -241,6 +241,16 @@ impl Client {
         }
     }
 
+    /// The client of process `pid` whose request ids start at `first`: a process with
+    /// two clients (its own and the runtime's PMI server for it, `spec/pmi.md`) keeps
+    /// their ids apart.
+    pub fn with_first_request(pid: ProcessId, first: ReqId) -> Self {
+        Client {
+            next_req: first,
+            ..Client::new(pid)
+        }
+    }
+
     /// Its process.
     pub fn pid(&self) -> &ProcessId {
         &self.pid
