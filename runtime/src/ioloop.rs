@@ -96,6 +96,8 @@ enum Cmd {
     ToolAnswer { id: u64, text: Option<String> },
     /// Forward the runtime's stdin into this pipe (rank 0's stdin).
     Stdin(OwnedFd),
+    /// Serve the runtime's end of `rank`'s PMI socket (`spec/pmi.md`).
+    Pmi { rank: u32, fd: OwnedFd },
 }
 
 /// Shared between the loop and its handles.
@@ -151,6 +153,13 @@ impl Handle {
             stdout,
             stderr,
         });
+    }
+
+    /// Serves the runtime's end of `rank`'s PMI socket: its bytes go to the engine as
+    /// [`Event::PmiBytes`] after one [`Event::PmiUp`] (sent after the rank's
+    /// [`Event::Launched`]), its end as [`Event::Gone`].
+    pub fn add_pmi(&self, rank: u32, fd: OwnedFd) {
+        self.shared.push(Cmd::Pmi { rank, fd });
     }
 
     /// Forwards the runtime's stdin into `pipe`, rank 0's stdin, until either ends.
@@ -450,13 +459,18 @@ struct Hello {
     deadline: Instant,
 }
 
-/// An authenticated client's control connection.
+/// An authenticated client's control connection, or a rank's PMI socket.
 struct Client {
     rank: u32,
     s: UnixStream,
-    frames: FrameReader,
+    /// `None`: a PMI socket, whose bytes go to the engine as they come.
+    frames: Option<FrameReader>,
     want_write: bool,
 }
+
+/// Most bytes read from one PMI socket per turn of the loop, so that a rank that
+/// writes without end does not starve the others (its session refuses overlong input).
+const PMI_READ_BUDGET: usize = 64 << 10;
 
 /// A tool's connection, after its hello.
 struct Tool {
@@ -697,6 +711,7 @@ impl Reactor {
                     Ok(f) => self.stdin = Some(f),
                     Err(e) => tracing::warn!("cannot forward stdin to rank 0: {e}"),
                 },
+                Cmd::Pmi { rank, fd } => self.admit_pmi(rank, fd),
                 Cmd::ToolAnswer { id, text } => {
                     let ended = || "error: the job ended\n".to_string();
                     self.answer(id, text.unwrap_or_else(ended));
@@ -1085,10 +1100,65 @@ impl Reactor {
             Client {
                 rank,
                 s,
-                frames: FrameReader::new(),
+                frames: Some(FrameReader::new()),
                 want_write: false,
             },
         );
+    }
+
+    /// A rank's PMI socket: no hello (the socket is its rank's alone, PMI-2).
+    fn admit_pmi(&mut self, rank: u32, fd: OwnedFd) {
+        let s = UnixStream::from(fd);
+        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+        let Ok(w) = s.try_clone() else { return };
+        if s.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self
+            .events
+            .send(Event::PmiUp {
+                conn,
+                rank,
+                stream: w,
+            })
+            .is_err()
+        {
+            return;
+        }
+        self.clients.insert(
+            conn,
+            Client {
+                rank,
+                s,
+                frames: None,
+                want_write: false,
+            },
+        );
+    }
+
+    /// Reads what a PMI socket holds (up to [`PMI_READ_BUDGET`]); whether it ended.
+    fn read_pmi(&mut self, conn: u64) -> bool {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return false;
+        };
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 8192];
+        let ended = loop {
+            if got.len() >= PMI_READ_BUDGET {
+                break false;
+            }
+            match c.s.read(&mut chunk) {
+                Ok(0) => break true,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break true,
+            }
+        };
+        if !got.is_empty() {
+            let _ = self.events.send(Event::PmiBytes { conn, bytes: got });
+        }
+        ended
     }
 
     fn on_client(&mut self, conn: u64, revents: libc::c_short) {
@@ -1102,9 +1172,30 @@ impl Reactor {
         if revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) == 0 {
             return;
         }
-        let rank = c.rank;
-        let closed = loop {
-            let frame = match c.frames.next(&mut c.s) {
+        let (rank, raw) = (c.rank, c.frames.is_none());
+        let closed = if raw {
+            self.read_pmi(conn)
+        } else {
+            self.read_frames(conn, rank)
+        };
+        if closed {
+            if let Some(c) = self.clients.remove(&conn) {
+                let _ = c.s.shutdown(std::net::Shutdown::Both);
+            }
+            let _ = self.events.send(Event::Gone { conn });
+        }
+    }
+
+    /// Reads the frames a control connection holds; whether it ended (or broke).
+    fn read_frames(&mut self, conn: u64, rank: u32) -> bool {
+        let Some(c) = self.clients.get_mut(&conn) else {
+            return false;
+        };
+        let Some(frames) = c.frames.as_mut() else {
+            return false;
+        };
+        loop {
+            let frame = match frames.next(&mut c.s) {
                 Ok(Ok(Frame::Frame(f))) => f,
                 Ok(Ok(Frame::Closed)) => break true,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
@@ -1124,12 +1215,6 @@ impl Reactor {
                     break true;
                 }
             }
-        };
-        if closed {
-            if let Some(c) = self.clients.remove(&conn) {
-                let _ = c.s.shutdown(std::net::Shutdown::Both);
-            }
-            let _ = self.events.send(Event::Gone { conn });
         }
     }
 

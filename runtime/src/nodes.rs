@@ -402,7 +402,7 @@ impl Nodes {
         tracing::info!(node, host, agent = %agent.join(" "), "starting a daemon");
         // Before the daemon exists, so the acceptor knows its node when it connects.
         self.awaiting(node, true);
-        let started = cmd.spawn().map(|mut child| {
+        let started = crate::procs::spawn_locked(&mut cmd).map(|mut child| {
             // AUTH-1: the key goes over the agent's stdin, never on a command line. An
             // agent that does not take it has exited or will not start the daemon:
             // `tick` reports it (HB-3).

@@ -184,7 +184,7 @@ fn launcher(
             .map_or(spec.program.as_str(), |s| s.command.program.as_str())
             .to_string();
         match launch(spec, &job) {
-            Ok((child, mut proc)) => {
+            Ok((child, mut proc, pmi)) => {
                 let (stdout, stderr) = (
                     proc.stdout.take().map(OwnedFd::from),
                     proc.stderr.take().map(OwnedFd::from),
@@ -201,8 +201,12 @@ fn launcher(
                 if let Some(pipe) = proc.stdin.take() {
                     io.forward_stdin(OwnedFd::from(pipe));
                 }
-                // Handed over after `Launched` is queued, so the exit comes after it.
+                // Handed over after `Launched` is queued, so the exit comes after it
+                // and the engine knows the rank when its PMI socket shows up.
                 io.add_child(rank, proc, stdout, stderr);
+                if let Some(pmi) = pmi {
+                    io.add_pmi(rank, pmi);
+                }
             }
             Err(e) => {
                 // Name the program: "No such file or directory" alone does not say
@@ -220,8 +224,57 @@ fn launcher(
     }
 }
 
-/// A launched process and its handle (with its output pipes).
-type Launched = (Child, std::process::Child);
+/// A launched process, its handle (with its output pipes) and the runtime's end of its
+/// PMI socket, if it got one.
+type Launched = (Child, std::process::Child, Option<OwnedFd>);
+
+/// Held by every spawn of the runtime while a PMI socket's child end is inheritable
+/// (PMI-2 of `spec/pmi.md`: the socket is its rank's alone). Spawning takes it, never
+/// waiting for a child: a spawn is a vfork + exec, so the two launcher threads still
+/// overlap their setup.
+pub static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Spawns `cmd` under [`SPAWN_LOCK`]: for spawns other than ranks' (daemons' agents,
+/// Slurm's commands), so that they never inherit a rank's PMI socket.
+pub fn spawn_locked(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let _held = SPAWN_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cmd.spawn()
+}
+
+/// [`Command::output`] with the spawn under [`SPAWN_LOCK`] (the wait is not).
+pub fn output_locked(cmd: &mut Command) -> std::io::Result<std::process::Output> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    spawn_locked(cmd)?.wait_with_output()
+}
+
+/// Whether a variable of the runtime's own environment must not reach a rank: another
+/// launcher's PMI or PMIx settings would send its MPI library to that launcher (issue
+/// 31: both libraries' `libpmix.so.2` read `PMIX_*`).
+fn foreign_pm_var(name: &std::ffi::OsStr) -> bool {
+    let n = name.as_encoded_bytes();
+    n.starts_with(b"PMI_") || n.starts_with(b"PMIX_")
+}
+
+/// A connected pair of stream sockets, both close-on-exec: the runtime's end and the
+/// rank's (made inheritable only under [`SPAWN_LOCK`]).
+fn pmi_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (a, b) = std::os::unix::net::UnixStream::pair()?;
+    Ok((OwnedFd::from(a), OwnedFd::from(b)))
+}
+
+/// Sets or clears `fd`'s close-on-exec flag.
+fn set_cloexec(fd: &OwnedFd, on: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: F_SETFD on a descriptor this function borrows; no memory is involved.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flag) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     let rank = job.rank;
@@ -235,6 +288,9 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     // the runtime's own, which nothing overrides.
     if let Some(d) = &spec.cwd {
         cmd.current_dir(d);
+    }
+    for (k, _) in std::env::vars_os().filter(|(k, _)| foreign_pm_var(k)) {
+        cmd.env_remove(k);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(s) = &job.spawn {
@@ -279,22 +335,51 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
             cmd.env(env::HOST_ID, h);
         }
     }
+    // PMI-1 for MPI programs (`spec/pmi.md`): the job's program gets a socket of its
+    // own as `PMI_FD` (spawned children do not: spawn through PMI is not served yet).
+    let pmi = match (&job.spawn, &job.standing) {
+        (None, Some(st)) => Some((pmi_pair()?, st.size)),
+        _ => None,
+    };
+    if let Some(((_, theirs), size)) = &pmi {
+        use std::os::fd::AsRawFd;
+        cmd.env("PMI_FD", theirs.as_raw_fd().to_string())
+            .env("PMI_RANK", rank.to_string())
+            .env("PMI_SIZE", size.to_string());
+    }
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
+    // So the rank's PMI end is made inheritable just for its spawn, under the lock that
+    // every other spawn of the runtime takes too (PMI-2), and closed before the lock is
+    // released.
     let launched = std::time::Instant::now();
     let local = job.standing.as_ref().map_or(rank, |s| s.local_rank);
+    let spawn = |cmd: &mut Command| -> std::io::Result<std::process::Child> {
+        let Some(((_, theirs), _)) = &pmi else {
+            return cmd.spawn();
+        };
+        let _held = SPAWN_LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set_cloexec(theirs, false)?;
+        let child = cmd.spawn();
+        set_cloexec(theirs, true)?;
+        child
+    };
     let child = match spec
         .bind_cpus
         .as_deref()
         .and_then(|c| crate::bind::cpu_of(c, local))
     {
         Some(cpu) => {
-            let child = crate::bind::spawning_on(cpu, || cmd.spawn())??;
+            let child = crate::bind::spawning_on(cpu, || spawn(&mut cmd))??;
             tracing::info!("rank {rank} bound to CPU {cpu} (local rank {local})");
             child
         }
-        None => cmd.spawn()?,
+        None => spawn(&mut cmd)?,
     };
+    // The rank's end is the rank's now; the runtime keeps only its own.
+    let pmi = pmi.map(|((ours, _theirs), _)| ours);
     let os_pid = child.id();
     tracing::trace!(
         rank,
@@ -309,6 +394,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
             exit: None,
         },
         child,
+        pmi,
     ))
 }
 

@@ -24,14 +24,15 @@ pub struct Grant {
 /// (`salloc --no-shell --immediate`). The error is one line saying what Slurm said.
 pub fn allocate(nodes: u32, wait: Duration, name: &str) -> Result<Grant, String> {
     let secs = wait.as_secs().max(1);
-    let out = Command::new("salloc")
-        .args(["--no-shell", "--exclusive"])
-        .arg(format!("--nodes={nodes}"))
-        .arg(format!("--immediate={secs}"))
-        .arg(format!("--job-name={name}"))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run salloc: {e}"))?;
+    let out = crate::procs::output_locked(
+        Command::new("salloc")
+            .args(["--no-shell", "--exclusive"])
+            .arg(format!("--nodes={nodes}"))
+            .arg(format!("--immediate={secs}"))
+            .arg(format!("--job-name={name}"))
+            .stdin(Stdio::null()),
+    )
+    .map_err(|e| format!("cannot run salloc: {e}"))?;
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -72,11 +73,12 @@ fn granted_job(said: &str) -> Option<String> {
 
 /// The nodes of Slurm job `job` and the CPUs of each (`scontrol show job`).
 fn describe(job: &str) -> Result<Vec<Host>, String> {
-    let out = Command::new("scontrol")
-        .args(["show", "job", job])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run scontrol: {e}"))?;
+    let out = crate::procs::output_locked(
+        Command::new("scontrol")
+            .args(["show", "job", job])
+            .stdin(Stdio::null()),
+    )
+    .map_err(|e| format!("cannot run scontrol: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "scontrol show job {job}: {}",
@@ -119,14 +121,15 @@ const UPDATE_PAUSE: Duration = Duration::from_millis(250);
 pub fn shrink_to(job: &str, list: &str, cwd: &Path) -> Result<(), String> {
     let deadline = std::time::Instant::now() + UPDATE_FOR;
     loop {
-        let out = Command::new("scontrol")
-            .current_dir(cwd)
-            .arg("update")
-            .arg(format!("JobId={job}"))
-            .arg(format!("NodeList={list}"))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run scontrol: {e}"))?;
+        let out = crate::procs::output_locked(
+            Command::new("scontrol")
+                .current_dir(cwd)
+                .arg("update")
+                .arg(format!("JobId={job}"))
+                .arg(format!("NodeList={list}"))
+                .stdin(Stdio::null()),
+        )
+        .map_err(|e| format!("cannot run scontrol: {e}"))?;
         if out.status.success() {
             return Ok(());
         }
@@ -148,11 +151,7 @@ fn transient(said: &str) -> bool {
 
 /// Cancels Slurm job `job` (a second allocation whose nodes the job no longer uses).
 pub fn release(job: &str) {
-    match Command::new("scancel")
-        .arg(job)
-        .stdin(Stdio::null())
-        .output()
-    {
+    match crate::procs::output_locked(Command::new("scancel").arg(job).stdin(Stdio::null())) {
         Ok(o) if o.status.success() => tracing::info!("Slurm allocation {job} released"),
         Ok(o) => tracing::error!(
             "scancel {job} failed: {}",

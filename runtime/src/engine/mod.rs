@@ -11,6 +11,7 @@
 
 mod grow;
 mod hosts;
+mod pmi;
 
 pub use grow::Grow;
 
@@ -60,6 +61,22 @@ pub enum Event {
         req: ReqId,
         /// The request.
         request: ClientRequest,
+    },
+    /// A rank's PMI socket is served by the I/O loop (`spec/pmi.md`).
+    PmiUp {
+        /// Connection id.
+        conn: u64,
+        /// The rank whose socket it is.
+        rank: Rank,
+        /// The stream (for replies).
+        stream: UnixStream,
+    },
+    /// Bytes a rank wrote on its PMI socket.
+    PmiBytes {
+        /// Connection id.
+        conn: u64,
+        /// The bytes, as read.
+        bytes: Vec<u8>,
     },
     /// A connection closed (or sent garbage).
     Gone {
@@ -237,6 +254,9 @@ pub struct Engine {
     pub(super) exited: VecDeque<ExitRecord>,
     conns: HashMap<u64, Conn>,
     by_rank: HashMap<Rank, u64>,
+    /// PMI sessions of local ranks, by connection (their sockets are in `conns`).
+    pmi: HashMap<u64, dynres_core::pmi::PmiSession>,
+    pmi_by_rank: HashMap<Rank, u64>,
     links: VecDeque<Link>,
     /// Changes in announcement order, the last [`HISTORY`] decided ones kept.
     pub(super) changes: VecDeque<ChangeLog>,
@@ -354,6 +374,8 @@ impl Engine {
             exited: VecDeque::new(),
             conns: HashMap::new(),
             by_rank: HashMap::new(),
+            pmi: HashMap::new(),
+            pmi_by_rank: HashMap::new(),
             links: VecDeque::new(),
             changes: VecDeque::new(),
             tools: ToolRequests::default(),
@@ -567,6 +589,8 @@ impl Engine {
                 let from = self.pid(c.rank);
                 self.daemon_input(DaemonInput::FromClient { from, req, request });
             }
+            Event::PmiUp { conn, rank, stream } => self.on_pmi_up(conn, rank, stream),
+            Event::PmiBytes { conn, bytes } => self.on_pmi_bytes(conn, bytes),
             Event::Gone { conn } => self.drop_conn(conn),
             Event::Tool { line, reply } => self.on_tool(line.trim(), reply),
             Event::Launched { rank, child } => self.on_launched(rank, child),
@@ -621,6 +645,7 @@ impl Engine {
 
     fn drop_conn(&mut self, conn: u64) {
         self.write_watch.remove(&conn);
+        self.pmi_gone(conn);
         if let Some(c) = self.conns.remove(&conn) {
             c.close();
             if self.by_rank.get(&c.rank) == Some(&conn) {
@@ -1065,7 +1090,11 @@ impl Engine {
                 self.links.push_back(Link::ToMaster(msg));
             }
             DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
-            DaemonOutput::ToClient { to, req, reply } => self.reply(to.rank, req, &reply),
+            DaemonOutput::ToClient { to, req, reply } => {
+                if let Some(reply) = self.pmi_reply(to.rank, req, reply) {
+                    self.reply(to.rank, req, &reply);
+                }
+            }
             // The replica is as the launch left it (outputs are taken after each
             // input): each process' standing is read now.
             DaemonOutput::Launch { procs } => {

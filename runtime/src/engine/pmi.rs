@@ -1,0 +1,126 @@
+//! The engine's PMI-1 servers (`spec/pmi.md`): one [`PmiSession`] per local rank of the
+//! job's program, on the socket the rank inherited as `PMI_FD`. The sessions are core's
+//! machines; this file only carries their bytes and requests: a session's requests go
+//! to the daemon machine as its process' own, and the daemon's replies to them come
+//! back here by their request id ([`PmiSession::owns`]).
+
+use std::os::unix::net::UnixStream;
+
+use dynres_core::pmi::{PmiInput, PmiJob, PmiOutput, PmiSession};
+use dynres_core::pset::PsetName;
+use dynres_core::rc::{ClientReply, DaemonInput, ReqId};
+use dynres_core::{Duration, Rank};
+
+use super::Engine;
+use crate::conns::Conn;
+
+/// How long one PMI barrier may wait for the job's other processes. MPI programs
+/// barrier in `MPI_Init`, which slow starts may spread over minutes; a process that
+/// dies instead ends the job (or leaves it, `--on-loss`) long before this.
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(3600);
+
+impl Engine {
+    /// A rank's PMI socket is up: its session starts from what the daemon's replica
+    /// says of the rank's standing.
+    pub(super) fn on_pmi_up(&mut self, conn: u64, rank: Rank, stream: UnixStream) {
+        let pid = self.pid(rank);
+        let alive = self.launching.contains_key(&rank) || self.children.contains_key(&rank);
+        let standing = self.daemon.standing(&pid, None);
+        let (Some(st), true) = (standing, alive) else {
+            tracing::debug!(rank, "PMI socket of a process that is gone: closed");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        };
+        // Every rank on this node: the mapping is known without asking the others.
+        let mapping = (st.local_size == st.size).then(|| format!("(vector,(0,1,{}))", st.size));
+        let job = PmiJob {
+            pid,
+            rank,
+            size: st.size,
+            appnum: 0,
+            universe: st.size,
+            kvsname: self.namespace.as_str().to_string(),
+            mapping,
+            group: PsetName::world(),
+            barrier_timeout: BARRIER_TIMEOUT,
+        };
+        self.conns.insert(conn, Conn::new(rank, stream));
+        self.pmi.insert(conn, PmiSession::new(job));
+        self.pmi_by_rank.insert(rank, conn);
+    }
+
+    /// Bytes from a rank's PMI socket.
+    pub(super) fn on_pmi_bytes(&mut self, conn: u64, bytes: Vec<u8>) {
+        self.pmi_input(conn, PmiInput::Received(bytes));
+    }
+
+    /// Routes a daemon reply to `rank`'s PMI session if the request was the session's;
+    /// gives it back otherwise.
+    pub(super) fn pmi_reply(
+        &mut self,
+        rank: Rank,
+        req: ReqId,
+        reply: ClientReply,
+    ) -> Option<ClientReply> {
+        let conn = self.pmi_by_rank.get(&rank).copied();
+        match conn {
+            Some(conn) if self.pmi.get(&conn).is_some_and(|s| s.owns(req)) => {
+                self.pmi_input(conn, PmiInput::Reply { req, reply });
+                None
+            }
+            _ => Some(reply),
+        }
+    }
+
+    /// Forgets a PMI session whose connection is gone.
+    pub(super) fn pmi_gone(&mut self, conn: u64) {
+        if let Some(s) = self.pmi.remove(&conn) {
+            let rank = s.job().rank;
+            if self.pmi_by_rank.get(&rank) == Some(&conn) {
+                self.pmi_by_rank.remove(&rank);
+            }
+        }
+    }
+
+    fn pmi_input(&mut self, conn: u64, input: PmiInput) {
+        let now = self.now();
+        let Some(s) = self.pmi.get_mut(&conn) else {
+            return;
+        };
+        s.handle(now, input);
+        let (rank, pid) = (s.job().rank, s.job().pid.clone());
+        let mut outputs = Vec::new();
+        while let Some(o) = s.poll_output() {
+            outputs.push(o);
+        }
+        for o in outputs {
+            match o {
+                PmiOutput::Send(bytes) => {
+                    let failed = self.conns.get_mut(&conn).and_then(|c| c.send(&bytes).err());
+                    if let Some(e) = failed {
+                        tracing::warn!(rank, error = %e, "PMI reply not delivered; closing");
+                        self.drop_conn(conn);
+                        return;
+                    }
+                }
+                PmiOutput::Request { req, request } => {
+                    self.daemon_input(DaemonInput::FromClient {
+                        from: pid.clone(),
+                        req,
+                        request,
+                    });
+                }
+                PmiOutput::Aborted { code, message } => {
+                    // PMI-7: the process exits next; its exit ends the job as any
+                    // failure does, and this says why.
+                    tracing::error!(rank, code, "rank {rank} called MPI_Abort: {message}");
+                }
+                PmiOutput::Close(why) => {
+                    tracing::warn!(rank, error = %why, "PMI input refused; closing its socket");
+                    self.drop_conn(conn);
+                    return;
+                }
+            }
+        }
+    }
+}
