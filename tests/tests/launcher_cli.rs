@@ -172,10 +172,6 @@ fn bad_cli_input_gets_one_error_and_a_non_zero_exit() {
             &["a similar argument exists: '--host'"],
         ),
         (
-            &["run", "-n", "2", "./prog", "--foo"],
-            &["put `--` before the program and its arguments: dynres run -n 2 -- ./prog --foo"],
-        ),
-        (
             &["run", "-n", "2", "--example", "synthetic", "--mode", "none"],
             &[
                 "put `--` before the example's arguments: dynres run -n 2 --example synthetic -- --mode none",

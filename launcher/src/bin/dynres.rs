@@ -290,9 +290,10 @@ struct RunArgs {
     /// go to it (`-- --help` prints its own help).
     #[arg(long)]
     example: Option<String>,
-    /// The program and its arguments, after `--` (required, unlike mpirun: it keeps
-    /// the program's options from being read as dynres' own).
-    #[arg(last = true)]
+    /// The program and its arguments, as mpirun takes them: everything from the first
+    /// word that is not an option of `dynres run` is the program's (`--` before it
+    /// works too, and is needed for a program whose name starts with `-`).
+    #[arg(trailing_var_arg = true, value_name = "PROG")]
     command: Vec<String>,
 }
 
@@ -635,9 +636,9 @@ fn shell_word(s: &str) -> String {
     }
 }
 
-/// A tip for `dynres run … PROG ARGS` without `--`: the line as it should have been.
-/// Only for an unexpected argument that is a program (no leading `-`), or any
-/// unexpected argument after `--example` (the example's options).
+/// A tip for `dynres run … --example NAME ARGS` without `--`: the line as it should
+/// have been. (A program's options need no `--`: everything from the program on is
+/// its own, as with mpirun.)
 fn dashdash_tip(e: &clap::Error, argv: &[OsString]) -> Option<String> {
     if e.kind() != ErrorKind::UnknownArgument || argv.get(1).is_none_or(|a| a != "run") {
         return None;

@@ -110,16 +110,36 @@ impl Engine {
                         request,
                     });
                 }
-                PmiOutput::Aborted { code, message } => {
-                    // PMI-7: the process exits next; its exit ends the job as any
-                    // failure does, and this says why.
-                    tracing::error!(rank, code, "rank {rank} called MPI_Abort: {message}");
-                }
+                PmiOutput::Aborted { code, message } => self.pmi_abort(rank, code, &message),
                 PmiOutput::Close(why) => {
                     tracing::warn!(rank, error = %why, "PMI input refused; closing its socket");
                     self.drop_conn(conn);
                     return;
                 }
+            }
+        }
+    }
+
+    /// PMI-7: `MPI_Abort` ends the whole job, whatever `--on-loss` says (MPI aborts
+    /// every process of the communicator, and MPICH waits for its launcher to do it).
+    /// On the master the job's exit status is the code asked for; a node daemon ends
+    /// the calling process, whose loss then ends the job (status 137: the code does not
+    /// travel over the link yet).
+    fn pmi_abort(&mut self, rank: Rank, code: i32, message: &str) {
+        let why = format!("rank {rank} called MPI_Abort (code {code}): {message}");
+        tracing::error!(rank, code, "{why}; ending the job");
+        if self.ending.is_some() {
+            return;
+        }
+        if self.master.is_some() {
+            // The low 8 bits reach the caller, as from an exit (a code that reads 0
+            // still fails the job: `Outcome::exit_status`).
+            self.record_failure(rank, Some(code as u32 & 0xff));
+            self.ending = Some(why);
+            self.kill_all(dynres_core::rc::ends::KillCause::JobEnding);
+        } else if let Some(c) = self.children.get(&rank) {
+            if c.exit.is_none() {
+                crate::procs::kill(c.os_pid);
             }
         }
     }
