@@ -1106,7 +1106,7 @@ impl Reactor {
         );
     }
 
-    /// A rank's PMI socket: no hello (the socket is its rank's alone, PMI-2).
+    /// A rank's PMI socket: no hello (the socket is its rank's alone, PMIS-2).
     fn admit_pmi(&mut self, rank: u32, fd: OwnedFd) {
         let s = UnixStream::from(fd);
         let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);

@@ -229,7 +229,7 @@ fn launcher(
 type Launched = (Child, std::process::Child, Option<OwnedFd>);
 
 /// Held by every spawn of the runtime while a PMI socket's child end is inheritable
-/// (PMI-2 of `spec/pmi.md`: the socket is its rank's alone). Spawning takes it, never
+/// (PMIS-2 of `spec/pmi.md`: the socket is its rank's alone). Spawning takes it, never
 /// waiting for a child: a spawn is a vfork + exec, so the two launcher threads still
 /// overlap their setup.
 pub static SPAWN_LOCK: Mutex<()> = Mutex::new(());
@@ -249,7 +249,7 @@ pub fn output_locked(cmd: &mut Command) -> std::io::Result<std::process::Output>
     spawn_locked(cmd)?.wait_with_output()
 }
 
-/// Whether a variable of the runtime's own environment must not reach a rank: another
+/// PMIS-9: whether a variable of the runtime's own environment must not reach a rank: another
 /// launcher's PMI or PMIx settings would send its MPI library to that launcher (issue
 /// 31: both libraries' `libpmix.so.2` read `PMIX_*`).
 fn foreign_pm_var(name: &std::ffi::OsStr) -> bool {
@@ -350,7 +350,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).
     // So the rank's PMI end is made inheritable just for its spawn, under the lock that
-    // every other spawn of the runtime takes too (PMI-2), and closed before the lock is
+    // every other spawn of the runtime takes too (PMIS-2), and closed before the lock is
     // released.
     let launched = std::time::Instant::now();
     let local = job.standing.as_ref().map_or(rank, |s| s.local_rank);

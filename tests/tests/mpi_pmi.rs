@@ -223,7 +223,7 @@ fn mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
     let rt = Runtime::new("pmi-abort");
     let exe = build(&mpi, &rt.scratch(), "abort", ABORT);
     let exe = exe.to_str().unwrap();
-    // PMI-7: MPI_Abort's code is the job's, and the log says who called it.
+    // PMIS-7: MPI_Abort's code is the job's, and the log says who called it.
     let f = run(&rt, &["run", "-n", "3", "--oversubscribe", exe]);
     assert_eq!(f.code, Some(7), "{}", f.dump());
     assert!(f.stderr.contains("rank 1 called MPI_Abort"), "{}", f.dump());
@@ -244,6 +244,7 @@ ask 'cmd=put kvsname=someone-else key=k value=v' otherkvs
 ask 'cmd=get kvsname=someone-else key=k' otherget
 ask 'cmd=initack pmiid=1' claim
 ask 'cmd=get_my_kvsname' still
+echo "foreign: ${PMI_PORT:-unset} ${PMIX_NAMESPACE:-unset} rank ${PMI_RANK} of ${PMI_SIZE}"
 # The only socket this rank holds is its own PMI socket.
 n=0; for f in /proc/$$/fd/*; do case "$(readlink "$f")" in socket:*) n=$((n+1));; esac; done
 echo "sockets: $n"
@@ -258,10 +259,13 @@ fn hostile_pmi_clients_get_errors_and_touch_nothing() {
     let rt = Runtime::new("pmi-hostile");
     let script = rt.scratch().join("hostile.sh");
     std::fs::write(&script, HOSTILE).unwrap();
-    let f = run(
-        &rt,
-        &["run", "-n", "2", "/bin/bash", script.to_str().unwrap()],
-    );
+    // PMIS-9: another launcher's settings in dynres' own environment stay out.
+    let mut cmd = rt.command(&["run", "-n", "2", "/bin/bash", script.to_str().unwrap()]);
+    cmd.env("PMI_PORT", "10.0.0.1:7777")
+        .env("PMIX_NAMESPACE", "slurm.pmix.1.0");
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
     assert_eq!(f.code, Some(0), "{}", f.dump());
     for rank in 0..2 {
         let line = |what: &str| -> String {
@@ -272,17 +276,18 @@ fn hostile_pmi_clients_get_errors_and_touch_nothing() {
                 .unwrap_or_else(|| panic!("no {prefix:?}\n{}", f.dump()))
                 .to_string()
         };
-        // PMI-3: malformed or forbidden commands get error replies ...
+        // PMIS-3: malformed or forbidden commands get error replies ...
         for what in ["garbage", "otherkvs", "otherget", "claim"] {
             assert!(line(what).contains("rc=-1 msg="), "{what}: {}", line(what));
         }
         // ... and the session goes on untouched.
         assert!(line("still").starts_with("cmd=my_kvsname rc=0 kvsname="));
-        // PMI-2: no other rank's socket leaked into this one.
+        assert_eq!(line("foreign"), format!("unset unset rank {rank} of 2"));
+        // PMIS-2: no other rank's socket leaked into this one.
         assert_eq!(line("sockets"), "1");
         assert!(line("overlong").contains("rc=-1"), "{}", line("overlong"));
         assert_eq!(line("after"), "closed");
     }
-    // PMI-3: a closed PMI socket is not fatal to the job.
+    // PMIS-3: a closed PMI socket is not fatal to the job.
     f.assert_nothing_left();
 }

@@ -1,4 +1,4 @@
-//! PMI-1 for unmodified MPI programs (`spec/pmi.md`, rules `PMI-n`): the wire protocol
+//! PMI-1 for unmodified MPI programs (`spec/pmi.md`, rules `PMIS-n`): the wire protocol
 //! MPICH and every Hydra-based MPI speak on the socket their launcher hands them as
 //! `PMI_FD`, and the per-process server that maps it onto the kernel — the barrier onto
 //! the modex, publish/lookup onto the data server.

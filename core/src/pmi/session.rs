@@ -10,7 +10,7 @@
 //!
 //! PMI-1 is one request, one reply: the session reads the next command only once the
 //! previous one is answered, so a client that sends ahead is served in order and never
-//! has two calls open (PMI-4).
+//! has two calls open (PMIS-4).
 //!
 //! [`rc::Client`]: crate::rc::Client
 
@@ -30,7 +30,7 @@ use crate::time::{Duration, Instant};
 /// of the same process counts up from 0.
 pub const FIRST_REQUEST: ReqId = 1 << 62;
 
-/// Most bytes of keys and values one process may put between two barriers (PMI-5):
+/// Most bytes of keys and values one process may put between two barriers (PMIS-5):
 /// every put travels to every member of the job at the barrier.
 pub const MAX_PUT_BYTES: usize = 4 << 20;
 
@@ -84,15 +84,15 @@ pub enum PmiOutput {
         /// The request.
         request: ClientRequest,
     },
-    /// The process called `PMI_Abort` (`MPI_Abort`): it exits next, with this code; the
-    /// job ends by its `--on-loss` policy (PMI-7).
+    /// The process called `PMI_Abort` (`MPI_Abort`), asking for this exit code: the
+    /// runtime ends the job (PMIS-7; MPICH waits for it to).
     Aborted {
         /// The exit code it asked for.
         code: i32,
         /// Its message.
         message: String,
     },
-    /// Close the socket: the input broke the framing (PMI-3). Sent once; the session
+    /// Close the socket: the input broke the framing (PMIS-3). Sent once; the session
     /// ignores everything after it.
     Close(PmiWireError),
 }
@@ -165,7 +165,7 @@ impl PmiSession {
     }
 
     /// Feeds one input. Never fails: what the process sends wrong is answered on its
-    /// socket (PMI-3), replies to unknown requests are ignored.
+    /// socket (PMIS-3), replies to unknown requests are ignored.
     pub fn handle(&mut self, now: Instant, input: PmiInput) {
         if self.closed {
             return;
@@ -193,7 +193,7 @@ impl PmiSession {
         None
     }
 
-    /// Serves commands until one waits for the daemon or the input runs out (PMI-4).
+    /// Serves commands until one waits for the daemon or the input runs out (PMIS-4).
     fn serve(&mut self, now: Instant) {
         while self.waiting.is_none() && !self.closed {
             match self.framer.next_command() {
@@ -204,7 +204,7 @@ impl PmiSession {
                     self.closed = true;
                     self.out.push_back(PmiOutput::Close(e));
                 }
-                // A malformed line is answered; the stream is still in step (PMI-3).
+                // A malformed line is answered; the stream is still in step (PMIS-3).
                 Some(Err(e)) => self.send_error("error", &e.to_string()),
             }
         }
@@ -286,7 +286,7 @@ impl PmiSession {
             "put" => self.put(cmd)?,
             "get" => self.get(cmd)?,
             "barrier_in" => {
-                // PMI-5: this process' puts since the last barrier travel in the modex.
+                // PMIS-5: this process' puts since the last barrier travel in the modex.
                 let mut data = String::with_capacity(self.put_bytes + 2 * self.puts.len());
                 for (k, v) in self.puts.drain(..) {
                     data.push_str(&k);
@@ -315,6 +315,7 @@ impl PmiSession {
                     message,
                 });
             }
+            // PMIS-8: names are the master's data server.
             "publish_name" => {
                 let key = cmd.need("service").map_err(e)?.into();
                 let value = cmd.need("port").map_err(e)?.into();
@@ -335,7 +336,7 @@ impl PmiSession {
         Ok(())
     }
 
-    /// `put`: only into the process' own kvs (PMI-6), within the limits it was told.
+    /// `put`: only into the process' own kvs (PMIS-6), within the limits it was told.
     fn put(&mut self, cmd: &Command) -> Result<(), String> {
         let e = |e: PmiWireError| e.to_string();
         self.own_kvs(cmd)?;
@@ -383,7 +384,7 @@ impl PmiSession {
         Ok(())
     }
 
-    /// PMI-6: a process reads and writes its own application's kvs only.
+    /// PMIS-6: a process reads and writes its own application's kvs only.
     fn own_kvs(&self, cmd: &Command) -> Result<(), String> {
         match cmd.get("kvsname") {
             Some(k) if k != self.job.kvsname => Err(format!("no access to kvs `{k}`")),

@@ -73,12 +73,13 @@ fn mpich_start_up_is_answered_from_the_job() {
     );
 }
 
+/// PMIS-5, PMIS-4.
 #[test]
 fn a_barrier_is_the_modex_and_makes_every_put_visible() {
     let mut s = PmiSession::new(job(1, None));
     let (sent, _) = feed(&mut s, b"cmd=put kvsname=job key=card-1 value=a=b\n");
     assert_eq!(sent, ["cmd=put_result rc=0\n"]);
-    // PMI-5: the other rank's key is not there before the barrier.
+    // PMIS-5: the other rank's key is not there before the barrier.
     let (sent, _) = feed(&mut s, b"cmd=get kvsname=job key=card-0\n");
     assert!(sent[0].starts_with("cmd=get_result rc=1"), "{sent:?}");
     let (sent, reqs) = feed(&mut s, b"cmd=barrier_in\n");
@@ -89,7 +90,7 @@ fn a_barrier_is_the_modex_and_makes_every_put_visible() {
     assert!(s.owns(*req));
     assert_eq!(pset, &PsetName::app_root("main").unwrap());
     assert_eq!(data, "card-1=a=b\n");
-    // Commands sent meanwhile wait for the barrier's reply (PMI-4).
+    // Commands sent meanwhile wait for the barrier's reply (PMIS-4).
     let (sent, reqs) = feed(&mut s, b"cmd=get kvsname=job key=card-0\n");
     assert!(sent.is_empty() && reqs.is_empty());
     let entries = vec![
@@ -138,6 +139,7 @@ fn a_failed_barrier_is_an_error_reply() {
     );
 }
 
+/// PMIS-8.
 #[test]
 fn names_are_the_data_server() {
     let mut s = PmiSession::new(job(0, None));
@@ -170,6 +172,7 @@ fn names_are_the_data_server() {
     assert!(matches!(&reqs[..], [(_, ClientRequest::Unpublish { .. })]));
 }
 
+/// PMIS-3, PMIS-6.
 #[test]
 fn another_kvs_and_bad_puts_are_refused_without_touching_state() {
     let mut s = PmiSession::new(job(0, None));
@@ -196,6 +199,7 @@ fn another_kvs_and_bad_puts_are_refused_without_touching_state() {
     assert!(matches!(&reqs[..], [(_, ClientRequest::Modex { data, .. })] if data.is_empty()));
 }
 
+/// PMIS-3.
 #[test]
 fn an_overlong_line_closes_the_session() {
     let mut s = PmiSession::new(job(0, None));
@@ -210,6 +214,7 @@ fn an_overlong_line_closes_the_session() {
     assert_eq!(s.poll_output(), None, "nothing is served after the close");
 }
 
+/// PMIS-7.
 #[test]
 fn abort_is_reported_and_finalize_ends_the_session() {
     let mut s = PmiSession::new(job(0, None));

@@ -10,9 +10,9 @@
 //! ```
 //!
 //! A backslash escapes the byte after it (MPICH's `unescape_val`); replies escape space
-//! and backslash the same way (PMI-2). Lines are capped at [`MAX_LINE`] bytes and a
+//! and backslash the same way. Lines are capped at [`MAX_LINE`] bytes and a
 //! multi-line command at [`MAX_MCMD`]; past that the input is refused, not buffered
-//! (PMI-3). Everything here is a parser: it never panics, whatever the bytes (PMI-1).
+//! (PMIS-3). Everything here is a parser: it never panics, whatever the bytes (PMIS-1).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -34,7 +34,7 @@ pub const MAX_MCMD: usize = 64 << 10;
 pub const MAXES: (usize, usize, usize) = (256, 64, 1024);
 
 /// Why input is refused. Any of these ends the connection after an error reply
-/// (PMI-3): a client that breaks the framing cannot be resynchronised.
+/// (PMIS-3): a client that breaks the framing cannot be resynchronised.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
 #[non_exhaustive]
 pub enum PmiWireError {
@@ -135,7 +135,7 @@ fn tokens_to_attrs(tokens: Vec<RawToken>) -> Result<Vec<(String, Option<String>)
         .collect()
 }
 
-/// Parses one command line, without its newline (PMI-1).
+/// Parses one command line, without its newline (PMIS-1).
 pub fn parse_line(line: &[u8]) -> Result<Command, PmiWireError> {
     let Some(rest) = line.strip_prefix(b"cmd=") else {
         return Err(PmiWireError::NotCommand);
@@ -207,7 +207,7 @@ pub fn parse_mcmd(body: &[u8]) -> Result<Command, PmiWireError> {
 
 /// Splits a byte stream into commands. It holds at most one command's bytes beyond
 /// what it has returned: a client that sends more than [`MAX_LINE`] (or [`MAX_MCMD`])
-/// without ending its command gets [`PmiWireError::TooLong`] (PMI-3).
+/// without ending its command gets [`PmiWireError::TooLong`] (PMIS-3).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Framer {
     buf: Vec<u8>,
@@ -287,7 +287,7 @@ impl Framer {
     }
 }
 
-/// Escapes a reply value: space and backslash get a backslash (PMI-2).
+/// Escapes a reply value: space and backslash get a backslash.
 fn escape_into(out: &mut Vec<u8>, v: &str) {
     for &b in v.as_bytes() {
         match b {
@@ -429,7 +429,7 @@ mod tests {
     }
 
     proptest! {
-        /// PMI-1: no input makes the framer or the parsers panic, and the framer never
+        /// PMIS-1: no input makes the framer or the parsers panic, and the framer never
         /// holds more than one command's limit.
         #[test]
         fn any_bytes_are_parsed_or_refused(chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..20)) {

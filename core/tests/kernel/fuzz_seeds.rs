@@ -72,3 +72,24 @@ fn rc_to_daemon_seeds_decode() {
 fn rc_link_seeds_decode() {
     check("rc_link", decode_link, encode_link);
 }
+
+/// The PMI framer's seeds (`core/fuzz/seeds/pmi_framer`) are whole, valid command
+/// streams: every command in them parses (PMIS-1), so the fuzzer starts from real ones.
+#[test]
+fn pmi_framer_seeds_parse() {
+    use dynres_core::pmi::wire::Framer;
+    for (name, bytes) in seeds("pmi_framer") {
+        let mut f = Framer::new();
+        f.push(&bytes);
+        let mut n = 0;
+        while let Some(c) = f.next_command() {
+            c.unwrap_or_else(|e| panic!("pmi_framer/{name}: {e}"));
+            n += 1;
+        }
+        assert!(
+            n > 0 && f.held() == 0,
+            "pmi_framer/{name}: {n} commands, {} bytes left",
+            f.held()
+        );
+    }
+}

@@ -120,7 +120,7 @@ impl Engine {
         }
     }
 
-    /// PMI-7: `MPI_Abort` ends the whole job, whatever `--on-loss` says (MPI aborts
+    /// PMIS-7: `MPI_Abort` ends the whole job, whatever `--on-loss` says (MPI aborts
     /// every process of the communicator, and MPICH waits for its launcher to do it).
     /// On the master the job's exit status is the code asked for; a node daemon ends
     /// the calling process, whose loss then ends the job (status 137: the code does not
