@@ -335,17 +335,20 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
             cmd.env(env::HOST_ID, h);
         }
     }
-    // PMI-1 for MPI programs (`spec/pmi.md`): the job's program gets a socket of its
-    // own as `PMI_FD` (spawned children do not: spawn through PMI is not served yet).
-    let pmi = match (&job.spawn, &job.standing) {
-        (None, Some(st)) => Some((pmi_pair()?, st.size)),
-        _ => None,
+    // PMI-1 for MPI programs (`spec/pmi.md`): every process gets a socket of its own as
+    // `PMI_FD`; a spawn's children with their rank and size in their own world.
+    let pmi = match &job.standing {
+        Some(st) => Some((pmi_pair()?, st)),
+        None => None,
     };
-    if let Some(((_, theirs), size)) = &pmi {
+    if let Some(((_, theirs), st)) = &pmi {
         use std::os::fd::AsRawFd;
         cmd.env("PMI_FD", theirs.as_raw_fd().to_string())
-            .env("PMI_RANK", rank.to_string())
-            .env("PMI_SIZE", size.to_string());
+            .env("PMI_RANK", st.rank.to_string())
+            .env("PMI_SIZE", st.size.to_string());
+        if job.spawn.is_some() {
+            cmd.env("PMI_SPAWNED", "1");
+        }
     }
     // No `pre_exec`: that would force fork + exec (1–2 ms each here) instead of
     // posix_spawn. Clients arm their parent-death signal themselves (`Session::init`).

@@ -52,11 +52,18 @@ fn build(prefix: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
     exe
 }
 
+/// MPICH's settings for these tests: the OFI netmod over TCP (the wheel's default
+/// netmod makes business cards longer than `MPI_MAX_PORT_NAME`, so `MPI_Open_port`
+/// fails under its own `mpiexec` too).
+fn mpich_env(cmd: &mut Command) {
+    cmd.env("MPIR_CVAR_CH4_NETMOD", "ofi")
+        .env("FI_PROVIDER", "tcp");
+}
+
 /// Runs `dynres ARGS` bounded (a PMI bug would hang MPI_Init, not fail it).
 fn run(rt: &Runtime, args: &[&str]) -> Finished {
     let mut cmd = rt.command(args);
-    // MPICH's shared-memory provider: the VM has no network fabric to probe.
-    cmd.env("FI_PROVIDER", "shm,tcp");
+    mpich_env(&mut cmd);
     rt.run_bounded(cmd, Duration::from_secs(120))
         .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()))
 }
@@ -163,13 +170,13 @@ int main(int argc, char **argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     if (rank == 0) {
-        MPI_Open_port(MPI_INFO_NULL, port);
+        if (MPI_Open_port(MPI_INFO_NULL, port) != MPI_SUCCESS || !port[0]) return 2;
         if (MPI_Publish_name("dynres-svc", MPI_INFO_NULL, port) != MPI_SUCCESS) return 3;
     }
     MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (rank == 1) {
         int rc = MPI_Lookup_name("dynres-svc", MPI_INFO_NULL, seen);
-        printf("lookup rc=%d same=%d\n", rc, rc == MPI_SUCCESS && strcmp(seen, port) == 0);
+        printf("lookup rc=%d same=%d\n", rc, rc == MPI_SUCCESS && port[0] && strcmp(seen, port) == 0);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) MPI_Unpublish_name("dynres-svc", MPI_INFO_NULL, port);
@@ -194,6 +201,184 @@ fn mpich_publish_lookup_unpublish_go_through_the_data_server() {
     assert!(f.stdout.contains("lookup rc=0 same=1"), "{}", f.dump());
     assert!(f.stdout.contains("after unpublish found=0"), "{}", f.dump());
     f.assert_nothing_left();
+}
+
+const SPAWN: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    MPI_Comm parent, inter, merged;
+    int rank, size, msize;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_get_parent(&parent);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (parent == MPI_COMM_NULL) {
+        int errs[64];
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int rc;
+        if (strcmp(argv[1], "multiple") == 0) {
+            char *cmds[2] = {argv[0], argv[0]};
+            int n[2] = {1, 2};
+            MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
+            rc = MPI_Comm_spawn_multiple(2, cmds, MPI_ARGVS_NULL, n, infos, 0, MPI_COMM_WORLD, &inter, errs);
+        } else {
+            int n = strcmp(argv[1], "noslots") == 0 ? 64 : 2;
+            rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, n, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);
+        }
+        if (rc != MPI_SUCCESS) {
+            printf("parent rank=%d spawn refused\n", rank);
+            MPI_Finalize();
+            return 0;
+        }
+        MPI_Intercomm_merge(inter, 0, &merged);
+    } else {
+        MPI_Intercomm_merge(parent, 1, &merged);
+    }
+    MPI_Comm_size(merged, &msize);
+    int one = 1, sum = 0;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, merged);
+    printf("%s rank=%d of %d merged=%d sum=%d\n", parent == MPI_COMM_NULL ? "parent" : "child", rank, size, msize, sum);
+    MPI_Comm_free(&merged);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// PMIS-10: MPI_Comm_spawn and MPI_Comm_spawn_multiple are the kernel's spawn; the
+/// children merge with their parents; a spawn without slots is an MPI error.
+#[test]
+fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
+    let Some(mpi) = mpich() else { return };
+    let rt = Runtime::new("pmi-spawn");
+    let exe = build(&mpi, &rt.scratch(), "spawn", SPAWN);
+    let exe = exe.to_str().unwrap();
+    for (mode, np, children) in [("single", 1u32, 2u32), ("single", 2, 2), ("multiple", 1, 3)] {
+        let total = np + children;
+        let f = run(
+            &rt,
+            &[
+                "run",
+                "-n",
+                &np.to_string(),
+                "--max",
+                &total.to_string(),
+                exe,
+                mode,
+            ],
+        );
+        assert_eq!(f.code, Some(0), "{mode}\n{}", f.dump());
+        let parents = f
+            .stdout
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("] parent rank="))
+                    && l.ends_with(&format!("of {np} merged={total} sum={total}"))
+            })
+            .count();
+        let kids = f
+            .stdout
+            .lines()
+            .filter(|l| {
+                l.contains("] child rank=") && l.ends_with(&format!("merged={total} sum={total}"))
+            })
+            .count();
+        assert_eq!(
+            (parents, kids),
+            (np as usize, children as usize),
+            "{mode} -n {np}\n{}",
+            f.dump()
+        );
+        f.assert_nothing_left();
+    }
+    // 64 children on 4 slots: refused by the master (all or none, SPAWN-17), an error
+    // MPI_Comm_spawn returns, nothing started, no hang.
+    let f = run(&rt, &["run", "-n", "1", "--max", "4", exe, "noslots"]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout.contains("parent rank=0 spawn refused"),
+        "{}",
+        f.dump()
+    );
+    assert!(!f.stdout.contains("child"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+const CROSS: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char port[MPI_MAX_PORT_NAME] = "";
+    MPI_Comm inter;
+    int rank, v = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (strcmp(argv[1], "server") == 0) {
+        if (rank == 0) {
+            if (MPI_Open_port(MPI_INFO_NULL, port) != MPI_SUCCESS) return 2;
+            FILE *f = fopen(argv[3], "w"); fputs(port, f); fclose(f);
+            rename(argv[3], argv[2]);
+        }
+        MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter);
+        if (rank == 0) { v = 42; MPI_Send(&v, 1, MPI_INT, 0, 0, inter); }
+    } else {
+        if (rank == 0) {
+            FILE *f;
+            while (!(f = fopen(argv[2], "r"))) usleep(10000);
+            fgets(port, sizeof port, f); fclose(f);
+        }
+        MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter);
+        if (rank == 0) MPI_Recv(&v, 1, MPI_INT, 0, 0, inter, MPI_STATUS_IGNORE);
+    }
+    int rsize;
+    MPI_Comm_remote_size(inter, &rsize);
+    printf("%s rank=%d remote=%d v=%d\n", argv[1], rank, rsize, v);
+    MPI_Comm_disconnect(&inter);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// Two independent `dynres run` jobs connect and accept (the port travels in a file).
+#[test]
+fn mpich_connect_accept_between_two_jobs() {
+    let Some(mpi) = mpich() else { return };
+    let rt = Runtime::new("pmi-cross");
+    let dir = rt.scratch();
+    let exe = build(&mpi, &dir, "cross", CROSS);
+    let (port, tmp) = (dir.join("port"), dir.join("port.tmp"));
+    let (exe, port, tmp) = (
+        exe.to_str().unwrap(),
+        port.to_str().unwrap(),
+        tmp.to_str().unwrap(),
+    );
+    let mut server = rt.command(&["run", "-n", "2", exe, "server", port, tmp]);
+    mpich_env(&mut server);
+    let server = dynres_tests::job::Running::start(server);
+    let client = run(&rt, &["run", "-n", "1", exe, "client", port]);
+    let server = server.finish(rt.dir.clone(), Duration::from_secs(60));
+    assert_eq!(client.code, Some(0), "{}", client.dump());
+    assert_eq!(server.code, Some(0), "{}", server.dump());
+    assert!(
+        client.stdout.contains("client rank=0 remote=2 v=42"),
+        "{}",
+        client.dump()
+    );
+    assert!(
+        server.stdout.contains("server rank=0 remote=1 v=42"),
+        "{}",
+        server.dump()
+    );
+    assert!(
+        server.stdout.contains("server rank=1 remote=1 v=0"),
+        "{}",
+        server.dump()
+    );
+    client.assert_nothing_left();
+    server.assert_nothing_left();
 }
 
 const ABORT: &str = r#"

@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
         mapping: None,
         group: PsetName::world(),
         barrier_timeout: Duration::from_secs(1),
+        preput: Vec::new(),
     });
     s.handle(Instant(0), PmiInput::Received(data.to_vec()));
     while s.poll_output().is_some() {}

@@ -6,7 +6,10 @@
 mod session;
 pub mod wire;
 
-pub use session::{FIRST_REQUEST, MAX_PUT_BYTES, PmiInput, PmiJob, PmiOutput, PmiSession};
+pub use session::{
+    FIRST_REQUEST, MAX_PUT_BYTES, PREPUT_ENV, PmiInput, PmiJob, PmiOutput, PmiSession,
+    decode_preput, encode_preput,
+};
 
 #[cfg(test)]
 mod tests;

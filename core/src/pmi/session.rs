@@ -23,7 +23,7 @@ use super::wire::{Command, Framer, MAXES, PmiWireError, reply};
 use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::{CallId, CallResult, Client, ClientCall, ClientInput, ClientOutput, ClientReply};
-use crate::rc::{ClientRequest, ReqId};
+use crate::rc::{ClientRequest, ReqId, SpawnCommand};
 use crate::time::{Duration, Instant};
 
 /// The first request id of a session's client: far from the ids a dynres-native client
@@ -56,6 +56,34 @@ pub struct PmiJob {
     pub group: PsetName,
     /// How long one barrier may wait for the other processes (the master bounds it).
     pub barrier_timeout: Duration,
+    /// Keys its spawner put into its kvs before the spawn (`PARENT_ROOT_PORT_NAME`):
+    /// visible from the start (PMIS-10).
+    pub preput: Vec<(String, String)>,
+}
+
+/// The variable that carries a spawn's pre-put keys to its children's daemons, as
+/// [`encode_preput`] writes them (PMIS-10).
+pub const PREPUT_ENV: &str = "DYNRES_PMI_PREPUT";
+
+/// Pre-put keys as one environment value: `key=value` lines (keys hold no `=` and no
+/// line holds a newline, PMIS-5).
+pub fn encode_preput(keys: &[(String, String)]) -> String {
+    let mut out = String::new();
+    for (k, v) in keys {
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+        out.push('\n');
+    }
+    out
+}
+
+/// The keys of an [`encode_preput`] value; lines that are not `key=value` are skipped.
+pub fn decode_preput(text: &str) -> Vec<(String, String)> {
+    text.split('\n')
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
 }
 
 /// What a session is told.
@@ -101,6 +129,7 @@ pub enum PmiOutput {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Waiting {
     Barrier,
+    Spawn,
     Publish,
     Unpublish,
     Lookup,
@@ -119,6 +148,10 @@ pub struct PmiSession {
     put_bytes: usize,
     /// What the barriers so far made visible, and this process' own puts.
     kvs: BTreeMap<String, String>,
+    /// The commands of a `spawn` whose last segment has not come yet (MPICH sends one
+    /// `mcmd=spawn` per command of `MPI_Comm_spawn_multiple`), and their pre-put keys.
+    spawning: Vec<SpawnCommand>,
+    spawn_preput: Vec<(String, String)>,
     finalized: bool,
     closed: bool,
     out: VecDeque<PmiOutput>,
@@ -128,6 +161,7 @@ impl PmiSession {
     /// The session of `job`'s process.
     pub fn new(job: PmiJob) -> PmiSession {
         let client = Client::with_first_request(job.pid.clone(), FIRST_REQUEST);
+        let kvs = job.preput.iter().cloned().collect();
         PmiSession {
             job,
             framer: Framer::new(),
@@ -136,7 +170,9 @@ impl PmiSession {
             waiting: None,
             puts: Vec::new(),
             put_bytes: 0,
-            kvs: BTreeMap::new(),
+            kvs,
+            spawning: Vec::new(),
+            spawn_preput: Vec::new(),
             finalized: false,
             closed: false,
             out: VecDeque::new(),
@@ -228,6 +264,7 @@ impl PmiSession {
                 "get_universe_size" => "universe_size".into(),
                 "get_my_kvsname" => "my_kvsname".into(),
                 "barrier_in" => "barrier_out".into(),
+                "spawn" => "spawn_result".into(),
                 "finalize" => "finalize_ack".into(),
                 "publish_name" => "publish_result".into(),
                 "unpublish_name" => "unpublish_result".into(),
@@ -330,9 +367,71 @@ impl PmiSession {
                 let call = ClientCall::Lookup { key, wait: None };
                 self.call(now, call, Waiting::Lookup);
             }
-            "spawn" => return Err("spawn through PMI is not served yet".into()),
+            "spawn" => self.spawn(now, cmd)?,
             other => return Err(format!("unknown command `{other}`")),
         }
+        Ok(())
+    }
+
+    /// `spawn` (PMIS-10): one segment per command; the last one makes the kernel's
+    /// `Spawn` of all of them (all get slots or none starts, `SPAWN-17`).
+    fn spawn(&mut self, now: Instant, cmd: &Command) -> Result<(), String> {
+        let e = |e: PmiWireError| e.to_string();
+        let count = |k: &'static str| -> Result<u32, String> {
+            let v = cmd.int_or(k, -1).map_err(e)?;
+            u32::try_from(v).map_err(|_| format!("`{k}` is missing or negative"))
+        };
+        let (total, so_far, nprocs) =
+            (count("totspawns")?, count("spawnssofar")?, count("nprocs")?);
+        if nprocs == 0
+            || so_far == 0
+            || so_far > total
+            || so_far as usize != self.spawning.len() + 1
+        {
+            self.spawning.clear();
+            self.spawn_preput.clear();
+            return Err(format!(
+                "spawn segment {so_far} of {total} with {nprocs} processes is out of order"
+            ));
+        }
+        let argc = count("argcnt")?;
+        let args = (1..=argc)
+            .map(|i| {
+                cmd.get(&format!("arg{i}"))
+                    .map(String::from)
+                    .ok_or_else(|| format!("`arg{i}` is missing"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let program = cmd.need("execname").map_err(e)?.to_string();
+        if so_far == 1 {
+            for i in 0..cmd.int_or("preput_num", 0).map_err(e)?.max(0) {
+                let (k, v) = (
+                    cmd.get(&format!("preput_key_{i}")),
+                    cmd.get(&format!("preput_val_{i}")),
+                );
+                match (k, v) {
+                    (Some(k), Some(v)) if !k.contains('=') => {
+                        self.spawn_preput.push((k.into(), v.into()))
+                    }
+                    _ => return Err(format!("pre-put key {i} is missing or holds `=`")),
+                }
+            }
+        }
+        self.spawning.push(SpawnCommand {
+            program,
+            args,
+            count: nprocs,
+        });
+        if so_far < total {
+            // MPICH waits for one reply, after the last segment.
+            return Ok(());
+        }
+        let commands = core::mem::take(&mut self.spawning);
+        let env = alloc::vec![(
+            PREPUT_ENV.into(),
+            encode_preput(&core::mem::take(&mut self.spawn_preput))
+        )];
+        self.call(now, ClientCall::Spawn { commands, env }, Waiting::Spawn);
         Ok(())
     }
 
@@ -435,6 +534,11 @@ impl PmiSession {
             (Waiting::Barrier, CallResult::Modex(Err(err))) => {
                 self.send_error("barrier_out", &fail(&err));
             }
+            (Waiting::Spawn, CallResult::Spawned(r)) => match r {
+                Ok(_) => self.send("spawn_result", &[("rc", "0")]),
+                // No slots (or a bad command): MPI_Comm_spawn returns an error.
+                Err(err) => self.send_error("spawn_result", &fail(&err)),
+            },
             (Waiting::Publish, CallResult::Published(r)) => match r {
                 Ok(()) => self.send("publish_result", &[("rc", "0")]),
                 Err(err) => self.send_error("publish_result", &fail(&err)),

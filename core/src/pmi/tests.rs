@@ -28,6 +28,7 @@ fn job(rank: u32, mapping: Option<&str>) -> PmiJob {
         mapping: mapping.map(Into::into),
         group: PsetName::app_root("main").unwrap(),
         barrier_timeout: Duration::from_secs(60),
+        preput: Vec::new(),
     }
 }
 
@@ -275,4 +276,95 @@ fn too_much_put_before_a_barrier_is_refused_and_a_barrier_resets_it() {
     let _ = drain(&mut s);
     let (sent, _) = feed(&mut s, b"cmd=put key=after value=1\n");
     assert_eq!(sent, ["cmd=put_result rc=0\n"]);
+}
+
+/// PMIS-10: the segments of a spawn make one kernel `Spawn` with the pre-put keys in
+/// the children's environment; slots refused are an error reply.
+#[test]
+fn spawn_segments_make_one_kernel_spawn() {
+    let mut s = PmiSession::new(job(0, None));
+    let first = b"mcmd=spawn\nnprocs=2\nexecname=./child\ntotspawns=2\nspawnssofar=1\n\
+        argcnt=2\narg1=-v\narg2=a b\npreput_num=1\npreput_key_0=PARENT_ROOT_PORT_NAME\n\
+        preput_val_0=tag#0$port\ninfo_num=0\nendcmd\n";
+    let (sent, reqs) = feed(&mut s, first);
+    assert!(
+        sent.is_empty() && reqs.is_empty(),
+        "one reply, after the last segment"
+    );
+    let second =
+        b"mcmd=spawn\nnprocs=1\nexecname=other\ntotspawns=2\nspawnssofar=2\nargcnt=0\nendcmd\n";
+    let (sent, reqs) = feed(&mut s, second);
+    assert!(sent.is_empty());
+    let [(req, ClientRequest::Spawn { commands, env })] = &reqs[..] else {
+        panic!("{reqs:?}")
+    };
+    let got: Vec<(&str, Vec<&str>, u32)> = commands
+        .iter()
+        .map(|c| {
+            (
+                c.program.as_str(),
+                c.args.iter().map(String::as_str).collect(),
+                c.count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [("./child", vec!["-v", "a b"], 2), ("other", vec![], 1)]
+    );
+    assert_eq!(env.len(), 1);
+    assert_eq!(env[0].0, PREPUT_ENV);
+    assert_eq!(
+        decode_preput(&env[0].1),
+        [(
+            "PARENT_ROOT_PORT_NAME".to_string(),
+            "tag#0$port".to_string()
+        )]
+    );
+    let spawned = crate::rc::Spawned {
+        app: "spawn-1".into(),
+        procs: vec![pid(2), pid(3), pid(4)],
+    };
+    s.handle(
+        Instant(1),
+        PmiInput::Reply {
+            req: *req,
+            reply: ClientReply::Spawned(Ok(spawned)),
+        },
+    );
+    assert_eq!(drain(&mut s).0, ["cmd=spawn_result rc=0\n"]);
+    // No slots: MPI_Comm_spawn gets an error, nothing hangs.
+    let one = b"mcmd=spawn\nnprocs=9\nexecname=x\ntotspawns=1\nspawnssofar=1\nargcnt=0\nendcmd\n";
+    let (_, reqs) = feed(&mut s, one);
+    let err = RcError::BadRequest(crate::rc::BadRequest::AlreadyInModex);
+    s.handle(
+        Instant(2),
+        PmiInput::Reply {
+            req: reqs[0].0,
+            reply: ClientReply::Spawned(Err(err)),
+        },
+    );
+    assert!(drain(&mut s).0[0].starts_with("cmd=spawn_result rc=-1 msg="));
+    // A segment out of order is refused and forgets the partial spawn.
+    let (sent, reqs) = feed(
+        &mut s,
+        b"mcmd=spawn\nnprocs=1\nexecname=x\ntotspawns=2\nspawnssofar=2\nargcnt=0\nendcmd\n",
+    );
+    assert!(
+        reqs.is_empty() && sent[0].starts_with("cmd=spawn_result rc=-1"),
+        "{sent:?}"
+    );
+}
+
+/// PMIS-10: a child sees its spawner's pre-put keys from the start.
+#[test]
+fn a_child_reads_its_spawners_preput_keys() {
+    let mut j = job(0, None);
+    j.preput = decode_preput(&encode_preput(&[(
+        "PARENT_ROOT_PORT_NAME".into(),
+        "p q".into(),
+    )]));
+    let mut s = PmiSession::new(j);
+    let (sent, _) = feed(&mut s, b"cmd=get kvsname=job key=PARENT_ROOT_PORT_NAME\n");
+    assert_eq!(sent, ["cmd=get_result rc=0 value=p\\ q found=TRUE\n"]);
 }

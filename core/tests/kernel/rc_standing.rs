@@ -27,6 +27,7 @@ fn first_processes_learn_the_size_and_their_place_on_their_node() {
     assert_eq!(place(&w, 0), (0, 3, 0, 2));
     assert_eq!(place(&w, 1), (0, 3, 1, 2));
     assert_eq!(place(&w, 2), (1, 3, 0, 1));
+    assert_eq!(standing(&w, 2).rank, 2);
 }
 
 /// Processes an ADD launches see the size the change gives the job, and places after
@@ -66,4 +67,7 @@ fn spawned_children_learn_their_spawns_size() {
     w.run_for(Duration::from_millis(1));
     assert_eq!(place(&w, 2), (1, 2, 0, 2));
     assert_eq!(place(&w, 3), (1, 2, 1, 2));
+    // Their ranks in their own world count from 0 (PMI_RANK, MPI_COMM_WORLD's rank).
+    assert_eq!((standing(&w, 2).rank, standing(&w, 3).rank), (0, 1));
+    assert_eq!((standing(&w, 0).rank, standing(&w, 1).rank), (0, 1));
 }

@@ -257,6 +257,8 @@ pub struct Engine {
     /// PMI sessions of local ranks, by connection (their sockets are in `conns`).
     pmi: HashMap<u64, dynres_core::pmi::PmiSession>,
     pmi_by_rank: HashMap<Rank, u64>,
+    /// What the PMI session of a rank being launched will serve, until its socket is up.
+    pmi_pending: HashMap<Rank, dynres_core::pmi::PmiJob>,
     links: VecDeque<Link>,
     /// Changes in announcement order, the last [`HISTORY`] decided ones kept.
     pub(super) changes: VecDeque<ChangeLog>,
@@ -376,6 +378,7 @@ impl Engine {
             by_rank: HashMap::new(),
             pmi: HashMap::new(),
             pmi_by_rank: HashMap::new(),
+            pmi_pending: HashMap::new(),
             links: VecDeque::new(),
             changes: VecDeque::new(),
             tools: ToolRequests::default(),
@@ -767,6 +770,7 @@ impl Engine {
     }
 
     fn on_exit(&mut self, rank: Rank, status: std::io::Result<ExitStatus>) {
+        self.pmi_pending.remove(&rank);
         let Some(c) = self.children.get_mut(&rank) else {
             return;
         };
@@ -1160,8 +1164,20 @@ impl Engine {
         }
     }
 
-    fn launch(&mut self, job: procs::LaunchJob) {
+    fn launch(&mut self, mut job: procs::LaunchJob) {
         let rank = job.rank;
+        if let Some(s) = &job.spawn {
+            // A spawn of several commands is output one command at a time, and the
+            // replica learns a command's children as local only at its output: read
+            // the standing again now that the whole spawn is in (the launches wait
+            // for the end of the step), so that every child counts all of its
+            // node-mates (DYNRES_LOCAL_SIZE, PMI_process_mapping).
+            let pid = self.pid(rank);
+            job.standing = self.daemon.standing(&pid, Some(&s.app)).or(job.standing);
+        }
+        if let Some(pmi) = self.pmi_job(&job) {
+            self.pmi_pending.insert(rank, pmi);
+        }
         if self.ending.is_some() || signals::interrupted() {
             // The job is being ended: report the launch as failed at once.
             let cause = self.end_cause();

@@ -6,7 +6,7 @@
 
 use std::os::unix::net::UnixStream;
 
-use dynres_core::pmi::{PmiInput, PmiJob, PmiOutput, PmiSession};
+use dynres_core::pmi::{PREPUT_ENV, PmiInput, PmiJob, PmiOutput, PmiSession, decode_preput};
 use dynres_core::pset::PsetName;
 use dynres_core::rc::{ClientReply, DaemonInput, ReqId};
 use dynres_core::{Duration, Rank};
@@ -20,29 +20,52 @@ use crate::conns::Conn;
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl Engine {
-    /// A rank's PMI socket is up: its session starts from what the daemon's replica
-    /// says of the rank's standing.
-    pub(super) fn on_pmi_up(&mut self, conn: u64, rank: Rank, stream: UnixStream) {
-        let pid = self.pid(rank);
-        let alive = self.launching.contains_key(&rank) || self.children.contains_key(&rank);
-        let standing = self.daemon.standing(&pid, None);
-        let (Some(st), true) = (standing, alive) else {
-            tracing::debug!(rank, "PMI socket of a process that is gone: closed");
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return;
+    /// What the PMI session of `job`'s process will serve (PMIS-9, PMIS-10): its
+    /// world is the job's `mpi://WORLD`, or for a spawn's child its spawn's
+    /// application, with the spawner's pre-put keys. `None`: the launch gets no PMI
+    /// socket (no standing in the replica).
+    pub(super) fn pmi_job(&self, job: &crate::procs::LaunchJob) -> Option<PmiJob> {
+        let st = job.standing?;
+        let ns = self.namespace.as_str();
+        let (kvsname, group, preput) = match &job.spawn {
+            None => (ns.to_string(), PsetName::world(), Vec::new()),
+            Some(s) => {
+                let preput = s
+                    .command
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == PREPUT_ENV)
+                    .map(|(_, v)| decode_preput(v))
+                    .unwrap_or_default();
+                let group = PsetName::app_root(&s.app).ok()?;
+                (format!("{ns}-{}", s.app), group, preput)
+            }
         };
-        // Every rank on this node: the mapping is known without asking the others.
+        // Every process of its world on this node: the mapping is known without
+        // asking the others.
         let mapping = (st.local_size == st.size).then(|| format!("(vector,(0,1,{}))", st.size));
-        let job = PmiJob {
-            pid,
-            rank,
+        Some(PmiJob {
+            pid: self.pid(job.rank),
+            rank: st.rank,
             size: st.size,
             appnum: 0,
             universe: st.size,
-            kvsname: self.namespace.as_str().to_string(),
+            kvsname,
             mapping,
-            group: PsetName::world(),
+            group,
             barrier_timeout: BARRIER_TIMEOUT,
+            preput,
+        })
+    }
+
+    /// A rank's PMI socket is up: its session starts with what [`Engine::pmi_job`]
+    /// said at its launch.
+    pub(super) fn on_pmi_up(&mut self, conn: u64, rank: Rank, stream: UnixStream) {
+        let alive = self.launching.contains_key(&rank) || self.children.contains_key(&rank);
+        let (Some(job), true) = (self.pmi_pending.remove(&rank), alive) else {
+            tracing::debug!(rank, "PMI socket of a process that is gone: closed");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
         };
         self.conns.insert(conn, Conn::new(rank, stream));
         self.pmi.insert(conn, PmiSession::new(job));
@@ -51,6 +74,15 @@ impl Engine {
 
     /// Bytes from a rank's PMI socket.
     pub(super) fn on_pmi_bytes(&mut self, conn: u64, bytes: Vec<u8>) {
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let rank = self.pmi.get(&conn).map(|s| s.job().rank);
+            tracing::trace!(
+                ?rank,
+                conn,
+                "PMI in: {}",
+                String::from_utf8_lossy(&bytes).trim_end()
+            );
+        }
         self.pmi_input(conn, PmiInput::Received(bytes));
     }
 
@@ -96,6 +128,12 @@ impl Engine {
         for o in outputs {
             match o {
                 PmiOutput::Send(bytes) => {
+                    tracing::trace!(
+                        rank,
+                        conn,
+                        "PMI out: {}",
+                        String::from_utf8_lossy(&bytes).trim_end()
+                    );
                     let failed = self.conns.get_mut(&conn).and_then(|c| c.send(&bytes).err());
                     if let Some(e) = failed {
                         tracing::warn!(rank, error = %e, "PMI reply not delivered; closing");

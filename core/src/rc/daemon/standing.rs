@@ -24,6 +24,9 @@ pub struct Standing {
     /// processes `MPI_Comm_spawn` started). A malleable job's size changes later: the
     /// pset's current size is the client's to ask.
     pub size: u32,
+    /// Its position, by rank, among the processes of its world (`MPI_COMM_WORLD`'s
+    /// rank: a spawn's first child is 0).
+    pub rank: u32,
     /// Its position, by rank, among the processes of its world on its node. Unique
     /// among them; a process leaving by the same change may still hold the same
     /// position until it exits.
@@ -63,8 +66,10 @@ impl Daemon {
         let local: alloc::vec::Vec<&ProcessId> =
             self.local.iter().filter(|p| world.contains(p)).collect();
         let local_rank = local.iter().position(|p| *p == pid)?;
+        let rank = world.iter().position(|p| *p == pid)?;
         Some(Standing {
             node: self.node,
+            rank: u32::try_from(rank).unwrap_or(u32::MAX),
             size: u32::try_from(world.len()).unwrap_or(u32::MAX),
             local_rank: local_rank as u32,
             local_size: local.len() as u32,
