@@ -273,7 +273,7 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
             .stdout
             .lines()
             .filter(|l| {
-                l.contains(&format!("] parent rank="))
+                l.contains("] parent rank=")
                     && l.ends_with(&format!("of {np} merged={total} sum={total}"))
             })
             .count();
