@@ -33,6 +33,7 @@ use std::process::{Command, ExitCode, Output};
 
 mod hosts;
 mod mpi;
+mod pmi;
 mod spawn;
 
 const SIZES: [u32; 4] = [1, 2, 4, 8];
@@ -45,6 +46,8 @@ Usage: dynres-bench [REPS]            resource changes, start-up, ping-pong acro
        dynres-bench mpi [REPS]        side by side with Open MPI and MPICH (also: --compare-mpi):
                                       job start of a hello at n = 1, 4, 8, 16, `-n 16 /bin/true`,
                                       1 B / 1 MiB ping-pong; one table of medians and ratios
+       dynres-bench pmi [REPS]        an unmodified MPICH program under dynres run (PMI-1) and
+                                      under mpiexec: hello n = 1-16, spawn 1->1, 1->8, spawn rate
 
 REPS: repetitions (default 5). Runs the `dynres` binary next to this one.
 
@@ -107,7 +110,8 @@ fn main() -> ExitCode {
     let mpi_mode = args
         .first()
         .is_some_and(|a| a == "mpi" || a == "--compare-mpi");
-    if hosts_mode || spawn_mode || mpi_mode {
+    let pmi_mode = args.first().is_some_and(|a| a == "pmi");
+    if hosts_mode || spawn_mode || mpi_mode || pmi_mode {
         args.remove(0);
     }
     let reps: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -133,6 +137,9 @@ fn main() -> ExitCode {
     }
     if mpi_mode {
         return mpi::run_all(&dynres, reps);
+    }
+    if pmi_mode {
+        return pmi::run_all(&dynres, reps);
     }
     let only = std::env::var("DYNRES_BENCH_ONLY").unwrap_or_default();
     if only != "pingpong" {
