@@ -252,7 +252,8 @@ int main(int argc, char **argv) {
 fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let Some(mpi) = mpich() else { return };
     let rt = Runtime::new("pmi-spawn");
-    let exe = build(&mpi, &rt.scratch(), "spawn", SPAWN);
+    let dir = rt.scratch();
+    let exe = build(&mpi, &dir, "spawn", SPAWN);
     let exe = exe.to_str().unwrap();
     for (mode, np, children) in [("single", 1u32, 2u32), ("single", 2, 2), ("multiple", 1, 3)] {
         let total = np + children;
@@ -292,6 +293,29 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
         );
         f.assert_nothing_left();
     }
+    // Children on another daemon than their parents (a spawn of two commands: the
+    // daemon learns it one command at a time).
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hosts = [
+        "run",
+        "-n",
+        "2",
+        "--host",
+        "127.0.0.1:2,127.0.0.2:4",
+        "--launch-agent",
+    ];
+    let mut args = hosts.to_vec();
+    args.extend([agent.to_str().unwrap(), exe, "multiple"]);
+    let f = run(&rt, &args);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let kids = f
+        .stdout
+        .lines()
+        .filter(|l| l.contains("] child rank=") && l.ends_with("merged=5 sum=5"))
+        .count();
+    assert_eq!(kids, 3, "{}", f.dump());
     // 64 children on 4 slots: refused by the master (all or none, SPAWN-17), an error
     // MPI_Comm_spawn returns, nothing started, no hang.
     let f = run(&rt, &["run", "-n", "1", "--max", "4", exe, "noslots"]);
@@ -379,6 +403,61 @@ fn mpich_connect_accept_between_two_jobs() {
     );
     client.assert_nothing_left();
     server.assert_nothing_left();
+}
+
+const JOIN: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+int main(int argc, char **argv) {
+    int rank, fd = -1, v = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct sockaddr_in a; memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (rank == 0) {
+        int l = socket(AF_INET, SOCK_STREAM, 0);
+        bind(l, (struct sockaddr *)&a, sizeof a); listen(l, 1);
+        getsockname(l, (struct sockaddr *)&a, &len); port = ntohs(a.sin_port);
+        MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        fd = accept(l, NULL, NULL); close(l);
+    } else if (rank == 1) {
+        MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        a.sin_port = htons(port);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) usleep(1000);
+    }
+    MPI_Comm inter;
+    MPI_Comm_join(fd, &inter);
+    if (rank == 0) { v = 7; MPI_Send(&v, 1, MPI_INT, 0, 0, inter); }
+    else MPI_Recv(&v, 1, MPI_INT, 0, 0, inter, MPI_STATUS_IGNORE);
+    int rs; MPI_Comm_remote_size(inter, &rs);
+    printf("join rank=%d remote=%d v=%d\n", rank, rs, v);
+    MPI_Comm_disconnect(&inter); close(fd);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// `MPI_Comm_join` over a TCP socket between two ranks of a job.
+#[test]
+fn mpich_comm_join() {
+    let Some(mpi) = mpich() else { return };
+    let rt = Runtime::new("pmi-join");
+    let exe = build(&mpi, &rt.scratch(), "join", JOIN);
+    let f = run(&rt, &["run", "-n", "2", exe.to_str().unwrap()]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    for r in 0..2 {
+        let want = format!("join rank={r} remote=1 v=7");
+        assert!(f.stdout.contains(&want), "{want}\n{}", f.dump());
+    }
+    f.assert_nothing_left();
 }
 
 const ABORT: &str = r#"
