@@ -66,6 +66,9 @@ pub enum Bug {
     /// The master sends a completed modex's table only to the node whose batch completed
     /// it, as if answering a request (`MODEX-3`, `MODEX-5`).
     ModexAnswerLastNodeOnly,
+    /// A PMI session answers `barrier_in` at once and serves the next commands before
+    /// the modex completed, so other processes' puts are not visible yet (`PMIS-5`).
+    PmiBarrierEarly,
     /// A node added at run time gets no replica: its daemon holds no pset, job data or
     /// change until the next update of each (`RC-21`, `RC-14`).
     NoReplicaForAddedNode,

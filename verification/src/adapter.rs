@@ -210,6 +210,17 @@ pub enum Role {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
     },
+    /// An MPI process speaking PMI-1 to its daemon through the shipped `PmiSession`
+    /// (`spec/pmi.md`): puts `k{rank}=v{rank}`, enters the barrier (the modex), and
+    /// after `barrier_out rc=0` gets the key of every rank below `members`.
+    Pmi {
+        /// Whether it may crash (a nondeterministic timer).
+        may_crash: bool,
+        /// The processes of the barrier.
+        members: u32,
+        /// Bugs planted in its session.
+        bugs: dynres_core::bugs::Bugs,
+    },
 }
 
 /// The pset a `Role::Root` leads.
@@ -242,6 +253,22 @@ impl Lead {
             Lead::App(_) => None,
             Lead::Excluding(_) => Some(self.pset()),
         }
+    }
+}
+
+/// The PMI job of a `Role::Pmi` process: the application's pset, `members` processes.
+fn pmi_job(pid: &ProcessId, members: u32) -> dynres_core::pmi::PmiJob {
+    dynres_core::pmi::PmiJob {
+        pid: pid.clone(),
+        rank: pid.rank,
+        size: members,
+        appnum: 0,
+        universe: members,
+        kvsname: "kvs".into(),
+        mapping: None,
+        group: app_root(),
+        barrier_timeout: Duration::from_millis(100),
+        preput: Vec::new(),
     }
 }
 
@@ -788,6 +815,13 @@ pub struct ProcState {
     pub step: Step,
     /// `Modex` only: the outcome of its modex, once it has one.
     pub modex: Option<Result<dynres_core::rc::ModexData, dynres_core::rc::RcError>>,
+    /// `Pmi` only: its session (the shipped machine, fed PMI-1 bytes).
+    pub pmi: Option<dynres_core::pmi::PmiSession>,
+    /// `Pmi` only: `barrier_out`'s outcome (`true`: `rc=0`), once it came.
+    pub pmi_barrier: Option<bool>,
+    /// `Pmi` only: the values its gets after the barrier returned, by rank (`None`: not
+    /// found).
+    pub pmi_seen: Vec<Option<String>>,
     /// Inputs its client machine refused (every `Err` is checked, none discarded).
     pub refused_inputs: u32,
     /// The change being handled.
@@ -1446,6 +1480,60 @@ impl RcNode {
         }
     }
 
+    /// Feeds a PMI process' session `bytes` (or the daemon's `reply`), sends its
+    /// requests to the daemon and reads its replies: after `barrier_out rc=0` it asks
+    /// for every member's key, one `get` after the other (PMIS-4 serves them in order).
+    fn pmi_feed(
+        st: &mut ProcState,
+        bytes: Vec<u8>,
+        reply: Option<(dynres_core::rc::ReqId, ClientReply)>,
+        members: u32,
+        o: &mut Out<Self>,
+    ) {
+        use dynres_core::pmi::{PmiInput, PmiOutput};
+        let mut input = Some(match reply {
+            Some((req, reply)) => PmiInput::Reply { req, reply },
+            None => PmiInput::Received(bytes),
+        });
+        while let Some(i) = input.take() {
+            let Some(session) = st.pmi.as_mut() else {
+                return;
+            };
+            session.handle(Instant::ZERO, i);
+            let mut gets = Vec::new();
+            while let Some(out) = session.poll_output() {
+                match out {
+                    PmiOutput::Request { req, request } => {
+                        if let Some(d) = st.daemon {
+                            send(o, d, RcMsg::Req(req, request));
+                        }
+                    }
+                    PmiOutput::Send(line) => {
+                        let line = String::from_utf8_lossy(&line).into_owned();
+                        if let Some(rest) = line.strip_prefix("cmd=barrier_out rc=") {
+                            let ok = rest.starts_with("0");
+                            if st.pmi_barrier.is_none() && ok {
+                                for r in 0..members {
+                                    gets.extend_from_slice(format!("cmd=get key=k{r}\n").as_bytes());
+                                }
+                            }
+                            st.pmi_barrier.get_or_insert(ok);
+                        } else if let Some(rest) = line.strip_prefix("cmd=get_result rc=0 value=") {
+                            let v = rest.split(' ').next().unwrap_or_default();
+                            st.pmi_seen.push(Some(v.to_string()));
+                        } else if line.starts_with("cmd=get_result ") {
+                            st.pmi_seen.push(None);
+                        }
+                    }
+                    PmiOutput::Aborted { .. } | PmiOutput::Close(_) => st.unexpected_errors += 1,
+                }
+            }
+            if !gets.is_empty() {
+                input = Some(PmiInput::Received(gets));
+            }
+        }
+    }
+
     fn start_modex(&self, st: &mut ProcState, o: &mut Out<Self>) {
         let RcActor::Proc { pid, .. } = &self.actor else {
             return;
@@ -1570,6 +1658,9 @@ impl RcNode {
                 daemon: None,
                 step: Step::Idle,
                 modex: None,
+                pmi: None,
+                pmi_barrier: None,
+                pmi_seen: Vec::new(),
                 refused_inputs: 0,
                 current: None,
                 polls_left: *polls,
@@ -1774,6 +1865,20 @@ impl RcNode {
                             }
                             self.start_modex(st, o);
                         }
+                        Role::Pmi {
+                            may_crash,
+                            members,
+                            bugs,
+                        } => {
+                            if *may_crash {
+                                o.set_timer(RcTimer::Crash, model_timeout());
+                            }
+                            let job = pmi_job(pid, *members);
+                            st.pmi = Some(dynres_core::pmi::PmiSession::with_bugs(job, *bugs));
+                            let r = pid.rank;
+                            let start = format!("cmd=put key=k{r} value=v{r}\ncmd=barrier_in\n");
+                            Self::pmi_feed(st, start.into_bytes(), None, *members, o);
+                        }
                         Role::New { may_crash } => {
                             if *may_crash {
                                 o.set_timer(RcTimer::Crash, model_timeout());
@@ -1799,6 +1904,15 @@ impl RcNode {
                 }
                 (Phase::Running | Phase::Dead, RcMsg::Launch | RcMsg::LaunchSpawned(_)) => {
                     st.relaunched = true
+                }
+                (Phase::Running, RcMsg::Reply(req, reply))
+                    if st.pmi.as_ref().is_some_and(|s| s.owns(req)) =>
+                {
+                    let members = match role {
+                        Role::Pmi { members, .. } => *members,
+                        _ => 0,
+                    };
+                    Self::pmi_feed(st, Vec::new(), Some((req, reply)), members, o);
                 }
                 (Phase::Running, RcMsg::Reply(req, reply)) => {
                     let Some(client) = st.client.as_mut() else {

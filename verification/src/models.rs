@@ -49,6 +49,9 @@ pub struct RcConfig {
     /// Every existing process runs a modex over the application's pset instead of the
     /// Lst. 6.7 loop (`MODEX-1..6`).
     pub modex: bool,
+    /// With `modex`: the processes speak PMI-1 through the shipped `PmiSession`
+    /// (`spec/pmi.md`): the barrier is the modex (`PMIS-5`).
+    pub pmi: bool,
     /// With `modex`: this rank leaves the application's pset with a pset operation
     /// instead, so the modex meets a new version (`MODEX-2`).
     pub leaver: Option<u32>,
@@ -224,6 +227,11 @@ impl RcConfig {
                     r if self.modex && self.leaver == Some(r) => Role::Scripted,
                     r if self.spawner == Some(r) => Role::Spawner,
                     r if self.rogue == Some(r) => Role::Rogue,
+                    r if self.modex && self.pmi && r < self.existing => Role::Pmi {
+                        may_crash: self.member_may_crash,
+                        members: self.existing,
+                        bugs: self.bugs,
+                    },
                     r if self.modex && r < self.existing => Role::Modex {
                         may_crash: self.member_may_crash,
                     },
@@ -268,7 +276,9 @@ impl RcConfig {
         }
         let model = model.init_network(Network::new_ordered([]));
         let mut model = add_properties(model, self.reachable);
-        if self.modex {
+        if self.modex && self.pmi {
+            model = pmi_properties(model);
+        } else if self.modex {
             model = modex_properties(model, self.leaver.is_some(), self.member_may_crash);
         }
         if self.spawner.is_some() {
@@ -679,6 +689,49 @@ fn spawn_properties(model: RcModel) -> RcModel {
 /// states keeps state counts independent of search order.
 pub(crate) fn terminal(s: &RcModelState) -> bool {
     s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none())
+}
+
+/// The PMI server's properties (`spec/pmi.md`) over processes that speak PMI-1 through
+/// the shipped `PmiSession` to the shipped daemons and master.
+fn pmi_properties(model: RcModel) -> RcModel {
+    model
+        .property(
+            Expectation::Always,
+            "PMIS-5 after barrier_out every member's put is visible",
+            |_, s| {
+                procs(s).all(|p| {
+                    p.pmi_barrier != Some(true)
+                        || p.pmi_seen.iter().enumerate().all(|(r, v)| {
+                            v.as_deref() == Some(crate::adapter::modex_value(r as u32).as_str())
+                        })
+                })
+            },
+        )
+        .property(
+            Expectation::Always,
+            "PMIS-4 PMIS-5 every running PMI process gets its barrier's outcome",
+            |_, s| {
+                !terminal(s)
+                    || procs(s)
+                        .filter(|p| p.pmi.is_some() && p.phase == Phase::Running)
+                        .all(|p| p.pmi_barrier.is_some())
+            },
+        )
+        .property(
+            Expectation::Always,
+            "PMIS-3 a PMI session never closes or aborts on a well-formed client",
+            |_, s| procs(s).all(|p| p.pmi.is_none() || p.unexpected_errors == 0),
+        )
+        .property(
+            Expectation::Sometimes,
+            "PMIS-5 a PMI barrier completes and every key is read",
+            |_, s| {
+                procs(s).any(|p| {
+                    p.pmi_barrier == Some(true)
+                        && p.pmi.as_ref().is_some_and(|x| p.pmi_seen.len() == x.job().size as usize)
+                })
+            },
+        )
 }
 
 /// The states of the processes whose role is `Modex`.
@@ -1147,6 +1200,7 @@ fn config(
         member_may_crash: false,
         return_node: None,
         modex: false,
+        pmi: false,
         leaver: None,
         grow_wait: None,
         added_node_slots: 0,
@@ -1366,6 +1420,11 @@ pub fn pr_configs() -> Vec<RcConfig> {
         },
         // Ranks 0 and 1 on node 0, rank 2 on node 1: two batches, one of two members.
         modex_config("rc-modex-2n-3e", 2, 3),
+        // MPI processes through PMI-1: their barrier is the modex (spec/pmi.md).
+        RcConfig {
+            pmi: true,
+            ..modex_config("pmi-modex-2n-3e", 2, 3)
+        },
         // Rank 2 leaves the application's pset while 0 and 1 gather over it.
         RcConfig {
             leaver: Some(2),

@@ -274,6 +274,11 @@ pub fn corpus() -> Vec<Planted> {
             "MODEX-1 one batch per node and version",
         ),
         p(
+            PmiBarrierEarly,
+            "pmi-modex-2n-3e",
+            "PMIS-5 after barrier_out every member's put is visible",
+        ),
+        p(
             ModexIgnoreVersion,
             "rc-modex-stale-2n-3e",
             "MODEX-3 every table is the pset at its version",

@@ -20,6 +20,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::wire::{Command, Framer, MAXES, PmiWireError, reply};
+use crate::bugs::{Bug, Bugs};
 use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::{CallId, CallResult, Client, ClientCall, ClientInput, ClientOutput, ClientReply};
@@ -136,9 +137,10 @@ enum Waiting {
 }
 
 /// See the module doc.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PmiSession {
     job: PmiJob,
+    bugs: Bugs,
     framer: Framer,
     client: Client,
     next_call: CallId,
@@ -160,10 +162,16 @@ pub struct PmiSession {
 impl PmiSession {
     /// The session of `job`'s process.
     pub fn new(job: PmiJob) -> PmiSession {
+        PmiSession::with_bugs(job, Bugs::NONE)
+    }
+
+    /// [`PmiSession::new`] with planted bugs (the verification crate's).
+    pub fn with_bugs(job: PmiJob, bugs: Bugs) -> PmiSession {
         let client = Client::with_first_request(job.pid.clone(), FIRST_REQUEST);
         let kvs = job.preput.iter().cloned().collect();
         PmiSession {
             job,
+            bugs,
             framer: Framer::new(),
             client,
             next_call: 0,
@@ -338,6 +346,11 @@ impl PmiSession {
                     timeout: self.job.barrier_timeout,
                 };
                 self.call(now, call, Waiting::Barrier);
+                if self.bugs.has(Bug::PmiBarrierEarly) {
+                    // Planted: answered before the modex, and nothing waits for it.
+                    self.waiting = None;
+                    self.send("barrier_out", &[("rc", "0")]);
+                }
             }
             "finalize" => {
                 self.finalized = true;
