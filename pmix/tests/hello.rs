@@ -10,7 +10,7 @@ fn hello(n: u32) {
     let _serial = h.serial.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = h.build("hello", include_str!("programs/hello.c"));
     let ns = format!("hello{n}");
-    let exits = h.run_job(&ns, &exe, n);
+    let exits = h.run_job(&ns, &exe, n, &[]);
     for e in &exits {
         print!("{}:{} exit {:?}: {}", e.ns, e.rank, e.code, e.stdout);
     }

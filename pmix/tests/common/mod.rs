@@ -141,6 +141,8 @@ struct State {
     drop_lookups: Vec<String>,
     /// Processes started for spawn requests, collected by `wait_spawned`.
     spawned: Vec<Child>,
+    /// Variables for every process of the current test's jobs (spawned ones too).
+    job_env: Vec<(String, String)>,
     /// Processes started on this node so far (their node ranks).
     node_procs: u16,
     spawns: u32,
@@ -217,8 +219,9 @@ impl Harness {
 
     /// Registers namespace `ns` of `n` processes on this node, starts them, and waits
     /// (at most [`JOB_TIMEOUT`]) until all ended. Then waits for the processes that
-    /// the job spawned.
-    pub fn run_job(&self, ns: &str, exe: &Path, n: u32) -> Vec<Exit> {
+    /// the job spawned. `env` is added to the environment of all of them.
+    pub fn run_job(&self, ns: &str, exe: &Path, n: u32, env: &[(&str, &str)]) -> Vec<Exit> {
+        self.state.lock().unwrap().job_env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let children = launch(&self.server, &self.state, &self.hostname, ns, exe, &[], n, None)
             .unwrap_or_else(|e| panic!("launch {ns}: {e}"));
         let deadline = Instant::now() + JOB_TIMEOUT;
@@ -279,11 +282,14 @@ fn launch(
         spawned_by: spawn.map(|(parent, _)| parent.clone()),
     };
     server.register_namespace(&namespace).map_err(|e| format!("register_namespace: {e}"))?;
-    let mut extra: Vec<(String, String)> = vec![
-        // Keep Open MPI on shared memory: the VM has no fabric to probe.
-        ("OMPI_MCA_pml".into(), "ob1".into()),
-        ("OMPI_MCA_btl".into(), "self,sm".into()),
-    ];
+    // Keep Open MPI off network fabrics (the VM has none to probe), unless the
+    // test's own environment says otherwise.
+    let mut extra: Vec<(String, String)> = [("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,sm")]
+        .into_iter()
+        .filter(|(k, _)| std::env::var_os(k).is_none())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    extra.extend(state.lock().unwrap().job_env.iter().cloned());
     if let Some((_, app)) = spawn {
         extra.extend(app.env.iter().cloned());
     }
