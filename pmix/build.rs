@@ -71,7 +71,8 @@ fn find() -> Result<Found, String> {
             let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
             let triple = format!("{arch}-linux-gnu");
             let base = Path::new("/usr/lib").join(triple).join("pmix2");
-            if base.join("include/pmix_server.h").is_file() && base.join("lib/libpmix.so").exists() {
+            if base.join("include/pmix_server.h").is_file() && base.join("lib/libpmix.so").exists()
+            {
                 Ok(Found {
                     include: vec![base.join("include"), base.join("include/pmix")],
                     link: vec![base.join("lib")],
@@ -110,9 +111,10 @@ fn generate(header: &Path, include: &[PathBuf], dest: &Path) -> Result<(), Strin
     }
     // bindgen panics when libclang cannot be loaded: a missing libclang is one more
     // reason to build the stub, not a build failure.
-    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()))
-        .map_err(|_| "bindgen could not run (is libclang installed?)".to_string())?
-        .map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
+    let generated =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()))
+            .map_err(|_| "bindgen could not run (is libclang installed?)".to_string())?
+            .map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
     let text = generated.to_string();
     // Edition 2024 wants `unsafe extern` blocks.
     let text = if text.contains("unsafe extern \"C\" {") {

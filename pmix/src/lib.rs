@@ -79,7 +79,11 @@ pub const RANK_UNDEF: u32 = u32::MAX;
 /// Why libpmix is not available to this build, or `None` when it is.
 pub fn unavailable_reason() -> Option<&'static str> {
     let reason = include_str!(concat!(env!("OUT_DIR"), "/unavailable.txt"));
-    if reason.is_empty() { None } else { Some(reason) }
+    if reason.is_empty() {
+        None
+    } else {
+        Some(reason)
+    }
 }
 
 /// What went wrong in a call of [`Server`].
@@ -102,7 +106,9 @@ impl fmt::Display for PmixError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PmixError::Unavailable(reason) => write!(f, "PMIx is unavailable: {reason}"),
-            PmixError::AlreadyStarted => write!(f, "a PMIx server is already running in this process"),
+            PmixError::AlreadyStarted => {
+                write!(f, "a PMIx server is already running in this process")
+            }
             PmixError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             PmixError::Pmix(status) => write!(f, "libpmix failed: {status}"),
             PmixError::Timeout => write!(f, "libpmix did not answer within {BLOCKING_TIMEOUT:?}"),
@@ -349,8 +355,11 @@ pub enum Request {
 /// The one-shot answer shared by all completion objects: the closure that calls
 /// libpmix's callback. Called at most once; called with [`Status::Error`] on drop.
 struct Once<T> {
-    answer: Option<Box<dyn FnOnce(Result<T, Status>) + Send>>,
+    answer: Option<Answer<T>>,
 }
+
+/// The closure behind a completion object.
+type Answer<T> = Box<dyn FnOnce(Result<T, Status>) + Send>;
 
 impl<T> Once<T> {
     fn new(answer: impl FnOnce(Result<T, Status>) + Send + 'static) -> Self {
@@ -463,7 +472,11 @@ impl Request {
 /// `LD_LIBRARY_PATH` entry that holds a `libpmix.so.2` of its own, then `extra` (the
 /// application's variables), then `fork` (what `setup_fork` returned), later pairs
 /// replacing earlier ones.
-pub fn child_env<I>(base: I, extra: &[(String, String)], fork: &[(String, String)]) -> Vec<(String, String)>
+pub fn child_env<I>(
+    base: I,
+    extra: &[(String, String)],
+    fork: &[(String, String)],
+) -> Vec<(String, String)>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -482,7 +495,9 @@ where
         if key == "LD_LIBRARY_PATH" {
             let kept: Vec<&str> = value
                 .split(':')
-                .filter(|dir| !dir.is_empty() && !std::path::Path::new(dir).join("libpmix.so.2").exists())
+                .filter(|dir| {
+                    !dir.is_empty() && !std::path::Path::new(dir).join("libpmix.so.2").exists()
+                })
                 .collect();
             if !kept.is_empty() {
                 set(key, kept.join(":"));
@@ -502,7 +517,9 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    fn recorder<T: Send + 'static>() -> (Arc<Mutex<Vec<Result<T, Status>>>>, impl FnOnce(Result<T, Status>) + Send) {
+    type Answers<T> = Arc<Mutex<Vec<Result<T, Status>>>>;
+
+    fn recorder<T: Send + 'static>() -> (Answers<T>, impl FnOnce(Result<T, Status>) + Send) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         (seen, move |r| sink.lock().unwrap().push(r))
@@ -539,7 +556,9 @@ mod tests {
     fn a_completion_can_be_answered_from_another_thread() {
         let (seen, answer) = recorder::<Vec<u8>>();
         let done = FenceDone::new(answer);
-        std::thread::spawn(move || done.complete(Ok(vec![1, 2, 3]))).join().unwrap();
+        std::thread::spawn(move || done.complete(Ok(vec![1, 2, 3])))
+            .join()
+            .unwrap();
         assert_eq!(*seen.lock().unwrap(), vec![Ok(vec![1, 2, 3])]);
     }
 
@@ -566,7 +585,10 @@ mod tests {
         let base = vec![
             ("PATH".to_string(), "/bin".to_string()),
             ("PMIX_SERVER_URI41".to_string(), "stale".to_string()),
-            ("LD_LIBRARY_PATH".to_string(), format!("/opt/lib:{}", dir.display())),
+            (
+                "LD_LIBRARY_PATH".to_string(),
+                format!("/opt/lib:{}", dir.display()),
+            ),
             ("OMPI_MCA_pml".to_string(), "ucx".to_string()),
         ];
         let extra = vec![("OMPI_MCA_pml".to_string(), "ob1".to_string())];

@@ -50,7 +50,9 @@ impl Server {
         match Self::init(tmpdir, events) {
             Ok(server) => Ok(server),
             Err(e) => {
-                *EVENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                *EVENTS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 RUNNING.store(false, Ordering::SeqCst);
                 Err(e)
             }
@@ -58,16 +60,21 @@ impl Server {
     }
 
     fn init(tmpdir: &Path, events: Sender<Request>) -> Result<Server, PmixError> {
-        std::fs::create_dir_all(tmpdir)
-            .map_err(|e| PmixError::InvalidArgument(format!("cannot create {}: {e}", tmpdir.display())))?;
+        std::fs::create_dir_all(tmpdir).map_err(|e| {
+            PmixError::InvalidArgument(format!("cannot create {}: {e}", tmpdir.display()))
+        })?;
         let dir = path_str(tmpdir)?;
-        *EVENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events);
+        *EVENTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events);
         let mut module = Box::new(module());
         let mut list = InfoList::new()?;
         list.add_str(ffi::PMIX_SERVER_TMPDIR, &dir)?;
         list.add_str(ffi::PMIX_SYSTEM_TMPDIR, &dir)?;
         let mut info = list.convert()?;
-        let mut live = LIVE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = LIVE
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // SAFETY: `module` is a valid module whose upcalls are this file's `extern "C"`
         // functions; `info` is a valid array of `info.len()` pmix_info_t built by
         // libpmix itself; both outlive the call (libpmix copies what it keeps).
@@ -92,12 +99,15 @@ impl Server {
         let nspace = nspace(&ns.name)?;
         let mut info = self.namespace_info(ns)?;
         let local = ns.procs.iter().filter(|p| p.node == ns.this_node).count();
-        let local = c_int::try_from(local).map_err(|_| PmixError::InvalidArgument("too many local processes".into()))?;
+        let local = c_int::try_from(local)
+            .map_err(|_| PmixError::InvalidArgument("too many local processes".into()))?;
         let (ptr, len) = (info.as_mut_ptr(), info.len());
         let result = call_blocking(|cbfunc, cbdata| {
             // SAFETY: `nspace` is NUL-terminated; `ptr`/`len` describe `info`, which
             // stays alive until the callback ran (leaked below if it never does).
-            unsafe { ffi::PMIx_server_register_nspace(nspace.as_ptr(), local, ptr, len, cbfunc, cbdata) }
+            unsafe {
+                ffi::PMIx_server_register_nspace(nspace.as_ptr(), local, ptr, len, cbfunc, cbdata)
+            }
         });
         if result == Err(PmixError::Timeout) {
             // libpmix may still read the array.
@@ -119,12 +129,27 @@ impl Server {
 
     /// Registers a process that is about to be started (blocking until libpmix did):
     /// only registered clients may connect, with the given user and group ids.
-    pub fn register_client(&self, ns: &str, rank: u32, uid: u32, gid: u32) -> Result<(), PmixError> {
+    pub fn register_client(
+        &self,
+        ns: &str,
+        rank: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), PmixError> {
         let proc_ = proc_t(ns, rank)?;
         call_blocking(|cbfunc, cbdata| {
             // SAFETY: `proc_` is a valid pmix_proc_t that outlives the call; the
             // server object is unused (null).
-            unsafe { ffi::PMIx_server_register_client(&raw const proc_, uid, gid, ptr::null_mut(), cbfunc, cbdata) }
+            unsafe {
+                ffi::PMIx_server_register_client(
+                    &raw const proc_,
+                    uid,
+                    gid,
+                    ptr::null_mut(),
+                    cbfunc,
+                    cbdata,
+                )
+            }
         })
     }
 
@@ -143,7 +168,10 @@ impl Server {
         }
         Ok(strings
             .into_iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect())
     }
 
@@ -158,7 +186,12 @@ impl Server {
         done: impl FnOnce(Result<Vec<u8>, Status>) + Send + 'static,
     ) -> Result<(), PmixError> {
         type Done = Box<dyn FnOnce(Result<Vec<u8>, Status>) + Send>;
-        unsafe extern "C" fn answer(status: c_int, data: *mut c_char, size: usize, cbdata: *mut c_void) {
+        unsafe extern "C" fn answer(
+            status: c_int,
+            data: *mut c_char,
+            size: usize,
+            cbdata: *mut c_void,
+        ) {
             guard_void(|| {
                 // SAFETY: `cbdata` is the `Box<Done>` leaked below, handed back once.
                 let done = unsafe { Box::from_raw(cbdata.cast::<Done>()) };
@@ -175,7 +208,9 @@ impl Server {
         let done: Done = Box::new(done);
         let cbdata = Box::into_raw(Box::new(done));
         // SAFETY: `proc_` is valid; `answer` takes `cbdata` back exactly once.
-        let rc = unsafe { ffi::PMIx_server_dmodex_request(&raw const proc_, Some(answer), cbdata.cast()) };
+        let rc = unsafe {
+            ffi::PMIx_server_dmodex_request(&raw const proc_, Some(answer), cbdata.cast())
+        };
         if rc != SUCCESS {
             // SAFETY: libpmix refused the request and will not call `answer`.
             drop(unsafe { Box::from_raw(cbdata) });
@@ -206,10 +241,19 @@ impl Server {
         for (_, ranks) in &mut by_node {
             ranks.sort_unstable();
         }
-        let hosts: Vec<&str> = by_node.iter().map(|(n, _)| node_name(*n)).collect::<Result<_, _>>()?;
+        let hosts: Vec<&str> = by_node
+            .iter()
+            .map(|(n, _)| node_name(*n))
+            .collect::<Result<_, _>>()?;
         let ppn: Vec<String> = by_node
             .iter()
-            .map(|(_, ranks)| ranks.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            .map(|(_, ranks)| {
+                ranks
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
             .collect();
         let local: Vec<u32> = by_node
             .iter()
@@ -217,8 +261,10 @@ impl Server {
             .map(|(_, r)| r.clone())
             .unwrap_or_default();
         let napps = ns.procs.iter().map(|p| p.app).max().map_or(1, |a| a + 1);
-        let num_nodes = u32::try_from(by_node.len()).map_err(|_| invalid("too many nodes".into()))?;
-        let local_size = u32::try_from(local.len()).map_err(|_| invalid("too many processes".into()))?;
+        let num_nodes =
+            u32::try_from(by_node.len()).map_err(|_| invalid("too many nodes".into()))?;
+        let local_size =
+            u32::try_from(local.len()).map_err(|_| invalid("too many processes".into()))?;
 
         let mut list = InfoList::new()?;
         list.add_str(ffi::PMIX_JOBID, &ns.name)?;
@@ -227,8 +273,14 @@ impl Server {
         list.add_u32(ffi::PMIX_UNIV_SIZE, ns.universe)?;
         list.add_u32(ffi::PMIX_NUM_NODES, num_nodes)?;
         list.add_u32(ffi::PMIX_JOB_NUM_APPS, napps)?;
-        list.add_regex(ffi::PMIX_NODE_MAP, &generate(ffi::PMIx_generate_regex, &hosts.join(","))?)?;
-        list.add_regex(ffi::PMIX_PROC_MAP, &generate(ffi::PMIx_generate_ppn, &ppn.join(";"))?)?;
+        list.add_regex(
+            ffi::PMIX_NODE_MAP,
+            &generate(ffi::PMIx_generate_regex, &hosts.join(","))?,
+        )?;
+        list.add_regex(
+            ffi::PMIX_PROC_MAP,
+            &generate(ffi::PMIx_generate_ppn, &ppn.join(";"))?,
+        )?;
         list.add_u32(ffi::PMIX_LOCAL_SIZE, local_size)?;
         list.add_u32(ffi::PMIX_NODE_SIZE, local_size)?;
         let peers: Vec<String> = local.iter().map(u32::to_string).collect();
@@ -249,9 +301,20 @@ impl Server {
             list.add_proc(ffi::PMIX_PARENT_ID, &proc_t(parent, *rank)?)?;
         }
         for p in &ns.procs {
-            let app_leader = ns.procs.iter().filter(|q| q.app == p.app).map(|q| q.rank).min().unwrap_or(p.rank);
-            let app_rank = ns.procs.iter().filter(|q| q.app == p.app && q.rank < p.rank).count();
-            let app_rank = u32::try_from(app_rank).map_err(|_| invalid("too many processes".into()))?;
+            let app_leader = ns
+                .procs
+                .iter()
+                .filter(|q| q.app == p.app)
+                .map(|q| q.rank)
+                .min()
+                .unwrap_or(p.rank);
+            let app_rank = ns
+                .procs
+                .iter()
+                .filter(|q| q.app == p.app && q.rank < p.rank)
+                .count();
+            let app_rank =
+                u32::try_from(app_rank).map_err(|_| invalid("too many processes".into()))?;
             let mut proc_list = InfoList::new()?;
             proc_list.add_rank(ffi::PMIX_RANK, p.rank)?;
             proc_list.add_u16(ffi::PMIX_LOCAL_RANK, p.local_rank)?;
@@ -263,7 +326,11 @@ impl Server {
             proc_list.add_str(ffi::PMIX_HOSTNAME, node_name(p.node)?)?;
             proc_list.add_u32(ffi::PMIX_NODEID, p.node)?;
             let mut array = proc_list.convert()?;
-            list.add(ffi::PMIX_PROC_DATA, (&raw mut array.0).cast_const().cast(), ffi::PMIX_DATA_ARRAY)?;
+            list.add(
+                ffi::PMIX_PROC_DATA,
+                (&raw mut array.0).cast_const().cast(),
+                ffi::PMIX_DATA_ARRAY,
+            )?;
         }
         list.convert()
     }
@@ -271,13 +338,17 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let mut live = LIVE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = LIVE
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *live = 0;
         // SAFETY: the server was initialised by `start`; no completion can call
         // libpmix while the write lock is held, and none will afterwards (`LIVE` is 0).
         unsafe { ffi::PMIx_server_finalize() };
         drop(live);
-        *EVENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *EVENTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         RUNNING.store(false, Ordering::SeqCst);
     }
 }
@@ -316,7 +387,11 @@ fn proc_t(ns: &str, rank: u32) -> Result<ffi::pmix_proc_t, PmixError> {
 
 /// A NUL-terminated C array of chars as a string (bounded by the array).
 fn fixed_str(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| c.to_ne_bytes()[0]).collect();
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| c.to_ne_bytes()[0])
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -373,7 +448,12 @@ unsafe fn infos<'a>(info: *const ffi::pmix_info_t, n: usize) -> &'a [ffi::pmix_i
 
 fn key_is(info: &ffi::pmix_info_t, key: &[u8]) -> bool {
     let key = key.strip_suffix(b"\0").unwrap_or(key);
-    let own: Vec<u8> = info.key.iter().take_while(|c| **c != 0).map(|c| c.to_ne_bytes()[0]).collect();
+    let own: Vec<u8> = info
+        .key
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| c.to_ne_bytes()[0])
+        .collect();
     own == key
 }
 
@@ -503,8 +583,10 @@ impl InfoList {
 
     /// Adds `key` (a bindgen key constant, NUL-terminated) with the value at `data`.
     fn add(&mut self, key: &[u8], data: *const c_void, type_: u32) -> Result<(), PmixError> {
-        let key = CStr::from_bytes_with_nul(key).map_err(|_| PmixError::InvalidArgument("bad key".into()))?;
-        let type_ = u16::try_from(type_).map_err(|_| PmixError::InvalidArgument("bad type".into()))?;
+        let key = CStr::from_bytes_with_nul(key)
+            .map_err(|_| PmixError::InvalidArgument("bad key".into()))?;
+        let type_ =
+            u16::try_from(type_).map_err(|_| PmixError::InvalidArgument("bad type".into()))?;
         // SAFETY: `self.0` is a live list; `data` points at a value of type `type_`
         // (callers below guarantee it); libpmix copies it.
         let rc = unsafe { ffi::PMIx_Info_list_add(self.0, key.as_ptr(), data, type_) };
@@ -598,15 +680,22 @@ unsafe extern "C" fn wake(status: c_int, cbdata: *mut c_void) {
     guard_void(|| {
         // SAFETY: `cbdata` is the `Arc<Waiter>` leaked by `call_blocking`, handed back once.
         let waiter = unsafe { Arc::from_raw(cbdata.cast_const().cast::<Waiter>()) };
-        *waiter.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status);
+        *waiter
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status);
         waiter.cv.notify_all();
     });
 }
 
 /// Calls a libpmix function that answers through an op callback and waits for it.
-fn call_blocking(call: impl FnOnce(ffi::pmix_op_cbfunc_t, *mut c_void) -> c_int) -> Result<(), PmixError> {
+fn call_blocking(
+    call: impl FnOnce(ffi::pmix_op_cbfunc_t, *mut c_void) -> c_int,
+) -> Result<(), PmixError> {
     let waiter = Arc::new(Waiter::default());
-    let cbdata = Arc::into_raw(Arc::clone(&waiter)).cast_mut().cast::<c_void>();
+    let cbdata = Arc::into_raw(Arc::clone(&waiter))
+        .cast_mut()
+        .cast::<c_void>();
     let rc = call(Some(wake), cbdata);
     if rc != SUCCESS {
         // SAFETY: libpmix did not take the callback: the leaked reference is ours again.
@@ -617,7 +706,10 @@ fn call_blocking(call: impl FnOnce(ffi::pmix_op_cbfunc_t, *mut c_void) -> c_int)
             Err(PmixError::Pmix(Status::from_code(rc)))
         };
     }
-    let status = waiter.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let status = waiter
+        .status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (status, _) = waiter
         .cv
         .wait_timeout_while(status, BLOCKING_TIMEOUT, |s| s.is_none())
@@ -647,14 +739,18 @@ impl CbData {
 
 /// Runs `call` only while the server that made the request still runs.
 fn if_live(generation: u64, call: impl FnOnce()) {
-    let live = LIVE.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let live = LIVE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if *live == generation && generation != 0 {
         call();
     }
 }
 
 fn generation() -> u64 {
-    *LIVE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    *LIVE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn code<T>(result: &Result<T, Status>) -> c_int {
@@ -702,7 +798,16 @@ fn modex_answer(
             }
             Err(status) => {
                 // SAFETY: an error answer, with nothing to release.
-                unsafe { f(status.code(), ptr::null(), 0, cbdata.get(), None, ptr::null_mut()) };
+                unsafe {
+                    f(
+                        status.code(),
+                        ptr::null(),
+                        0,
+                        cbdata.get(),
+                        None,
+                        ptr::null_mut(),
+                    )
+                };
             }
         });
     }
@@ -716,14 +821,16 @@ fn lookup_done(cbfunc: ffi::pmix_lookup_cbfunc_t, cbdata: *mut c_void) -> Lookup
             Ok(found) if found.is_empty() => Err(Status::NotFound),
             other => other,
         };
-        if_live(generation, || match result.and_then(|found| pdata(&found)) {
-            Ok(mut data) => {
-                // SAFETY: `data` holds valid pmix_pdata_t; libpmix copies them before returning.
-                unsafe { f(SUCCESS, data.0.as_mut_ptr(), data.0.len(), cbdata.get()) };
-            }
-            Err(status) => {
-                // SAFETY: an error answer without data.
-                unsafe { f(status.code(), ptr::null_mut(), 0, cbdata.get()) };
+        if_live(generation, || {
+            match result.and_then(|found| pdata(&found)) {
+                Ok(mut data) => {
+                    // SAFETY: `data` holds valid pmix_pdata_t; libpmix copies them before returning.
+                    unsafe { f(SUCCESS, data.0.as_mut_ptr(), data.0.len(), cbdata.get()) };
+                }
+                Err(status) => {
+                    // SAFETY: an error answer without data.
+                    unsafe { f(status.code(), ptr::null_mut(), 0, cbdata.get()) };
+                }
             }
         });
     })
@@ -811,7 +918,9 @@ fn spawn_done(cbfunc: ffi::pmix_spawn_cbfunc_t, cbdata: *mut c_void) -> SpawnDon
 /// Hands a request to the host: `PMIX_SUCCESS` when it has it (and will answer),
 /// an error (with the completion disarmed) when no host listens.
 fn send(mut request: Request) -> c_int {
-    let events = EVENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let events = EVENTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let refused = match events.as_ref() {
         Some(tx) => match tx.send(request) {
             Ok(()) => return SUCCESS,
@@ -932,7 +1041,13 @@ unsafe extern "C" fn fence_nb(
 ) -> ffi::pmix_status_t {
     guard(|| {
         // SAFETY: libpmix passes valid arrays of the given lengths.
-        let (procs, info, data) = unsafe { (procs_of(procs, nprocs), infos(info, ninfo), bytes(data, ndata)) };
+        let (procs, info, data) = unsafe {
+            (
+                procs_of(procs, nprocs),
+                infos(info, ninfo),
+                bytes(data, ndata),
+            )
+        };
         let collect = flag(info, ffi::PMIX_COLLECT_DATA);
         send(Request::Fence {
             procs,
@@ -1054,13 +1169,17 @@ unsafe extern "C" fn spawn(
             .iter()
             .map(|a| {
                 // SAFETY: every field of a valid app is null or valid.
-                let (cmd, argv, env, cwd) = unsafe { (c_str(a.cmd), argv_of(a.argv), argv_of(a.env), c_str(a.cwd)) };
+                let (cmd, argv, env, cwd) =
+                    unsafe { (c_str(a.cmd), argv_of(a.argv), argv_of(a.env), c_str(a.cwd)) };
                 App {
                     cmd,
                     argv,
                     env: env
                         .into_iter()
-                        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+                        .filter_map(|kv| {
+                            kv.split_once('=')
+                                .map(|(k, v)| (k.to_string(), v.to_string()))
+                        })
                         .collect(),
                     maxprocs: u32::try_from(a.maxprocs).unwrap_or(0),
                     cwd: if cwd.is_empty() { None } else { Some(cwd) },
@@ -1140,8 +1259,11 @@ mod tests {
         let back: Vec<(String, Value)> = data
             .0
             .iter()
-            // SAFETY: the values were loaded by libpmix.
-            .map(|pd| (fixed_str(&pd.key), unsafe { value_of(&pd.value) }.expect("known type")))
+            .map(|pd| {
+                // SAFETY: the values were loaded by libpmix.
+                let value = unsafe { value_of(&pd.value) };
+                (fixed_str(&pd.key), value.expect("known type"))
+            })
             .collect();
         assert_eq!(back, found);
     }

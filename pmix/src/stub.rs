@@ -13,7 +13,11 @@ pub struct Server {
 }
 
 fn unavailable() -> PmixError {
-    PmixError::Unavailable(crate::unavailable_reason().unwrap_or("libpmix is not available").to_string())
+    PmixError::Unavailable(
+        crate::unavailable_reason()
+            .unwrap_or("libpmix is not available")
+            .to_string(),
+    )
 }
 
 impl Server {
@@ -36,7 +40,13 @@ impl Server {
     }
 
     /// Registers a client (unreachable: no server can exist in this build).
-    pub fn register_client(&self, ns: &str, rank: u32, uid: u32, gid: u32) -> Result<(), PmixError> {
+    pub fn register_client(
+        &self,
+        ns: &str,
+        rank: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), PmixError> {
         let _ = (ns, rank, uid, gid);
         match self._never {}
     }

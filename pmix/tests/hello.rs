@@ -7,7 +7,10 @@ use common::{Seen, assert_all_exited_0, harness};
 
 fn hello(n: u32) {
     let Some(h) = harness() else { return };
-    let _serial = h.serial.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = h
+        .serial
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = h.build("hello", include_str!("programs/hello.c"));
     let ns = format!("hello{n}");
     let exits = h.run_job(&ns, &exe, n, &[]);
@@ -19,12 +22,23 @@ fn hello(n: u32) {
     let sum = n * (n - 1) / 2;
     for e in &exits {
         let want = format!("hello rank={} size={n} sum={sum}", e.rank);
-        assert!(e.stdout.contains(&want), "rank {} printed {:?}, not {want:?}", e.rank, e.stdout);
+        assert!(
+            e.stdout.contains(&want),
+            "rank {} printed {:?}, not {want:?}",
+            e.rank,
+            e.stdout
+        );
     }
     let seen = h.seen();
     for rank in 0..n {
-        assert!(seen.contains(&Seen::Connected(ns.clone(), rank)), "{ns}:{rank} never connected: {seen:?}");
-        assert!(seen.contains(&Seen::Finalized(ns.clone(), rank)), "{ns}:{rank} never finalized: {seen:?}");
+        assert!(
+            seen.contains(&Seen::Connected(ns.clone(), rank)),
+            "{ns}:{rank} never connected: {seen:?}"
+        );
+        assert!(
+            seen.contains(&Seen::Finalized(ns.clone(), rank)),
+            "{ns}:{rank} never finalized: {seen:?}"
+        );
     }
 }
 

@@ -21,7 +21,7 @@ use dynres_pmix::{LookupDone, Namespace, ProcInfo, Request, Server, Status, Valu
 /// How long any MPI job of the tests may run before it is killed and the test fails.
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Marks the test as skipped: `skipped: BINARY::TEST: REASON` on stderr and stdout,
+/// Marks the test as skipped: `skipped: BINARY::TEST: REASON` on stderr,
 /// and the line appended to `target/skipped-tests.txt` (as the workspace's other
 /// skipped tests do).
 pub fn skip(reason: impl std::fmt::Display) {
@@ -38,8 +38,10 @@ pub fn skip(reason: impl std::fmt::Display) {
     };
     let line = format!("{name}: {reason}\n");
     eprint!("skipped: {line}");
-    println!("skipped: {line}");
-    if let Some(target) = exe.as_deref().and_then(|e| Some(e.parent()?.parent()?.parent()?.to_path_buf())) {
+    if let Some(target) = exe
+        .as_deref()
+        .and_then(|e| Some(e.parent()?.parent()?.parent()?.to_path_buf()))
+    {
         let _ = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -169,7 +171,9 @@ impl Harness {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let (tx, rx) = mpsc::channel();
-        let server = Arc::new(Server::start(&dir.join("srv"), tx).map_err(|e| format!("Server::start: {e}"))?);
+        let server = Arc::new(
+            Server::start(&dir.join("srv"), tx).map_err(|e| format!("Server::start: {e}"))?,
+        );
         let hostname = hostname();
         let state = Arc::new(Mutex::new(State::default()));
         let harness = Harness {
@@ -203,7 +207,11 @@ impl Harness {
             .arg(&exe)
             .output()
             .expect("run mpicc");
-        assert!(out.status.success(), "mpicc {name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "mpicc {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         exe
     }
 
@@ -221,9 +229,21 @@ impl Harness {
     /// (at most [`JOB_TIMEOUT`]) until all ended. Then waits for the processes that
     /// the job spawned. `env` is added to the environment of all of them.
     pub fn run_job(&self, ns: &str, exe: &Path, n: u32, env: &[(&str, &str)]) -> Vec<Exit> {
-        self.state.lock().unwrap().job_env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let children = launch(&self.server, &self.state, &self.hostname, ns, exe, &[], n, None)
-            .unwrap_or_else(|e| panic!("launch {ns}: {e}"));
+        self.state.lock().unwrap().job_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let children = launch(
+            &self.server,
+            &self.state,
+            &self.hostname,
+            ns,
+            exe,
+            &[],
+            n,
+            None,
+        )
+        .unwrap_or_else(|e| panic!("launch {ns}: {e}"));
         let deadline = Instant::now() + JOB_TIMEOUT;
         let mut exits = collect(children, deadline);
         loop {
@@ -281,7 +301,9 @@ fn launch(
         this_node: 0,
         spawned_by: spawn.map(|(parent, _)| parent.clone()),
     };
-    server.register_namespace(&namespace).map_err(|e| format!("register_namespace: {e}"))?;
+    server
+        .register_namespace(&namespace)
+        .map_err(|e| format!("register_namespace: {e}"))?;
     // Keep Open MPI off network fabrics (the VM has none to probe), unless the
     // test's own environment says otherwise.
     let mut extra: Vec<(String, String)> = [("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,sm")]
@@ -300,7 +322,9 @@ fn launch(
         server
             .register_client(ns, rank, uid, gid)
             .map_err(|e| format!("register_client {rank}: {e}"))?;
-        let fork = server.setup_fork(ns, rank).map_err(|e| format!("setup_fork {rank}: {e}"))?;
+        let fork = server
+            .setup_fork(ns, rank)
+            .map_err(|e| format!("setup_fork {rank}: {e}"))?;
         let env = dynres_pmix::child_env(std::env::vars(), &extra, &fork);
         let mut cmd = Command::new(exe);
         cmd.args(args)
@@ -312,7 +336,9 @@ fn launch(
         if let Some(cwd) = spawn.and_then(|(_, app)| app.cwd.as_ref()) {
             cmd.current_dir(cwd);
         }
-        let child = cmd.spawn().map_err(|e| format!("start {}: {e}", exe.display()))?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", exe.display()))?;
         let pid = child.id();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -341,7 +367,11 @@ fn collect(children: Vec<Child>, deadline: Instant) -> Vec<Exit> {
                     // SAFETY: `pid` is our child, not yet reaped (its waiter thread
                     // still waits for it).
                     unsafe { libc::kill(pid, libc::SIGKILL) };
-                    let out = c.output.recv().expect("waiter").expect("wait for the child");
+                    let out = c
+                        .output
+                        .recv()
+                        .expect("waiter")
+                        .expect("wait for the child");
                     let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
                     stderr.push_str("\n[killed by the harness: timeout]");
                     return Exit {
@@ -389,7 +419,9 @@ impl Answerer {
                 s.seen.push(Seen::Finalized(proc_.0, proc_.1));
                 done.complete(Ok(()));
             }
-            Request::Fence { procs, data, done, .. } => {
+            Request::Fence {
+                procs, data, done, ..
+            } => {
                 // One node: every node's data is this node's.
                 s.seen.push(Seen::Fence(procs.len()));
                 done.complete(Ok(data));
@@ -398,7 +430,11 @@ impl Answerer {
                 s.seen.push(Seen::DirectModex(proc_.0, proc_.1));
                 done.complete(Err(Status::NotFound));
             }
-            Request::Publish { from, entries, done } => {
+            Request::Publish {
+                from,
+                entries,
+                done,
+            } => {
                 s.seen.push(Seen::Publish(from.0, from.1, entries.clone()));
                 for (k, v) in entries {
                     s.published.insert(k, v);
@@ -415,8 +451,14 @@ impl Answerer {
                 }
                 done.complete(Ok(()));
             }
-            Request::Lookup { from, keys, wait, done } => {
-                s.seen.push(Seen::Lookup(from.0.clone(), from.1, keys.clone(), wait));
+            Request::Lookup {
+                from,
+                keys,
+                wait,
+                done,
+            } => {
+                s.seen
+                    .push(Seen::Lookup(from.0.clone(), from.1, keys.clone(), wait));
                 if s.drop_lookups.contains(&from.0) {
                     s.seen.push(Seen::LookupDropped(from.0, from.1));
                     drop(done);
@@ -474,7 +516,12 @@ impl Answerer {
         }
     }
 
-    fn spawn(&self, from: &(String, u32), apps: &[dynres_pmix::App], ns: &str) -> Result<Vec<Child>, String> {
+    fn spawn(
+        &self,
+        from: &(String, u32),
+        apps: &[dynres_pmix::App],
+        ns: &str,
+    ) -> Result<Vec<Child>, String> {
         let [app] = apps else {
             return Err(format!("{} apps: the harness spawns one", apps.len()));
         };
