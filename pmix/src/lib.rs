@@ -18,7 +18,8 @@
 //!
 //! # What is served
 //!
-//! One [`Server`] per process. Every upcall that libpmix makes into the host becomes a
+//! One [`Server`] per process lifetime (libpmix 4.2.2 cannot be initialised again
+//! after it was finalized). Every upcall that libpmix makes into the host becomes a
 //! [`Request`] on the channel given to [`Server::start`]; each request carries a
 //! one-shot completion object (`done`). The host answers by calling `done.complete(..)`
 //! from any thread, at any later time. A completion object dropped without an answer
@@ -91,7 +92,8 @@ pub fn unavailable_reason() -> Option<&'static str> {
 pub enum PmixError {
     /// This build has no libpmix (the stub), with the reason.
     Unavailable(String),
-    /// A [`Server`] is already running in this process (libpmix allows one).
+    /// A [`Server`] was already started in this process: libpmix allows one per
+    /// process lifetime (4.2.2 cannot be initialised again after it was finalized).
     AlreadyStarted,
     /// An argument cannot be passed to libpmix: a name or key with a NUL byte or too
     /// long, a node id out of range, a namespace without processes on this node…
@@ -560,6 +562,14 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(*seen.lock().unwrap(), vec![Ok(vec![1, 2, 3])]);
+    }
+
+    #[test]
+    fn the_server_is_shared_and_requests_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Server>();
+        send::<Request>();
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
@@ -14,16 +14,25 @@ use crate::{
     Request, SpawnDone, Status, Value,
 };
 
-/// Whether a server runs in this process (libpmix allows one).
-static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Whether `PMIx_server_init` was called in this process: libpmix 4.2.2 cannot be
+/// initialised again after `PMIx_server_finalize` (the second init aborts the process
+/// inside libpmix: "bit out of range 0 - FD_SETSIZE on fd_set"), so never reset once
+/// libpmix was called.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `start` got as far as calling `PMIx_server_init`.
+static INIT_CALLED: AtomicBool = AtomicBool::new(false);
 
 /// Where the upcalls send their requests; `None` while no server runs.
 static EVENTS: Mutex<Option<Sender<Request>>> = Mutex::new(None);
 
 /// The generation of the running server (0: none). A completion calls libpmix back
 /// only while the generation it was made in still runs, holding the read lock, so
-/// `PMIx_server_finalize` (under the write lock) never races a callback.
+/// `PMIx_server_finalize` (called once `LIVE` is 0) never races a callback.
 static LIVE: RwLock<u64> = RwLock::new(0);
+
+/// The last generation handed out.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 const SUCCESS: c_int = ffi::PMIX_SUCCESS as c_int;
 
@@ -43,8 +52,11 @@ impl Server {
     /// Starts the process's PMIx server, with its rendezvous files under `tmpdir`
     /// (created if missing; it must be private to this server and short enough for
     /// a Unix socket path). Every upcall of libpmix is sent on `events`.
+    ///
+    /// Once per process: a second call fails with [`PmixError::AlreadyStarted`], also
+    /// after the first server was dropped (libpmix 4.2.2 cannot restart).
     pub fn start(tmpdir: &Path, events: Sender<Request>) -> Result<Server, PmixError> {
-        if RUNNING.swap(true, Ordering::SeqCst) {
+        if STARTED.swap(true, Ordering::SeqCst) {
             return Err(PmixError::AlreadyStarted);
         }
         match Self::init(tmpdir, events) {
@@ -53,7 +65,9 @@ impl Server {
                 *EVENTS
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-                RUNNING.store(false, Ordering::SeqCst);
+                if !INIT_CALLED.load(Ordering::SeqCst) {
+                    STARTED.store(false, Ordering::SeqCst);
+                }
                 Err(e)
             }
         }
@@ -72,17 +86,22 @@ impl Server {
         list.add_str(ffi::PMIX_SERVER_TMPDIR, &dir)?;
         list.add_str(ffi::PMIX_SYSTEM_TMPDIR, &dir)?;
         let mut info = list.convert()?;
-        let mut live = LIVE
+        // A new generation (never reused), live before libpmix can make an upcall.
+        *LIVE
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            GENERATIONS.fetch_add(1, Ordering::SeqCst) + 1;
+        INIT_CALLED.store(true, Ordering::SeqCst);
         // SAFETY: `module` is a valid module whose upcalls are this file's `extern "C"`
         // functions; `info` is a valid array of `info.len()` pmix_info_t built by
         // libpmix itself; both outlive the call (libpmix copies what it keeps).
         let rc = unsafe { ffi::PMIx_server_init(&raw mut *module, info.as_mut_ptr(), info.len()) };
         if rc != SUCCESS {
+            *LIVE
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = 0;
             return Err(PmixError::Pmix(Status::from_code(rc)));
         }
-        *live = live.wrapping_add(1).max(1);
         Ok(Server {
             _module: module,
             tmpdir: tmpdir.to_path_buf(),
@@ -338,18 +357,18 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let mut live = LIVE
+        // Waits for the completions that are calling libpmix back; later ones see 0
+        // and do nothing. The lock is not held across finalize: libpmix's thread may
+        // be in an upcall that reads `LIVE`, and finalize waits for that thread.
+        *LIVE
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *live = 0;
-        // SAFETY: the server was initialised by `start`; no completion can call
-        // libpmix while the write lock is held, and none will afterwards (`LIVE` is 0).
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = 0;
+        // SAFETY: the server was initialised by `start`; no completion calls libpmix
+        // any more (`LIVE` is 0).
         unsafe { ffi::PMIx_server_finalize() };
-        drop(live);
         *EVENTS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        RUNNING.store(false, Ordering::SeqCst);
     }
 }
 

@@ -1,5 +1,5 @@
-/* Rank 0 publishes a port name under a service name; rank 1 looks it up (waiting
- * until it is published) and prints what it got. */
+/* Rank 0 publishes a port name under a service name; after a barrier, rank 1 looks it
+ * up and prints what it got (Open MPI's MPI_Lookup_name does not wait for the name). */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +15,9 @@ int main(int argc, char **argv)
     if (rank == 0) {
         rc = MPI_Publish_name("dynres-svc", MPI_INFO_NULL, "dynres-port-42");
         printf("rank 0 published rc=%d\n", rc);
-    } else if (rank == 1) {
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
         memset(port, 0, sizeof(port));
         rc = MPI_Lookup_name("dynres-svc", MPI_INFO_NULL, port);
         printf("rank 1 looked up rc=%d port=%s\n", rc, port);
