@@ -30,6 +30,7 @@ fn hello(n: u32) {
         );
     }
     let seen = h.seen();
+    println!("harness saw: {seen:?}");
     for rank in 0..n {
         assert!(
             seen.contains(&Seen::Connected(ns.clone(), rank)),

@@ -143,6 +143,8 @@ struct State {
     drop_lookups: Vec<String>,
     /// Processes started for spawn requests, collected by `wait_spawned`.
     spawned: Vec<Child>,
+    /// Processes of the next job on a second node that is never started.
+    remote: u32,
     /// Variables for every process of the current test's jobs (spawned ones too).
     job_env: Vec<(String, String)>,
     /// Processes started on this node so far (their node ranks).
@@ -215,6 +217,52 @@ impl Harness {
         exe
     }
 
+    /// Builds `src`, a bare PMIx client, against the system's libpmix (`cc` and
+    /// `pkg-config pmix`), or says why it cannot.
+    pub fn build_pmix_client(&self, name: &str, src: &str) -> Result<PathBuf, String> {
+        let c = self.dir.join(format!("{name}.c"));
+        let exe = self.dir.join(name);
+        std::fs::write(&c, src).map_err(|e| e.to_string())?;
+        let flags = Command::new("pkg-config")
+            .args(["--cflags", "--libs", "pmix"])
+            .output()
+            .map_err(|e| format!("pkg-config: {e}"))?;
+        if !flags.status.success() {
+            return Err("pkg-config knows no pmix".into());
+        }
+        let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+        let out = Command::new("cc")
+            .arg(&c)
+            .arg("-o")
+            .arg(&exe)
+            .args(flags.split_whitespace())
+            .output()
+            .map_err(|e| format!("cc: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cc {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(exe)
+    }
+
+    /// [`run_job`](Self::run_job) of a job with `remote` more processes (the last
+    /// ranks) on a second node, `dynres-remote-node`, that nobody starts.
+    pub fn run_job_with_remote(
+        &self,
+        ns: &str,
+        exe: &Path,
+        n: u32,
+        remote: u32,
+        env: &[(&str, &str)],
+    ) -> Vec<Exit> {
+        self.state.lock().unwrap().remote = remote;
+        let exits = self.run_job(ns, exe, n, env);
+        self.state.lock().unwrap().remote = 0;
+        exits
+    }
+
     /// Everything the harness saw so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
@@ -278,17 +326,24 @@ fn launch(
     n: u32,
     spawn: Option<(&(String, u32), &dynres_pmix::App)>,
 ) -> Result<Vec<Child>, String> {
-    let first = {
+    let (first, remote) = {
         let mut s = state.lock().unwrap();
         let first = s.node_procs;
         s.node_procs += u16::try_from(n).unwrap();
-        first
+        (first, if spawn.is_none() { s.remote } else { 0 })
     };
+    let remote_procs = (0..remote).map(|i| ProcInfo {
+        rank: n + i,
+        node: 1,
+        local_rank: u16::try_from(i).unwrap(),
+        node_rank: u16::try_from(i).unwrap(),
+        app: 0,
+    });
     let namespace = Namespace {
         name: ns.to_string(),
-        size: n,
-        universe: n,
-        nodes: vec![hostname.to_string()],
+        size: n + remote,
+        universe: n + remote,
+        nodes: vec![hostname.to_string(), "dynres-remote-node".to_string()],
         procs: (0..n)
             .map(|rank| ProcInfo {
                 rank,
@@ -297,6 +352,7 @@ fn launch(
                 node_rank: first + u16::try_from(rank).unwrap(),
                 app: 0,
             })
+            .chain(remote_procs)
             .collect(),
         this_node: 0,
         spawned_by: spawn.map(|(parent, _)| parent.clone()),
