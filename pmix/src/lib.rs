@@ -251,7 +251,8 @@ pub type Proc = (String, u32);
 pub enum Request {
     /// The local processes in `procs` all entered a fence. Answer with the
     /// concatenation of the `data` blobs of every node that takes part (this node's
-    /// included), in any order; on one node that is `data` itself.
+    /// included), in any order. libpmix 4.2.2 completes a fence of only local
+    /// processes by itself, so this comes only when participants are on other nodes.
     Fence {
         /// The participants (a namespace with [`RANK_WILDCARD`] for all of it).
         procs: Vec<Proc>,
@@ -280,8 +281,10 @@ pub enum Request {
         done: OpDone,
     },
     /// A client looks up published keys. With `wait`, answer only once every key
-    /// is published; otherwise answer at once ([`Status::NotFound`] when none is).
-    /// Open MPI expects a looked-up key to be deleted on first read (ports are reused).
+    /// is published; otherwise answer at once ([`Status::NotFound`] when none is;
+    /// `Ok` with no entries answers `NotFound` too). Open MPI expects a looked-up key
+    /// to be deleted on first read (ports are reused). `MPI_Lookup_name` does not wait;
+    /// the connect/accept of `MPI_Comm_spawn` does.
     Lookup {
         /// The client.
         from: Proc,
@@ -312,7 +315,8 @@ pub enum Request {
         done: SpawnDone,
     },
     /// The local processes in `procs` called `PMIx_Connect`; answer once every
-    /// participant (on every node) did.
+    /// participant (on every node) did. libpmix 4.2.2 completes a connect of only
+    /// local processes by itself.
     Connect {
         /// The participants.
         procs: Vec<Proc>,
