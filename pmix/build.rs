@@ -17,6 +17,19 @@ fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=DYNRES_PMIX_DISABLE");
     println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
+    // Installing libpmix-dev after a first build (CI's slow lane after its fast lane)
+    // adds `pmix.pc` to one of these directories: the probe then runs again.
+    for dir in [
+        "/usr/lib/x86_64-linux-gnu/pkgconfig",
+        "/usr/lib/aarch64-linux-gnu/pkgconfig",
+        "/usr/lib/pkgconfig",
+        "/usr/share/pkgconfig",
+        "/usr/local/lib/pkgconfig",
+    ] {
+        if Path::new(dir).is_dir() {
+            println!("cargo::rerun-if-changed={dir}");
+        }
+    }
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     match probe(&out) {
         Ok(()) => {

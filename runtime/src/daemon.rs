@@ -276,6 +276,8 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),
     );
     let spec = LaunchSpec {
+        // PMIx is served on the master's host only (one-host jobs).
+        pmix: None,
         program: setup.program,
         args: setup.args,
         socket: sock.display().to_string(),

@@ -34,6 +34,7 @@ mod ioloop;
 mod jobdir;
 mod link;
 mod nodes;
+mod pmix;
 mod procs;
 mod server;
 mod signals;
@@ -363,7 +364,30 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     } else {
         (None, None)
     };
+    // Open MPI speaks PMIx only: its server, for a job on this one host (issue 31).
+    let pmix = if pmix::wanted(&cfg.program) {
+        if nodes.is_some() {
+            return Err(LauncherError::Usage(
+                "Open MPI (PMIx) programs run on one host only for now: PMIx across hosts \
+                 is not served yet (set DYNRES_PMIX=0 to start the program without it)"
+                    .into(),
+            ));
+        }
+        let host = &hosts[own as usize].name;
+        let universe = u32::try_from(slots).unwrap_or(u32::MAX);
+        Some(pmix::start(
+            dir.path(),
+            namespace.as_str(),
+            host,
+            cfg.n,
+            universe,
+            tx.clone(),
+        )?)
+    } else {
+        None
+    };
     let spec = LaunchSpec {
+        pmix,
         program: cfg.program.clone(),
         args: cfg.args.clone(),
         socket: dir.control_sock().display().to_string(),

