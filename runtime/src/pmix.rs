@@ -3,8 +3,9 @@
 //! serves it what a one-host job needs: the namespace and every rank's registration
 //! before its launch, and libpmix's upcalls handed to the engine as
 //! [`Event::Pmix`], where the decisions are the kernel's (names: the data server;
-//! `MPI_Abort`: PMIS-7). What it does not serve yet is refused at once, never left
-//! waiting: spawn, and fences or connects across nodes (a one-host job has none:
+//! `MPI_Abort`: PMIS-7; spawn: the kernel's, its children registered in a namespace
+//! of their own before their launch). What it does not serve yet is refused at once,
+//! never left waiting: fences or connects across nodes (a one-host job has none:
 //! libpmix completes local ones itself).
 
 use std::path::Path;
@@ -24,11 +25,24 @@ pub const ENV: &str = "DYNRES_PMIX";
 /// the dynamic section's string table, near the start of an ELF file).
 const SCAN: u64 = 4 << 20;
 
+/// The variable a spawn's command environment carries to name the spawning process to
+/// its children's launcher (`PMIX_PARENT_ID`): `RANK@NAMESPACE`.
+pub const PARENT_ENV: &str = "DYNRES_PMIX_PARENT";
+
 /// The job's PMIx server and namespace.
 pub struct PmixHost {
     server: Server,
     /// The namespace (the job's).
     pub namespace: String,
+    /// This host's name, as the namespaces' node map gives it.
+    host: String,
+    /// Spawns' namespaces registered so far.
+    spawned: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The next node rank (unique among all namespaces on the node).
+    next_node_rank: std::sync::atomic::AtomicU32,
+    /// The job's rank of each spawned process, by (namespace, rank in it): PMIx names
+    /// a spawn's child by its rank among its spawn's children.
+    ranks: std::sync::Mutex<std::collections::HashMap<(String, u32), u32>>,
 }
 
 impl std::fmt::Debug for PmixHost {
@@ -43,14 +57,89 @@ impl PmixHost {
     /// The environment rank `rank`'s process needs to reach the server (PMIx's
     /// `setup_fork`), after registering it as a client of the namespace.
     pub fn client_env(&self, rank: u32) -> Result<Vec<(String, String)>, String> {
+        self.client_env_in(&self.namespace, rank)
+    }
+
+    fn client_env_in(&self, ns: &str, rank: u32) -> Result<Vec<(String, String)>, String> {
         // SAFETY: getuid and getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         self.server
-            .register_client(&self.namespace, rank, uid, gid)
-            .map_err(|e| format!("PMIx register_client of rank {rank}: {e}"))?;
+            .register_client(ns, rank, uid, gid)
+            .map_err(|e| format!("PMIx register_client of {ns} rank {rank}: {e}"))?;
         self.server
-            .setup_fork(&self.namespace, rank)
-            .map_err(|e| format!("PMIx setup_fork of rank {rank}: {e}"))
+            .setup_fork(ns, rank)
+            .map_err(|e| format!("PMIx setup_fork of {ns} rank {rank}: {e}"))
+    }
+
+    /// The namespace of the spawn whose children are application `app`.
+    pub fn spawn_namespace(&self, app: &str) -> String {
+        format!("{}-{app}", self.namespace)
+    }
+
+    /// The job's rank of the PMIx process `proc_`: the namespace's rank for the job's
+    /// own processes, the recorded one for a spawn's child; `None` for a process this
+    /// server did not launch.
+    pub fn job_rank(&self, proc_: &(String, u32)) -> Option<u32> {
+        if proc_.0 == self.namespace {
+            return Some(proc_.1);
+        }
+        let ranks = self
+            .ranks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ranks.get(proc_).copied()
+    }
+
+    /// [`PmixHost::client_env`] for child `rank` of `size` of the spawn `app` (the
+    /// job's rank `job_rank`), spawned by the job's rank `parent`: the spawn's
+    /// namespace is registered with its first child (all of it on this host).
+    pub fn spawned_env(
+        &self,
+        app: &str,
+        job_rank: u32,
+        rank: u32,
+        size: u32,
+        parent: Option<&str>,
+    ) -> Result<Vec<(String, String)>, String> {
+        use std::sync::atomic::Ordering;
+        let ns = self.spawn_namespace(app);
+        let mut done = self
+            .spawned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !done.contains(&ns) {
+            let first = self.next_node_rank.fetch_add(size, Ordering::Relaxed);
+            let procs = (0..size)
+                .map(|r| ProcInfo {
+                    rank: r,
+                    node: 0,
+                    local_rank: u16::try_from(r).unwrap_or(u16::MAX),
+                    node_rank: u16::try_from(first + r).unwrap_or(u16::MAX),
+                    app: 0,
+                })
+                .collect();
+            let namespace = Namespace {
+                name: ns.clone(),
+                size,
+                universe: size,
+                nodes: vec![self.host.clone()],
+                procs,
+                this_node: 0,
+                spawned_by: parent
+                    .and_then(|p| p.split_once('@'))
+                    .and_then(|(r, ns)| Some((ns.to_string(), r.parse().ok()?))),
+            };
+            self.server
+                .register_namespace(&namespace)
+                .map_err(|e| format!("PMIx register the namespace {ns}: {e}"))?;
+            done.insert(ns.clone());
+        }
+        drop(done);
+        self.ranks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((ns.clone(), rank), job_rank);
+        self.client_env_in(&ns, rank)
     }
 }
 
@@ -150,5 +239,9 @@ pub fn start(
     Ok(Arc::new(PmixHost {
         server,
         namespace: namespace.into(),
+        host: host.into(),
+        spawned: std::sync::Mutex::new(std::collections::HashSet::new()),
+        next_node_rank: std::sync::atomic::AtomicU32::new(n),
+        ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
     }))
 }

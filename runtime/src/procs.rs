@@ -345,9 +345,21 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     };
     // PMIx (Open MPI): the rank is registered with the job's server, and its
     // environment names the server (`setup_fork`).
-    if let (Some(host), None) = (&spec.pmix, &job.spawn) {
-        let env = host.client_env(rank).map_err(std::io::Error::other)?;
-        cmd.envs(env);
+    if let Some(host) = &spec.pmix {
+        let env = match (&job.spawn, &job.standing) {
+            (None, _) => host.client_env(rank),
+            (Some(s), Some(st)) => {
+                let parent = s
+                    .command
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == crate::pmix::PARENT_ENV)
+                    .map(|(_, v)| v.as_str());
+                host.spawned_env(&s.app, rank, st.rank, st.size, parent)
+            }
+            (Some(_), None) => Ok(Vec::new()),
+        };
+        cmd.envs(env.map_err(std::io::Error::other)?);
     }
     if let Some(((_, theirs), st)) = &pmi {
         use std::os::fd::AsRawFd;

@@ -74,16 +74,19 @@ impl Mpi {
 
     /// The library's settings for the tests. MPICH: the OFI netmod over TCP (the
     /// wheel's default netmod makes port names longer than `MPI_MAX_PORT_NAME`, so
-    /// `MPI_Open_port` fails under its own `mpiexec` too). Open MPI: its own transports
-    /// on one host, no probing of network fabrics.
+    /// `MPI_Open_port` fails under its own `mpiexec` too). Open MPI: its own transports,
+    /// no probing of network fabrics.
     pub fn env(self, cmd: &mut Command) {
         match self {
             Mpi::Mpich => cmd
                 .env("MPIR_CVAR_CH4_NETMOD", "ofi")
                 .env("FI_PROVIDER", "tcp"),
+            // TCP on loopback too: a spawn's children reach their parents over it (the
+            // shared-memory transport does not cross jobs).
             Mpi::OpenMpi => cmd
                 .env("OMPI_MCA_pml", "ob1")
-                .env("OMPI_MCA_btl", "self,sm"),
+                .env("OMPI_MCA_btl", "self,sm,tcp")
+                .env("OMPI_MCA_btl_tcp_if_include", "lo"),
         };
     }
 

@@ -74,22 +74,50 @@ fn open_mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
     f.assert_nothing_left();
 }
 
-/// PMIS-11: spawn is not served to Open MPI yet: MPI_Comm_spawn returns an error at once
-/// instead of hanging, and nothing is started.
+/// PMIS-11: MPI_Comm_spawn and MPI_Comm_spawn_multiple of Open MPI programs are the
+/// kernel's spawn, their children registered in a namespace of their own; a spawn
+/// without slots is an MPI error at once, never a hang.
 #[test]
-fn open_mpi_spawn_is_refused_not_left_waiting() {
+fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let Some(mpi) = open_mpi() else { return };
     let rt = Runtime::new("pmix-spawn");
     let exe = Mpi::build(&mpi, &rt.scratch(), "spawn", SPAWN);
-    let mut cmd = rt.command(&[
-        "run",
-        "-n",
-        "1",
-        "--max",
-        "4",
-        exe.to_str().unwrap(),
-        "single",
-    ]);
+    let exe = exe.to_str().unwrap();
+    for (mode, np, children) in [("single", 1u32, 2u32), ("multiple", 2, 3)] {
+        let total = np + children;
+        let f = Mpi::OpenMpi.run(
+            &rt,
+            &[
+                "run",
+                "-n",
+                &np.to_string(),
+                "--max",
+                &total.to_string(),
+                exe,
+                mode,
+            ],
+        );
+        assert_eq!(f.code, Some(0), "{mode}\n{}", f.dump());
+        let merged = format!("merged={total} sum={total}");
+        let parents = f
+            .stdout
+            .lines()
+            .filter(|l| l.contains("] parent rank=") && l.ends_with(&merged))
+            .count();
+        let kids = f
+            .stdout
+            .lines()
+            .filter(|l| l.contains("] child rank=") && l.ends_with(&merged))
+            .count();
+        assert_eq!(
+            (parents, kids),
+            (np as usize, children as usize),
+            "{mode}\n{}",
+            f.dump()
+        );
+        f.assert_nothing_left();
+    }
+    let mut cmd = rt.command(&["run", "-n", "1", "--max", "4", exe, "noslots"]);
     Mpi::OpenMpi.env(&mut cmd);
     let f = rt
         .run_bounded(cmd, Duration::from_secs(60))

@@ -1514,7 +1514,9 @@ impl RcNode {
                             let ok = rest.starts_with("0");
                             if st.pmi_barrier.is_none() && ok {
                                 for r in 0..members {
-                                    gets.extend_from_slice(format!("cmd=get key=k{r}\n").as_bytes());
+                                    gets.extend_from_slice(
+                                        format!("cmd=get key=k{r}\n").as_bytes(),
+                                    );
                                 }
                             }
                             st.pmi_barrier.get_or_insert(ok);

@@ -728,7 +728,9 @@ fn pmi_properties(model: RcModel) -> RcModel {
             |_, s| {
                 procs(s).any(|p| {
                     p.pmi_barrier == Some(true)
-                        && p.pmi.as_ref().is_some_and(|x| p.pmi_seen.len() == x.job().size as usize)
+                        && p.pmi
+                            .as_ref()
+                            .is_some_and(|x| p.pmi_seen.len() == x.job().size as usize)
                 })
             },
         )

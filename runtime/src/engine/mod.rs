@@ -264,6 +264,8 @@ pub struct Engine {
     pmix_pending: HashMap<ReqId, pmix_host::Pending>,
     /// PMIx upcalls handed to the daemon machine so far (their request ids).
     pmix_asked: u64,
+    /// The job's PMIx server, if its program is an Open MPI one (`pmix.rs`).
+    pmix: Option<std::sync::Arc<crate::pmix::PmixHost>>,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
     pmi_pending: HashMap<Rank, dynres_core::pmi::PmiJob>,
     links: VecDeque<Link>,
@@ -353,6 +355,7 @@ impl Engine {
         io: IoLoop,
     ) -> Engine {
         let io_handle = io.handle();
+        let pmix = spec.pmix.clone();
         Engine {
             master,
             node: NodeId(node),
@@ -388,6 +391,7 @@ impl Engine {
             pmi_pending: HashMap::new(),
             pmix_pending: HashMap::new(),
             pmix_asked: 0,
+            pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),
             tools: ToolRequests::default(),

@@ -4,8 +4,9 @@
 //! one-host job never needs is refused at once, so no client waits on it.
 
 use dynres_core::Duration;
+use dynres_core::rc::SpawnCommand;
 use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ReqId};
-use dynres_pmix::{LookupDone, OpDone, Request, Status, Value};
+use dynres_pmix::{LookupDone, OpDone, Request, SpawnDone, Status, Value};
 
 use super::Engine;
 
@@ -22,11 +23,14 @@ pub(super) enum Pending {
     Op(OpDone),
     /// A lookup of this key.
     Lookup(String, LookupDone),
+    /// A spawn, answered with its children's namespace.
+    Spawn(SpawnDone),
 }
 
 impl Engine {
     /// Answers one upcall, or hands it to the daemon machine.
     pub(super) fn on_pmix(&mut self, request: Request) {
+        tracing::trace!(?request, "PMIx upcall");
         match request {
             Request::ClientConnected { done, .. } | Request::ClientFinalized { done, .. } => {
                 done.complete(Ok(()));
@@ -38,16 +42,19 @@ impl Engine {
                 done,
             } => {
                 done.complete(Ok(()));
-                self.pmi_abort(from.1, status, &message);
+                if let Some(rank) = self.pmix_rank(&from) {
+                    self.pmi_abort(rank, status, &message);
+                }
             }
             Request::Publish {
                 from,
                 mut entries,
                 done,
             } => match (entries.pop(), entries.is_empty()) {
-                (Some((key, Value::Str(value))), true) => {
+                (Some((key, value)), true) => {
+                    let value = encode_value(&value);
                     let request = ClientRequest::Publish { key, value };
-                    self.pmix_ask(from.1, request, Pending::Op(done));
+                    self.pmix_ask(&from, request, Pending::Op(done));
                 }
                 _ => done.complete(Err(Status::NotSupported)),
             },
@@ -63,7 +70,7 @@ impl Engine {
                         key: key.clone(),
                         wait,
                     };
-                    self.pmix_ask(from.1, request, Pending::Lookup(key, done));
+                    self.pmix_ask(&from, request, Pending::Lookup(key, done));
                 }
                 _ => done.complete(Err(Status::NotSupported)),
             },
@@ -74,28 +81,55 @@ impl Engine {
             } => match (keys.pop(), keys.is_empty()) {
                 (None, _) => done.complete(Ok(())),
                 (Some(key), true) => {
-                    self.pmix_ask(from.1, ClientRequest::Unpublish { key }, Pending::Op(done));
+                    self.pmix_ask(&from, ClientRequest::Unpublish { key }, Pending::Op(done));
                 }
                 _ => done.complete(Err(Status::NotSupported)),
             },
-            Request::Spawn { from, done, .. } => {
-                tracing::warn!(
-                    rank = from.1,
-                    "MPI_Comm_spawn of an Open MPI program is not served yet: refused"
-                );
-                done.complete(Err(Status::NotSupported));
+            // The kernel's spawn (all children get slots or none start); the children
+            // learn their parent from the environment it carries (PARENT_ENV).
+            Request::Spawn { from, apps, done } => {
+                let commands = apps
+                    .iter()
+                    .map(|a| SpawnCommand {
+                        program: a.cmd.clone(),
+                        args: a.argv.iter().skip(1).cloned().collect(),
+                        count: a.maxprocs,
+                    })
+                    .collect();
+                let mut env: Vec<(String, String)> =
+                    apps.into_iter().next().map(|a| a.env).unwrap_or_default();
+                env.push((
+                    crate::pmix::PARENT_ENV.into(),
+                    format!("{}@{}", from.1, from.0),
+                ));
+                let request = ClientRequest::Spawn { commands, env };
+                self.pmix_ask(&from, request, Pending::Spawn(done));
             }
-            // A one-host job: libpmix completes its fences and connects itself.
-            Request::Fence { done, .. } => done.complete(Err(Status::NotSupported)),
+            // A one-host job (PMIx is served on one host only): libpmix calls up once
+            // every participant, all of them local, is in (a spawn's connect spans the
+            // parents' and the children's namespaces), so nobody else is to wait for.
             Request::Connect { done, .. } | Request::Disconnect { done, .. } => {
-                done.complete(Err(Status::NotSupported));
+                done.complete(Ok(()));
             }
+            // libpmix completes a fence of local processes itself: one reaching the host
+            // spans nodes, which a one-host job has not.
+            Request::Fence { done, .. } => done.complete(Err(Status::NotSupported)),
             Request::DirectModex { done, .. } => done.complete(Err(Status::NotFound)),
         }
     }
 
-    /// Sends `request` to the daemon machine as rank `rank`'s, its answer to `pending`.
-    fn pmix_ask(&mut self, rank: u32, request: ClientRequest, pending: Pending) {
+    /// The job's rank of a PMIx process (a spawn's children have ranks of their own).
+    fn pmix_rank(&self, from: &dynres_pmix::Proc) -> Option<u32> {
+        self.pmix.as_ref().and_then(|h| h.job_rank(from))
+    }
+
+    /// Sends `request` to the daemon machine as `from`'s, its answer to `pending`; a
+    /// process this runtime does not know is answered with an error at once.
+    fn pmix_ask(&mut self, from: &dynres_pmix::Proc, request: ClientRequest, pending: Pending) {
+        let Some(rank) = self.pmix_rank(from) else {
+            tracing::warn!(?from, "a PMIx request from an unknown process: refused");
+            return;
+        };
         let req = FIRST + self.pmix_asked;
         self.pmix_asked += 1;
         self.pmix_pending.insert(req, pending);
@@ -119,9 +153,16 @@ impl Engine {
                     Status::Error
                 }));
             }
+            (Pending::Spawn(done), ClientReply::Spawned(r)) => match (r, &self.pmix) {
+                (Ok(s), Some(host)) => done.complete(Ok(host.spawn_namespace(&s.app))),
+                (r, _) => {
+                    tracing::warn!(error = ?r.err(), "a PMIx spawn failed");
+                    done.complete(Err(Status::Error));
+                }
+            },
             (Pending::Lookup(key, done), ClientReply::Lookup(r)) => {
                 done.complete(
-                    r.map(|v| vec![(key, Value::Str(v))])
+                    r.map(|v| vec![(key, decode_value(&v))])
                         .map_err(|_| Status::NotFound),
                 );
             }
@@ -129,5 +170,72 @@ impl Engine {
             (_, other) => tracing::warn!(?other, "unexpected reply to a PMIx upcall"),
         }
         None
+    }
+}
+
+/// Marks a published value as a PMIx one of a type other than a string.
+const TYPED: &str = "\u{1}pmix:";
+
+/// A PMIx value as the data server's string (PMIS-11): strings as they are, so that
+/// other clients (PMI-1, dynres') read them; other types tagged (`\x01pmix:b:` and
+/// hex bytes, `i:`, `u:`, `t`/`f`). Open MPI publishes byte objects (its context ids).
+fn encode_value(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.clone(),
+        Value::Bytes(b) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!("{TYPED}b:{hex}")
+        }
+        Value::Int(i) => format!("{TYPED}i:{i}"),
+        Value::UInt(u) => format!("{TYPED}u:{u}"),
+        Value::Bool(t) => format!("{TYPED}{}", if *t { "t" } else { "f" }),
+    }
+}
+
+/// The PMIx value of a data-server string ([`encode_value`]'s inverse; an untagged or
+/// malformed one is a string).
+fn decode_value(s: &str) -> Value {
+    let Some(rest) = s.strip_prefix(TYPED) else {
+        return Value::Str(s.into());
+    };
+    let typed = match rest.split_at_checked(2) {
+        Some(("b:", hex)) if hex.len() % 2 == 0 => (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()
+            .map(Value::Bytes),
+        Some(("i:", n)) => n.parse().ok().map(Value::Int),
+        Some(("u:", n)) => n.parse().ok().map(Value::UInt),
+        _ => match rest {
+            "t" => Some(Value::Bool(true)),
+            "f" => Some(Value::Bool(false)),
+            _ => None,
+        },
+    };
+    typed.unwrap_or_else(|| Value::Str(s.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_survive_the_data_server() {
+        for v in [
+            Value::Str("job-1.*:2".into()),
+            Value::Str(String::new()),
+            Value::Bytes(vec![2, 8, 255, 0]),
+            Value::Bytes(Vec::new()),
+            Value::Int(-7),
+            Value::UInt(u64::MAX),
+            Value::Bool(true),
+            Value::Bool(false),
+        ] {
+            assert_eq!(decode_value(&encode_value(&v)), v);
+        }
+        // Strings stay readable by PMI-1 and dynres clients; odd tags are strings.
+        assert_eq!(encode_value(&Value::Str("port".into())), "port");
+        let odd = format!("{TYPED}b:zz");
+        assert_eq!(decode_value(&odd), Value::Str(odd.clone()));
     }
 }

@@ -13,9 +13,14 @@ use crate::rc::msg::ClientReply;
 use crate::rc::types::RcStatus;
 use crate::time::{Duration, Instant};
 
-/// Whether applications may not publish `key` themselves: the protocol's own keys.
+/// Whether applications may not publish `key` themselves: the protocol's own keys,
+/// `{delta}:accept` and `{delta}:confirm` of a pset name (`RC-16`). Only those: MPI
+/// libraries publish keys of their own that may end the same way (Open MPI's
+/// connect/accept publishes `{jobid}:{tag}:accept`).
 fn is_reserved(key: &str) -> bool {
-    key.ends_with(":accept") || key.ends_with(":confirm")
+    key.strip_suffix(":accept")
+        .or_else(|| key.strip_suffix(":confirm"))
+        .is_some_and(|pset| pset.starts_with("mpi://"))
 }
 
 impl Master {
