@@ -21,8 +21,8 @@ use crate::error::LauncherError;
 /// unset: when the program links Open MPI ([`links_open_mpi`]).
 pub const ENV: &str = "DYNRES_PMIX";
 
-/// How much of a program is read to find the libraries it links (their names are in
-/// the dynamic section's string table, near the start of an ELF file).
+/// Most bytes read of any one part of a program's ELF file (headers, dynamic section,
+/// string table): a hostile or odd file costs at most this much.
 const SCAN: u64 = 4 << 20;
 
 /// The variable a spawn's command environment carries to name the spawning process to
@@ -143,11 +143,11 @@ impl PmixHost {
     }
 }
 
-/// Whether `program` (a path, or a name looked up in `PATH`) links Open MPI 5
-/// (`libmpi.so.40`) or PMIx: then it needs the PMIx server. MPICH's `libmpi.so.12`
-/// speaks PMI-1, which every rank is served anyway.
+/// Whether `program` (a path, or a name looked up in `PATH`) links Open MPI 5: its ELF
+/// dynamic section names `libmpi.so.40` (MPICH's `libmpi.so.12` speaks PMI-1, which
+/// every rank is served anyway). A script that starts an Open MPI program is not
+/// seen through: [`ENV`] is for it.
 pub fn links_open_mpi(program: &str) -> bool {
-    use std::io::Read;
     let path = if program.contains('/') {
         Some(std::path::PathBuf::from(program))
     } else {
@@ -157,15 +157,102 @@ pub fn links_open_mpi(program: &str) -> bool {
                 .find(|f| f.is_file())
         })
     };
-    let Some(file) = path.and_then(|p| std::fs::File::open(p).ok()) else {
-        return false;
+    path.and_then(|p| needed_libraries(&p))
+        .is_some_and(|libs| libs.iter().any(|l| l.starts_with("libmpi.so.40")))
+}
+
+/// The `DT_NEEDED` entries of a 64-bit little-endian ELF file, `None` if it is not one
+/// (or is malformed: every read is bounds-checked, nothing here trusts the file).
+fn needed_libraries(path: &Path) -> Option<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut read_at = |offset: u64, len: u64| -> Option<Vec<u8>> {
+        let len = usize::try_from(len.min(SCAN)).ok()?;
+        f.seek(SeekFrom::Start(offset)).ok()?;
+        let mut buf = vec![0; len];
+        f.read_exact(&mut buf).ok()?;
+        Some(buf)
     };
-    let mut head = Vec::new();
-    if file.take(SCAN).read_to_end(&mut head).is_err() {
-        return false;
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let head = read_at(0, 64)?;
+    // ELFCLASS64, ELFDATA2LSB.
+    if head.get(..4)? != b"\x7fELF" || head.get(4)? != &2 || head.get(5)? != &1 {
+        return None;
     }
-    let has = |needle: &[u8]| head.windows(needle.len()).any(|w| w == needle);
-    has(b"libmpi.so.40") || has(b"libpmix.so")
+    let (phoff, phentsize, phnum) = (
+        u64_at(&head, 0x20)?,
+        u16_at(&head, 0x36)?,
+        u16_at(&head, 0x38)?,
+    );
+    let phdrs = read_at(phoff, u64::from(phentsize) * u64::from(phnum))?;
+    // (type, offset, vaddr, filesz) of each program header.
+    let segments: Vec<(u32, u64, u64, u64)> = (0..usize::from(phnum))
+        .filter_map(|i| {
+            let o = i * usize::from(phentsize);
+            Some((
+                u32_at(&phdrs, o)?,
+                u64_at(&phdrs, o + 8)?,
+                u64_at(&phdrs, o + 16)?,
+                u64_at(&phdrs, o + 32)?,
+            ))
+        })
+        .collect();
+    const PT_LOAD: u32 = 1;
+    const PT_DYNAMIC: u32 = 2;
+    let &(_, dyn_off, _, dyn_size) = segments.iter().find(|s| s.0 == PT_DYNAMIC)?;
+    let dynamic = read_at(dyn_off, dyn_size)?;
+    let (mut needed, mut strtab, mut strsz) = (Vec::new(), None, None);
+    for entry in dynamic.chunks_exact(16) {
+        let (tag, val) = (u64_at(entry, 0)?, u64_at(entry, 8)?);
+        match tag {
+            0 => break,
+            1 => needed.push(val),
+            5 => strtab = Some(val),
+            10 => strsz = Some(val),
+            _ => {}
+        }
+    }
+    let (strtab, strsz) = (strtab?, strsz?);
+    // The string table's address is a virtual one: its file offset is its load segment's.
+    let &(_, off, vaddr, _) = segments
+        .iter()
+        .find(|s| s.0 == PT_LOAD && s.2 <= strtab && strtab - s.2 < s.3)?;
+    let strings = read_at(strtab - vaddr + off, strsz)?;
+    Some(
+        needed
+            .into_iter()
+            .filter_map(|o| {
+                let rest = strings.get(usize::try_from(o).ok()?..)?;
+                let end = rest.iter().position(|&b| b == 0)?;
+                Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_libraries_are_read_from_the_dynamic_section() {
+        // This test binary links libc dynamically, and names no MPI library.
+        let me = std::env::current_exe().unwrap();
+        let libs = needed_libraries(&me).expect("an ELF file");
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        assert!(!links_open_mpi(me.to_str().unwrap()));
+        // Not ELF, missing, a directory: nothing, no panic.
+        assert_eq!(needed_libraries(Path::new("/etc/hostname")), None);
+        assert_eq!(needed_libraries(Path::new("/nonexistent")), None);
+        assert_eq!(needed_libraries(Path::new("/")), None);
+        // A truncated ELF header.
+        let dir = std::env::temp_dir().join(format!("dynres-elf-{}", std::process::id()));
+        std::fs::write(&dir, b"\x7fELF\x02\x01").unwrap();
+        assert_eq!(needed_libraries(&dir), None);
+        let _ = std::fs::remove_file(&dir);
+    }
 }
 
 /// Whether the job's program gets a PMIx server: [`ENV`], else [`links_open_mpi`].

@@ -87,7 +87,7 @@ fn run() -> Result<(), CommError> {
     )?;
     ensure(
         matches!(
-            s.publish("x:accept", "y"),
+            s.publish("mpi://app/check:accept", "y"),
             Err(ClientError::Rc(RcError::ReservedKey(_)))
         ),
         || "reserved key published".into(),
