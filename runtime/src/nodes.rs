@@ -743,7 +743,8 @@ impl Nodes {
             a.stop();
         }
         // GROW-3: second allocations end with the job (those whose nodes were all given
-        // back were cancelled then).
+        // back were cancelled then), requests still waiting included.
+        super::slurm::cancel_pending();
         let open: std::collections::BTreeSet<&String> = self
             .grown
             .iter()

@@ -232,29 +232,6 @@ fn needed_libraries(path: &Path) -> Option<Vec<String>> {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn needed_libraries_are_read_from_the_dynamic_section() {
-        // This test binary links libc dynamically, and names no MPI library.
-        let me = std::env::current_exe().unwrap();
-        let libs = needed_libraries(&me).expect("an ELF file");
-        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
-        assert!(!links_open_mpi(me.to_str().unwrap()));
-        // Not ELF, missing, a directory: nothing, no panic.
-        assert_eq!(needed_libraries(Path::new("/etc/hostname")), None);
-        assert_eq!(needed_libraries(Path::new("/nonexistent")), None);
-        assert_eq!(needed_libraries(Path::new("/")), None);
-        // A truncated ELF header.
-        let dir = std::env::temp_dir().join(format!("dynres-elf-{}", std::process::id()));
-        std::fs::write(&dir, b"\x7fELF\x02\x01").unwrap();
-        assert_eq!(needed_libraries(&dir), None);
-        let _ = std::fs::remove_file(&dir);
-    }
-}
-
 /// Whether the job's program gets a PMIx server: [`ENV`], else [`links_open_mpi`].
 pub fn wanted(program: &str) -> bool {
     match std::env::var(ENV).as_deref() {
@@ -331,4 +308,27 @@ pub fn start(
         next_node_rank: std::sync::atomic::AtomicU32::new(n),
         ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_libraries_are_read_from_the_dynamic_section() {
+        // This test binary links libc dynamically, and names no MPI library.
+        let me = std::env::current_exe().unwrap();
+        let libs = needed_libraries(&me).expect("an ELF file");
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        assert!(!links_open_mpi(me.to_str().unwrap()));
+        // Not ELF, missing, a directory: nothing, no panic.
+        assert_eq!(needed_libraries(Path::new("/etc/hostname")), None);
+        assert_eq!(needed_libraries(Path::new("/nonexistent")), None);
+        assert_eq!(needed_libraries(Path::new("/")), None);
+        // A truncated ELF header.
+        let dir = std::env::temp_dir().join(format!("dynres-elf-{}", std::process::id()));
+        std::fs::write(&dir, b"\x7fELF\x02\x01").unwrap();
+        assert_eq!(needed_libraries(&dir), None);
+        let _ = std::fs::remove_file(&dir);
+    }
 }

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::hosts::{Host, expand_nodelist};
@@ -20,24 +21,84 @@ pub struct Grant {
     pub hosts: Vec<Host>,
 }
 
+/// The `salloc`s still waiting for Slurm, and whether the job is ending (GROW-3).
+struct Pending {
+    pids: Vec<u32>,
+    ending: bool,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending {
+    pids: Vec::new(),
+    ending: false,
+});
+
+fn lock(m: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long the job's end waits for cancelled `salloc`s to withdraw their requests.
+const CANCEL_BOUND: Duration = Duration::from_secs(5);
+
+/// GROW-3: the job ends, so no second allocation may be left waiting in Slurm's queue.
+/// Every `salloc` still waiting gets SIGTERM (it then withdraws its request, which
+/// SIGKILL at the runtime's exit would leave queued), and this waits for them (bounded);
+/// one granted meanwhile is released by [`allocate`], and none starts after.
+pub fn cancel_pending() {
+    let pids = {
+        let mut pending = lock(&PENDING);
+        pending.ending = true;
+        pending.pids.clone()
+    };
+    for pid in &pids {
+        crate::procs::send_signal(*pid, libc::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + CANCEL_BOUND;
+    while !lock(&PENDING).pids.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Asks Slurm for `nodes` whole nodes, waiting at most `wait` for them
 /// (`salloc --no-shell --immediate`). The error is one line saying what Slurm said.
 pub fn allocate(nodes: u32, wait: Duration, name: &str) -> Result<Grant, String> {
     let secs = wait.as_secs().max(1);
-    let out = crate::procs::output_locked(
-        Command::new("salloc")
-            .args(["--no-shell", "--exclusive"])
-            .arg(format!("--nodes={nodes}"))
-            .arg(format!("--immediate={secs}"))
-            .arg(format!("--job-name={name}"))
-            .stdin(Stdio::null()),
-    )
-    .map_err(|e| format!("cannot run salloc: {e}"))?;
+    let mut cmd = Command::new("salloc");
+    cmd.args(["--no-shell", "--exclusive"])
+        .arg(format!("--nodes={nodes}"))
+        .arg(format!("--immediate={secs}"))
+        .arg(format!("--job-name={name}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // GROW-3: a request still waiting when the job ends is cancelled (`cancel_pending`).
+    let child = {
+        let mut pending = lock(&PENDING);
+        if pending.ending {
+            return Err("the job is ending".into());
+        }
+        let child =
+            crate::procs::spawn_locked(&mut cmd).map_err(|e| format!("cannot run salloc: {e}"))?;
+        pending.pids.push(child.id());
+        child
+    };
+    let pid = child.id();
+    let out = child.wait_with_output();
+    let ending = {
+        let mut pending = lock(&PENDING);
+        pending.pids.retain(|p| *p != pid);
+        pending.ending
+    };
+    let out = out.map_err(|e| format!("cannot run salloc: {e}"))?;
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    if let (Some(job), true) = (granted_job(&said), ending) {
+        // Granted as the job ended: nobody would use it or give it back.
+        release(&job);
+        return Err("the job ended while Slurm granted the nodes".into());
+    }
     let job = granted_job(&said).ok_or_else(|| {
         let last = said
             .lines()
