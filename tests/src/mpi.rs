@@ -90,6 +90,31 @@ impl Mpi {
         };
     }
 
+    /// Runs `tests/tests/mpi/spawn.c` (built as `exe`) in `mode` (`single`,
+    /// `multiple`) with `np` parents and room for `children`: every parent and every
+    /// child merged with all the others and summed over them, and nothing is left.
+    pub fn check_spawn(self, rt: &Runtime, exe: &str, mode: &str, np: u32, children: u32) {
+        let total = np + children;
+        let (np_s, total_s) = (np.to_string(), total.to_string());
+        let f = self.run(rt, &["run", "-n", &np_s, "--max", &total_s, exe, mode]);
+        assert_eq!(f.code, Some(0), "{mode} -n {np}\n{}", f.dump());
+        let merged = format!("merged={total} sum={total}");
+        let count = |who: &str| {
+            f.stdout
+                .lines()
+                .filter(|l| l.contains(who) && l.ends_with(&merged))
+                .count()
+        };
+        let (parents, kids) = (count("] parent rank="), count("] child rank="));
+        assert_eq!(
+            (parents, kids),
+            (np as usize, children as usize),
+            "{mode} -n {np}\n{}",
+            f.dump()
+        );
+        f.assert_nothing_left();
+    }
+
     /// Runs `dynres ARGS` with [`Mpi::env`], bounded (a PMI bug would hang MPI_Init,
     /// not fail it).
     pub fn run(self, rt: &Runtime, args: &[&str]) -> Finished {

@@ -102,42 +102,7 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let exe = build(&mpi, &dir, "spawn", SPAWN);
     let exe = exe.to_str().unwrap();
     for (mode, np, children) in [("single", 1u32, 2u32), ("single", 2, 2), ("multiple", 1, 3)] {
-        let total = np + children;
-        let f = run(
-            &rt,
-            &[
-                "run",
-                "-n",
-                &np.to_string(),
-                "--max",
-                &total.to_string(),
-                exe,
-                mode,
-            ],
-        );
-        assert_eq!(f.code, Some(0), "{mode}\n{}", f.dump());
-        let parents = f
-            .stdout
-            .lines()
-            .filter(|l| {
-                l.contains("] parent rank=")
-                    && l.ends_with(&format!("of {np} merged={total} sum={total}"))
-            })
-            .count();
-        let kids = f
-            .stdout
-            .lines()
-            .filter(|l| {
-                l.contains("] child rank=") && l.ends_with(&format!("merged={total} sum={total}"))
-            })
-            .count();
-        assert_eq!(
-            (parents, kids),
-            (np as usize, children as usize),
-            "{mode} -n {np}\n{}",
-            f.dump()
-        );
-        f.assert_nothing_left();
+        Mpi::Mpich.check_spawn(&rt, exe, mode, np, children);
     }
     // Children on another daemon than their parents (a spawn of two commands: the
     // daemon learns it one command at a time).

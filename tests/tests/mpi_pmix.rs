@@ -84,38 +84,7 @@ fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let exe = Mpi::build(&mpi, &rt.scratch(), "spawn", SPAWN);
     let exe = exe.to_str().unwrap();
     for (mode, np, children) in [("single", 1u32, 2u32), ("multiple", 2, 3)] {
-        let total = np + children;
-        let f = Mpi::OpenMpi.run(
-            &rt,
-            &[
-                "run",
-                "-n",
-                &np.to_string(),
-                "--max",
-                &total.to_string(),
-                exe,
-                mode,
-            ],
-        );
-        assert_eq!(f.code, Some(0), "{mode}\n{}", f.dump());
-        let merged = format!("merged={total} sum={total}");
-        let parents = f
-            .stdout
-            .lines()
-            .filter(|l| l.contains("] parent rank=") && l.ends_with(&merged))
-            .count();
-        let kids = f
-            .stdout
-            .lines()
-            .filter(|l| l.contains("] child rank=") && l.ends_with(&merged))
-            .count();
-        assert_eq!(
-            (parents, kids),
-            (np as usize, children as usize),
-            "{mode}\n{}",
-            f.dump()
-        );
-        f.assert_nothing_left();
+        Mpi::OpenMpi.check_spawn(&rt, exe, mode, np, children);
     }
     let mut cmd = rt.command(&["run", "-n", "1", "--max", "4", exe, "noslots"]);
     Mpi::OpenMpi.env(&mut cmd);
