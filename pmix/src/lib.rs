@@ -225,6 +225,9 @@ pub struct Namespace {
     /// The process that spawned this namespace (`PMIX_PARENT_ID`, and
     /// `PMIX_SPAWNED` true), if any.
     pub spawned_by: Option<(String, u32)>,
+    /// More processes on this node than it has cores (`PMIX_NODE_OVERSUBSCRIBED`):
+    /// Open MPI then yields while it waits instead of spinning.
+    pub oversubscribed: bool,
 }
 
 /// One application of a `PMIx_Spawn` request.

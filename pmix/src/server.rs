@@ -315,6 +315,7 @@ impl Server {
         if std::fs::create_dir_all(&nsdir).is_ok() {
             list.add_str(ffi::PMIX_NSDIR, &path_str(&nsdir)?)?;
         }
+        list.add_bool(ffi::PMIX_NODE_OVERSUBSCRIBED, ns.oversubscribed)?;
         if let Some((parent, rank)) = &ns.spawned_by {
             list.add_bool(ffi::PMIX_SPAWNED, true)?;
             list.add_proc(ffi::PMIX_PARENT_ID, &proc_t(parent, *rank)?)?;

@@ -128,6 +128,8 @@ impl PmixHost {
                 spawned_by: parent
                     .and_then(|p| p.split_once('@'))
                     .and_then(|(r, ns)| Some((ns.to_string(), r.parse().ok()?))),
+                // Its children next to the processes the job already runs here.
+                oversubscribed: oversubscribed(first + size),
             };
             self.server
                 .register_namespace(&namespace)
@@ -232,6 +234,14 @@ fn needed_libraries(path: &Path) -> Option<Vec<String>> {
     )
 }
 
+/// Whether `procs` processes are more than this host's cores: Open MPI is told so
+/// (`PMIX_NODE_OVERSUBSCRIBED`) and yields while it waits, as under its own mpirun,
+/// instead of spinning against the other processes.
+fn oversubscribed(procs: u32) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    usize::try_from(procs).unwrap_or(usize::MAX) > cores
+}
+
 /// Whether the job's program gets a PMIx server: [`ENV`], else [`links_open_mpi`].
 pub fn wanted(program: &str) -> bool {
     match std::env::var(ENV).as_deref() {
@@ -291,6 +301,7 @@ pub fn start(
         procs,
         this_node: 0,
         spawned_by: None,
+        oversubscribed: oversubscribed(n),
     };
     server
         .register_namespace(&ns)

@@ -356,6 +356,7 @@ fn launch(
             .collect(),
         this_node: 0,
         spawned_by: spawn.map(|(parent, _)| parent.clone()),
+        oversubscribed: false,
     };
     server
         .register_namespace(&namespace)
