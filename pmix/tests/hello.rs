@@ -76,6 +76,7 @@ fn setup_fork_names_the_server_the_namespace_and_the_rank() {
             .collect(),
         this_node: 0,
         spawned_by: None,
+        oversubscribed: false,
     };
     h.server
         .register_namespace(&ns)

@@ -19,6 +19,7 @@ fn one_proc(name: &str) -> Namespace {
         }],
         this_node: 0,
         spawned_by: None,
+        oversubscribed: false,
     }
 }
 
