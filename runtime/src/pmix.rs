@@ -32,7 +32,7 @@ pub const PARENT_ENV: &str = "DYNRES_PMIX_PARENT";
 /// The job's PMIx server and namespace.
 pub struct PmixHost {
     server: Server,
-    /// The namespace (the job's).
+    /// The PMIx namespace: the job's, with a secret suffix (PMIS-12).
     pub namespace: String,
     /// This host's name, as the namespaces' node map gives it.
     host: String,
@@ -269,6 +269,13 @@ pub fn start(
              is installed, or set {ENV}=0 to run the program without it"
         )));
     }
+    // PMIS-12: libpmix 4.2 listens on loopback TCP, where any local user may connect
+    // and, with its `native` security, claim any uid; a connection must name a
+    // registered namespace, so the namespace carries 128 random bits that only the
+    // job's processes learn (their environment, readable by the user alone).
+    let secret =
+        dynres_client::auth::new_secret().map_err(|e| fail(format!("read /dev/urandom: {e}")))?;
+    let pmix_ns = format!("{namespace}-{}", secret.get(..32).unwrap_or(&secret));
     let tmp = dir.join("pmix");
     std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -294,7 +301,7 @@ pub fn start(
         })
         .collect();
     let ns = Namespace {
-        name: namespace.into(),
+        name: pmix_ns.clone(),
         size: n,
         universe,
         nodes: vec![host.into()],
@@ -313,7 +320,7 @@ pub fn start(
     );
     Ok(Arc::new(PmixHost {
         server,
-        namespace: namespace.into(),
+        namespace: pmix_ns,
         host: host.into(),
         spawned: std::sync::Mutex::new(std::collections::HashSet::new()),
         next_node_rank: std::sync::atomic::AtomicU32::new(n),

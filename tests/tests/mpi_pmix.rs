@@ -13,6 +13,7 @@ const HELLO: &str = include_str!("mpi/hello.c");
 const NAMES: &str = include_str!("mpi/names.c");
 const ABORT: &str = include_str!("mpi/abort.c");
 const SPAWN: &str = include_str!("mpi/spawn.c");
+const STRANGER: &str = include_str!("mpi/pmix_stranger.c");
 
 /// Open MPI's prefix, if it and libpmix are here.
 fn open_mpi() -> Option<std::path::PathBuf> {
@@ -126,4 +127,66 @@ fn open_mpi_across_hosts_is_refused_clearly() {
         "{}",
         f.dump()
     );
+}
+
+/// PMIS-12: a stranger on the node who reaches the PMIx server's loopback port and
+/// names the job's namespace as it can be guessed (from the job id) is refused; the
+/// real namespace, which only the job's processes learn, is what gets in (the control
+/// that shows the refusal is the namespace's doing).
+#[test]
+fn a_pmix_client_that_guesses_the_namespace_is_refused() {
+    if let Some(why) = dynres_pmix::unavailable_reason() {
+        skip(format!("no PMIx server in this build: {why}"));
+        return;
+    }
+    let flags = match std::process::Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .output()
+    {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => {
+            skip("pkg-config knows no pmix (libpmix-dev) to build the stranger with");
+            return;
+        }
+    };
+    let rt = Runtime::new("pmix-stranger");
+    let dir = rt.scratch();
+    let src = dir.join("stranger.c");
+    std::fs::write(&src, STRANGER).unwrap();
+    let exe = dir.join("stranger");
+    let built = std::process::Command::new("gcc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .output()
+        .expect("run gcc");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let script = format!(
+        "if [ \"$PMIX_RANK\" = 0 ]; then \
+           echo \"guess: $(PMIX_NAMESPACE=${{PMIX_NAMESPACE%-*}} PMIX_RANK=1 timeout 30 {0} 2>&1 | tail -1)\"; \
+           echo \"real: $(PMIX_RANK=1 timeout 30 {0} 2>&1 | tail -1)\"; \
+         fi",
+        exe.display()
+    );
+    let mut cmd = rt.command(&["run", "-n", "2", "/bin/bash", "-c", &script]);
+    cmd.env("DYNRES_PMIX", "1");
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let line = |what: &str| {
+        f.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("[rank 0] {what}: ")))
+            .unwrap_or_else(|| panic!("no {what} line\n{}", f.dump()))
+            .to_string()
+    };
+    assert!(line("guess").starts_with("refused"), "{}", f.dump());
+    assert!(line("real").starts_with("joined job-"), "{}", f.dump());
+    f.assert_nothing_left();
 }
