@@ -1082,47 +1082,36 @@ impl Reactor {
     }
 
     fn admit(&mut self, s: UnixStream, rank: u32) {
-        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let Ok(w) = s.try_clone() else { return };
-        if self
-            .events
-            .send(Event::Hello {
-                conn,
-                rank,
-                stream: w,
-            })
-            .is_err()
-        {
-            return;
-        }
-        self.clients.insert(
-            conn,
-            Client {
-                rank,
-                s,
-                frames: Some(FrameReader::new()),
-                want_write: false,
-            },
-        );
+        self.serve(s, rank, Some(FrameReader::new()), |conn, stream| {
+            Event::Hello { conn, rank, stream }
+        });
     }
 
     /// A rank's PMI socket: no hello (the socket is its rank's alone, PMIS-2).
     fn admit_pmi(&mut self, rank: u32, fd: OwnedFd) {
         let s = UnixStream::from(fd);
-        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let Ok(w) = s.try_clone() else { return };
         if s.set_nonblocking(true).is_err() {
             return;
         }
-        if self
-            .events
-            .send(Event::PmiUp {
-                conn,
-                rank,
-                stream: w,
-            })
-            .is_err()
-        {
+        self.serve(s, rank, None, |conn, stream| Event::PmiUp {
+            conn,
+            rank,
+            stream,
+        });
+    }
+
+    /// Serves `s` as `rank`'s connection (`frames` `None`: a PMI socket): the engine
+    /// gets `up` with a copy of it for its replies first, so its bytes come after.
+    fn serve(
+        &mut self,
+        s: UnixStream,
+        rank: u32,
+        frames: Option<FrameReader>,
+        up: impl FnOnce(u64, UnixStream) -> Event,
+    ) {
+        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+        let Ok(w) = s.try_clone() else { return };
+        if self.events.send(up(conn, w)).is_err() {
             return;
         }
         self.clients.insert(
@@ -1130,7 +1119,7 @@ impl Reactor {
             Client {
                 rank,
                 s,
-                frames: None,
+                frames,
                 want_write: false,
             },
         );

@@ -259,6 +259,18 @@ fn foreign_pm_var(name: &std::ffi::OsStr) -> bool {
     n.starts_with(b"PMI_") || n.starts_with(b"PMIX_")
 }
 
+/// The runtime's own [`foreign_pm_var`]s, found once (its environment does not change
+/// while it launches), not by a scan of the environment per rank.
+fn foreign_pm_vars() -> &'static [std::ffi::OsString] {
+    static VARS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+    VARS.get_or_init(|| {
+        std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| foreign_pm_var(k))
+            .collect()
+    })
+}
+
 /// A connected pair of stream sockets, both close-on-exec: the runtime's end and the
 /// rank's (made inheritable only under [`SPAWN_LOCK`]).
 fn pmi_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -291,7 +303,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
     if let Some(d) = &spec.cwd {
         cmd.current_dir(d);
     }
-    for (k, _) in std::env::vars_os().filter(|(k, _)| foreign_pm_var(k)) {
+    for k in foreign_pm_vars() {
         cmd.env_remove(k);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));

@@ -83,22 +83,13 @@ fn setup(name: &'static str, var: &str, launcher: &str, work: &Path) -> Result<M
             ));
         }
     }
-    let src = work.join("mpi_bench.c");
-    std::fs::write(&src, include_str!("mpi_bench.c")).map_err(|e| format!("write source: {e}"))?;
     let program = work.join(format!("mpi_bench-{}", launcher_tag(name)));
-    let out = Command::new(&mpicc)
-        .args(["-O2", "-o"])
-        .arg(&program)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("{}: {e}", mpicc.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            mpicc.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    build(
+        &mpicc,
+        &work.join("mpi_bench.c"),
+        include_str!("mpi_bench.c"),
+        &program,
+    )?;
     let (args, env): (Vec<String>, Vec<(&str, &str)>) = if name.starts_with("Open") {
         let mut a: Vec<String> = ["--mca", "pml", "ob1", "--mca", "btl", "self,sm"]
             .map(String::from)
@@ -119,6 +110,23 @@ fn setup(name: &'static str, var: &str, launcher: &str, work: &Path) -> Result<M
         env,
         program,
     })
+}
+
+/// Writes `text` to `src` and builds it with `mpicc -O2` into `program`; the error is
+/// one line (`dynres-bench pmi` builds its program the same way).
+pub(crate) fn build(mpicc: &Path, src: &Path, text: &str, program: &Path) -> Result<(), String> {
+    std::fs::write(src, text).map_err(|e| format!("write {}: {e}", src.display()))?;
+    let out = Command::new(mpicc)
+        .args(["-O2", "-o"])
+        .arg(program)
+        .arg(src)
+        .output()
+        .map_err(|e| format!("{}: {e}", mpicc.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{} failed: {}", mpicc.display(), err.trim()));
+    }
+    Ok(())
 }
 
 fn launcher_tag(name: &str) -> &'static str {

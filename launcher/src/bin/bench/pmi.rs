@@ -102,19 +102,13 @@ fn setup(dir: &'static str, var: &str, work: &Path) -> Result<Library, String> {
             mpicc.display()
         ));
     }
-    let src = work.join("pmi_bench.c");
-    std::fs::write(&src, include_str!("pmi_bench.c")).map_err(|e| format!("write source: {e}"))?;
     let program = work.join(format!("pmi_bench-{dir}"));
-    let out = Command::new(&mpicc)
-        .args(["-O2", "-o"])
-        .arg(&program)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("{}: {e}", mpicc.display()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{} failed: {}", mpicc.display(), err.trim()));
-    }
+    crate::mpi::build(
+        &mpicc,
+        &work.join("pmi_bench.c"),
+        include_str!("pmi_bench.c"),
+        &program,
+    )?;
     Ok(if dir == "mpich" {
         Library {
             name: "MPICH 5.0.2",
