@@ -273,6 +273,13 @@ pub enum Bug {
     /// the nodes whose batch arrived, not to every node with a member: a daemon still
     /// gathering waits for its own deadline (`MODEX-4`).
     ModexFailBatchNodesOnly,
+    /// A waiting tool is answered at its change's first status after the start, not
+    /// at the final one, so it is told FINALIZED while the change may still abort
+    /// (`TOOL-2`).
+    ToolAnswerBeforeFinal,
+    /// A `nowait` tool whose request was queued is never told so: it waits for an
+    /// answer that does not come (`TOOL-1`).
+    ToolQueuedUnanswered,
 }
 
 /// A set of planted bugs (empty in every shipped build). One bit per [`Bug`], so the

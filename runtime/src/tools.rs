@@ -8,13 +8,16 @@
 //!
 //! The master names each tool request by a ticket and reports under it when the change
 //! starts or is refused — at once, or later when it leaves the queue (`RC-15`) — so a
-//! tool learns the final outcome of exactly its own request.
+//! tool learns the final outcome of exactly its own request. Which answer and when is
+//! core's [`ToolDesk`] (`spec/runtime.md` TOOL-1..3); this module only parses lines and
+//! writes answers.
 
 use super::ioloop::ToolReply;
 use std::collections::BTreeMap;
 
 use dynres_core::pset::PsetName;
-use dynres_core::rc::{ChangeRequest, RcError, RcStatus};
+use dynres_core::rc::tools::{ToolAnswer, ToolDesk, ToolInput, ToolOutput};
+use dynres_core::rc::{AbortReason, ChangeRequest, RcError, RcStatus};
 
 /// A parsed tool command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,105 +65,94 @@ pub fn parse(line: &str, app: &str) -> Result<Command, String> {
     Ok(Command::Change { req, wait })
 }
 
-struct Waiting {
-    reply: ToolReply,
-    wait: bool,
-    delta: Option<PsetName>,
-}
-
-/// Tool requests the master has not finished with.
+/// Tool requests the master has not finished with: core's [`ToolDesk`] decides each
+/// answer (TOOL-1..3); this keeps the socket each ticket answers on and writes the
+/// answer as one line.
 #[derive(Default)]
 pub struct ToolRequests {
     next: u64,
-    open: BTreeMap<u64, Waiting>,
-    /// Why a change was ABORTED, from the master's report just before the status
-    /// (RC-12), until the status answers the tools waiting for it.
-    why: BTreeMap<PsetName, String>,
+    desk: ToolDesk,
+    replies: BTreeMap<u64, ToolReply>,
 }
 
 impl ToolRequests {
     /// Registers a request about to be handed to the master; returns its ticket.
     pub fn open(&mut self, reply: ToolReply, wait: bool) -> u64 {
         self.next += 1;
-        self.open.insert(
-            self.next,
-            Waiting {
-                reply,
-                wait,
-                delta: None,
-            },
-        );
-        self.next
+        let ticket = self.next;
+        // Tickets are drawn here, one per request, so the desk never refuses them.
+        if self.feed(ToolInput::Asked { ticket, wait }) {
+            self.replies.insert(ticket, reply);
+        }
+        ticket
     }
 
     /// The master announced the ticket's change.
     pub fn started(&mut self, ticket: u64, delta: &PsetName) {
-        let Some(w) = self.open.get_mut(&ticket) else {
-            return;
-        };
-        if w.wait {
-            w.delta = Some(delta.clone());
-        } else if let Some(w) = self.open.remove(&ticket) {
-            w.reply.send(format!("ok {delta} ANNOUNCED\n"));
-        }
+        let delta = delta.clone();
+        self.feed(ToolInput::Started { ticket, delta });
     }
 
     /// The master refused the ticket's request (at once or when it left the queue).
     pub fn refused(&mut self, ticket: u64, error: &RcError) {
-        if let Some(w) = self.open.remove(&ticket) {
-            // RC-21: a request that waited for nodes and did not get them was aborted.
-            let line = match error {
-                RcError::NotGranted { .. } => format!("error: ABORTED: {error}\n"),
-                _ => format!("error: refused: {error}\n"),
-            };
-            w.reply.send(line);
-        }
+        let error = error.clone();
+        self.feed(ToolInput::Refused { ticket, error });
     }
 
-    /// Right after the master handled the ticket's request: if it neither started nor
-    /// was refused it is queued, which a `nowait` tool is told now.
+    /// Right after the master handled the ticket's request.
     pub fn after_request(&mut self, ticket: u64) {
-        let queued = self
-            .open
-            .get(&ticket)
-            .is_some_and(|w| !w.wait && w.delta.is_none());
-        if queued {
-            if let Some(w) = self.open.remove(&ticket) {
-                w.reply
-                    .send("ok queued behind the change in flight\n".into());
-            }
-        }
+        self.feed(ToolInput::Handled { ticket });
     }
 
-    /// The master aborted `delta` because of `why` (its status comes next).
-    pub fn aborted(&mut self, delta: &PsetName, why: String) {
-        self.why.insert(delta.clone(), why);
+    /// The master aborted `delta` because of `reason` (its status comes next).
+    pub fn aborted(&mut self, delta: &PsetName, reason: AbortReason) {
+        let delta = delta.clone();
+        self.feed(ToolInput::Aborted { delta, reason });
     }
 
-    /// A change reached `status`; tools waiting for it get their answer if it is final.
+    /// A change reached `status`.
     pub fn status(&mut self, delta: &PsetName, status: RcStatus) {
-        if !status.is_final() {
-            return;
-        }
-        let why = self.why.remove(delta);
-        let done: Vec<u64> = self
-            .open
-            .iter()
-            .filter(|(_, w)| w.delta.as_ref() == Some(delta))
-            .map(|(t, _)| *t)
-            .collect();
-        for t in done {
-            if let Some(w) = self.open.remove(&t) {
-                let line = match status {
-                    RcStatus::Finalized => format!("ok {delta} FINALIZED\n"),
-                    _ => match &why {
-                        Some(why) => format!("error: change {delta} was ABORTED: {why}\n"),
-                        None => format!("error: change {delta} was ABORTED\n"),
-                    },
-                };
-                w.reply.send(line);
+        let delta = delta.clone();
+        self.feed(ToolInput::Status { delta, status });
+    }
+
+    /// Feeds the desk and sends the answers it decided; whether it took the input.
+    fn feed(&mut self, input: ToolInput) -> bool {
+        let now = dynres_core::time::Instant::ZERO;
+        let taken = match self.desk.handle(now, input) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "tool request refused by the desk");
+                false
+            }
+        };
+        while let Some(ToolOutput { ticket, answer }) = self.desk.poll_output() {
+            if let Some(reply) = self.replies.remove(&ticket) {
+                reply.send(line(&answer));
             }
         }
+        taken
+    }
+}
+
+/// The line a tool reads for `answer`.
+fn line(answer: &ToolAnswer) -> String {
+    match answer {
+        ToolAnswer::Announced(delta) => format!("ok {delta} ANNOUNCED\n"),
+        ToolAnswer::Queued => "ok queued behind the change in flight\n".into(),
+        ToolAnswer::Finalized(delta) => format!("ok {delta} FINALIZED\n"),
+        ToolAnswer::Aborted {
+            delta,
+            reason: Some(why),
+        } => format!("error: change {delta} was ABORTED: {why}\n"),
+        ToolAnswer::Aborted {
+            delta,
+            reason: None,
+        } => {
+            format!("error: change {delta} was ABORTED\n")
+        }
+        ToolAnswer::NotGranted(error) => format!("error: ABORTED: {error}\n"),
+        ToolAnswer::Refused(error) => format!("error: refused: {error}\n"),
     }
 }
 
@@ -243,12 +235,15 @@ mod tests {
         let a = t.open(ToolReply::to(tx), true);
         t.started(a, &d);
         t.after_request(a);
-        t.aborted(&d, "the change was not decided in time".into());
+        t.aborted(&d, AbortReason::NotDecidedInTime);
         t.status(&d, RcStatus::Aborted);
         assert_eq!(
             rx.try_recv().unwrap(),
-            format!("error: change {d} was ABORTED: the change was not decided in time\n")
+            format!(
+                "error: change {d} was ABORTED: {}\n",
+                AbortReason::NotDecidedInTime
+            )
         );
-        assert!(t.why.is_empty(), "the reason is not kept after the answer");
+        assert!(t.replies.is_empty(), "nothing is kept after the answer");
     }
 }

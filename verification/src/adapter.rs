@@ -15,6 +15,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 
 use dynres_core::bugs::Bugs;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
+use dynres_core::rc::tools::{ToolAnswer, ToolDesk, ToolInput, ToolOutput};
 use dynres_core::rc::{
     CallResult, ChangeInfo, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput,
     ClientReply, ClientRequest, Daemon, DaemonInput, DaemonOutput, Master, MasterConfig,
@@ -346,6 +347,16 @@ pub struct MasterState {
     pub exit_while_concurrent: bool,
     /// Every request the master received, by ticket, and what became of it (`RC-15`).
     pub tickets: Vec<(u64, Ticket)>,
+    /// The shipped tool desk, told what the master says about each ticket (TOOL-1..3):
+    /// the scheduler's requests are tools' requests, odd tickets waiting for the
+    /// decision and even ones `nowait` ([`tool_waits`]).
+    pub desk: ToolDesk,
+    /// Tickets the desk answered. Only which, not what: whether each answer was right is
+    /// judged when it is given ([`right_answer`]), so two runs that told the same tools
+    /// the right thing by different paths stay one state.
+    pub answered: BTreeSet<u64>,
+    /// Answers that were wrong when given, or given twice for one ticket (TOOL-1, TOOL-2).
+    pub wrong_answers: u32,
     /// Fair models only: master deadlines that fired while a change was undecided (under
     /// fairness that means the protocol waited for a timer, not for a process).
     pub stalled: u32,
@@ -1010,7 +1021,13 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>, batc
                 }
                 send(o, layout.daemon(env.to), RcMsg::ToDaemon(env.msg))
             }
-            MasterOutput::Status { delta, status } => st.log.push((delta, status)),
+            MasterOutput::Status { delta, status } => {
+                st.log.push((delta.clone(), status));
+                feed_desk(st, ToolInput::Status { delta, status });
+            }
+            MasterOutput::Aborted { delta, reason } => {
+                feed_desk(st, ToolInput::Aborted { delta, reason });
+            }
             MasterOutput::ProcessLost(pid) => {
                 let at = st.log.len();
                 st.lost.push((pid, at));
@@ -1018,15 +1035,17 @@ fn drain_master(layout: &Layout, st: &mut MasterState, o: &mut Out<RcNode>, batc
             MasterOutput::NeedSlots { .. } => send(o, Id::from(1usize), RcMsg::NeedSlots),
             MasterOutput::Started { ticket, delta } => {
                 st.left_queue.push(ticket);
-                set_ticket(st, ticket, Ticket::Started(delta));
+                set_ticket(st, ticket, Ticket::Started(delta.clone()));
+                feed_desk(st, ToolInput::Started { ticket, delta });
             }
             MasterOutput::Refused { ticket, error, .. } => {
-                match error {
+                match &error {
                     RcError::NotGranted { .. } => st.not_granted += 1,
                     RcError::QueueFull(_) => {}
                     _ => st.left_queue.push(ticket),
                 }
                 set_ticket(st, ticket, Ticket::Refused);
+                feed_desk(st, ToolInput::Refused { ticket, error });
             }
             _ => {}
         }
@@ -1106,6 +1125,55 @@ fn track_rollbacks(st: &mut MasterState, first: usize) {
             }
             _ => {}
         }
+    }
+}
+
+/// Whether the tool behind scheduler ticket `ticket` waits for the decision: odd ones
+/// do, even ones are `nowait`, so every configuration with two requests has both.
+pub fn tool_waits(ticket: u64) -> bool {
+    ticket % 2 == 1
+}
+
+/// Feeds the desk and keeps its answers. The desk refuses only a ticket asked twice,
+/// which the scheduler's numbering rules out; a refusal is counted as any other.
+fn feed_desk(st: &mut MasterState, input: ToolInput) {
+    if st.desk.handle(st.now, input).is_err() {
+        st.refused_inputs += 1;
+    }
+    while let Some(out) = st.desk.poll_output() {
+        if !st.answered.insert(out.ticket) || !right_answer(st, &out) {
+            st.wrong_answers += 1;
+        }
+    }
+}
+
+/// TOOL-2: whether `out` is its ticket's outcome as the master stands now — a waiting
+/// tool hears its refusal or its change's final status, a `nowait` tool also that its
+/// request waits in the queue or that its change started.
+fn right_answer(st: &MasterState, out: &ToolOutput) -> bool {
+    let fate = st
+        .tickets
+        .iter()
+        .find(|(t, _)| *t == out.ticket)
+        .map(|(_, f)| f);
+    let final_of = |d: &PsetName| {
+        st.log
+            .iter()
+            .find(|(x, s)| x == d && s.is_final())
+            .map(|(_, s)| *s)
+    };
+    let waits = tool_waits(out.ticket);
+    match (&out.answer, fate) {
+        (ToolAnswer::Refused(_) | ToolAnswer::NotGranted(_), Some(Ticket::Refused)) => true,
+        (ToolAnswer::Finalized(x), Some(Ticket::Started(d))) => {
+            waits && x == d && final_of(d) == Some(RcStatus::Finalized)
+        }
+        (ToolAnswer::Aborted { delta, .. }, Some(Ticket::Started(d))) => {
+            waits && delta == d && final_of(d) == Some(RcStatus::Aborted)
+        }
+        (ToolAnswer::Announced(x), Some(Ticket::Started(d))) => !waits && x == d,
+        (ToolAnswer::Queued, Some(Ticket::Waiting)) => !waits,
+        _ => false,
     }
 }
 
@@ -1614,6 +1682,9 @@ impl RcNode {
                     exit_while_concurrent: false,
                     spawn_kills_granted: Vec::new(),
                     tickets: Vec::new(),
+                    desk: ToolDesk::with_bugs(*bugs),
+                    answered: BTreeSet::new(),
+                    wrong_answers: 0,
                     left_queue: Vec::new(),
                     stalled: 0,
                     before: std::collections::BTreeMap::new(),
@@ -1683,9 +1754,13 @@ impl RcNode {
     fn deliver(&self, state: &mut Cow<RcState>, src: Id, msg: RcMsg, o: &mut Out<Self>) {
         match (&self.actor, state.to_mut(), msg) {
             (RcActor::Master(..), RcState::Master(st), msg) => {
+                let mut asked = None;
                 let input = match msg {
                     RcMsg::Request(ticket, req) => {
                         st.tickets.push((ticket, Ticket::Waiting));
+                        let wait = tool_waits(ticket);
+                        feed_desk(st, ToolInput::Asked { ticket, wait });
+                        asked = Some(ticket);
                         MasterInput::RequestChange { ticket, req }
                     }
                     RcMsg::NodeLost(node) => MasterInput::NodeLost { node },
@@ -1737,6 +1812,9 @@ impl RcNode {
                 }
                 // After the drain: the step's status changes are in the log then.
                 drain_master(&self.layout, st, o, batch_step);
+                if let Some(ticket) = asked {
+                    feed_desk(st, ToolInput::Handled { ticket });
+                }
                 if let Some(check) = isolation {
                     check.after(&self.actor, st);
                 }

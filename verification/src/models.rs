@@ -15,6 +15,7 @@ use stateright::{Expectation, Model, Property};
 
 use crate::adapter::{
     APP, APP2, APP3, Layout, Lead, NAMESPACE, Phase, RcActor, RcNode, RcState, Role, Ticket,
+    tool_waits,
 };
 
 /// One resource-change model configuration.
@@ -789,6 +790,23 @@ pub(crate) fn every_request_decided(s: &RcModelState) -> bool {
     })
 }
 
+/// TOOL-1, TOOL-2: every tool request is answered once, with its own request's outcome
+/// (judged when given, `adapter::right_answer`), and as soon as there is one — a waiting
+/// tool at its refusal or its change's final status, a `nowait` tool at once.
+pub(crate) fn tools_told_their_own_outcome(s: &RcModelState) -> bool {
+    let m = master(s);
+    m.wrong_answers == 0
+        && m.tickets.iter().all(|(ticket, fate)| {
+            let due = match fate {
+                _ if !tool_waits(*ticket) => true,
+                Ticket::Waiting => false,
+                Ticket::Refused => true,
+                Ticket::Started(d) => m.master.status(d).is_final(),
+            };
+            !due || m.answered.contains(ticket)
+        })
+}
+
 /// The statuses a change went through must be a prefix of one legal path (`RC-1`).
 fn legal_path(log: &[RcStatus]) -> bool {
     use RcStatus::*;
@@ -1133,6 +1151,11 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                     gone.iter().any(|p| running.contains(&p))
                 })
             },
+        )
+        .property(
+            Expectation::Always,
+            "TOOL-1 TOOL-2 every tool hears its own request's outcome, once",
+            |_, s| tools_told_their_own_outcome(s),
         )
         .property(
             Expectation::Always,

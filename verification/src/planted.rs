@@ -33,6 +33,17 @@ pub fn corpus() -> Vec<Planted> {
         property,
     };
     vec![
+        // issue 30: the master's tool desk, in every resource-change configuration
+        p(
+            ToolAnswerBeforeFinal,
+            "rc-add-1n-2e-1new",
+            "TOOL-1 TOOL-2 every tool hears its own request's outcome, once",
+        ),
+        p(
+            ToolQueuedUnanswered,
+            "rc-queue-1n-2e-1new",
+            "TOOL-1 TOOL-2 every tool hears its own request's outcome, once",
+        ),
         // issue 30: the runtime's failure detector (`liveness_model.rs`)
         p(
             SentCountsAsHeard,

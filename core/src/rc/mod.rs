@@ -20,6 +20,7 @@ pub mod master;
 mod msg;
 pub mod onloss;
 pub mod query;
+pub mod tools;
 pub mod trace;
 mod types;
 pub mod wire;

@@ -934,7 +934,7 @@ impl Engine {
             MasterOutput::Status { delta, status } => self.on_status(delta, status),
             MasterOutput::Aborted { delta, reason } => {
                 tracing::warn!("{delta}: ABORTED: {reason}");
-                self.tools.aborted(&delta, reason.to_string());
+                self.tools.aborted(&delta, reason);
             }
             MasterOutput::Started { ticket, delta } => self.tools.started(ticket, &delta),
             MasterOutput::Refused {
