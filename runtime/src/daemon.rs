@@ -275,9 +275,13 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         reader,
         Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),
     );
+    // PMIS-13: the namespace and map the master decided, served to this node's ranks.
+    let pmix = match &setup.pmix {
+        Some(p) => Some(super::pmix::start(dir.path(), p, node, tx.clone())?),
+        None => None,
+    };
     let spec = LaunchSpec {
-        // PMIx is served on the master's host only (one-host jobs).
-        pmix: None,
+        pmix,
         program: setup.program,
         args: setup.args,
         socket: sock.display().to_string(),

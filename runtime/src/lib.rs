@@ -47,9 +47,10 @@ mod tools;
 use std::os::unix::net::UnixListener;
 use std::time::Duration as StdDuration;
 
+use dynres_core::rc::wire::link::PmixSetup;
 use dynres_core::rc::{Master, MasterConfig};
 use dynres_core::slots::NodeSpec;
-use dynres_core::{Duration, Namespace};
+use dynres_core::{Duration, Namespace, ProcessId};
 
 pub use daemon::run as daemon;
 pub use engine::{ChangeLog, Event, OnLoss, Outcome};
@@ -195,6 +196,23 @@ pub(crate) fn data_key(link_key: &[u8]) -> dynres_transports::tcp::DataKey {
 /// is one of the job's hosts (then that address is also its node's, for its processes),
 /// else on every interface, reached by this machine's host name. `key` is the job's
 /// daemon key.
+/// The node of each of the job's first `n` processes, by rank, as the master placed
+/// them.
+fn first_placement(master: &Master, ns: &Namespace, n: u32) -> Result<Vec<u32>, LauncherError> {
+    (0..n)
+        .map(|rank| {
+            let pid = ProcessId::new(ns.clone(), rank);
+            master
+                .processes()
+                .get(&pid)
+                .map(|node| node.0)
+                .ok_or_else(|| {
+                    LauncherError::Usage(format!("rank {rank} has no node at the start"))
+                })
+        })
+        .collect()
+}
+
 fn start_nodes(
     hosts: &[Host],
     own: u32,
@@ -335,7 +353,18 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
             dropped.join(", ")
         );
     }
+    let pmix_setup = if pmix::wanted(&cfg.program) {
+        Some(PmixSetup {
+            namespace: pmix::secret_namespace(namespace.as_str())?,
+            universe: u32::try_from(slots).unwrap_or(u32::MAX),
+            nodes: hosts.iter().map(|h| h.name.clone()).collect(),
+            placement: first_placement(&master, &namespace, cfg.n)?,
+        })
+    } else {
+        None
+    };
     let template = nodes::Template {
+        pmix: pmix_setup.clone(),
         job: job_id.clone(),
         namespace: namespace.as_str().to_string(),
         app: cfg.app.clone(),
@@ -364,27 +393,13 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     } else {
         (None, None)
     };
-    // Open MPI speaks PMIx only: its server, for a job on this one host (issue 31).
-    let pmix = if pmix::wanted(&cfg.program) {
-        if nodes.is_some() {
-            return Err(LauncherError::Usage(
-                "Open MPI (PMIx) programs run on one host only for now: PMIx across hosts \
-                 is not served yet (set DYNRES_PMIX=0 to start the program without it)"
-                    .into(),
-            ));
+    // Open MPI speaks PMIx only: a server on every node that runs processes, all
+    // with the namespace and map decided here (PMIS-13).
+    let pmix = match (&pmix_setup, own) {
+        (Some(setup), own) if own != nodes::NO_NODE => {
+            Some(pmix::start(dir.path(), setup, own, tx.clone())?)
         }
-        let host = &hosts[own as usize].name;
-        let universe = u32::try_from(slots).unwrap_or(u32::MAX);
-        Some(pmix::start(
-            dir.path(),
-            namespace.as_str(),
-            host,
-            cfg.n,
-            universe,
-            tx.clone(),
-        )?)
-    } else {
-        None
+        _ => None,
     };
     let spec = LaunchSpec {
         pmix,

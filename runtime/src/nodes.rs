@@ -80,6 +80,8 @@ pub struct Template {
     pub bind_core: bool,
     /// How the node's processes' output is shown or stored.
     pub output: crate::output::OutputStyle,
+    /// PMIx for an Open MPI program: every node serves this namespace (PMIS-13).
+    pub pmix: Option<dynres_core::rc::wire::link::PmixSetup>,
 }
 
 /// How daemons are started: `AGENT… HOST DYNRES daemon --master ADDR --node N`.
@@ -586,6 +588,7 @@ impl Nodes {
                 .dir
                 .as_ref()
                 .map_or_else(String::new, |d| d.display().to_string()),
+            pmix: self.template.pmix.clone(),
         })));
         let wrote = conn
             .send(&setup)

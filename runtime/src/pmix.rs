@@ -1,17 +1,18 @@
-//! PMIx for Open MPI 5 programs (issue 31, `spec/pmi.md` §4): the job's PMIx server,
+//! PMIx for Open MPI 5 programs (issue 31, `spec/pmi.md` §4): each node's PMIx server,
 //! over `dynres-pmix` (OpenPMIx 4.2's server library). Open MPI speaks PMIx only; this
-//! serves it what a one-host job needs: the namespace and every rank's registration
-//! before its launch, and libpmix's upcalls handed to the engine as
-//! [`Event::Pmix`], where the decisions are the kernel's (names: the data server;
-//! `MPI_Abort`: PMIS-7; spawn: the kernel's, its children registered in a namespace
-//! of their own before their launch). What it does not serve yet is refused at once,
-//! never left waiting: fences or connects across nodes (a one-host job has none:
-//! libpmix completes local ones itself).
+//! serves it the namespace (the same on every node: PMIS-13, from the master's
+//! [`PmixSetup`]) and every local rank's registration before its launch, and hands
+//! libpmix's upcalls to the engine as [`Event::Pmix`], where the decisions are the
+//! kernel's (fences across nodes: the modex; names: the data server; `MPI_Abort`:
+//! PMIS-7; spawn: the kernel's, its children registered in a namespace of their own
+//! before their launch). What it does not serve is refused at once, never left
+//! waiting.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
+use dynres_core::rc::wire::link::PmixSetup;
 use dynres_pmix::{Namespace, ProcInfo, Server};
 
 use super::engine::Event;
@@ -34,8 +35,12 @@ pub struct PmixHost {
     server: Server,
     /// The PMIx namespace: the job's, with a secret suffix (PMIS-12).
     pub namespace: String,
-    /// This host's name, as the namespaces' node map gives it.
-    host: String,
+    /// Every node's host name, by node id, as the namespaces' node maps give them.
+    nodes: Vec<String>,
+    /// This node's id.
+    this_node: u32,
+    /// The node of each of the job's first processes, by rank.
+    placement: Vec<u32>,
     /// Spawns' namespaces registered so far.
     spawned: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The next node rank (unique among all namespaces on the node).
@@ -69,6 +74,25 @@ impl PmixHost {
         self.server
             .setup_fork(ns, rank)
             .map_err(|e| format!("PMIx setup_fork of {ns} rank {rank}: {e}"))
+    }
+
+    /// How many nodes the job has.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// This node's id.
+    pub fn this_node(&self) -> u32 {
+        self.this_node
+    }
+
+    /// The job's first processes that run on this node, by rank.
+    pub fn local_ranks(&self) -> Vec<u32> {
+        (0u32..)
+            .zip(&self.placement)
+            .filter(|(_, n)| **n == self.this_node)
+            .map(|(r, _)| r)
+            .collect()
     }
 
     /// The namespace of the spawn whose children are application `app`.
@@ -112,7 +136,7 @@ impl PmixHost {
             let procs = (0..size)
                 .map(|r| ProcInfo {
                     rank: r,
-                    node: 0,
+                    node: self.this_node,
                     local_rank: u16::try_from(r).unwrap_or(u16::MAX),
                     node_rank: u16::try_from(first + r).unwrap_or(u16::MAX),
                     app: 0,
@@ -122,9 +146,9 @@ impl PmixHost {
                 name: ns.clone(),
                 size,
                 universe: size,
-                nodes: vec![self.host.clone()],
+                nodes: self.nodes.clone(),
                 procs,
-                this_node: 0,
+                this_node: self.this_node,
                 spawned_by: parent
                     .and_then(|p| p.split_once('@'))
                     .and_then(|(r, ns)| Some((ns.to_string(), r.parse().ok()?))),
@@ -251,15 +275,48 @@ pub fn wanted(program: &str) -> bool {
     }
 }
 
-/// Starts the job's PMIx server in `dir` (the job's private directory) with its
-/// namespace: `n` processes on this one host (`host`), `universe` slots. libpmix's
-/// upcalls reach the engine as [`Event::Pmix`] through a thread of their own.
+/// The job's PMIx namespace (PMIS-12): libpmix 4.2 listens on loopback TCP, where any
+/// local user may connect and, with its `native` security, claim any uid; a connection
+/// must name a registered namespace, so the namespace carries 128 random bits that only
+/// the job's processes learn (their environment, readable by the user alone) and the
+/// daemons (over the authenticated link, PMIS-13).
+pub fn secret_namespace(namespace: &str) -> Result<String, LauncherError> {
+    let secret =
+        dynres_client::auth::new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
+    Ok(format!(
+        "{namespace}-{}",
+        secret.get(..32).unwrap_or(&secret)
+    ))
+}
+
+/// Where the job's first processes run, by rank: what every node's server registers.
+fn procs_of(setup: &PmixSetup) -> Vec<ProcInfo> {
+    let mut on_node: std::collections::HashMap<u32, u16> = std::collections::HashMap::new();
+    (0u32..)
+        .zip(&setup.placement)
+        .map(|(rank, &node)| {
+            let local = on_node.entry(node).or_insert(0);
+            let p = ProcInfo {
+                rank,
+                node,
+                local_rank: *local,
+                node_rank: *local,
+                app: 0,
+            };
+            *local = local.saturating_add(1);
+            p
+        })
+        .collect()
+}
+
+/// Starts node `this_node`'s PMIx server in `dir` (the job's private directory on this
+/// host) with the job's namespace as `setup` describes it (the same on every node,
+/// PMIS-13). libpmix's upcalls reach the engine as [`Event::Pmix`] through a thread of
+/// their own.
 pub fn start(
     dir: &Path,
-    namespace: &str,
-    host: &str,
-    n: u32,
-    universe: u32,
+    setup: &PmixSetup,
+    this_node: u32,
     events: Sender<Event>,
 ) -> Result<Arc<PmixHost>, LauncherError> {
     let fail = |what: String| LauncherError::Usage(format!("cannot serve PMIx (Open MPI): {what}"));
@@ -269,13 +326,15 @@ pub fn start(
              is installed, or set {ENV}=0 to run the program without it"
         )));
     }
-    // PMIS-12: libpmix 4.2 listens on loopback TCP, where any local user may connect
-    // and, with its `native` security, claim any uid; a connection must name a
-    // registered namespace, so the namespace carries 128 random bits that only the
-    // job's processes learn (their environment, readable by the user alone).
-    let secret =
-        dynres_client::auth::new_secret().map_err(|e| fail(format!("read /dev/urandom: {e}")))?;
-    let pmix_ns = format!("{namespace}-{}", secret.get(..32).unwrap_or(&secret));
+    let procs = procs_of(setup);
+    let here = procs.iter().filter(|p| p.node == this_node).count();
+    let here = u32::try_from(here).unwrap_or(u32::MAX);
+    let size = u32::try_from(procs.len()).map_err(|_| fail("too many processes".into()))?;
+    if usize::try_from(this_node).map_or(true, |n| n >= setup.nodes.len()) {
+        return Err(fail(format!(
+            "node {this_node} is not in the job's node list"
+        )));
+    }
     let tmp = dir.join("pmix");
     std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -291,39 +350,33 @@ pub fn start(
             }
         })
         .map_err(|e| fail(format!("start its thread: {e}")))?;
-    let procs = (0..n)
-        .map(|rank| ProcInfo {
-            rank,
-            node: 0,
-            local_rank: u16::try_from(rank).unwrap_or(u16::MAX),
-            node_rank: u16::try_from(rank).unwrap_or(u16::MAX),
-            app: 0,
-        })
-        .collect();
     let ns = Namespace {
-        name: pmix_ns.clone(),
-        size: n,
-        universe,
-        nodes: vec![host.into()],
+        name: setup.namespace.clone(),
+        size,
+        universe: setup.universe,
+        nodes: setup.nodes.clone(),
         procs,
-        this_node: 0,
+        this_node,
         spawned_by: None,
-        oversubscribed: oversubscribed(n),
+        oversubscribed: oversubscribed(here),
     };
     server
         .register_namespace(&ns)
         .map_err(|e| fail(format!("register the namespace: {e}")))?;
     tracing::info!(
-        namespace,
-        n,
+        node = this_node,
+        n = size,
+        here,
         "serving PMIx (Open MPI) to the job's processes"
     );
     Ok(Arc::new(PmixHost {
         server,
-        namespace: pmix_ns,
-        host: host.into(),
+        namespace: setup.namespace.clone(),
+        nodes: setup.nodes.clone(),
+        this_node,
+        placement: setup.placement.clone(),
         spawned: std::sync::Mutex::new(std::collections::HashSet::new()),
-        next_node_rank: std::sync::atomic::AtomicU32::new(n),
+        next_node_rank: std::sync::atomic::AtomicU32::new(here),
         ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
     }))
 }

@@ -143,3 +143,13 @@ pub fn check_hello(f: &Finished, n: u32) {
     }
     f.assert_nothing_left();
 }
+
+/// A launch agent in `dir` that runs each daemon on this machine (`--launch-agent`):
+/// loopback "hosts" `127.0.0.N`, each a daemon of its own with its own PMI/PMIx
+/// servers, so what crosses nodes crosses the link.
+pub fn local_agent(dir: &Path) -> PathBuf {
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    agent
+}

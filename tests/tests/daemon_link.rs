@@ -114,6 +114,7 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
         tag_output: true,
         timestamp_output: false,
         output_dir: String::new(),
+        pmix: None,
     }))
 }
 

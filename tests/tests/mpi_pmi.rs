@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use dynres_tests::job::{Finished, Runtime};
-use dynres_tests::mpi::Mpi;
+use dynres_tests::mpi::{Mpi, local_agent};
 
 fn mpich() -> Option<PathBuf> {
     Mpi::Mpich.prefix()
@@ -55,9 +55,7 @@ fn mpich_hello_across_loopback_hosts() {
     let exe = build(&mpi, &dir, "hello", HELLO);
     // The launch agent runs each daemon here: two daemons, each serving its ranks'
     // PMI, the barrier one modex across them.
-    let agent = dir.join("agent.sh");
-    std::fs::write(&agent, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let agent = local_agent(&dir);
     let f = run(
         &rt,
         &[
@@ -106,9 +104,7 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     }
     // Children on another daemon than their parents (a spawn of two commands: the
     // daemon learns it one command at a time).
-    let agent = dir.join("agent.sh");
-    std::fs::write(&agent, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let agent = local_agent(&dir);
     let hosts = [
         "run",
         "-n",
@@ -204,7 +200,8 @@ const ABORT: &str = include_str!("mpi/abort.c");
 fn mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
     let Some(mpi) = mpich() else { return };
     let rt = Runtime::new("pmi-abort");
-    let exe = build(&mpi, &rt.scratch(), "abort", ABORT);
+    let dir = rt.scratch();
+    let exe = build(&mpi, &dir, "abort", ABORT);
     let exe = exe.to_str().unwrap();
     // PMIS-7: MPI_Abort's code is the job's, and the log says who called it.
     let f = run(&rt, &["run", "-n", "3", "--oversubscribe", exe]);
@@ -214,6 +211,27 @@ fn mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
     // kill -9 of a rank mid-job: 128 + 9, the others ended.
     let f = run(&rt, &["run", "-n", "3", "--oversubscribe", exe, "kill"]);
     assert_eq!(f.code, Some(137), "{}", f.dump());
+    f.assert_nothing_left();
+    // PMIS-7 on another node: rank 1 runs on the second loopback host; its daemon
+    // tells the master, whose exit status is the code (not the 137 of a killed rank).
+    let agent = local_agent(&dir);
+    let hosts = "127.0.0.1:1,127.0.0.2:2";
+    let agent = agent.to_str().unwrap();
+    let f = run(
+        &rt,
+        &[
+            "run",
+            "-n",
+            "3",
+            "--host",
+            hosts,
+            "--launch-agent",
+            agent,
+            exe,
+        ],
+    );
+    assert_eq!(f.code, Some(7), "{}", f.dump());
+    assert!(f.stderr.contains("rank 1 called MPI_Abort"), "{}", f.dump());
     f.assert_nothing_left();
 }
 

@@ -3,6 +3,7 @@
 //! `PMI_FD`, and the per-process server that maps it onto the kernel — the barrier onto
 //! the modex, publish/lookup onto the data server.
 
+pub mod fence;
 mod session;
 pub mod wire;
 

@@ -4,7 +4,7 @@
 
 use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{
-    LinkMsg, MAX_ARGS, NodeSetup, decode_link, encode_link, is_link_type,
+    LinkMsg, MAX_ARGS, NodeSetup, PmixSetup, decode_link, encode_link, is_link_type,
 };
 use dynres_core::rc::wire::{decode_to_master, encode_to_master};
 use dynres_core::rc::{ToMaster, wire::decode_to_daemon};
@@ -31,6 +31,20 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
             any::<bool>(),
         ),
         (any::<bool>(), any::<bool>(), text()),
+        proptest::option::of(
+            (
+                text(),
+                any::<u32>(),
+                vec(text(), 0..4),
+                vec(any::<u32>(), 0..6),
+            )
+                .prop_map(|(namespace, universe, nodes, placement)| PmixSetup {
+                    namespace,
+                    universe,
+                    nodes,
+                    placement,
+                }),
+        ),
     )
         .prop_map(
             |(
@@ -41,6 +55,7 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                 (shm_spins, heartbeat_ms),
                 (cwd, cwd_required, env, bind_core),
                 (tag_output, timestamp_output, output_dir),
+                pmix,
             )| {
                 LinkMsg::Setup(Box::new(NodeSetup {
                     node,
@@ -59,6 +74,7 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
                     tag_output,
                     timestamp_output,
                     output_dir,
+                    pmix,
                 }))
             },
         );
@@ -76,6 +92,13 @@ fn link_msg() -> BoxedStrategy<LinkMsg> {
         ),
         Just(LinkMsg::Shutdown),
         any::<u32>().prop_map(|signal| LinkMsg::Signal { signal }),
+        (any::<u32>(), any::<i32>(), text()).prop_map(|(rank, code, message)| {
+            LinkMsg::Aborted {
+                rank,
+                code,
+                message,
+            }
+        }),
     ]
     .boxed()
 }
@@ -123,6 +146,12 @@ fn every_control_message_has_its_documented_type() {
         tag_output: true,
         timestamp_output: false,
         output_dir: String::new(),
+        pmix: Some(PmixSetup {
+            namespace: "job-j-0123".into(),
+            universe: 8,
+            nodes: vec!["a".into(), "b".into()],
+            placement: vec![0, 0, 1, 1],
+        }),
     }));
     let cases = [
         (setup, 0x0501),
@@ -139,6 +168,14 @@ fn every_control_message_has_its_documented_type() {
         ),
         (LinkMsg::Shutdown, 0x0505),
         (LinkMsg::Signal { signal: 10 }, 0x0506),
+        (
+            LinkMsg::Aborted {
+                rank: 3,
+                code: -1,
+                message: "bad input".into(),
+            },
+            0x0507,
+        ),
     ];
     for (m, t) in cases {
         let f = encode_link(&m);

@@ -97,6 +97,15 @@ impl Engine {
                     }
                     crate::events::end(rank, node, i64::from(code));
                 }
+                // PMIS-7: an MPI_Abort on another node ends the job as one here does,
+                // if the rank runs where the daemon says.
+                Ok(LinkMsg::Aborted {
+                    rank,
+                    code,
+                    message,
+                }) if self.remote_procs.get(&rank).is_some_and(|p| p.node == node) => {
+                    self.pmi_abort(rank, code, &message);
+                }
                 Ok(m) => self.node_violation(node, format!("unexpected {m:?} from a daemon")),
                 Err(e) => self.node_violation(node, format!("malformed frame: {e}")),
             }

@@ -264,6 +264,8 @@ pub struct Engine {
     pmix_pending: HashMap<ReqId, pmix_host::Pending>,
     /// PMIx upcalls handed to the daemon machine so far (their request ids).
     pmix_asked: u64,
+    /// PMIx fences across nodes whose modex requests are out (PMIS-14).
+    pmix_fences: HashMap<u64, pmix_host::Fence>,
     /// The job's PMIx server, if its program is an Open MPI one (`pmix.rs`).
     pmix: Option<std::sync::Arc<crate::pmix::PmixHost>>,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
@@ -391,6 +393,7 @@ impl Engine {
             pmi_pending: HashMap::new(),
             pmix_pending: HashMap::new(),
             pmix_asked: 0,
+            pmix_fences: HashMap::new(),
             pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),

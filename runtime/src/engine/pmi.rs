@@ -8,6 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use dynres_core::pmi::{PREPUT_ENV, PmiInput, PmiJob, PmiOutput, PmiSession, decode_preput};
 use dynres_core::pset::PsetName;
+use dynres_core::rc::wire::link::{LinkMsg, MAX_ABORT_MESSAGE, encode_link};
 use dynres_core::rc::{ClientReply, DaemonInput, ReqId};
 use dynres_core::{Duration, Rank};
 
@@ -164,9 +165,8 @@ impl Engine {
 
     /// PMIS-7: `MPI_Abort` ends the whole job, whatever `--on-loss` says (MPI aborts
     /// every process of the communicator, and MPICH waits for its launcher to do it).
-    /// On the master the job's exit status is the code asked for; a node daemon ends
-    /// the calling process, whose loss then ends the job (status 137: the code does not
-    /// travel over the link yet).
+    /// The job's exit status is the code asked for: a node daemon tells the master
+    /// (`Aborted`, link type 0x0507), which ends the job as if the call were its own.
     pub(super) fn pmi_abort(&mut self, rank: Rank, code: i32, message: &str) {
         let why = format!("rank {rank} called MPI_Abort (code {code}): {message}");
         tracing::error!(rank, code, "{why}; ending the job");
@@ -179,10 +179,20 @@ impl Engine {
             self.record_failure(rank, Some(code as u32 & 0xff));
             self.ending = Some(why);
             self.kill_all(dynres_core::rc::ends::KillCause::JobEnding);
-        } else if let Some(c) = self.children.get(&rank) {
-            if c.exit.is_none() {
-                crate::procs::kill(c.os_pid);
-            }
+        } else {
+            // The master decides (LINK 0x0507); its Shutdown ends this node's share.
+            let message: String = message
+                .chars()
+                .scan(0, |len, c| {
+                    *len += c.len_utf8();
+                    (*len <= MAX_ABORT_MESSAGE).then_some(c)
+                })
+                .collect();
+            self.upstream_send(&encode_link(&LinkMsg::Aborted {
+                rank,
+                code,
+                message,
+            }));
         }
     }
 }

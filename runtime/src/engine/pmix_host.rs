@@ -1,12 +1,18 @@
-//! The engine's answers to the job's PMIx server (`runtime/src/pmix.rs`): libpmix's
-//! upcalls, as [`Request`]s, every one answered (PMIS-11). Names go to the master's data server as the calling
-//! process' own requests (PMIS-8), `MPI_Abort` ends the job (PMIS-7); the rest a
-//! one-host job never needs is refused at once, so no client waits on it.
+//! The engine's answers to its node's PMIx server (`runtime/src/pmix.rs`): libpmix's
+//! upcalls, as [`Request`]s, every one answered (PMIS-11). A fence across nodes is the
+//! kernel's modex over the namespace's world, the node's blob carried by its local
+//! participants (PMIS-14, `dynres_core::pmi::fence`); names go to the master's data
+//! server as the calling process' own requests (PMIS-8); `MPI_Abort` ends the job
+//! (PMIS-7); the rest is refused at once, so no client waits on it.
 
 use dynres_core::Duration;
+use dynres_core::pmi::fence;
+use dynres_core::pset::PsetName;
 use dynres_core::rc::SpawnCommand;
-use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ReqId};
-use dynres_pmix::{LookupDone, OpDone, Request, SpawnDone, Status, Value};
+use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ModexData, RcError, ReqId};
+use dynres_pmix::{
+    FenceDone, LookupDone, OpDone, RANK_WILDCARD, Request, SpawnDone, Status, Value,
+};
 
 use super::Engine;
 
@@ -17,8 +23,23 @@ const FIRST: ReqId = 1 << 61;
 /// How long a waiting lookup (`PMIX_WAIT`, spawn's connect/accept) may wait.
 const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a fence may wait for the other nodes: Open MPI fences in `MPI_Init` and
+/// `MPI_Finalize`, which slow starts may spread over minutes; a process that dies
+/// instead ends the job (or leaves it, `--on-loss`) long before this.
+const FENCE_WAIT: Duration = Duration::from_secs(3600);
+
+/// A fence whose local participants' modex requests are out.
+pub(super) struct Fence {
+    /// Requests not answered yet.
+    left: usize,
+    /// The answer, until given.
+    done: Option<FenceDone>,
+}
+
 /// An upcall waiting for the daemon's reply.
 pub(super) enum Pending {
+    /// One local participant's part of fence `id`.
+    Fence(u64),
     /// Publish or unpublish.
     Op(OpDone),
     /// A lookup of this key.
@@ -87,6 +108,15 @@ impl Engine {
             },
             // The kernel's spawn (all children get slots or none start); the children
             // learn their parent from the environment it carries (PARENT_ENV).
+            // A spawn's children on another node than their parents would need the
+            // parents' data by direct modex across nodes, which is not served: refused
+            // at once (an MPI error), instead of children that hang in their connect.
+            Request::Spawn { done, .. } if self.pmix.as_ref().is_some_and(|h| h.nodes() > 1) => {
+                tracing::warn!(
+                    "MPI_Comm_spawn of an Open MPI program in a job on several hosts is not served: refused"
+                );
+                done.complete(Err(Status::NotSupported));
+            }
             Request::Spawn { from, apps, done } => {
                 let commands = apps
                     .iter()
@@ -112,9 +142,82 @@ impl Engine {
                 done.complete(Ok(()));
             }
             // libpmix completes a fence of local processes itself: one reaching the host
-            // spans nodes, which a one-host job has not.
-            Request::Fence { done, .. } => done.complete(Err(Status::NotSupported)),
+            // spans nodes.
+            Request::Fence {
+                procs, data, done, ..
+            } => self.pmix_fence(&procs, &data, done),
             Request::DirectModex { done, .. } => done.complete(Err(Status::NotFound)),
+        }
+    }
+
+    /// PMIS-14: a fence of the job's whole namespace across nodes is one modex over the
+    /// job's world, each local rank carrying its part of this node's blob. Anything
+    /// else (another namespace, a subset of ranks) is refused at once.
+    fn pmix_fence(&mut self, procs: &[dynres_pmix::Proc], data: &[u8], done: FenceDone) {
+        let Some(host) = self.pmix.clone() else {
+            done.complete(Err(Status::Error));
+            return;
+        };
+        let whole = procs.len() == 1 && procs[0] == (host.namespace.clone(), RANK_WILDCARD);
+        if !whole {
+            tracing::warn!(
+                ?procs,
+                "a PMIx fence of part of the job, or of a spawn's processes across nodes, is not served"
+            );
+            done.complete(Err(Status::NotSupported));
+            return;
+        }
+        let local = host.local_ranks();
+        let parts = match fence::split(host.this_node(), data, local.len()) {
+            Ok(parts) => parts,
+            Err(e) => {
+                tracing::error!("PMIx fence: {e}");
+                done.complete(Err(Status::Error));
+                return;
+            }
+        };
+        let id = self.pmix_asked;
+        self.pmix_fences.insert(
+            id,
+            Fence {
+                left: local.len(),
+                done: Some(done),
+            },
+        );
+        for (rank, data) in local.into_iter().zip(parts) {
+            let request = ClientRequest::Modex {
+                pset: PsetName::world(),
+                data,
+                timeout: FENCE_WAIT,
+            };
+            let from = (host.namespace.clone(), rank);
+            self.pmix_ask(&from, request, Pending::Fence(id));
+        }
+    }
+
+    /// One local participant's modex reply to fence `id`: the last one answers it with
+    /// every node's blob.
+    fn pmix_fence_part(&mut self, id: u64, reply: Result<ModexData, RcError>) {
+        let Some(f) = self.pmix_fences.get_mut(&id) else {
+            return;
+        };
+        f.left = f.left.saturating_sub(1);
+        let answer = match reply {
+            Ok(table) if f.left == 0 => fence::join(&table.entries).map_err(|e| {
+                tracing::error!("PMIx fence: {e}");
+                Status::Error
+            }),
+            Ok(_) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "PMIx fence across nodes failed");
+                Err(Status::Error)
+            }
+        };
+        if let Some(done) = f.done.take() {
+            done.complete(answer);
+        }
+        if f.left == 0 {
+            self.pmix_fences.remove(&id);
         }
     }
 
@@ -147,6 +250,7 @@ impl Engine {
             return Some(reply);
         };
         match (pending, reply) {
+            (Pending::Fence(id), ClientReply::Modex(r)) => self.pmix_fence_part(id, r),
             (Pending::Op(done), ClientReply::Published(r) | ClientReply::Unpublished(r)) => {
                 done.complete(r.map_err(|e| {
                     tracing::debug!(error = %e, "PMIx publish/unpublish refused");

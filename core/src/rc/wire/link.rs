@@ -30,6 +30,10 @@ const STARTED: u16 = 0x0503;
 const ENDED: u16 = 0x0504;
 const SHUTDOWN: u16 = 0x0505;
 const SIGNAL: u16 = 0x0506;
+const ABORTED: u16 = 0x0507;
+
+/// Longest `MPI_Abort` message an [`LinkMsg::Aborted`] carries, in bytes.
+pub const MAX_ABORT_MESSAGE: usize = 1024;
 
 /// Longest program path, job id, namespace or address in a [`NodeSetup`], in bytes.
 pub const MAX_SETUP_STR: usize = 4096;
@@ -39,6 +43,24 @@ pub const MAX_ARG_LEN: usize = 64 << 10;
 pub const MAX_ARGS: usize = 4096;
 /// Most environment variables a [`NodeSetup`] carries (`RT-5`).
 pub const MAX_ENV: usize = 4096;
+/// Most nodes a [`PmixSetup`] names.
+pub const MAX_PMIX_NODES: usize = 1 << 16;
+/// Most processes a [`PmixSetup`] places.
+pub const MAX_PMIX_PROCS: usize = 1 << 20;
+
+/// What every node's PMIx server needs to serve the job's Open MPI processes
+/// (`spec/pmi.md` PMIS-13): the same namespace and map on every node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PmixSetup {
+    /// The job's PMIx namespace, secret suffix included (PMIS-12).
+    pub namespace: String,
+    /// The universe size (`PMIX_UNIV_SIZE`): the job's slots.
+    pub universe: u32,
+    /// Each node's host name, by node id (`PMIX_NODE_MAP`).
+    pub nodes: Vec<String>,
+    /// The node of each of the job's first processes, by rank (`PMIX_PROC_MAP`).
+    pub placement: Vec<u32>,
+}
 
 /// What a remote daemon needs to run its node's share of the job (`LINK-2`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +101,8 @@ pub struct NodeSetup {
     /// `--output-filename DIR`: per-rank output files under DIR on the node; empty:
     /// the output goes to the daemon's own stdout and stderr.
     pub output_dir: String,
+    /// PMIx for an Open MPI program (PMIS-13); `None`: no PMIx server.
+    pub pmix: Option<PmixSetup>,
 }
 
 /// A control message of the runtime link.
@@ -117,6 +141,16 @@ pub enum LinkMsg {
     /// Master → daemon: the job is over; kill what still runs, report it, and exit
     /// (`LINK-5`).
     Shutdown,
+    /// Daemon → master: a process of the node called `MPI_Abort` (through PMI or PMIx):
+    /// the master ends the job with `code`, whatever `--on-loss` says (PMIS-7).
+    Aborted {
+        /// Its rank.
+        rank: u32,
+        /// The code it gave.
+        code: i32,
+        /// Its message, at most [`MAX_ABORT_MESSAGE`] bytes.
+        message: String,
+    },
 }
 
 /// Whether a frame's type belongs to the runtime link's control messages.
@@ -148,6 +182,16 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
             put_u8(b, u8::from(s.tag_output));
             put_u8(b, u8::from(s.timestamp_output));
             put_str(b, &s.output_dir);
+            match &s.pmix {
+                None => put_u8(b, 0),
+                Some(p) => {
+                    put_u8(b, 1);
+                    put_str(b, &p.namespace);
+                    put_u32(b, p.universe);
+                    put_seq(b, &p.nodes, |b, n| put_str(b, n));
+                    put_seq(b, &p.placement, |b, n| put_u32(b, *n));
+                }
+            }
         }),
         LinkMsg::Heartbeat => encode_frame(&mut out, HEARTBEAT, |_| {}),
         LinkMsg::Started { rank, os_pid } => encode_frame(&mut out, STARTED, |b| {
@@ -167,6 +211,15 @@ pub fn encode_link(msg: &LinkMsg) -> Vec<u8> {
         }),
         LinkMsg::Signal { signal } => encode_frame(&mut out, SIGNAL, |b| put_u32(b, *signal)),
         LinkMsg::Shutdown => encode_frame(&mut out, SHUTDOWN, |_| {}),
+        LinkMsg::Aborted {
+            rank,
+            code,
+            message,
+        } => encode_frame(&mut out, ABORTED, |b| {
+            put_u32(b, *rank);
+            put_u32(b, *code as u32);
+            put_str(b, message);
+        }),
     }
     out
 }
@@ -193,6 +246,22 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
     let (i, tag_output) = flag("output tag flag")(i)?;
     let (i, timestamp_output) = flag("output timestamp flag")(i)?;
     let (i, output_dir) = text("output directory")(i)?;
+    let (i, pmix) = match flag("PMIx flag")(i)? {
+        (i, false) => (i, None),
+        (i, true) => {
+            let (i, namespace) = text("PMIx namespace")(i)?;
+            let (i, universe) = u32(i)?;
+            let (i, nodes) = seq("PMIx nodes", MAX_PMIX_NODES, text("node name"))(i)?;
+            let (i, placement) = seq("PMIx placement", MAX_PMIX_PROCS, u32)(i)?;
+            let p = PmixSetup {
+                namespace,
+                universe,
+                nodes,
+                placement,
+            };
+            (i, Some(p))
+        }
+    };
     Ok((
         i,
         NodeSetup {
@@ -212,6 +281,7 @@ fn setup(i: &[u8]) -> PResult<'_, NodeSetup> {
             tag_output,
             timestamp_output,
             output_dir,
+            pmix,
         },
     ))
 }
@@ -262,6 +332,20 @@ pub fn decode_link(frame: &[u8]) -> Result<LinkMsg, WireError> {
             Ok((i, LinkMsg::Signal { signal }))
         }),
         SHUTDOWN => parse_all(body, |i| Ok((i, LinkMsg::Shutdown))),
+        ABORTED => parse_all(body, |i| {
+            let (i, rank) = u32(i)?;
+            let (i, code) = u32(i)?;
+            let (i, message) = string("abort message", MAX_ABORT_MESSAGE)(i)?;
+            let code = code as i32;
+            Ok((
+                i,
+                LinkMsg::Aborted {
+                    rank,
+                    code,
+                    message,
+                },
+            ))
+        }),
         other => Err(WireError::UnknownType { msg_type: other }),
     }
 }
