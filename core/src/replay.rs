@@ -1,5 +1,6 @@
 //! Replaying a recorded trace (`spec/verification.md` §6) against fresh kernel machines:
-//! every machine is rebuilt from its `start` line (a daemon from its node number), every
+//! every machine (the protocol's and the runtime's liveness, master watch and give-back)
+//! is rebuilt from its `start` line (a daemon from its node number), every
 //! recorded input is fed again, and each transition must reproduce the recorded output
 //! and state fingerprints. Lives in the kernel (no_std + alloc) so the verification
 //! gate and the end-to-end tests call the same code without either build enabling the
@@ -15,7 +16,11 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::machine::Machine;
-use crate::rc::trace::{decode_daemon_input, decode_master_config, decode_master_input};
+use crate::rc::giveback::GiveBack;
+use crate::rc::liveness::{Liveness, MasterWatch};
+use crate::rc::trace::{
+    self as rt, decode_daemon_input, decode_master_config, decode_master_input,
+};
 use crate::rc::{Daemon, DaemonOutput, Master, MasterOutput, NodeId};
 use crate::spawn::trace::{self as st, HandshakeInput};
 use crate::spawn::{Handshake, Join, Member, SpawnError, SpawnParent};
@@ -159,6 +164,9 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
     let mut master: Option<Master> = None;
     let mut daemons: BTreeMap<u32, Daemon> = BTreeMap::new();
     let mut spawn: BTreeMap<(String, String), SpawnMachine> = BTreeMap::new();
+    let mut liveness: Option<Liveness> = None;
+    let mut watches: BTreeMap<u32, MasterWatch> = BTreeMap::new();
+    let mut givebacks: BTreeMap<String, GiveBack> = BTreeMap::new();
     let mut done = Replayed::default();
     for (n, raw) in text.lines().enumerate() {
         let line = n + 1;
@@ -172,6 +180,8 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                 .map_err(|_| bad(format!("not a number: {s:?}")))
         };
         let bytes = |s: &str| unhex(s).ok_or_else(|| bad(format!("not hex: {s:?}")));
+        let node_of =
+            |s: &str| u32::try_from(num(s)?).map_err(|_| bad(format!("node out of range: {s}")));
         // (replayed outputs, replayed state), (recorded outputs, recorded state), whether
         // the line is a transition, and the machine it names.
         let (got, want, transition, who) = match words.as_slice() {
@@ -212,6 +222,73 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                 let outs: Vec<DaemonOutput> = d.take_outputs();
                 let got = (fingerprint(&outs), d.fingerprint());
                 (got, (num(out)?, num(st)?), true, format!("daemon {node}"))
+            }
+            ["liveness", "start", cfg, out, st] => {
+                let cfg = rt::decode_liveness_config(&bytes(cfg)?)
+                    .map_err(|e| bad(format!("liveness start: {e}")))?;
+                // A repeated start is a new detector (a new run's).
+                let m = liveness.insert(Liveness::new(cfg));
+                let got = (fingerprint(&m.take_outputs()), m.fingerprint());
+                (got, (num(out)?, num(st)?), false, "liveness".to_string())
+            }
+            ["liveness", now, input, out, st] => {
+                let m = liveness
+                    .as_mut()
+                    .ok_or_else(|| bad("liveness transition before its start".into()))?;
+                let input = rt::decode_liveness_input(&bytes(input)?)
+                    .map_err(|e| bad(format!("liveness input: {e}")))?;
+                // Refusals were recorded with the outputs (`ResultRecord::Hashed`).
+                let outs = feed_one(m, Instant(num(now)?), input);
+                let got = (outs, m.fingerprint());
+                (got, (num(out)?, num(st)?), true, "liveness".to_string())
+            }
+            ["master-watch", node, "start", args, out, st] => {
+                let node = node_of(node)?;
+                let (cfg, at) = rt::decode_watch_start(&bytes(args)?)
+                    .map_err(|e| bad(format!("master-watch {node} start: {e}")))?;
+                let mut m = MasterWatch::new(node, cfg, at);
+                let got = (fingerprint(&m.take_outputs()), m.fingerprint());
+                watches.insert(node, m);
+                (
+                    got,
+                    (num(out)?, num(st)?),
+                    false,
+                    format!("master-watch {node}"),
+                )
+            }
+            ["master-watch", node, now, input, out, st] => {
+                let node = node_of(node)?;
+                let m = watches.get_mut(&node).ok_or_else(|| {
+                    bad(format!("master-watch {node}: transition before its start"))
+                })?;
+                let input = rt::decode_watch_input(&bytes(input)?)
+                    .map_err(|e| bad(format!("master-watch {node} input: {e}")))?;
+                m.handle(Instant(num(now)?), input);
+                let got = (fingerprint(&m.take_outputs()), m.fingerprint());
+                (
+                    got,
+                    (num(out)?, num(st)?),
+                    true,
+                    format!("master-watch {node}"),
+                )
+            }
+            ["giveback", id, "start", args, out, st] => {
+                let bound = rt::decode_giveback_start(&bytes(args)?)
+                    .map_err(|e| bad(format!("giveback {id} start: {e}")))?;
+                let mut m = GiveBack::new(bound);
+                let got = (fingerprint(&m.take_outputs()), m.fingerprint());
+                givebacks.insert(id.to_string(), m);
+                (got, (num(out)?, num(st)?), false, format!("giveback {id}"))
+            }
+            ["giveback", id, now, input, out, st] => {
+                let m = givebacks
+                    .get_mut(*id)
+                    .ok_or_else(|| bad(format!("giveback {id}: transition before its start")))?;
+                let input = rt::decode_giveback_input(&bytes(input)?)
+                    .map_err(|e| bad(format!("giveback {id} input: {e}")))?;
+                m.handle(Instant(num(now)?), input);
+                let got = (fingerprint(&m.take_outputs()), m.fingerprint());
+                (got, (num(out)?, num(st)?), true, format!("giveback {id}"))
             }
             [role, id, "start", args, out, st] if role.starts_with("spawn-") => {
                 let (mut m, outs) = SpawnMachine::start(role, &bytes(args)?)

@@ -17,9 +17,10 @@
 //! <role> [<node>] [<id>] <now> <input> <outputs> <state>
 //! ```
 //!
-//! `role` is `master`, `daemon` (followed by its node number), or `spawn-handshake`,
-//! `spawn-parent`, `spawn-join`, `spawn-member` (followed by the machine id);
-//! construction and input are lower-case hex of their wire encodings, the rest decimal.
+//! `role` is `master` or `liveness` (nothing follows), `daemon` or `master-watch`
+//! (followed by its node number), or `spawn-handshake`, `spawn-parent`, `spawn-join`,
+//! `spawn-member`, `giveback` (followed by the machine id); construction and input are
+//! lower-case hex of their wire encodings, the rest decimal.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
@@ -160,11 +161,11 @@ pub fn enabled() -> bool {
 /// The words between a line's role and its time: which machine of the role it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TraceKey {
-    /// Nothing: one machine of the role per process (the master).
+    /// Nothing: one machine of the role per process (the master, its liveness).
     None,
-    /// A daemon's node number.
+    /// A daemon's (or its master watch's) node number.
     Node(u32),
-    /// A spawn machine's id (see [`InstanceTag`]).
+    /// A spawn or give-back machine's id (see [`InstanceTag`]).
     Id(String),
 }
 

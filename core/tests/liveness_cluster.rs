@@ -114,7 +114,7 @@ impl Cluster {
         self.daemons.insert(
             node,
             Daemon {
-                watch: MasterWatch::new(self.cfg, self.now),
+                watch: MasterWatch::new(node, self.cfg, self.now),
                 stalled: false,
                 ended: None,
                 beats: 0,
@@ -473,7 +473,7 @@ fn a_stalled_master_loses_its_nodes_as_failures() {
 #[test]
 fn a_daemon_gives_up_on_a_silent_master_once() {
     let cfg = LivenessConfig::new(HB);
-    let mut w = MasterWatch::new(cfg, Instant::ZERO);
+    let mut w = MasterWatch::new(1, cfg, Instant::ZERO);
     let t = Instant::ZERO + bound();
     w.handle(t, WatchInput::Timeout);
     assert_eq!(w.poll_output(), Some(WatchOutput::Heartbeat));

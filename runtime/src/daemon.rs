@@ -42,12 +42,12 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    fn new(conn: Conn, reader: JoinHandle<()>, heartbeat: Duration) -> Upstream {
+    fn new(node: u32, conn: Conn, reader: JoinHandle<()>, heartbeat: Duration) -> Upstream {
         let cfg = LivenessConfig::new(super::nodes::kernel_span(heartbeat));
         Upstream {
             conn,
             reader: Some(reader),
-            watch: MasterWatch::new(cfg, dynres_core::time::Instant::ZERO),
+            watch: MasterWatch::new(node, cfg, dynres_core::time::Instant::ZERO),
             origin: Instant::now(),
         }
     }
@@ -271,6 +271,7 @@ pub fn run(master: &str, node: u32) -> Result<Outcome, LauncherError> {
         .and_then(|s| link::reader(s, frames, node, tx.clone()))
         .map_err(|e| LauncherError::io("start the link's reader", e))?;
     let upstream = Upstream::new(
+        node,
         Conn::new(node, stream),
         reader,
         Duration::from_millis(u64::from(setup.heartbeat_ms.max(10))),

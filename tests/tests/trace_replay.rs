@@ -2,7 +2,10 @@
 //! and shrinks runs with `DYNRES_TRACE_FILE`; every recorded transition of the master and
 //! the daemon replays identically against fresh kernel machines
 //! (`dynres_core::replay`, the code `dynres-verification replay` runs), and a tampered
-//! recording does not.
+//! recording does not. A second run spans two loopback hosts inside a stand-in Slurm
+//! allocation, so that the runtime's decision machines are recorded too: the master's
+//! failure detector (`liveness`), the node daemon's watch of its master
+//! (`master-watch`) and the hold on emptied nodes (`giveback`).
 
 use std::path::PathBuf;
 
@@ -113,4 +116,138 @@ fn a_launcher_run_with_a_grow_and_a_shrink_replays_identically() {
     let err = replay(&tampered.join("\n")).unwrap_err();
     assert_eq!(err.line, d + 1, "{err}");
     assert!(err.what.contains("outputs differ"), "{err}");
+}
+
+/// A launch agent that runs the daemon here (`AGENT HOST dynres daemon …`: drops the
+/// host, as `tests/tests/multihost.rs`'s agent does), and an `scontrol` that accepts
+/// every update: the run's Slurm allocation is a stand-in, so no Slurm (and no root)
+/// is needed. Returns (agent, directory to put first on `PATH`).
+fn stand_in_slurm(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let agent = dir.join("agent.sh");
+    write(&agent, "#!/bin/sh\nshift\nexec \"$@\"\n");
+    let log = dir.join("scontrol.log");
+    write(
+        &bin.join("scontrol"),
+        &format!("#!/bin/sh\necho \"$*\" >> {}\nexit 0\n", log.display()),
+    );
+    (agent, bin)
+}
+
+/// Trace conformance of the runtime's decision machines in a real run: a job of 2 on
+/// the first of two loopback hosts (2 slots each) of a stand-in Slurm allocation grows
+/// by 2 onto the second host (its daemon is launched, authenticates and heartbeats) and
+/// shrinks by 2, which empties that host; the engine's give-back hold offers it back
+/// (RC-20, GROW-4), its daemon is told to end. Every file replays identically, with
+/// transitions of `liveness`, `master-watch` and `giveback`, and a changed line of each
+/// new role is refused at that line.
+#[test]
+fn a_run_over_two_hosts_records_liveness_watch_and_giveback() {
+    let rt = Runtime::new("trace-mh");
+    let scratch = rt.scratch();
+    let trace = scratch.join("trace");
+    let (agent, bin) = stand_in_slurm(&scratch);
+    let agent = agent.display().to_string();
+    let mut cmd = rt.command(&[
+        "run",
+        "--job-id",
+        "tracemh",
+        "-n",
+        "2",
+        "--launch-agent",
+        &agent,
+        "--grow-wait-ms",
+        "0",
+        "--heartbeat-ms",
+        "200",
+        "--example",
+        "synthetic",
+        "--",
+        "--problem-size",
+        "2000000",
+        "--plan",
+        "+2,-2",
+        "-i",
+        "6",
+        "-b",
+    ]);
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![bin];
+    dirs.extend(std::env::split_paths(&path));
+    cmd.env("PATH", std::env::join_paths(dirs).unwrap())
+        .env("SLURM_JOB_ID", "4242")
+        .env("SLURM_JOB_NODELIST", "127.0.0.1,127.0.0.2")
+        .env("SLURM_JOB_CPUS_PER_NODE", "2(x2)")
+        .env("DYNRES_TRACE_FILE", &trace);
+    let f = rt
+        .run_bounded(cmd, std::time::Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("job hung\n{}", f.dump()));
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    let said = std::fs::read_to_string(scratch.join("scontrol.log")).unwrap_or_default();
+    assert!(
+        said.contains("update JobId=4242 NodeList=127.0.0.1"),
+        "the emptied host was given back to the allocation: {said:?}\n{}",
+        f.dump()
+    );
+
+    let files = trace_files(&scratch);
+    assert!(files.len() >= 2, "the master's and the daemon's: {files:?}");
+    let mut all = Replayed::default();
+    let mut recorded = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read trace");
+        recorded += text.lines().count();
+        let r =
+            replay(&text).unwrap_or_else(|d| panic!("{} is not conformant: {d}", file.display()));
+        all.add(&r);
+    }
+    assert_eq!(all.total_lines(), recorded, "every recorded line replayed");
+    for role in ["master", "daemon", "liveness", "master-watch", "giveback"] {
+        assert!(all.transitions_of(role) > 0, "{role}: {all:?}");
+    }
+    eprintln!(
+        "replayed {recorded} lines from {} file(s): lines {:?}, transitions {:?}",
+        files.len(),
+        all.lines,
+        all.transitions
+    );
+
+    // In the master's file, a changed state fingerprint of the first liveness and
+    // give-back transition is refused at its line; so is one of the daemon's first
+    // master-watch transition in its own file.
+    let daemon_file = files
+        .iter()
+        .find(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with("master-watch ") && !l.contains(" start "))
+        })
+        .expect("a file with master-watch transitions");
+    for (file, role) in [
+        (&trace, "liveness "),
+        (&trace, "giveback "),
+        (daemon_file, "master-watch "),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let k = lines
+            .iter()
+            .position(|l| l.starts_with(role) && !l.contains(" start "))
+            .unwrap_or_else(|| panic!("a {role}transition in {}", file.display()));
+        let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
+        let last = words.len() - 1;
+        words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
+        tampered[k] = words.join(" ");
+        let err = replay(&tampered.join("\n")).unwrap_err();
+        assert_eq!(err.line, k + 1, "{role}: {err}");
+        assert!(err.what.contains("state differs"), "{role}: {err}");
+    }
 }

@@ -303,7 +303,7 @@ impl Model for LiveConfig {
                 }
                 let n = &mut s.nodes[i];
                 n.phase = Phase::Running;
-                n.watch = Some(MasterWatch::with_bugs(self.cfg(), now, self.bugs));
+                n.watch = Some(MasterWatch::with_bugs(node(i), self.cfg(), now, self.bugs));
                 n.heard_at = s.now;
                 n.daemon_heard_at = s.now;
             }

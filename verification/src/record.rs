@@ -1,5 +1,6 @@
 //! Recording traces of the in-memory harnesses (`core/tests/common` for resource
-//! changes, `core/tests/spawn_sim` for spawn / connect / join): their flows run under a
+//! changes, `core/tests/spawn_sim` for spawn / connect / join, and the gate's liveness
+//! and give-back models for the runtime's decision machines): their flows run under a
 //! [`Recorder`], giving a trace of real kernel transitions for `replay` to check.
 
 #[path = "../../core/tests/common/mod.rs"]
@@ -13,18 +14,97 @@ mod spawn_sim;
 use dynres_core::Duration;
 use dynres_core::rc::ChangeRequest;
 use dynres_core::spawn::{Bootstrap, ContextIds, Ports};
+use stateright::Model;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::trace::Recorder;
 use spawn_sim::{Faults, Launcher, Sim};
 use world::{APP, World, config, pid};
 
-/// Runs the resource-change flows ([`record_rc`]) and the spawn flows
-/// ([`record_spawn`]) and returns the recorded trace, one line per transition.
+/// Runs the resource-change flows ([`record_rc`]), the spawn flows ([`record_spawn`])
+/// and the runtime's decision machines ([`record_runtime`]) and returns the recorded
+/// trace, one line per transition.
 pub fn record_scenarios() -> Vec<String> {
     let mut lines = record_rc();
     lines.extend(record_spawn());
+    lines.extend(record_runtime());
     lines
+}
+
+/// Follows `path` through `model` from its first initial state, each action one the
+/// model offers there (so the run is one the gate explores); returns the last state.
+fn walk<M: Model>(model: &M, path: &[M::Action]) -> M::State
+where
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
+    let mut s = model.init_states().remove(0);
+    for a in path {
+        let mut offered = Vec::new();
+        model.actions(&s, &mut offered);
+        assert!(offered.contains(a), "{a:?} is not offered: {offered:?}");
+        s = model.next_state(&s, a.clone()).expect("a next state");
+    }
+    s
+}
+
+/// One run of each PR-tier model of the runtime's decision machines, driven by the
+/// models' own adapters: the liveness model (2 daemons connect, heartbeats flow both
+/// ways, node 1 is given back and its link ends, then node 0 is no longer heard: the
+/// master loses it and its daemon gives up on the master) records `liveness` and
+/// `master-watch` transitions; the give-back model (two nodes held past the bound, then
+/// one that goes at once) records `giveback` transitions.
+pub fn record_runtime() -> Vec<String> {
+    use crate::giveback_model::{self as gb, GbAction};
+    use crate::liveness_model::{self as lm, LiveAction};
+    let recorder = Recorder::default();
+    let subscriber = tracing_subscriber::registry().with(recorder.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        {
+            let live = &lm::pr_configs()[0];
+            use LiveAction::*;
+            let s = walk(
+                live,
+                &[
+                    Connect(0),
+                    Connect(1),
+                    Tick,
+                    DeliverUp(0),
+                    DeliverUp(1),
+                    DeliverDown(0),
+                    DeliverDown(1),
+                    GiveBack(1),
+                    DeliverDown(1),
+                    CloseUp(1),
+                    Tick,
+                    Tick,
+                    Tick,
+                    Tick,
+                    Tick,
+                ],
+            );
+            assert!(s.nodes[0].lost, "the silent node was lost: {s:?}");
+        }
+        {
+            let hold = &gb::pr_configs()[0];
+            use GbAction::*;
+            let s = walk(
+                hold,
+                &[
+                    Empty(0),
+                    Empty(1),
+                    Empty(2),
+                    Release(0),
+                    Tick,
+                    Release(1),
+                    Tick,
+                    Tick,
+                    Release(2),
+                ],
+            );
+            assert!(s.hold.held().is_empty(), "every node went back: {s:?}");
+        }
+    });
+    recorder.lines()
 }
 
 /// Spawn flows on the seeded in-memory world, over a lossy datagram channel (drops,

@@ -1,8 +1,10 @@
 //! Trace conformance (`spec/verification.md` §6): record the kernel machines' transition
-//! events (emitted by `dynres_core::rc::trace` and `dynres_core::spawn::trace`) as lines,
-//! and replay a recording against fresh machines. The line format and the replay live
-//! in the kernel (`dynres_core::trace`, `dynres_core::replay`), shared with the
-//! launcher's `DYNRES_TRACE_FILE` recorder and the end-to-end tests.
+//! events (emitted by `dynres_core::rc::trace` and `dynres_core::spawn::trace`, whose
+//! encodings cover the protocol's machines and the runtime's liveness, master watch and
+//! give-back machines) as lines, and replay a recording against fresh machines. The
+//! line format and the replay live in the kernel (`dynres_core::trace`,
+//! `dynres_core::replay`), shared with the launcher's `DYNRES_TRACE_FILE` recorder and
+//! the end-to-end tests.
 
 use std::sync::{Arc, Mutex};
 

@@ -32,8 +32,40 @@ fn recorded_flows_replay_identically() {
         "spawn-parent",
         "spawn-join",
         "spawn-member",
+        "liveness",
+        "master-watch",
+        "giveback",
     ] {
         assert!(r.transitions_of(role) > 0, "no {role} transition: {r:?}");
+    }
+}
+
+/// The runtime's decision machines, recorded along one run of each gate model: a
+/// changed state or outputs fingerprint of any of their transitions is refused at that
+/// line, naming the machine.
+#[test]
+fn a_tampered_runtime_machine_trace_is_rejected_where_it_differs() {
+    let lines = dynres_verification::record::record_runtime();
+    assert!(replay(&lines.join("\n")).is_ok(), "conformant");
+    for role in ["liveness", "master-watch", "giveback"] {
+        let transitions: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with(&format!("{role} ")) && !l.contains(" start "))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(!transitions.is_empty(), "no {role} transition");
+        for &k in &transitions {
+            for (from_end, what) in [(2, "outputs differ"), (1, "state differs")] {
+                let mut tampered = lines.clone();
+                let words = tampered[k].split(' ').count();
+                tampered[k] = flip(&tampered[k], words - from_end);
+                let err = replay(&tampered.join("\n")).unwrap_err();
+                assert_eq!(err.line, k + 1, "{role}: {err}");
+                assert!(err.what.contains(what), "{role}: {err}");
+                assert!(err.what.contains(role), "names the machine: {err}");
+            }
+        }
     }
 }
 

@@ -4,12 +4,19 @@
 //! being emptied (core's `SlotMap::is_emptying`), with the time; the machine says when
 //! the held nodes go, in one batch, so that nodes one change empties reach the resource
 //! manager in one update — but never later than its bound after the first was held.
+//!
+//! Its transitions are recorded for trace conformance (`spec/verification.md` §6; role
+//! `giveback`, encodings in [`super::trace`]).
 
 use alloc::collections::{BTreeSet, VecDeque};
+use alloc::string::ToString;
 use alloc::vec::Vec;
+use core::convert::Infallible;
 
+use super::trace;
 use crate::bugs::{Bug, Bugs};
 use crate::time::{Duration, Instant};
+use crate::trace::InstanceTag;
 
 /// GROW-4: the longest an emptied node waits for the nodes emptied alongside it.
 pub const HOLD_BOUND: Duration = Duration::from_secs(30);
@@ -49,6 +56,8 @@ pub struct GiveBack {
     /// When the first of `held` was held while others were emptying.
     since: Option<Instant>,
     out: VecDeque<GiveBackOutput>,
+    /// Which machine of a trace this is: the engine replaces its machine (not state).
+    tag: InstanceTag,
 }
 
 impl Default for GiveBack {
@@ -65,13 +74,17 @@ impl GiveBack {
 
     /// [`GiveBack::new`] with planted bugs (the verification crate's models).
     pub fn with_bugs(bound: Duration, bugs: Bugs) -> Self {
-        GiveBack {
+        let mut m = GiveBack {
             bound,
             bugs,
             held: BTreeSet::new(),
             since: None,
             out: VecDeque::new(),
-        }
+            tag: InstanceTag::default(),
+        };
+        let start = crate::trace::enabled().then(|| trace::encode_giveback_start(bound));
+        crate::trace::record_start(&mut m, start);
+        m
     }
 
     /// The nodes held now.
@@ -83,6 +96,23 @@ impl GiveBack {
     /// follows it with [`GiveBackInput::Emptying`], which decides whether the held
     /// nodes go.
     pub fn handle(&mut self, now: Instant, input: GiveBackInput) {
+        let r = crate::trace::record(self, now, input, |m, now, input| {
+            m.step(now, input);
+            Ok::<(), Infallible>(())
+        });
+        match r {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
+    }
+
+    /// [`GiveBack::handle`] without its transition event.
+    fn step(&mut self, now: Instant, input: GiveBackInput) {
         match input {
             GiveBackInput::Released { node } => {
                 self.held.insert(node);
@@ -120,6 +150,49 @@ impl GiveBack {
     /// ([`GiveBackInput::Emptying`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.since.map(|t| t + self.bound)
+    }
+}
+
+// By hand rather than `by_inherent_methods!`: the inherent `handle` cannot fail and so
+// returns `()`, which its callers rely on.
+impl crate::machine::Machine for GiveBack {
+    type Input = GiveBackInput;
+    type Output = GiveBackOutput;
+    type Error = Infallible;
+
+    fn handle(&mut self, now: Instant, input: GiveBackInput) -> Result<(), Infallible> {
+        GiveBack::handle(self, now, input);
+        Ok(())
+    }
+
+    fn poll_output(&mut self) -> Option<GiveBackOutput> {
+        GiveBack::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        GiveBack::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        GiveBack::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for GiveBack {
+    const ROLE: &'static str = trace::ROLE_GIVEBACK;
+    // Nothing is ever refused.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Omitted;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Id(self.tag.0.to_string())
+    }
+    fn queue(&mut self) -> &mut VecDeque<GiveBackOutput> {
+        &mut self.out
+    }
+    fn tag(&mut self) -> Option<&mut InstanceTag> {
+        Some(&mut self.tag)
+    }
+    fn encode_input(input: &GiveBackInput) -> Vec<u8> {
+        trace::encode_giveback_input(input)
     }
 }
 

@@ -10,9 +10,15 @@
 //!   lost or given back — with the heartbeats it owes each (HB-1) and the losses it
 //!   declares (HB-2, HB-3, NODE-1).
 //! - [`MasterWatch`]: a node daemon's view of its master (HB-1, HB-2, RT-3).
+//!
+//! Both record their transitions for trace conformance (`spec/verification.md` §6;
+//! roles `liveness` and `master-watch`, encodings in [`super::trace`]).
 
 use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+use core::convert::Infallible;
 
+use super::trace;
 use crate::bugs::{Bug, Bugs};
 use crate::time::{Duration, Instant};
 
@@ -264,12 +270,15 @@ impl Liveness {
 
     /// [`Liveness::new`] with planted bugs (the verification crate's models).
     pub fn with_bugs(cfg: LivenessConfig, bugs: Bugs) -> Self {
-        Liveness {
+        let mut m = Liveness {
             cfg,
             bugs,
             nodes: BTreeMap::new(),
             out: VecDeque::new(),
-        }
+        };
+        let start = crate::trace::enabled().then(|| trace::encode_liveness_config(&cfg));
+        crate::trace::record_start(&mut m, start);
+        m
     }
 
     /// Its bounds.
@@ -292,8 +301,18 @@ impl Liveness {
         self.out.push_back(LivenessOutput::Lost { node, loss });
     }
 
-    /// Takes what happened at `now`.
+    /// Takes what happened at `now`. A refused input changes nothing.
     pub fn handle(&mut self, now: Instant, input: LivenessInput) -> Result<(), LivenessError> {
+        crate::trace::record(self, now, input, Self::step)
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
+    }
+
+    /// [`Liveness::handle`] without its transition event.
+    fn step(&mut self, now: Instant, input: LivenessInput) -> Result<(), LivenessError> {
         match input {
             LivenessInput::Launched { node } => {
                 if self.nodes.contains_key(&node) {
@@ -357,7 +376,7 @@ impl Liveness {
     /// others get the heartbeats they are owed.
     fn expire(&mut self, now: Instant) {
         let (cfg, bugs) = (self.cfg, self.bugs);
-        let mut lost = alloc::vec::Vec::new();
+        let mut lost = Vec::new();
         for (&node, l) in self.nodes.iter_mut() {
             match l {
                 NodeLink::Starting { since } => {
@@ -426,6 +445,8 @@ pub enum WatchOutput {
 /// A node daemon's view of its master (HB-1, HB-2, RT-3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MasterWatch {
+    /// The daemon's node: which watch of a trace this is (the daemon's own key).
+    node: u32,
     cfg: LivenessConfig,
     bugs: Bugs,
     beat: Beat,
@@ -435,20 +456,29 @@ pub struct MasterWatch {
 }
 
 impl MasterWatch {
-    /// A watch on a link set up at `now`.
-    pub fn new(cfg: LivenessConfig, now: Instant) -> Self {
-        Self::with_bugs(cfg, now, Bugs::NONE)
+    /// Node `node`'s watch on a link set up at `now`.
+    pub fn new(node: u32, cfg: LivenessConfig, now: Instant) -> Self {
+        Self::with_bugs(node, cfg, now, Bugs::NONE)
     }
 
     /// [`MasterWatch::new`] with planted bugs (the verification crate's models).
-    pub fn with_bugs(cfg: LivenessConfig, now: Instant, bugs: Bugs) -> Self {
-        MasterWatch {
+    pub fn with_bugs(node: u32, cfg: LivenessConfig, now: Instant, bugs: Bugs) -> Self {
+        let mut m = MasterWatch {
+            node,
             cfg,
             bugs,
             beat: Beat::new(now),
             given_up: false,
             out: VecDeque::new(),
-        }
+        };
+        let start = crate::trace::enabled().then(|| trace::encode_watch_start(&cfg, now));
+        crate::trace::record_start(&mut m, start);
+        m
+    }
+
+    /// Its node.
+    pub fn node(&self) -> u32 {
+        self.node
     }
 
     /// Whether the master was declared silent.
@@ -458,6 +488,23 @@ impl MasterWatch {
 
     /// Takes what happened at `now`.
     pub fn handle(&mut self, now: Instant, input: WatchInput) {
+        let r = crate::trace::record(self, now, input, |m, now, input| {
+            m.step(now, input);
+            Ok::<(), Infallible>(())
+        });
+        match r {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+
+    /// A fingerprint of the state without the outputs not yet drained.
+    pub fn fingerprint(&mut self) -> u64 {
+        crate::machine::fingerprint_without_queue(self, |m| &mut m.out)
+    }
+
+    /// [`MasterWatch::handle`] without its transition event.
+    fn step(&mut self, now: Instant, input: WatchInput) {
         if self.given_up {
             return;
         }
@@ -486,5 +533,63 @@ impl MasterWatch {
     /// When the watch next wants a [`WatchInput::Timeout`].
     pub fn poll_timeout(&self) -> Option<Instant> {
         (!self.given_up).then(|| self.beat.deadline(&self.cfg))
+    }
+}
+
+crate::machine::by_inherent_methods!(Liveness, LivenessInput, LivenessOutput, LivenessError);
+
+impl crate::trace::Recorded for Liveness {
+    const ROLE: &'static str = trace::ROLE_LIVENESS;
+    // The runtime acts on refusals (AUTH-5: a daemon not awaited is turned away), so
+    // replay checks them too.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::None
+    }
+    fn queue(&mut self) -> &mut VecDeque<LivenessOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &LivenessInput) -> Vec<u8> {
+        trace::encode_liveness_input(input)
+    }
+}
+
+// By hand rather than `by_inherent_methods!`: the inherent `handle` cannot fail and so
+// returns `()`, which its callers rely on.
+impl crate::machine::Machine for MasterWatch {
+    type Input = WatchInput;
+    type Output = WatchOutput;
+    type Error = Infallible;
+
+    fn handle(&mut self, now: Instant, input: WatchInput) -> Result<(), Infallible> {
+        MasterWatch::handle(self, now, input);
+        Ok(())
+    }
+
+    fn poll_output(&mut self) -> Option<WatchOutput> {
+        MasterWatch::poll_output(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        MasterWatch::poll_timeout(self)
+    }
+
+    fn fingerprint(&mut self) -> u64 {
+        MasterWatch::fingerprint(self)
+    }
+}
+
+impl crate::trace::Recorded for MasterWatch {
+    const ROLE: &'static str = trace::ROLE_WATCH;
+    // Nothing is ever refused.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Omitted;
+    fn key(&self) -> crate::trace::TraceKey {
+        crate::trace::TraceKey::Node(self.node)
+    }
+    fn queue(&mut self) -> &mut VecDeque<WatchOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &WatchInput) -> Vec<u8> {
+        trace::encode_watch_input(input)
     }
 }

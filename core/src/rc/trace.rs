@@ -9,13 +9,21 @@
 //! with `DYNRES_TRACE_FILE`. Encoding happens only when the event is enabled, so tracing
 //! off costs one check per transition. The spawn machines' records are in
 //! [`crate::spawn::trace`], the line format in [`crate::trace`].
+//!
+//! The runtime's decision machines are recorded the same way: the master's
+//! [`Liveness`](super::liveness::Liveness) (role [`ROLE_LIVENESS`]), a node daemon's
+//! [`MasterWatch`](super::liveness::MasterWatch) ([`ROLE_WATCH`]) and the engine's
+//! [`GiveBack`](super::giveback::GiveBack) ([`ROLE_GIVEBACK`]); their encodings are at
+//! the end of this module.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use nom::Parser;
 
+use super::giveback::GiveBackInput;
 use super::input::{DaemonInput, MasterConfig, MasterInput};
+use super::liveness::{LivenessConfig, LivenessInput, WatchInput};
 use super::msg::{ClientRequest, ToMaster};
 use super::types::NodeId;
 use super::wire::{
@@ -24,7 +32,7 @@ use super::wire::{
 };
 use crate::process::Namespace;
 use crate::slots::NodeSpec;
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 use crate::wire::prim::{self, put_bytes, put_str, put_u8, put_u32, put_u64};
 use crate::wire::{PResult, WireError, parse_all};
 
@@ -240,4 +248,281 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
             },
         ))
     })
+}
+
+// --- the runtime's decision machines (liveness, master watch, give-back) --------------
+
+/// Role name of a [`Liveness`](super::liveness::Liveness)'s events: the master's
+/// failure detector, one per process, keyed by nothing.
+pub const ROLE_LIVENESS: &str = "liveness";
+/// Role name of a [`MasterWatch`](super::liveness::MasterWatch)'s events: a node
+/// daemon's watch of its master, keyed by its node number.
+pub const ROLE_WATCH: &str = "master-watch";
+/// Role name of a [`GiveBack`](super::giveback::GiveBack)'s events, keyed by its
+/// instance tag: the engine replaces its machine when the master is gone, and each new
+/// one starts its own line.
+pub const ROLE_GIVEBACK: &str = "giveback";
+
+fn bad<T>(what: &'static str, value: u64) -> PResult<'static, T> {
+    Err(nom::Err::Failure(WireError::InvalidValue { what, value }))
+}
+
+fn put_liveness_config(out: &mut Vec<u8>, cfg: &LivenessConfig) {
+    put_u64(out, cfg.heartbeat.as_nanos());
+    put_u32(out, cfg.silent_beats);
+    put_u64(out, cfg.connect_bound.as_nanos());
+}
+
+fn liveness_config(i: &[u8]) -> PResult<'_, LivenessConfig> {
+    let (i, (heartbeat, silent_beats, connect_bound)) =
+        (prim::u64, prim::u32, prim::u64).parse(i)?;
+    Ok((
+        i,
+        LivenessConfig {
+            heartbeat: Duration(heartbeat),
+            silent_beats,
+            connect_bound: Duration(connect_bound),
+        },
+    ))
+}
+
+/// Encodes a [`Liveness`](super::liveness::Liveness)'s construction (its `start`):
+/// heartbeat (ns, u64), silent beats (u32), connect bound (ns, u64).
+pub fn encode_liveness_config(cfg: &LivenessConfig) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_liveness_config(&mut out, cfg);
+    out
+}
+
+/// Decodes [`encode_liveness_config`].
+pub fn decode_liveness_config(bytes: &[u8]) -> Result<LivenessConfig, WireError> {
+    parse_all(bytes, liveness_config)
+}
+
+/// Encodes a liveness input: tag 1 `Launched`, 2 `LaunchFailed`, 3 `AgentExited`,
+/// 4 `Authenticated`, 5 `Heard`, 6 `Sent`, 7 `LinkEnded`, 8 `Returned`, 9 `Dropped`
+/// (each followed by the node, u32), 10 `Timeout` (nothing more).
+pub fn encode_liveness_input(input: &LivenessInput) -> Vec<u8> {
+    let (tag, node) = match *input {
+        LivenessInput::Launched { node } => (1, Some(node)),
+        LivenessInput::LaunchFailed { node } => (2, Some(node)),
+        LivenessInput::AgentExited { node } => (3, Some(node)),
+        LivenessInput::Authenticated { node } => (4, Some(node)),
+        LivenessInput::Heard { node } => (5, Some(node)),
+        LivenessInput::Sent { node } => (6, Some(node)),
+        LivenessInput::LinkEnded { node } => (7, Some(node)),
+        LivenessInput::Returned { node } => (8, Some(node)),
+        LivenessInput::Dropped { node } => (9, Some(node)),
+        LivenessInput::Timeout => (10, None),
+    };
+    let mut out = Vec::with_capacity(5);
+    put_u8(&mut out, tag);
+    if let Some(node) = node {
+        put_u32(&mut out, node);
+    }
+    out
+}
+
+/// Decodes [`encode_liveness_input`].
+pub fn decode_liveness_input(bytes: &[u8]) -> Result<LivenessInput, WireError> {
+    parse_all(bytes, |i: &[u8]| -> PResult<'_, LivenessInput> {
+        let (i, tag) = prim::u8(i)?;
+        if tag == 10 {
+            return Ok((i, LivenessInput::Timeout));
+        }
+        let make: fn(u32) -> LivenessInput = match tag {
+            1 => |node| LivenessInput::Launched { node },
+            2 => |node| LivenessInput::LaunchFailed { node },
+            3 => |node| LivenessInput::AgentExited { node },
+            4 => |node| LivenessInput::Authenticated { node },
+            5 => |node| LivenessInput::Heard { node },
+            6 => |node| LivenessInput::Sent { node },
+            7 => |node| LivenessInput::LinkEnded { node },
+            8 => |node| LivenessInput::Returned { node },
+            9 => |node| LivenessInput::Dropped { node },
+            t => return bad("liveness input tag", u64::from(t)),
+        };
+        let (i, node) = prim::u32(i)?;
+        Ok((i, make(node)))
+    })
+}
+
+/// Encodes a [`MasterWatch`](super::liveness::MasterWatch)'s construction (its
+/// `start`; the node is the line's key): the liveness configuration as in
+/// [`encode_liveness_config`], then the instant the link was set up (ns, u64).
+pub fn encode_watch_start(cfg: &LivenessConfig, now: Instant) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_liveness_config(&mut out, cfg);
+    put_u64(&mut out, now.as_nanos());
+    out
+}
+
+/// Decodes [`encode_watch_start`].
+pub fn decode_watch_start(bytes: &[u8]) -> Result<(LivenessConfig, Instant), WireError> {
+    parse_all(bytes, |i: &[u8]| {
+        let (i, (cfg, now)) = (liveness_config, prim::u64).parse(i)?;
+        Ok((i, (cfg, Instant(now))))
+    })
+}
+
+/// Encodes a master watch's input: one byte, 1 `Heard`, 2 `Sent`, 3 `Timeout`.
+pub fn encode_watch_input(input: &WatchInput) -> Vec<u8> {
+    alloc::vec![match input {
+        WatchInput::Heard => 1,
+        WatchInput::Sent => 2,
+        WatchInput::Timeout => 3,
+    }]
+}
+
+/// Decodes [`encode_watch_input`].
+pub fn decode_watch_input(bytes: &[u8]) -> Result<WatchInput, WireError> {
+    parse_all(bytes, |i: &[u8]| -> PResult<'_, WatchInput> {
+        let (i, tag) = prim::u8(i)?;
+        match tag {
+            1 => Ok((i, WatchInput::Heard)),
+            2 => Ok((i, WatchInput::Sent)),
+            3 => Ok((i, WatchInput::Timeout)),
+            t => bad("master watch input tag", u64::from(t)),
+        }
+    })
+}
+
+/// Encodes a [`GiveBack`](super::giveback::GiveBack)'s construction (its `start`): its
+/// hold bound (ns, u64).
+pub fn encode_giveback_start(bound: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_u64(&mut out, bound.as_nanos());
+    out
+}
+
+/// Decodes [`encode_giveback_start`].
+pub fn decode_giveback_start(bytes: &[u8]) -> Result<Duration, WireError> {
+    parse_all(bytes, |i: &[u8]| {
+        let (i, bound) = prim::u64(i)?;
+        Ok((i, Duration(bound)))
+    })
+}
+
+/// Encodes a give-back input: tag 1 `Released` (node, u32), 2 `Emptying` (one byte,
+/// 0 or 1).
+pub fn encode_giveback_input(input: &GiveBackInput) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5);
+    match *input {
+        GiveBackInput::Released { node } => {
+            put_u8(&mut out, 1);
+            put_u32(&mut out, node);
+        }
+        GiveBackInput::Emptying(others) => {
+            put_u8(&mut out, 2);
+            put_u8(&mut out, u8::from(others));
+        }
+    }
+    out
+}
+
+/// Decodes [`encode_giveback_input`]; a flag other than 0 or 1 is refused, so every
+/// accepted encoding is the one its input encodes to.
+pub fn decode_giveback_input(bytes: &[u8]) -> Result<GiveBackInput, WireError> {
+    parse_all(bytes, |i: &[u8]| -> PResult<'_, GiveBackInput> {
+        let (i, tag) = prim::u8(i)?;
+        match tag {
+            1 => {
+                let (i, node) = prim::u32(i)?;
+                Ok((i, GiveBackInput::Released { node }))
+            }
+            2 => match prim::u8(i)? {
+                (i, 0) => Ok((i, GiveBackInput::Emptying(false))),
+                (i, 1) => Ok((i, GiveBackInput::Emptying(true))),
+                (_, f) => bad("give-back emptying flag", u64::from(f)),
+            },
+            t => bad("give-back input tag", u64::from(t)),
+        }
+    })
+}
+
+#[cfg(test)]
+mod runtime_machine_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_liveness_input() -> impl Strategy<Value = LivenessInput> {
+        (0u8..10, any::<u32>()).prop_map(|(tag, node)| match tag {
+            0 => LivenessInput::Launched { node },
+            1 => LivenessInput::LaunchFailed { node },
+            2 => LivenessInput::AgentExited { node },
+            3 => LivenessInput::Authenticated { node },
+            4 => LivenessInput::Heard { node },
+            5 => LivenessInput::Sent { node },
+            6 => LivenessInput::LinkEnded { node },
+            7 => LivenessInput::Returned { node },
+            8 => LivenessInput::Dropped { node },
+            _ => LivenessInput::Timeout,
+        })
+    }
+
+    fn arb_giveback_input() -> impl Strategy<Value = GiveBackInput> {
+        prop_oneof![
+            any::<u32>().prop_map(|node| GiveBackInput::Released { node }),
+            any::<bool>().prop_map(GiveBackInput::Emptying),
+        ]
+    }
+
+    fn arb_config() -> impl Strategy<Value = LivenessConfig> {
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(h, s, c)| LivenessConfig {
+            heartbeat: Duration(h),
+            silent_beats: s,
+            connect_bound: Duration(c),
+        })
+    }
+
+    /// Every watch input, both ways.
+    #[test]
+    fn every_watch_input_round_trips() {
+        for i in [WatchInput::Heard, WatchInput::Sent, WatchInput::Timeout] {
+            assert_eq!(decode_watch_input(&encode_watch_input(&i)), Ok(i));
+        }
+    }
+
+    proptest! {
+        /// Every liveness input decodes to itself; so does every construction.
+        #[test]
+        fn liveness_inputs_and_starts_round_trip(
+            i in arb_liveness_input(),
+            cfg in arb_config(),
+            now in any::<u64>(),
+        ) {
+            prop_assert_eq!(decode_liveness_input(&encode_liveness_input(&i)), Ok(i));
+            prop_assert_eq!(decode_liveness_config(&encode_liveness_config(&cfg)), Ok(cfg));
+            let start = encode_watch_start(&cfg, Instant(now));
+            prop_assert_eq!(decode_watch_start(&start), Ok((cfg, Instant(now))));
+        }
+
+        /// Every give-back input and construction decodes to itself.
+        #[test]
+        fn giveback_inputs_and_starts_round_trip(i in arb_giveback_input(), b in any::<u64>()) {
+            prop_assert_eq!(decode_giveback_input(&encode_giveback_input(&i)), Ok(i));
+            let start = encode_giveback_start(Duration(b));
+            prop_assert_eq!(decode_giveback_start(&start), Ok(Duration(b)));
+        }
+
+        /// Arbitrary bytes decode to a typed error or to an input whose encoding they
+        /// are: never a panic, and never two encodings of one input.
+        #[test]
+        fn arbitrary_bytes_decode_canonically_or_not_at_all(
+            b in proptest::collection::vec(any::<u8>(), 0..12),
+        ) {
+            if let Ok(i) = decode_liveness_input(&b) {
+                prop_assert_eq!(encode_liveness_input(&i), b.clone());
+            }
+            if let Ok(i) = decode_watch_input(&b) {
+                prop_assert_eq!(encode_watch_input(&i), b.clone());
+            }
+            if let Ok(i) = decode_giveback_input(&b) {
+                prop_assert_eq!(encode_giveback_input(&i), b.clone());
+            }
+            let _ = decode_watch_start(&b);
+            let _ = decode_liveness_config(&b);
+            let _ = decode_giveback_start(&b);
+        }
+    }
 }
