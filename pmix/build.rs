@@ -112,7 +112,7 @@ fn generate(header: &Path, include: &[PathBuf], dest: &Path) -> Result<(), Strin
         .allowlist_function("PMIx_Error_string")
         .allowlist_function("PMIx_Get_version")
         .allowlist_type("pmix_server_module_t")
-        .allowlist_type("pmix_(info|proc|pdata|app|value|data_array|envar|byte_object)_t")
+        .allowlist_type("pmix_(info|proc|pdata|app|value|data_array|envar|byte_object|query)_t")
         .allowlist_var("PMIX_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .layout_tests(false)

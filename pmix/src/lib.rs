@@ -249,6 +249,35 @@ pub struct App {
 /// A process, as `(namespace, rank)`; the rank may be [`RANK_WILDCARD`].
 pub type Proc = (String, u32);
 
+/// `PMIX_QUERY_NUM_PSETS`: how many psets there are (answer [`QueryValue::Size`]).
+pub const QUERY_NUM_PSETS: &str = "pmix.qry.psetnum";
+/// `PMIX_QUERY_PSET_NAMES`: their names, comma-separated (answer [`QueryValue::Str`]).
+pub const QUERY_PSET_NAMES: &str = "pmix.qry.psets";
+/// `PMIX_QUERY_PSET_MEMBERSHIP`: the members of the pset a query's qualifier names
+/// (answer [`QueryValue::Procs`]).
+pub const QUERY_PSET_MEMBERSHIP: &str = "pmix.qry.pmems";
+
+/// One query of a [`Request::Query`]: the keys asked for, and the pset its
+/// `PMIX_PSET_NAME` qualifier names, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// The keys (`PMIX_QUERY_*`).
+    pub keys: Vec<String>,
+    /// The `PMIX_PSET_NAME` qualifier.
+    pub pset: Option<String>,
+}
+
+/// The value of one answered query key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryValue {
+    /// A count (`PMIX_SIZE`).
+    Size(usize),
+    /// A string.
+    Str(String),
+    /// Processes (a `PMIX_DATA_ARRAY` of `PMIX_PROC`).
+    Procs(Vec<Proc>),
+}
+
 /// An upcall of libpmix that the host must answer through its `done` object.
 #[derive(Debug)]
 pub enum Request {
@@ -282,6 +311,17 @@ pub enum Request {
         entries: Vec<(String, Value)>,
         /// The answer.
         done: OpDone,
+    },
+    /// A client queries the host (`PMIx_Query_info`): answer each key the host knows
+    /// with its value (the answer's key is the query's key); [`Status::NotFound`] if
+    /// none is known.
+    Query {
+        /// The client.
+        from: Proc,
+        /// The queries.
+        queries: Vec<Query>,
+        /// The answer.
+        done: QueryDone,
     },
     /// A client looks up published keys. With `wait`, answer only once every key
     /// is published; otherwise answer at once ([`Status::NotFound`] when none is;
@@ -454,6 +494,11 @@ completion!(
     SpawnDone,
     String
 );
+completion!(
+    /// The answer to a [`Request::Query`]: each key answered, with its value.
+    QueryDone,
+    Vec<(String, QueryValue)>
+);
 
 impl Request {
     /// Forgets the completion object without answering (the upcall failed and
@@ -465,6 +510,7 @@ impl Request {
             Request::DirectModex { done, .. } => done.disarm(),
             Request::Lookup { done, .. } => done.disarm(),
             Request::Spawn { done, .. } => done.disarm(),
+            Request::Query { done, .. } => done.disarm(),
             Request::Publish { done, .. }
             | Request::Unpublish { done, .. }
             | Request::Connect { done, .. }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use crate::ffi;
 use crate::{
     App, BLOCKING_TIMEOUT, FenceDone, LookupDone, ModexDone, Namespace, OpDone, PmixError, Proc,
-    Request, SpawnDone, Status, Value,
+    QueryDone, Request, SpawnDone, Status, Value,
 };
 
 /// Whether `PMIx_server_init` was called in this process: libpmix 4.2.2 cannot be
@@ -833,6 +833,79 @@ fn modex_answer(
     }
 }
 
+unsafe extern "C" fn release_infos(cbdata: *mut c_void) {
+    guard_void(|| {
+        // SAFETY: `cbdata` is the `Box<DataArray>` leaked by `query_done`, released once.
+        drop(unsafe { Box::from_raw(cbdata.cast::<DataArray>()) });
+    });
+}
+
+/// The info array answering a query: each key with its value, copied by libpmix.
+fn answers(found: &[(String, crate::QueryValue)]) -> Result<DataArray, PmixError> {
+    let mut list = InfoList::new()?;
+    for (key, answer) in found {
+        let key = cstring(key)?;
+        let key = key.as_bytes_with_nul();
+        match answer {
+            crate::QueryValue::Size(n) => list.add(key, ptr::from_ref(n).cast(), ffi::PMIX_SIZE)?,
+            crate::QueryValue::Str(s) => list.add_str(key, s)?,
+            crate::QueryValue::Procs(procs) => {
+                let mut procs = procs
+                    .iter()
+                    .map(|(ns, rank)| proc_t(ns, *rank))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let array = ffi::pmix_data_array_t {
+                    type_: u16::try_from(ffi::PMIX_PROC)
+                        .map_err(|_| PmixError::InvalidArgument("bad type".into()))?,
+                    size: procs.len(),
+                    array: procs.as_mut_ptr().cast(),
+                };
+                // libpmix copies the array and its processes before this returns.
+                list.add(key, ptr::from_ref(&array).cast(), ffi::PMIX_DATA_ARRAY)?;
+            }
+        }
+    }
+    list.convert()
+}
+
+fn query_done(cbfunc: ffi::pmix_info_cbfunc_t, cbdata: *mut c_void) -> QueryDone {
+    let (cbdata, generation) = (CbData(cbdata), generation());
+    QueryDone::new(move |result| {
+        let Some(f) = cbfunc else { return };
+        let result = match result {
+            Ok(found) if found.is_empty() => Err(Status::NotFound),
+            Ok(found) => answers(&found).map_err(|e| match e {
+                PmixError::Pmix(status) => status,
+                _ => Status::BadParam,
+            }),
+            Err(status) => Err(status),
+        };
+        if_live(generation, || match result {
+            Ok(array) => {
+                let mut array = Box::new(array);
+                let (info, n) = (array.as_mut_ptr(), array.len());
+                let keep = Box::into_raw(array).cast::<c_void>();
+                // SAFETY: the array stays alive until libpmix calls `release_infos`
+                // with `keep`.
+                unsafe { f(SUCCESS, info, n, cbdata.get(), Some(release_infos), keep) };
+            }
+            Err(status) => {
+                // SAFETY: an error answer, with nothing to release.
+                unsafe {
+                    f(
+                        status.code(),
+                        ptr::null_mut(),
+                        0,
+                        cbdata.get(),
+                        None,
+                        ptr::null_mut(),
+                    )
+                };
+            }
+        });
+    })
+}
+
 fn lookup_done(cbfunc: ffi::pmix_lookup_cbfunc_t, cbdata: *mut c_void) -> LookupDone {
     let (cbdata, generation) = (CbData(cbdata), generation());
     LookupDone::new(move |result| {
@@ -979,7 +1052,7 @@ fn module() -> ffi::pmix_server_module_t {
         deregister_events: None,
         listener: None,
         notify_event: None,
-        query: None,
+        query: Some(query),
         tool_connected: None,
         log: None,
         allocate: None,
@@ -1144,6 +1217,47 @@ unsafe extern "C" fn lookup(
             keys,
             wait,
             done: lookup_done(cbfunc, cbdata),
+        })
+    })
+}
+
+unsafe extern "C" fn query(
+    proc_: *mut ffi::pmix_proc_t,
+    queries: *mut ffi::pmix_query_t,
+    nqueries: usize,
+    cbfunc: ffi::pmix_info_cbfunc_t,
+    cbdata: *mut c_void,
+) -> ffi::pmix_status_t {
+    guard(|| {
+        // SAFETY: libpmix passes a valid proc.
+        let from = unsafe { proc_of(proc_) };
+        let queries: &[ffi::pmix_query_t] = if queries.is_null() || nqueries == 0 {
+            &[]
+        } else {
+            // SAFETY: libpmix passes `nqueries` valid queries.
+            unsafe { std::slice::from_raw_parts(queries, nqueries) }
+        };
+        let queries = queries
+            .iter()
+            .map(|q| {
+                // SAFETY: each query holds a NULL-terminated key array and `nqual`
+                // valid qualifiers.
+                let (keys, qual) = unsafe { (argv_of(q.keys), infos(q.qualifiers, q.nqual)) };
+                let pset = qual
+                    .iter()
+                    .find(|i| key_is(i, ffi::PMIX_PSET_NAME))
+                    // SAFETY: a qualifier's value is valid (its union matches its type).
+                    .and_then(|i| match unsafe { value_of(&i.value) } {
+                        Some(Value::Str(s)) => Some(s),
+                        _ => None,
+                    });
+                crate::Query { keys, pset }
+            })
+            .collect();
+        send(Request::Query {
+            from,
+            queries,
+            done: query_done(cbfunc, cbdata),
         })
     })
 }

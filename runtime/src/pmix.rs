@@ -114,6 +114,23 @@ impl PmixHost {
         ranks.get(proc_).copied()
     }
 
+    /// The PMIx name of the job's rank `job_rank` ([`PmixHost::job_rank`]'s inverse):
+    /// `None` for a process that is no PMIx client of this job as this node knows it
+    /// (one a dynres change added, or a spawn's child registered on another node).
+    pub fn pmix_proc(&self, job_rank: u32) -> Option<(String, u32)> {
+        if usize::try_from(job_rank).is_ok_and(|r| r < self.placement.len()) {
+            return Some((self.namespace.clone(), job_rank));
+        }
+        let ranks = self
+            .ranks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ranks
+            .iter()
+            .find(|(_, r)| **r == job_rank)
+            .map(|(p, _)| p.clone())
+    }
+
     /// [`PmixHost::client_env`] for child `rank` of `size` of the spawn `app` (the
     /// job's rank `job_rank`), spawned by the job's rank `parent`: the spawn's
     /// namespace is registered with its first child (all of it on this host).

@@ -14,6 +14,7 @@ const NAMES: &str = include_str!("mpi/names.c");
 const ABORT: &str = include_str!("mpi/abort.c");
 const SPAWN: &str = include_str!("mpi/spawn.c");
 const STRANGER: &str = include_str!("mpi/pmix_stranger.c");
+const PSETS: &str = include_str!("mpi/pmix_psets.c");
 
 /// Open MPI's prefix, if it and libpmix are here.
 fn open_mpi() -> Option<std::path::PathBuf> {
@@ -159,15 +160,12 @@ fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     f.assert_nothing_left();
 }
 
-/// PMIS-12: a stranger on the node who reaches the PMIx server's loopback port and
-/// names the job's namespace as it can be guessed (from the job id) is refused; the
-/// real namespace, which only the job's processes learn, is what gets in (the control
-/// that shows the refusal is the namespace's doing).
-#[test]
-fn a_pmix_client_that_guesses_the_namespace_is_refused() {
+/// `src` built as a bare PMIx client (gcc against libpmix) in `dir`, or `None` after
+/// recording why the calling test is skipped.
+fn bare_client(dir: &std::path::Path, name: &str, src: &str) -> Option<std::path::PathBuf> {
     if let Some(why) = dynres_pmix::unavailable_reason() {
         skip(format!("no PMIx server in this build: {why}"));
-        return;
+        return None;
     }
     let flags = match std::process::Command::new("pkg-config")
         .args(["--cflags", "--libs", "pmix"])
@@ -175,17 +173,15 @@ fn a_pmix_client_that_guesses_the_namespace_is_refused() {
     {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         _ => {
-            skip("pkg-config knows no pmix (libpmix-dev) to build the stranger with");
-            return;
+            skip("pkg-config knows no pmix (libpmix-dev) to build a bare PMIx client with");
+            return None;
         }
     };
-    let rt = Runtime::new("pmix-stranger");
-    let dir = rt.scratch();
-    let src = dir.join("stranger.c");
-    std::fs::write(&src, STRANGER).unwrap();
-    let exe = dir.join("stranger");
+    let file = dir.join(format!("{name}.c"));
+    std::fs::write(&file, src).unwrap();
+    let exe = dir.join(name);
     let built = std::process::Command::new("gcc")
-        .arg(&src)
+        .arg(&file)
         .arg("-o")
         .arg(&exe)
         .args(flags.split_whitespace())
@@ -196,6 +192,67 @@ fn a_pmix_client_that_guesses_the_namespace_is_refused() {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
+    Some(exe)
+}
+
+/// PMIS-15: `PMIx_Query_info` for the number of psets, their names and a pset's
+/// members is answered from the kernel's psets (the node's replica): the job's
+/// `mpi://WORLD` and its application's pset, WORLD's members being every rank of the
+/// job's own namespace — on one host, and on each of two loopback hosts.
+#[test]
+fn a_pmix_client_queries_the_kernels_psets() {
+    let rt = Runtime::new("pmix-psets");
+    let Some(exe) = bare_client(&rt.scratch(), "psets", PSETS) else {
+        return;
+    };
+    let dir = exe.parent().unwrap().to_path_buf();
+    let agent = local_agent(&dir);
+    let one_host = ["run", "-n", "3", "--oversubscribe"];
+    let hosts = [
+        "run",
+        "-n",
+        "3",
+        "--host",
+        "127.0.0.1:1,127.0.0.2:2",
+        "--launch-agent",
+        agent.to_str().unwrap(),
+    ];
+    for args in [&one_host[..], &hosts[..]] {
+        let mut all = args.to_vec();
+        all.push(exe.to_str().unwrap());
+        let mut cmd = rt.command(&all);
+        cmd.env("DYNRES_PMIX", "1");
+        let f = rt
+            .run_bounded(cmd, Duration::from_secs(120))
+            .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+        assert_eq!(f.code, Some(0), "{}", f.dump());
+        for r in 0..3 {
+            for want in [
+                format!("[rank {r}] rank {r} psets 2"),
+                format!("[rank {r}] rank {r} names mpi://WORLD,mpi://app/"),
+                format!("[rank {r}] rank {r} world own:0 own:1 own:2"),
+            ] {
+                assert!(
+                    f.stdout.lines().any(|l| l.starts_with(&want)),
+                    "want {want:?}\n{}",
+                    f.dump()
+                );
+            }
+        }
+        f.assert_nothing_left();
+    }
+}
+
+/// PMIS-12: a stranger on the node who reaches the PMIx server's loopback port and
+/// names the job's namespace as it can be guessed (from the job id) is refused; the
+/// real namespace, which only the job's processes learn, is what gets in (the control
+/// that shows the refusal is the namespace's doing).
+#[test]
+fn a_pmix_client_that_guesses_the_namespace_is_refused() {
+    let rt = Runtime::new("pmix-stranger");
+    let Some(exe) = bare_client(&rt.scratch(), "stranger", STRANGER) else {
+        return;
+    };
     let script = format!(
         "if [ \"$PMIX_RANK\" = 0 ]; then \
            echo \"guess: $(PMIX_NAMESPACE=${{PMIX_NAMESPACE%-*}} PMIX_RANK=1 timeout 30 {0} 2>&1 | tail -1)\"; \

@@ -487,6 +487,9 @@ impl Answerer {
                 s.seen.push(Seen::DirectModex(proc_.0, proc_.1));
                 done.complete(Err(Status::NotFound));
             }
+            // No test program queries; the runtime's answers are tested end to end
+            // (`tests/tests/mpi_pmix.rs`).
+            Request::Query { done, .. } => done.complete(Err(Status::NotFound)),
             Request::Publish {
                 from,
                 entries,

@@ -11,7 +11,8 @@ use dynres_core::pset::PsetName;
 use dynres_core::rc::SpawnCommand;
 use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ModexData, RcError, ReqId};
 use dynres_pmix::{
-    FenceDone, LookupDone, OpDone, RANK_WILDCARD, Request, SpawnDone, Status, Value,
+    FenceDone, LookupDone, OpDone, QUERY_NUM_PSETS, QUERY_PSET_MEMBERSHIP, QUERY_PSET_NAMES, Query,
+    QueryValue, RANK_WILDCARD, Request, SpawnDone, Status, Value,
 };
 
 use super::Engine;
@@ -147,7 +148,50 @@ impl Engine {
                 procs, data, done, ..
             } => self.pmix_fence(&procs, &data, done),
             Request::DirectModex { done, .. } => done.complete(Err(Status::NotFound)),
+            Request::Query { queries, done, .. } => {
+                let answers = self.pmix_query(&queries);
+                done.complete(Ok(answers));
+            }
         }
+    }
+
+    /// PMIS-15: the pset queries, answered from this node's replica (the psets the
+    /// kernel defined, by name, and their members as PMIx processes); other keys, and
+    /// psets the replica does not hold, are left out (none known: `NOT_FOUND`).
+    fn pmix_query(&self, queries: &[Query]) -> Vec<(String, QueryValue)> {
+        let psets: Vec<(&PsetName, &Vec<dynres_core::ProcessId>)> =
+            self.daemon.psets().map(|(n, (m, _))| (n, m)).collect();
+        let mut out = Vec::new();
+        for q in queries {
+            for key in &q.keys {
+                let value = match key.as_str() {
+                    QUERY_NUM_PSETS => Some(QueryValue::Size(psets.len())),
+                    QUERY_PSET_NAMES => Some(QueryValue::Str(
+                        psets
+                            .iter()
+                            .map(|(n, _)| n.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )),
+                    QUERY_PSET_MEMBERSHIP => q
+                        .pset
+                        .as_deref()
+                        .and_then(|want| psets.iter().find(|(n, _)| n.to_string() == want))
+                        .zip(self.pmix.as_ref())
+                        .map(|((_, members), host)| {
+                            QueryValue::Procs(
+                                members
+                                    .iter()
+                                    .filter_map(|p| host.pmix_proc(p.rank))
+                                    .collect(),
+                            )
+                        }),
+                    _ => None,
+                };
+                out.extend(value.map(|v| (key.clone(), v)));
+            }
+        }
+        out
     }
 
     /// PMIS-14: a fence of the job's whole namespace across nodes is one modex over the
