@@ -333,6 +333,11 @@ pub const STATIC_TEXTS: &[&str] = &[
     "segment",
     "segment payload",
     "port",
+    "change request: ADD with sub",
+    "change request: ADD with victims",
+    "change request: SUB or REPLACE with a bound pset",
+    "change request: SUB with add",
+    "change request: sub is not the number of named victims",
 ];
 
 fn static_text(i: &[u8]) -> PResult<'_, &'static str> {
@@ -385,6 +390,10 @@ fn put_wire_error(out: &mut Vec<u8>, e: &WireError) {
             put_u32(out, *computed);
             put_u32(out, *received);
         }
+        WireError::Inconsistent { what } => {
+            put_u8(out, 11);
+            put_str(out, what);
+        }
     }
 }
 
@@ -417,6 +426,7 @@ fn wire_error(i: &[u8]) -> PResult<'_, WireError> {
             let (i, (computed, received)) = (prim::u32, prim::u32).parse(i)?;
             Ok((i, WireError::Checksum { computed, received }))
         }
+        11 => static_text(i).map(|(i, what)| (i, WireError::Inconsistent { what })),
         t => fail("wire error tag", u64::from(t)),
     }
 }
@@ -975,6 +985,7 @@ mod tests {
                 .prop_map(|(what, value)| WireError::InvalidValue { what, value }),
             (any::<u32>(), any::<u32>())
                 .prop_map(|(computed, received)| WireError::Checksum { computed, received }),
+            arb_static().prop_map(|what| WireError::Inconsistent { what }),
         ]
     }
 

@@ -62,6 +62,14 @@ pub enum WireError {
         /// The value received.
         value: u64,
     },
+    /// Fields that are each well-formed but do not fit together, a combination the
+    /// decoded type cannot represent (e.g. a change request of kind ADD that names
+    /// victims). No encoder of this kernel writes one.
+    #[error("inconsistent fields: {what}")]
+    Inconsistent {
+        /// Which combination.
+        what: &'static str,
+    },
     /// An integrity check (a checksum) failed: the bytes were corrupted in transit.
     #[error("checksum mismatch: computed {computed:#010x}, received {received:#010x}")]
     Checksum {
