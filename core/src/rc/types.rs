@@ -2,6 +2,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::hash::{Hash, Hasher};
 
 use crate::process::ProcessId;
 use crate::pset::PsetName;
@@ -92,7 +93,7 @@ impl core::fmt::Display for AbortReason {
 
 /// A request to change the resources of an application (the `RES_CHANGE_DEFINE` event
 /// or `request_res_change`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ChangeRequest {
     /// The application to change.
     pub app: String,
@@ -212,6 +213,29 @@ impl Change {
             Change::Add { .. } => None,
             Change::Sub(v) | Change::Replace { remove: v, .. } => Some(v),
         }
+    }
+}
+
+// Hashed as the flat struct it replaced hashed its fields (app, kind, add, sub, victims,
+// bound; what the wire writes), so the machine fingerprints and hashed outputs in traces
+// recorded before the enum still replay. Equal requests write equal fields.
+impl Hash for ChangeRequest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let victims = self.change.victims();
+        let named: &[ProcessId] = match victims {
+            Some(Victims::Named(v)) => v.as_slice(),
+            Some(Victims::Count(_)) | None => &[],
+        };
+        let bound = match &self.change {
+            Change::Add { bound, .. } => bound.as_ref(),
+            Change::Sub(_) | Change::Replace { .. } => None,
+        };
+        self.app.hash(state);
+        self.kind().hash(state);
+        self.change.adds().hash(state);
+        victims.map_or(0, Victims::count).hash(state);
+        named.hash(state);
+        bound.hash(state);
     }
 }
 
@@ -380,4 +404,67 @@ pub struct Spawned {
     pub app: String,
     /// The children, in the order of the commands.
     pub procs: Vec<ProcessId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::Namespace;
+    use crate::trace::fingerprint;
+    use alloc::vec;
+
+    /// The flat request the enum replaced, with its derived `Hash`.
+    #[derive(Hash)]
+    struct Flat {
+        app: String,
+        kind: RcType,
+        add: u32,
+        sub: u32,
+        victims: Vec<ProcessId>,
+        bound: Option<PsetName>,
+    }
+
+    /// A request hashes as the flat struct with the same fields did, so traces recorded
+    /// before the enum (machine fingerprints, hashed outputs) still replay.
+    #[test]
+    fn a_request_hashes_as_the_flat_struct_did() {
+        let p = ProcessId::new(Namespace::new("job"), 3);
+        let flat = |kind, add, sub, victims: Vec<ProcessId>, bound| Flat {
+            app: "app".into(),
+            kind,
+            add,
+            sub,
+            victims,
+            bound,
+        };
+        let cases = [
+            (
+                ChangeRequest::add("app", 2),
+                flat(RcType::Add, 2, 0, vec![], None),
+            ),
+            (
+                ChangeRequest::add_to("app", 2, PsetName::world()),
+                flat(RcType::Add, 2, 0, vec![], Some(PsetName::world())),
+            ),
+            (
+                ChangeRequest::sub("app", 1),
+                flat(RcType::Sub, 0, 1, vec![], None),
+            ),
+            (
+                ChangeRequest::sub_named("app", p.clone().into()),
+                flat(RcType::Sub, 0, 1, vec![p.clone()], None),
+            ),
+            (
+                ChangeRequest::replace("app", 1, 4),
+                flat(RcType::Replace, 4, 1, vec![], None),
+            ),
+            (
+                ChangeRequest::replace_named("app", p.clone().into(), 4),
+                flat(RcType::Replace, 4, 1, vec![p], None),
+            ),
+        ];
+        for (request, flat) in cases {
+            assert_eq!(fingerprint(&request), fingerprint(&flat), "{request:?}");
+        }
+    }
 }

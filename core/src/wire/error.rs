@@ -62,14 +62,6 @@ pub enum WireError {
         /// The value received.
         value: u64,
     },
-    /// Fields that are each well-formed but do not fit together, a combination the
-    /// decoded type cannot represent (e.g. a change request of kind ADD that names
-    /// victims). No encoder of this kernel writes one.
-    #[error("inconsistent fields: {what}")]
-    Inconsistent {
-        /// Which combination.
-        what: &'static str,
-    },
     /// An integrity check (a checksum) failed: the bytes were corrupted in transit.
     #[error("checksum mismatch: computed {computed:#010x}, received {received:#010x}")]
     Checksum {
@@ -77,6 +69,16 @@ pub enum WireError {
         computed: u32,
         /// The checksum carried by the frame.
         received: u32,
+    },
+    /// Fields that are each well-formed but do not fit together, a combination the
+    /// decoded type cannot represent (e.g. a change request of kind ADD that names
+    /// victims). No encoder of this kernel writes one.
+    // Last of the variants: recorded traces hash results and errors (derived `Hash`, by
+    // variant index), so a variant inserted before others would change their hashes.
+    #[error("inconsistent fields: {what}")]
+    Inconsistent {
+        /// Which combination.
+        what: &'static str,
     },
 }
 
