@@ -171,7 +171,11 @@ fn wire_code(e: &WireError) -> c_int {
         WireError::TrailingBytes { .. } => DYNRES_ERR_WIRE_TRAILING_BYTES,
         WireError::NotUtf8 => DYNRES_ERR_WIRE_NOT_UTF8,
         WireError::OverLimit { .. } => DYNRES_ERR_WIRE_OVER_LIMIT,
-        WireError::InvalidValue { .. } => DYNRES_ERR_WIRE_INVALID_VALUE,
+        // Fields that do not fit together are invalid values of the message: the C ABI
+        // keeps its codes.
+        WireError::InvalidValue { .. } | WireError::Inconsistent { .. } => {
+            DYNRES_ERR_WIRE_INVALID_VALUE
+        }
         WireError::Checksum { .. } => DYNRES_ERR_WIRE_CHECKSUM,
     }
 }

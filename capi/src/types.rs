@@ -4,7 +4,10 @@
 use std::ffi::{CStr, c_char, c_int};
 
 use dynres_core::pset::{Attributes, MAX_NAME_LEN, PsetName, SetOp};
-use dynres_core::rc::{AcceptResult, ChangeRequest, QueryAnswer, RcStatus, RcType};
+use dynres_core::rc::{
+    AcceptResult, BadRequest, Change, ChangeRequest, NamedVictims, QueryAnswer, RcError, RcStatus,
+    RcType, Victims,
+};
 use dynres_core::{Namespace, ProcessId};
 
 use crate::error::{CapiError, CapiResult};
@@ -393,13 +396,23 @@ pub unsafe fn change_request(
         .iter()
         .map(|rank| ProcessId::new(ns.clone(), *rank))
         .collect();
-    Ok(ChangeRequest {
-        app,
-        kind,
-        add: r.add,
-        sub: r.sub,
-        victims,
-        // SAFETY: as above.
-        bound: unsafe { opt_name(r.bound, "request.bound") }?,
-    })
+    // SAFETY: as above. Read for every kind, so a malformed name is refused whatever the
+    // kind (as before the request became an enum).
+    let bound = unsafe { opt_name(r.bound, "request.bound") }?;
+    // The C struct is a bag of fields: the ones a kind does not take are ignored, as the
+    // master always ignored them, except victims named for an ADD, which the master
+    // refused; that refusal is now the call's own, with the same code and text.
+    let victims = match NamedVictims::new(victims) {
+        None => Victims::Count(r.sub),
+        Some(named) => Victims::Named(named),
+    };
+    let change = match (kind, victims) {
+        (RcType::Add, Victims::Named(_)) => {
+            return Err(RcError::BadRequest(BadRequest::VictimsWithoutRemoval).into());
+        }
+        (RcType::Add, Victims::Count(_)) => Change::Add { n: r.add, bound },
+        (RcType::Sub, victims) => Change::Sub(victims),
+        (RcType::Replace, remove) => Change::Replace { remove, add: r.add },
+    };
+    Ok(ChangeRequest { app, change })
 }

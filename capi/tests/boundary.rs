@@ -515,3 +515,75 @@ fn a_session_outside_dynres_run_is_an_env_error() {
     assert!(s.is_null());
     assert!(last_error().contains("DYNRES_"), "{}", last_error());
 }
+
+/// The C change request stays a bag of fields; it becomes the kernel's enum by kind. The
+/// fields a kind does not take are ignored (as the master always ignored them), named
+/// victims win over `sub`, and victims named for an ADD are the bad request the master
+/// used to refuse, now refused by the call itself with the same code and text.
+#[test]
+fn a_c_change_request_becomes_the_kernel_enum() {
+    use dynres_core::rc::{ChangeRequest, NamedVictims};
+    use dynres_core::{Namespace, ProcessId};
+    let ns = Namespace::new("job");
+    let ranks = [1u32, 0];
+    let named = NamedVictims::new(ranks.map(|r| ProcessId::new(ns.clone(), r)).to_vec())
+        .expect("two victims");
+    let bag = dynres_change_request {
+        kind: DYNRES_RC_SUB,
+        app: c"app".as_ptr(),
+        add: 7,
+        sub: 0,
+        victims: ranks.as_ptr(),
+        nvictims: ranks.len(),
+        bound: c"mpi://app/app".as_ptr(),
+    };
+    let convert = |r: &dynres_change_request| {
+        // SAFETY: every pointer of `r` is NULL or valid for the call.
+        unsafe { change_request(r, &ns, None) }.map_err(|e| (e.code(), e.to_string()))
+    };
+    assert_eq!(
+        convert(&bag),
+        Ok(ChangeRequest::sub_named("app", named.clone()))
+    );
+    let replace = dynres_change_request {
+        kind: DYNRES_RC_REPLACE,
+        ..bag
+    };
+    assert_eq!(
+        convert(&replace),
+        Ok(ChangeRequest::replace_named("app", named, 7))
+    );
+    let stack = dynres_change_request {
+        sub: 2,
+        victims: null(),
+        nvictims: 0,
+        ..bag
+    };
+    assert_eq!(convert(&stack), Ok(ChangeRequest::sub("app", 2)));
+    let add = dynres_change_request {
+        kind: DYNRES_RC_ADD,
+        sub: 3,
+        ..stack
+    };
+    let bound = PsetName::parse("mpi://app/app").expect("a name");
+    assert_eq!(convert(&add), Ok(ChangeRequest::add_to("app", 7, bound)));
+    let add_with_victims = dynres_change_request {
+        kind: DYNRES_RC_ADD,
+        ..bag
+    };
+    let refused = Err((
+        DYNRES_ERR_RC_BAD_REQUEST,
+        "bad change request: only SUB and REPLACE take victims".to_string(),
+    ));
+    assert_eq!(convert(&add_with_victims), refused);
+    // Through the master's entry point: the code, and nothing started or refused later.
+    let m = master();
+    drain(m);
+    // SAFETY: a live master and a valid request.
+    let rc = unsafe { dynres_master_request_change(m, 1, &add_with_victims, 0) };
+    assert_eq!(rc, DYNRES_ERR_RC_BAD_REQUEST, "{}", last_error());
+    assert_eq!(Err((rc, last_error())), refused);
+    assert!(drain(m).is_empty(), "nothing announced");
+    // SAFETY: live, freed once.
+    unsafe { dynres_master_free(m) };
+}

@@ -100,7 +100,7 @@ fn spawn_handshake(boot: Bootstrap, children: u32) -> usize {
             }
         }
         match wire.pop_front() {
-            Some((true, input)) => parent.handle(now, input).expect("well-formed"),
+            Some((true, input)) => parent.handle(now, input.into()).expect("well-formed"),
             Some((false, input)) => child
                 .as_mut()
                 .expect("child")

@@ -139,8 +139,12 @@ impl SpawnMachine {
                 };
                 fingerprint(&(m.take_outputs(), &r))
             }
-            SpawnMachine::Parent(m) => feed_one(m, now, st::decode_input(bytes).map_err(decoded)?),
-            SpawnMachine::Join(m) => feed_one(m, now, st::decode_input(bytes).map_err(decoded)?),
+            SpawnMachine::Parent(m) => {
+                feed_one(m, now, st::decode_parent_input(bytes).map_err(decoded)?)
+            }
+            SpawnMachine::Join(m) => {
+                feed_one(m, now, st::decode_join_input(bytes).map_err(decoded)?)
+            }
             SpawnMachine::Member(m) => {
                 feed_one(m, now, st::decode_member_msg(bytes).map_err(decoded)?)
             }

@@ -1351,10 +1351,7 @@ impl RcNode {
                     },
                     Some(1),
                 ) => {
-                    let req = dynres_core::rc::ChangeRequest {
-                        victims: vec![self.pid_of(2)],
-                        ..dynres_core::rc::ChangeRequest::sub(APP, 1)
-                    };
+                    let req = dynres_core::rc::ChangeRequest::sub_named(APP, self.pid_of(2).into());
                     self.call(st, Step::Querying, ClientCall::RequestChange(req), o);
                     return;
                 }

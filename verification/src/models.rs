@@ -1344,10 +1344,10 @@ pub fn pr_configs() -> Vec<RcConfig> {
             ..config(
                 "rc-sub-victim-1n-3e",
                 (1, 4, 3, 0),
-                vec![ChangeRequest {
-                    victims: vec![ProcessId::new(Namespace::new(NAMESPACE), 1)],
-                    ..ChangeRequest::sub(APP, 1)
-                }],
+                vec![ChangeRequest::sub_named(
+                    APP,
+                    ProcessId::new(Namespace::new(NAMESPACE), 1).into(),
+                )],
                 false,
                 2,
             )

@@ -38,8 +38,8 @@ use dynres_core::bugs::Bugs;
 use dynres_core::spawn::datagram::{DgramFrame, Segment};
 use dynres_core::spawn::{
     AbortReason, Addr, BootKey, Bootstrap, ContextIds, DatagramConfig, GroupHeader, Handshake,
-    HandshakeConfig, HsMsg, Input, InterGroup, Join, JoinPort, Member, Output, Phase, PortName,
-    Role, SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
+    HandshakeConfig, HsMsg, Input, InterGroup, Join, JoinInput, JoinPort, Member, Output,
+    ParentInput, Phase, PortName, Role, SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::{Duration, Instant, Namespace};
 use stateright::actor::{Actor, Id, Out, model_timeout};
@@ -99,7 +99,7 @@ pub struct Faults {
     /// next segment arrive corrupted instead of intact (an even-numbered message's with
     /// its last payload byte flipped, an odd-numbered one's cut short by a byte).
     pub corrupt: Option<usize>,
-    /// The launcher may report that a spawn's launch failed (`Input::LaunchFailed`), at
+    /// The launcher may report that a spawn's launch failed (`ParentInput::LaunchFailed`), at
     /// any point before the spawn is decided: before the children's Hello, or after it
     /// (one child of several failed to start). The `Launch` may still have started
     /// children (a partial launch), which the parent's `Kill` must end.
@@ -414,17 +414,48 @@ pub enum Machine {
     Join(Box<Join>),
 }
 
+/// What the model feeds a root: an event of the bootstrap, which every root takes, or
+/// one that only a spawn's parent or a join takes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RootInput {
+    /// An event of the bootstrap.
+    Boot(Input),
+    /// Bytes of a join's byte stream (`JoinInput::JoinStream`).
+    JoinStream(Vec<u8>),
+    /// The launcher could not start the children (`ParentInput::LaunchFailed`).
+    LaunchFailed(String),
+}
+
+impl From<Input> for RootInput {
+    fn from(input: Input) -> Self {
+        RootInput::Boot(input)
+    }
+}
+
 // The gate drives every root machine through the kernel's one machine shape.
 impl dynres_core::Machine for Machine {
-    type Input = Input;
+    type Input = RootInput;
     type Output = Output;
     type Error = SpawnError;
 
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        match self {
-            Machine::Hs(h) => h.handle(now, input),
-            Machine::Spawn(p) => p.handle(now, input),
-            Machine::Join(j) => j.handle(now, input),
+    fn handle(&mut self, now: Instant, input: RootInput) -> Result<(), SpawnError> {
+        match (self, input) {
+            (Machine::Hs(h), RootInput::Boot(i)) => h.handle(now, i),
+            (Machine::Spawn(p), RootInput::Boot(i)) => p.handle(now, i.into()),
+            (Machine::Spawn(p), RootInput::LaunchFailed(reason)) => {
+                p.handle(now, ParentInput::LaunchFailed { reason })
+            }
+            (Machine::Join(j), RootInput::Boot(i)) => j.handle(now, i.into()),
+            (Machine::Join(j), RootInput::JoinStream(bytes)) => {
+                j.handle(now, JoinInput::JoinStream { bytes })
+            }
+            // A launch failure may be drawn for any root, and a root that does not take
+            // it is left as it was (the machines once refused it themselves, SPAWN-10).
+            (_, RootInput::JoinStream(_) | RootInput::LaunchFailed(_)) => {
+                Err(SpawnError::Unexpected {
+                    what: "input not taken by this root",
+                })
+            }
         }
     }
 
@@ -1014,7 +1045,7 @@ impl SpawnNode {
             }
             _ => false,
         };
-        let input = Input::Datagram { from, bytes };
+        let input = RootInput::from(Input::Datagram { from, bytes });
         if forged {
             // SPAWN-22: refused as forged, counted once, nothing else changed.
             let before = machine.clone();
@@ -1217,7 +1248,7 @@ impl Actor for SpawnNode {
                         matches!(HsMsg::decode_sealed(&bytes), Ok(HsMsg::Endpoints { .. }));
                     let listening = m.phase() == Phase::Listening;
                     let awaiting = m.phase() == Phase::AwaitHelloAck;
-                    if m.handle(job.now, Input::Stream { bytes }).is_ok() && endpoints {
+                    if m.handle(job.now, Input::Stream { bytes }.into()).is_ok() && endpoints {
                         root.heard_endpoints = true;
                     }
                     if listening && m.phase() != Phase::Listening {
@@ -1239,7 +1270,7 @@ impl Actor for SpawnNode {
                     return;
                 }
                 if let Some(m) = root.machine.as_mut() {
-                    let _ = m.handle(job.now, Input::StreamClosed);
+                    let _ = m.handle(job.now, Input::StreamClosed.into());
                 }
                 self.drain(me, job, to, o);
             }
@@ -1260,7 +1291,7 @@ impl Actor for SpawnNode {
                     return;
                 };
                 if let Some(m) = root.machine.as_mut() {
-                    let _ = m.handle(job.now, Input::JoinStream { bytes });
+                    let _ = m.handle(job.now, RootInput::JoinStream(bytes));
                 }
                 self.drain(me, job, to, o);
             }
@@ -1297,16 +1328,16 @@ impl Actor for SpawnNode {
             (TimerKind::Deadline, Some(m)) => {
                 if let Some(t) = m.poll_timeout() {
                     job.now = job.now.max(t);
-                    let _ = m.handle(job.now, Input::Timeout);
+                    let _ = m.handle(job.now, Input::Timeout.into());
                 }
             }
             (TimerKind::Corrupt, Some(_)) => root.corrupt_next = true,
             (TimerKind::LaunchFails, Some(m))
                 if !matches!(m.phase(), Phase::Done | Phase::Failed) =>
             {
-                let failed = Input::LaunchFailed {
-                    reason: "model: the launcher could not start the children".into(),
-                };
+                let failed = RootInput::LaunchFailed(
+                    "model: the launcher could not start the children".into(),
+                );
                 root.launch_failed = m.handle(job.now, failed).is_ok();
             }
             _ => {}

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use dynres_core::process::Rank;
 use dynres_core::spawn::{
-    Handshake, Input, InterGroup, Join, MemberMsg, Output, SpawnError, SpawnParent,
+    Handshake, Input, InterGroup, Join, JoinInput, MemberMsg, Output, ParentInput, SpawnError,
+    SpawnParent,
 };
 use dynres_core::time::Instant as KInstant;
 use tracing::{debug, warn};
@@ -66,12 +67,39 @@ pub(crate) enum Root {
     Join(Box<Join>),
 }
 
+/// An input for whichever root is driven: one every root takes, or one of a parent's or
+/// a join's own.
+enum Fed {
+    /// An event of the bootstrap.
+    Boot(Input),
+    /// Bytes read from the join socket (only a join has one).
+    JoinStream(Vec<u8>),
+    /// The launch failed or a child was lost (only a parent launches).
+    LaunchFailed(String),
+}
+
+impl From<Input> for Fed {
+    fn from(input: Input) -> Self {
+        Fed::Boot(input)
+    }
+}
+
 impl Root {
-    fn handle(&mut self, now: KInstant, input: Input) -> Result<(), SpawnError> {
-        match self {
-            Root::Handshake(m) => m.handle(now, input),
-            Root::Parent(m) => m.handle(now, input),
-            Root::Join(m) => m.handle(now, input),
+    fn handle(&mut self, now: KInstant, input: Fed) -> Result<(), SpawnError> {
+        match (self, input) {
+            (Root::Handshake(m), Fed::Boot(i)) => m.handle(now, i),
+            (Root::Parent(m), Fed::Boot(i)) => m.handle(now, i.into()),
+            (Root::Parent(m), Fed::LaunchFailed(reason)) => {
+                m.handle(now, ParentInput::LaunchFailed { reason })
+            }
+            (Root::Join(m), Fed::Boot(i)) => m.handle(now, i.into()),
+            (Root::Join(m), Fed::JoinStream(bytes)) => {
+                m.handle(now, JoinInput::JoinStream { bytes })
+            }
+            // Never fed (see `Fed`); refused like any input a machine does not take.
+            (_, Fed::JoinStream(_) | Fed::LaunchFailed(_)) => Err(SpawnError::Unexpected {
+                what: "input not taken by this root",
+            }),
         }
     }
 
@@ -308,14 +336,15 @@ fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
 }
 
 /// Feeds one input; a rejected input changed nothing (SPAWN-10) and is only logged.
-fn feed(root: &mut Root, clock: &Clock, input: Input) {
+fn feed(root: &mut Root, clock: &Clock, input: impl Into<Fed>) {
+    let input = input.into();
     let what = match &input {
-        Input::Datagram { .. } => "datagram",
-        Input::Stream { .. } => "stream bytes",
-        Input::StreamClosed => "stream closed",
-        Input::JoinStream { .. } => "join bytes",
-        Input::LaunchFailed { .. } => "launch failure",
-        Input::Timeout => "timeout",
+        Fed::Boot(Input::Datagram { .. }) => "datagram",
+        Fed::Boot(Input::Stream { .. }) => "stream bytes",
+        Fed::Boot(Input::StreamClosed) => "stream closed",
+        Fed::JoinStream(_) => "join bytes",
+        Fed::LaunchFailed(_) => "launch failure",
+        Fed::Boot(Input::Timeout) => "timeout",
     };
     if let Err(e) = root.handle(clock.now(), input) {
         debug!(error = %e, input = what, "bootstrap: input rejected");
@@ -401,7 +430,7 @@ pub(crate) fn drive(
                 }
                 Output::Launch { count, env, .. } => {
                     if let Err(reason) = hooks.launch(count, &env) {
-                        feed(root, &clock, Input::LaunchFailed { reason });
+                        feed(root, &clock, Fed::LaunchFailed(reason));
                     }
                 }
                 Output::Kill { .. } => hooks.kill(),
@@ -580,13 +609,7 @@ pub(crate) fn drive(
                         // decides nothing (the deadline does, if the port never came).
                         join_open = false;
                     }
-                    Ok(n) => feed(
-                        root,
-                        &clock,
-                        Input::JoinStream {
-                            bytes: buf[..n].to_vec(),
-                        },
-                    ),
+                    Ok(n) => feed(root, &clock, Fed::JoinStream(buf[..n].to_vec())),
                     Err(e)
                         if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
                     Err(e) => {
@@ -604,7 +627,7 @@ pub(crate) fn drive(
         if hooks.watching() && last_lost.elapsed() >= LOST_POLL {
             last_lost = Instant::now();
             if let Some(reason) = hooks.lost() {
-                feed(root, &clock, Input::LaunchFailed { reason });
+                feed(root, &clock, Fed::LaunchFailed(reason));
             }
         }
     }

@@ -227,7 +227,9 @@ pub enum BadRequest {
     /// A change adds or removes no process.
     #[error("a change must add or remove at least one process")]
     EmptyChange,
-    /// An ADD named victims.
+    /// An ADD named victims. A [`crate::rc::ChangeRequest`] cannot say this; a request
+    /// built from a bag of fields (the C API's `dynres_change_request`) is refused with
+    /// it before it becomes one.
     #[error("only SUB and REPLACE take victims")]
     VictimsWithoutRemoval,
     /// A change would remove every process of its application.

@@ -33,6 +33,6 @@ pub use error::{
 pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
 pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{
-    AbortReason, AcceptOutcome, ChangeInfo, ChangeRequest, LaunchCommand, NodeId, QueryAnswer,
-    RcStatus, RcType, ReqId, SpawnCommand, Spawned,
+    AbortReason, AcceptOutcome, Change, ChangeInfo, ChangeRequest, LaunchCommand, NamedVictims,
+    NodeId, QueryAnswer, RcStatus, RcType, ReqId, SpawnCommand, Spawned, Victims,
 };

@@ -2,6 +2,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::hash::{Hash, Hasher};
 
 use crate::process::ProcessId;
 use crate::pset::PsetName;
@@ -92,54 +93,215 @@ impl core::fmt::Display for AbortReason {
 
 /// A request to change the resources of an application (the `RES_CHANGE_DEFINE` event
 /// or `request_res_change`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ChangeRequest {
     /// The application to change.
     pub app: String,
+    /// What to change: the kind of change with exactly the fields that kind takes.
+    pub change: Change,
+}
+
+/// What a change request does, by kind. Each kind holds only the fields it uses, so an
+/// ADD cannot name victims and a SUB cannot name a bound pset (the wire's flat
+/// encoding of such combinations is refused when decoded,
+/// [`crate::wire::WireError::Inconsistent`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Change {
+    /// ADD `n` processes.
+    Add {
+        /// How many processes to add (0 is refused by the master, `RC-2`).
+        n: u32,
+        /// The malleable pset to bind to; `None` lets the master pick one (`RC-6`).
+        bound: Option<PsetName>,
+    },
+    /// SUB: remove these processes.
+    Sub(Victims),
+    /// REPLACE: remove some processes and add others in one change (the thesis' future
+    /// work, §6.2.3).
+    Replace {
+        /// The processes to remove.
+        remove: Victims,
+        /// How many processes to add.
+        add: u32,
+    },
+}
+
+/// Which processes a SUB or REPLACE removes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Victims {
+    /// This many, chosen by the master in stack order (`SLOT-2`); 0 is refused by the
+    /// master (`RC-2`).
+    Count(u32),
+    /// Exactly these processes (`RC-5`).
+    Named(NamedVictims),
+}
+
+/// Victims named by the requester: at least one process (an empty list is
+/// [`Victims::Count`]'s stack order, so it has no second spelling). The master checks
+/// that they are distinct running processes of the application (`RC-5`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamedVictims(Vec<ProcessId>);
+
+impl NamedVictims {
+    /// The victims `pids`, or `None` if the list is empty.
+    pub fn new(pids: Vec<ProcessId>) -> Option<Self> {
+        (!pids.is_empty()).then_some(NamedVictims(pids))
+    }
+
+    /// The victims, in the order named.
+    pub fn as_slice(&self) -> &[ProcessId] {
+        &self.0
+    }
+
+    /// How many victims are named (at least 1).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always `false`: a named list holds at least one victim (for clippy's
+    /// `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The victims as a list.
+    pub fn into_vec(self) -> Vec<ProcessId> {
+        self.0
+    }
+}
+
+impl From<ProcessId> for NamedVictims {
+    fn from(pid: ProcessId) -> Self {
+        NamedVictims(alloc::vec![pid])
+    }
+}
+
+impl Victims {
+    /// How many processes are removed.
+    pub fn count(&self) -> u32 {
+        match self {
+            Victims::Count(n) => *n,
+            // At most `MAX_PROCS` on the wire; a longer list built in memory saturates
+            // (the master refuses it as removing the whole application, `RC-2`).
+            Victims::Named(v) => u32::try_from(v.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl Change {
     /// ADD, SUB or REPLACE.
-    pub kind: RcType,
-    /// Processes to add (ADD, REPLACE).
-    pub add: u32,
-    /// Processes to remove when no victims are named (SUB, REPLACE).
-    pub sub: u32,
-    /// Explicit victims (SUB, REPLACE); empty means stack order (`SLOT-2`).
-    pub victims: Vec<ProcessId>,
-    /// For ADD: the malleable pset to bind to; `None` picks one (`RC-6`).
-    pub bound: Option<PsetName>,
+    pub fn kind(&self) -> RcType {
+        match self {
+            Change::Add { .. } => RcType::Add,
+            Change::Sub(_) => RcType::Sub,
+            Change::Replace { .. } => RcType::Replace,
+        }
+    }
+
+    /// How many processes are added (0 for a SUB).
+    pub fn adds(&self) -> u32 {
+        match self {
+            Change::Add { n, .. } => *n,
+            Change::Sub(_) => 0,
+            Change::Replace { add, .. } => *add,
+        }
+    }
+
+    /// The processes removed (`None` for an ADD).
+    pub fn victims(&self) -> Option<&Victims> {
+        match self {
+            Change::Add { .. } => None,
+            Change::Sub(v) | Change::Replace { remove: v, .. } => Some(v),
+        }
+    }
+}
+
+// Hashed as the flat struct it replaced hashed its fields (app, kind, add, sub, victims,
+// bound; what the wire writes), so the machine fingerprints and hashed outputs in traces
+// recorded before the enum still replay. Equal requests write equal fields.
+impl Hash for ChangeRequest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let victims = self.change.victims();
+        let named: &[ProcessId] = match victims {
+            Some(Victims::Named(v)) => v.as_slice(),
+            Some(Victims::Count(_)) | None => &[],
+        };
+        let bound = match &self.change {
+            Change::Add { bound, .. } => bound.as_ref(),
+            Change::Sub(_) | Change::Replace { .. } => None,
+        };
+        self.app.hash(state);
+        self.kind().hash(state);
+        self.change.adds().hash(state);
+        victims.map_or(0, Victims::count).hash(state);
+        named.hash(state);
+        bound.hash(state);
+    }
 }
 
 impl ChangeRequest {
-    /// Add `n` processes to `app`.
+    /// Add `n` processes to `app`, bound to a malleable pset the master picks.
     pub fn add(app: impl Into<String>, n: u32) -> Self {
         ChangeRequest {
             app: app.into(),
-            kind: RcType::Add,
-            add: n,
-            sub: 0,
-            victims: Vec::new(),
-            bound: None,
+            change: Change::Add { n, bound: None },
         }
     }
 
-    /// Remove `n` processes from `app`, chosen in stack order.
-    pub fn sub(app: impl Into<String>, n: u32) -> Self {
-        // `add: 0` comes from the base (written out again, deleting it would be a mutant
-        // no test can see).
+    /// Add `n` processes to `app`, bound to the malleable pset `bound` (`RC-6`).
+    pub fn add_to(app: impl Into<String>, n: u32, bound: PsetName) -> Self {
         ChangeRequest {
-            kind: RcType::Sub,
-            sub: n,
-            ..ChangeRequest::add(app, 0)
+            app: app.into(),
+            change: Change::Add {
+                n,
+                bound: Some(bound),
+            },
         }
     }
 
-    /// Remove `remove` processes from `app` and add `add` new ones in one change.
+    /// Remove `n` processes from `app`, chosen in stack order (`SLOT-2`).
+    pub fn sub(app: impl Into<String>, n: u32) -> Self {
+        ChangeRequest {
+            app: app.into(),
+            change: Change::Sub(Victims::Count(n)),
+        }
+    }
+
+    /// Remove exactly the processes `victims` from `app` (`RC-5`).
+    pub fn sub_named(app: impl Into<String>, victims: NamedVictims) -> Self {
+        ChangeRequest {
+            app: app.into(),
+            change: Change::Sub(Victims::Named(victims)),
+        }
+    }
+
+    /// Remove `remove` processes from `app` (stack order) and add `add` new ones in one
+    /// change.
     pub fn replace(app: impl Into<String>, remove: u32, add: u32) -> Self {
         ChangeRequest {
-            kind: RcType::Replace,
-            add,
-            sub: remove,
-            ..ChangeRequest::add(app, 0)
+            app: app.into(),
+            change: Change::Replace {
+                remove: Victims::Count(remove),
+                add,
+            },
         }
+    }
+
+    /// Remove exactly the processes `victims` from `app` and add `add` new ones in one
+    /// change.
+    pub fn replace_named(app: impl Into<String>, victims: NamedVictims, add: u32) -> Self {
+        ChangeRequest {
+            app: app.into(),
+            change: Change::Replace {
+                remove: Victims::Named(victims),
+                add,
+            },
+        }
+    }
+
+    /// ADD, SUB or REPLACE.
+    pub fn kind(&self) -> RcType {
+        self.change.kind()
     }
 }
 
@@ -242,4 +404,67 @@ pub struct Spawned {
     pub app: String,
     /// The children, in the order of the commands.
     pub procs: Vec<ProcessId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::Namespace;
+    use crate::trace::fingerprint;
+    use alloc::vec;
+
+    /// The flat request the enum replaced, with its derived `Hash`.
+    #[derive(Hash)]
+    struct Flat {
+        app: String,
+        kind: RcType,
+        add: u32,
+        sub: u32,
+        victims: Vec<ProcessId>,
+        bound: Option<PsetName>,
+    }
+
+    /// A request hashes as the flat struct with the same fields did, so traces recorded
+    /// before the enum (machine fingerprints, hashed outputs) still replay.
+    #[test]
+    fn a_request_hashes_as_the_flat_struct_did() {
+        let p = ProcessId::new(Namespace::new("job"), 3);
+        let flat = |kind, add, sub, victims: Vec<ProcessId>, bound| Flat {
+            app: "app".into(),
+            kind,
+            add,
+            sub,
+            victims,
+            bound,
+        };
+        let cases = [
+            (
+                ChangeRequest::add("app", 2),
+                flat(RcType::Add, 2, 0, vec![], None),
+            ),
+            (
+                ChangeRequest::add_to("app", 2, PsetName::world()),
+                flat(RcType::Add, 2, 0, vec![], Some(PsetName::world())),
+            ),
+            (
+                ChangeRequest::sub("app", 1),
+                flat(RcType::Sub, 0, 1, vec![], None),
+            ),
+            (
+                ChangeRequest::sub_named("app", p.clone().into()),
+                flat(RcType::Sub, 0, 1, vec![p.clone()], None),
+            ),
+            (
+                ChangeRequest::replace("app", 1, 4),
+                flat(RcType::Replace, 4, 1, vec![], None),
+            ),
+            (
+                ChangeRequest::replace_named("app", p.clone().into(), 4),
+                flat(RcType::Replace, 4, 1, vec![p], None),
+            ),
+        ];
+        for (request, flat) in cases {
+            assert_eq!(fingerprint(&request), fingerprint(&flat), "{request:?}");
+        }
+    }
 }

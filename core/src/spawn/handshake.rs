@@ -222,9 +222,6 @@ impl Handshake {
                 self.on_timeout(now);
                 Ok(())
             }
-            Input::JoinStream { .. } | Input::LaunchFailed { .. } => Err(SpawnError::Unexpected {
-                what: "input not taken by a handshake",
-            }),
         };
         self.flush_dgram();
         r
@@ -928,4 +925,4 @@ impl Handshake {
 
 crate::machine::by_inherent_methods!(Handshake, Input, Output, SpawnError);
 
-crate::spawn::trace::recorded_by_id!(Handshake, ROLE_HANDSHAKE);
+crate::spawn::trace::recorded_by_id!(Handshake, Input, ROLE_HANDSHAKE, encode_input);

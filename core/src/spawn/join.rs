@@ -19,7 +19,7 @@ use super::role::Role;
 use super::stream::FrameReader;
 use super::trace;
 use super::types::{HandshakeConfig, Phase};
-use super::{Input, Output, SpawnError};
+use super::{Input, JoinInput, Output, SpawnError};
 use crate::trace::InstanceTag;
 
 /// Inputs held while the roles are still undecided, at most this many.
@@ -95,27 +95,28 @@ impl Join {
         }
     }
 
-    /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::JoinStream`].
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+    /// Feeds one input (see [`Handshake::handle`]); also takes
+    /// [`JoinInput::JoinStream`].
+    pub fn handle(&mut self, now: Instant, input: JoinInput) -> Result<(), SpawnError> {
         crate::trace::record(self, now, input, Self::step)
     }
 
-    fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+    fn step(&mut self, now: Instant, input: JoinInput) -> Result<(), SpawnError> {
         if self.failed.is_some() {
             return Ok(());
         }
         if let Some(hs) = self.inner.as_mut() {
-            if matches!(input, Input::JoinStream { .. }) {
+            let JoinInput::Handshake(input) = input else {
                 // The join stream is never used after the port exchange.
                 return Ok(());
-            }
+            };
             let r = hs.step(now, input);
             self.drain();
             return r;
         }
         match input {
-            Input::JoinStream { bytes } => self.on_join_bytes(now, &bytes),
-            Input::Timeout => {
+            JoinInput::JoinStream { bytes } => self.on_join_bytes(now, &bytes),
+            JoinInput::Handshake(Input::Timeout) => {
                 if now >= self.deadline {
                     self.fail(SpawnError::Timeout {
                         phase: Phase::JoinExchange,
@@ -123,10 +124,7 @@ impl Join {
                 }
                 Ok(())
             }
-            Input::LaunchFailed { .. } => Err(SpawnError::Unexpected {
-                what: "LaunchFailed in a join",
-            }),
-            held => {
+            JoinInput::Handshake(held) => {
                 // The peer may already have sent its Hello when its port has not arrived
                 // here yet.
                 if self.held.len() >= MAX_HELD {
@@ -186,7 +184,7 @@ impl Join {
                 self.drain();
                 for input in core::mem::take(&mut self.held) {
                     // Held inputs were not checked yet; bad ones are dropped as usual.
-                    let _ = self.step(now, input);
+                    let _ = self.step(now, input.into());
                 }
             }
             Err(e) => self.fail(e),
@@ -253,6 +251,6 @@ impl Join {
     }
 }
 
-crate::machine::by_inherent_methods!(Join, Input, Output, SpawnError);
+crate::machine::by_inherent_methods!(Join, JoinInput, Output, SpawnError);
 
-crate::spawn::trace::recorded_by_id!(Join, ROLE_JOIN);
+crate::spawn::trace::recorded_by_id!(Join, JoinInput, ROLE_JOIN, encode_join_input);

@@ -180,8 +180,9 @@ pub enum SpawnError {
     },
 }
 
-/// An event the driver feeds into a root machine ([`Handshake`], [`SpawnParent`],
-/// [`Join`]).
+/// An event of the bootstrap that the driver feeds into a root machine: all a
+/// [`Handshake`] takes, and what [`SpawnParent`] ([`ParentInput`]) and [`Join`]
+/// ([`JoinInput`]) take besides their own.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Input {
     /// A datagram arrived on this root's bootstrap datagram endpoint, sent from `from`
@@ -199,18 +200,47 @@ pub enum Input {
     },
     /// The bootstrap stream closed or broke.
     StreamClosed,
+    /// The deadline last returned by `poll_timeout` has passed.
+    Timeout,
+}
+
+/// An event the driver feeds into a [`SpawnParent`]: one for its handshake, or the
+/// launch's failure.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ParentInput {
+    /// An event of the bootstrap (`Input::Timeout` included).
+    Handshake(Input),
+    /// The runtime could not launch the children of the spawn.
+    LaunchFailed {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<Input> for ParentInput {
+    fn from(input: Input) -> Self {
+        ParentInput::Handshake(input)
+    }
+}
+
+/// An event the driver feeds into a [`Join`]: one for its handshake, or bytes of the
+/// application's join stream.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum JoinInput {
+    /// An event of the bootstrap (`Input::Timeout` included). Before the roles are
+    /// decided, the join holds the others until its handshake exists.
+    Handshake(Input),
     /// Bytes arrived on the application's byte stream of a join (`MPI_Comm_join(fd)`).
     JoinStream {
         /// The bytes.
         bytes: Vec<u8>,
     },
-    /// The runtime could not launch the children of a spawn.
-    LaunchFailed {
-        /// Why.
-        reason: String,
-    },
-    /// The deadline last returned by `poll_timeout` has passed.
-    Timeout,
+}
+
+impl From<Input> for JoinInput {
+    fn from(input: Input) -> Self {
+        JoinInput::Handshake(input)
+    }
 }
 
 /// Something the driver must do for a root machine. Drain with `poll_output` after every

@@ -16,7 +16,7 @@ use super::port::PortName;
 use super::role::Role;
 use super::trace;
 use super::types::SpawnConfig;
-use super::{Input, Output, SpawnError};
+use super::{Input, Output, ParentInput, SpawnError};
 use crate::trace::InstanceTag;
 
 /// What a spawned child finds in its environment (SPAWN-3).
@@ -180,19 +180,20 @@ impl SpawnParent {
 
     /// Planted `RelaunchOnTimeout`: the children launched again whenever the parent's
     /// timer fires while it listens (`SPAWN-3` allows one launch).
-    fn planted_relaunches(&self, input: &Input) -> bool {
+    fn planted_relaunches(&self, input: &ParentInput) -> bool {
         self.bugs.has(crate::bugs::Bug::RelaunchOnTimeout)
-            && matches!(input, Input::Timeout)
+            && matches!(input, ParentInput::Handshake(Input::Timeout))
             && self.hs.phase() == super::Phase::Listening
     }
 
-    /// Feeds one input (see [`Handshake::handle`]); also takes [`Input::LaunchFailed`].
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+    /// Feeds one input (see [`Handshake::handle`]); also takes
+    /// [`ParentInput::LaunchFailed`].
+    pub fn handle(&mut self, now: Instant, input: ParentInput) -> Result<(), SpawnError> {
         crate::trace::record(self, now, input, Self::step)
     }
 
     /// [`SpawnParent::handle`] without its transition event.
-    fn step(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
+    fn step(&mut self, now: Instant, input: ParentInput) -> Result<(), SpawnError> {
         if self.planted_relaunches(&input) {
             self.out.push_back(Output::Launch {
                 namespace: self.namespace.clone(),
@@ -201,19 +202,19 @@ impl SpawnParent {
             });
         }
         let r = match input {
-            Input::LaunchFailed { reason }
+            ParentInput::LaunchFailed { reason }
                 if self.bugs.has(crate::bugs::Bug::LaunchFailureKeepsListening) =>
             {
                 self.fail_but_keep_listening(reason);
                 Ok(())
             }
-            Input::LaunchFailed { reason } => {
+            ParentInput::LaunchFailed { reason } => {
                 // SPAWN-8: the handshake fails with it, so no child that did start can
                 // still connect; `drain` adds the kill.
                 self.hs.abandon(SpawnError::LaunchFailed { reason });
                 Ok(())
             }
-            other => self.hs.step(now, other),
+            ParentInput::Handshake(input) => self.hs.step(now, input),
         };
         self.drain();
         r
@@ -278,9 +279,9 @@ impl SpawnParent {
     }
 }
 
-crate::machine::by_inherent_methods!(SpawnParent, Input, Output, SpawnError);
+crate::machine::by_inherent_methods!(SpawnParent, ParentInput, Output, SpawnError);
 
-crate::spawn::trace::recorded_by_id!(SpawnParent, ROLE_PARENT);
+crate::spawn::trace::recorded_by_id!(SpawnParent, ParentInput, ROLE_PARENT, encode_parent_input);
 
 #[cfg(test)]
 mod tests {
@@ -364,7 +365,7 @@ mod tests {
         ));
         assert_eq!(p.poll_output(), None);
         let deadline = p.poll_timeout().unwrap();
-        p.handle(deadline, Input::Timeout).unwrap();
+        p.handle(deadline, Input::Timeout.into()).unwrap();
         let outs: Vec<Output> = core::iter::from_fn(|| p.poll_output()).collect();
         assert_eq!(
             outs.iter()
@@ -378,7 +379,7 @@ mod tests {
         );
         p.handle(
             deadline,
-            Input::LaunchFailed {
+            ParentInput::LaunchFailed {
                 reason: "late".into(),
             },
         )
@@ -410,7 +411,8 @@ mod tests {
                 }
             }
         }
-        let feed = |m: &mut SpawnParent, bytes| m.handle(Instant(1), Input::Stream { bytes });
+        let feed =
+            |m: &mut SpawnParent, bytes| m.handle(Instant(1), Input::Stream { bytes }.into());
         stream(&mut || c.poll_output(), &mut |b| feed(&mut p, b).unwrap());
         assert_eq!(p.handshake().phase(), crate::spawn::Phase::Endpoints);
         // The parent's HelloAck, table and (after the child's table) ack are on the way.
@@ -423,7 +425,7 @@ mod tests {
         stream(&mut || p.poll_output(), &mut |b| to_child.push(b));
         p.handle(
             Instant(2),
-            Input::LaunchFailed {
+            ParentInput::LaunchFailed {
                 reason: "one child did not start".into(),
             },
         )

@@ -22,7 +22,7 @@ use super::msg::{AbortReason, Addr, GroupHeader, MAX_ADDR, MAX_GROUP, boot_key, 
 use super::port::{Bootstrap, PortName};
 use super::role::Role;
 use super::types::{HandshakeConfig, MemberMsg, Phase, Served, SpawnConfig};
-use super::{DatagramConfig, Input, SpawnError};
+use super::{DatagramConfig, Input, JoinInput, ParentInput, SpawnError};
 use crate::process::{Namespace, Rank};
 use crate::time::{Duration, Instant};
 use crate::wire::prim::{self, put_bytes, put_seq, put_str, put_u8, put_u16, put_u32, put_u64};
@@ -296,7 +296,6 @@ pub const STATIC_TEXTS: &[&str] = &[
     "Hello with group size 0 or over 65536",
     "HelloAck with group size 0 or over 65536",
     "HelloAck's endpoint transport breaks SPAWN-9",
-    "LaunchFailed in a join",
     "RemoteEndpoints before RemoteGroup",
     "StreamClosed without a bootstrap stream",
     "abort reason",
@@ -307,7 +306,6 @@ pub const STATIC_TEXTS: &[&str] = &[
     "first datagram is not a Hello",
     "first datagram is not a one-segment Hello",
     "Hello of a connection the port already served",
-    "input not taken by a handshake",
     "inputs held before the join port",
     "messages in reassembly",
     "segment count changed within a message",
@@ -333,6 +331,11 @@ pub const STATIC_TEXTS: &[&str] = &[
     "segment",
     "segment payload",
     "port",
+    "change request: ADD with sub",
+    "change request: ADD with victims",
+    "change request: SUB or REPLACE with a bound pset",
+    "change request: SUB with add",
+    "change request: sub is not the number of named victims",
 ];
 
 fn static_text(i: &[u8]) -> PResult<'_, &'static str> {
@@ -385,6 +388,10 @@ fn put_wire_error(out: &mut Vec<u8>, e: &WireError) {
             put_u32(out, *computed);
             put_u32(out, *received);
         }
+        WireError::Inconsistent { what } => {
+            put_u8(out, 11);
+            put_str(out, what);
+        }
     }
 }
 
@@ -417,6 +424,7 @@ fn wire_error(i: &[u8]) -> PResult<'_, WireError> {
             let (i, (computed, received)) = (prim::u32, prim::u32).parse(i)?;
             Ok((i, WireError::Checksum { computed, received }))
         }
+        11 => static_text(i).map(|(i, what)| (i, WireError::Inconsistent { what })),
         t => fail("wire error tag", u64::from(t)),
     }
 }
@@ -595,8 +603,10 @@ pub fn spawn_error(i: &[u8]) -> PResult<'_, SpawnError> {
 
 // --- inputs ------------------------------------------------------------------------
 
-/// Encodes a root machine's input: tag 1 `Datagram` (from, bytes), 2 `Stream`, 3
-/// `StreamClosed`, 4 `JoinStream`, 5 `LaunchFailed` (reason), 6 `Timeout`.
+/// Encodes a bootstrap input: tag 1 `Datagram` (from, bytes), 2 `Stream`, 3
+/// `StreamClosed`, 6 `Timeout`. Tags 4 (`JoinInput::JoinStream`) and 5
+/// (`ParentInput::LaunchFailed`) are the other roots' own; one tag space for the three,
+/// as when they shared one input type, so traces recorded then still replay.
 pub fn put_input(out: &mut Vec<u8>, input: &Input) {
     match input {
         Input::Datagram { from, bytes } => {
@@ -609,39 +619,36 @@ pub fn put_input(out: &mut Vec<u8>, input: &Input) {
             put_bytes(out, bytes);
         }
         Input::StreamClosed => put_u8(out, 3),
-        Input::JoinStream { bytes } => {
-            put_u8(out, 4);
-            put_bytes(out, bytes);
-        }
-        Input::LaunchFailed { reason } => {
-            put_u8(out, 5);
-            put_str(out, reason);
-        }
         Input::Timeout => put_u8(out, 6),
     }
 }
 
-/// Parses [`put_input`].
-pub fn input(i: &[u8]) -> PResult<'_, Input> {
-    let payload = || prim::bytes("payload", MAX_PAYLOAD);
-    let (i, tag) = prim::u8(i)?;
-    match tag {
-        1 => {
-            let (i, (from, bytes)) = (addr, payload()).parse(i)?;
-            let bytes = bytes.to_vec();
-            Ok((i, Input::Datagram { from, bytes }))
-        }
-        2 => payload()(i).map(|(i, b)| (i, Input::Stream { bytes: b.to_vec() })),
-        3 => Ok((i, Input::StreamClosed)),
-        4 => payload()(i).map(|(i, b)| (i, Input::JoinStream { bytes: b.to_vec() })),
-        5 => prim::string("launch failure", MAX_PAYLOAD)(i)
-            .map(|(i, reason)| (i, Input::LaunchFailed { reason })),
-        6 => Ok((i, Input::Timeout)),
-        t => fail("input tag", u64::from(t)),
-    }
+/// The bytes of a recorded payload (a datagram, a stream chunk).
+fn payload(i: &[u8]) -> PResult<'_, &[u8]> {
+    prim::bytes("payload", MAX_PAYLOAD)(i)
 }
 
-/// Encodes a root machine's input as a trace word.
+/// Parses the input after its tag `tag`, if `tag` is one of [`put_input`]'s.
+fn input_tagged(tag: u8, i: &[u8]) -> Option<PResult<'_, Input>> {
+    Some(match tag {
+        1 => (addr, payload).parse(i).map(|(i, (from, bytes))| {
+            let bytes = bytes.to_vec();
+            (i, Input::Datagram { from, bytes })
+        }),
+        2 => payload(i).map(|(i, b)| (i, Input::Stream { bytes: b.to_vec() })),
+        3 => Ok((i, Input::StreamClosed)),
+        6 => Ok((i, Input::Timeout)),
+        _ => return None,
+    })
+}
+
+/// Parses [`put_input`].
+pub fn input(i: &[u8]) -> PResult<'_, Input> {
+    let (i, tag) = prim::u8(i)?;
+    input_tagged(tag, i).unwrap_or_else(|| fail("input tag", u64::from(tag)))
+}
+
+/// Encodes a bootstrap input as a trace word.
 pub fn encode_input(input: &Input) -> Vec<u8> {
     let mut out = Vec::new();
     put_input(&mut out, input);
@@ -651,6 +658,61 @@ pub fn encode_input(input: &Input) -> Vec<u8> {
 /// Decodes [`encode_input`].
 pub fn decode_input(bytes: &[u8]) -> Result<Input, WireError> {
     parse_all(bytes, input)
+}
+
+/// Encodes a spawn parent's input as a trace word: a bootstrap input as [`put_input`]
+/// does, or tag 5 `LaunchFailed` (reason).
+pub fn encode_parent_input(input: &ParentInput) -> Vec<u8> {
+    let mut out = Vec::new();
+    match input {
+        ParentInput::Handshake(i) => put_input(&mut out, i),
+        ParentInput::LaunchFailed { reason } => {
+            put_u8(&mut out, 5);
+            put_str(&mut out, reason);
+        }
+    }
+    out
+}
+
+/// Decodes [`encode_parent_input`].
+pub fn decode_parent_input(bytes: &[u8]) -> Result<ParentInput, WireError> {
+    parse_all(bytes, |i| {
+        let (i, tag) = prim::u8(i)?;
+        match tag {
+            5 => prim::string("launch failure", MAX_PAYLOAD)(i)
+                .map(|(i, reason)| (i, ParentInput::LaunchFailed { reason })),
+            t => input_tagged(t, i)
+                .map(|r| r.map(|(i, input)| (i, ParentInput::Handshake(input))))
+                .unwrap_or_else(|| fail("input tag", u64::from(t))),
+        }
+    })
+}
+
+/// Encodes a join's input as a trace word: a bootstrap input as [`put_input`] does, or
+/// tag 4 `JoinStream` (bytes).
+pub fn encode_join_input(input: &JoinInput) -> Vec<u8> {
+    let mut out = Vec::new();
+    match input {
+        JoinInput::Handshake(i) => put_input(&mut out, i),
+        JoinInput::JoinStream { bytes } => {
+            put_u8(&mut out, 4);
+            put_bytes(&mut out, bytes);
+        }
+    }
+    out
+}
+
+/// Decodes [`encode_join_input`].
+pub fn decode_join_input(bytes: &[u8]) -> Result<JoinInput, WireError> {
+    parse_all(bytes, |i| {
+        let (i, tag) = prim::u8(i)?;
+        match tag {
+            4 => payload(i).map(|(i, b)| (i, JoinInput::JoinStream { bytes: b.to_vec() })),
+            t => input_tagged(t, i)
+                .map(|r| r.map(|(i, input)| (i, JoinInput::Handshake(input))))
+                .unwrap_or_else(|| fail("input tag", u64::from(t))),
+        }
+    })
 }
 
 /// Encodes a handshake's trace input: an [`Input`] as [`put_input`] does, or tag 7
@@ -853,9 +915,10 @@ pub fn decode_member_start(bytes: &[u8]) -> Result<MemberStart, WireError> {
 
 /// Implements [`crate::trace::Recorded`] for a spawn machine recorded under its trace id,
 /// its rejected inputs included (SPAWN-10: they are part of the recorded behaviour, so
-/// replay checks them): `recorded_by_id!(Type, ROLE_CONST)`.
+/// replay checks them): `recorded_by_id!(Type, InputType, ROLE_CONST, encoder)`, the
+/// encoder one of this module's `encode_*input` functions.
 macro_rules! recorded_by_id {
-    ($ty:ident, $role:ident) => {
+    ($ty:ident, $input:ident, $role:ident, $encode:ident) => {
         impl $crate::trace::Recorded for $ty {
             const ROLE: &'static str = $crate::spawn::trace::$role;
             const RESULT: $crate::trace::ResultRecord = $crate::trace::ResultRecord::Hashed;
@@ -868,8 +931,8 @@ macro_rules! recorded_by_id {
             fn tag(&mut self) -> Option<&mut $crate::trace::InstanceTag> {
                 Some(&mut self.tag)
             }
-            fn encode_input(input: &$crate::spawn::Input) -> ::alloc::vec::Vec<u8> {
-                $crate::spawn::trace::encode_input(input)
+            fn encode_input(input: &$crate::spawn::$input) -> ::alloc::vec::Vec<u8> {
+                $crate::spawn::trace::$encode(input)
             }
         }
     };
@@ -975,6 +1038,7 @@ mod tests {
                 .prop_map(|(what, value)| WireError::InvalidValue { what, value }),
             (any::<u32>(), any::<u32>())
                 .prop_map(|(computed, received)| WireError::Checksum { computed, received }),
+            arb_static().prop_map(|what| WireError::Inconsistent { what }),
         ]
     }
 
@@ -997,10 +1061,83 @@ mod tests {
             (arb_addr(), bytes()).prop_map(|(from, bytes)| Input::Datagram { from, bytes }),
             bytes().prop_map(|bytes| Input::Stream { bytes }),
             Just(Input::StreamClosed),
-            bytes().prop_map(|bytes| Input::JoinStream { bytes }),
-            ".{0,20}".prop_map(|reason| Input::LaunchFailed { reason }),
             Just(Input::Timeout),
         ]
+    }
+
+    fn arb_parent_input() -> impl Strategy<Value = ParentInput> {
+        prop_oneof![
+            arb_input().prop_map(ParentInput::Handshake),
+            ".{0,20}".prop_map(|reason| ParentInput::LaunchFailed { reason }),
+        ]
+    }
+
+    fn arb_join_input() -> impl Strategy<Value = JoinInput> {
+        prop_oneof![
+            arb_input().prop_map(JoinInput::Handshake),
+            proptest::collection::vec(any::<u8>(), 0..40)
+                .prop_map(|bytes| JoinInput::JoinStream { bytes }),
+        ]
+    }
+
+    /// The recorded encoding of every input, byte for byte as when the three roots
+    /// shared one input type (tags 1 to 6 in one space), so traces recorded then replay.
+    #[test]
+    fn inputs_keep_their_recorded_bytes() {
+        let dgram = Input::Datagram {
+            from: Addr(vec![9]),
+            bytes: vec![7, 8],
+        };
+        let cases: [(Vec<u8>, &[u8]); 6] = [
+            (encode_input(&dgram), &[1, 0, 0, 0, 1, 9, 0, 0, 0, 2, 7, 8]),
+            (
+                encode_input(&Input::Stream { bytes: vec![5] }),
+                &[2, 0, 0, 0, 1, 5],
+            ),
+            (encode_input(&Input::StreamClosed), &[3]),
+            (
+                encode_join_input(&JoinInput::JoinStream { bytes: vec![6] }),
+                &[4, 0, 0, 0, 1, 6],
+            ),
+            (
+                encode_parent_input(&ParentInput::LaunchFailed { reason: "x".into() }),
+                &[5, 0, 0, 0, 1, b'x'],
+            ),
+            (encode_input(&Input::Timeout), &[6]),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
+        // A bootstrap input is the same word in every root's trace.
+        for i in [dgram, Input::StreamClosed, Input::Timeout] {
+            let word = encode_input(&i);
+            assert_eq!(encode_parent_input(&i.clone().into()), word);
+            assert_eq!(encode_join_input(&i.clone().into()), word);
+            assert_eq!(
+                decode_parent_input(&word),
+                Ok(ParentInput::Handshake(i.clone()))
+            );
+            assert_eq!(decode_join_input(&word), Ok(JoinInput::Handshake(i)));
+        }
+    }
+
+    /// A root's trace never holds another root's own input: replay refuses it as an
+    /// unknown tag of that root (the machines no longer have a path that rejects it).
+    #[test]
+    fn another_roots_input_is_an_unknown_tag() {
+        fn tag<T>(value: u64) -> Result<T, WireError> {
+            Err(WireError::InvalidValue {
+                what: "input tag",
+                value,
+            })
+        }
+        let join_stream = [4, 0, 0, 0, 1, 6];
+        let launch_failed = [5, 0, 0, 0, 1, b'x'];
+        assert_eq!(decode_input(&join_stream), tag(4));
+        assert_eq!(decode_input(&launch_failed), tag(5));
+        assert_eq!(decode_parent_input(&join_stream), tag(4));
+        assert_eq!(decode_join_input(&launch_failed), tag(5));
+        assert_eq!(decode_handshake_input(&join_stream), tag(4));
     }
 
     fn arb_member_msg() -> impl Strategy<Value = MemberMsg> {
@@ -1038,6 +1175,12 @@ mod tests {
         }
 
         #[test]
+        fn root_inputs_round_trip(p in arb_parent_input(), j in arb_join_input()) {
+            prop_assert_eq!(decode_parent_input(&encode_parent_input(&p)), Ok(p));
+            prop_assert_eq!(decode_join_input(&encode_join_input(&j)), Ok(j));
+        }
+
+        #[test]
         fn member_messages_round_trip(m in arb_member_msg()) {
             prop_assert_eq!(decode_member_msg(&encode_member_msg(&m)), Ok(m));
         }
@@ -1069,6 +1212,8 @@ mod tests {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode_input(&bytes);
+            let _ = decode_parent_input(&bytes);
+            let _ = decode_join_input(&bytes);
             let _ = decode_handshake_input(&bytes);
             let _ = decode_member_msg(&bytes);
             let _ = decode_handshake_start(&bytes);

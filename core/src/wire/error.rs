@@ -70,6 +70,16 @@ pub enum WireError {
         /// The checksum carried by the frame.
         received: u32,
     },
+    /// Fields that are each well-formed but do not fit together, a combination the
+    /// decoded type cannot represent (e.g. a change request of kind ADD that names
+    /// victims). No encoder of this kernel writes one.
+    // Last of the variants: recorded traces hash results and errors (derived `Hash`, by
+    // variant index), so a variant inserted before others would change their hashes.
+    #[error("inconsistent fields: {what}")]
+    Inconsistent {
+        /// Which combination.
+        what: &'static str,
+    },
 }
 
 impl<I> ParseError<I> for WireError {

@@ -404,7 +404,7 @@ fn a_join_refuses_inputs_past_its_held_limit() {
     let mut held: u64 = 0;
     let err = loop {
         let before = j.clone();
-        match j.handle(Instant(1), early()) {
+        match j.handle(Instant(1), early().into()) {
             Ok(()) => held += 1,
             Err(e) => {
                 assert_eq!(j, before, "a refused input changes nothing");
@@ -518,7 +518,7 @@ fn an_empty_app_segment_is_a_missing_app_not_a_bad_character() {
 #[test]
 fn a_failed_join_reports_its_error() {
     use dynres_core::Instant;
-    use dynres_core::spawn::{Input, Join, Output, Phase, SpawnError};
+    use dynres_core::spawn::{Input, Join, JoinInput, Output, Phase, SpawnError};
     let (port, cfg) = root_config(
         "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
         3,
@@ -532,13 +532,13 @@ fn a_failed_join_reports_its_error() {
     let Some(Output::SendJoin { bytes }) = j.poll_output() else {
         panic!("a join first writes its port");
     };
-    j.handle(Instant(1), Input::JoinStream { bytes })
+    j.handle(Instant(1), JoinInput::JoinStream { bytes })
         .expect("a well-formed port");
     assert_eq!(j.error(), Some(&SpawnError::JoinSamePort));
 
     let mut j = Join::new(Instant(0), port, cfg).expect("a singleton may join");
     let deadline = j.poll_timeout().expect("the join exchange has a deadline");
-    j.handle(deadline, Input::Timeout)
+    j.handle(deadline, Input::Timeout.into())
         .expect("a timeout is taken");
     assert_eq!(
         j.error(),
@@ -555,7 +555,7 @@ fn a_failed_join_reports_its_error() {
 #[test]
 fn a_join_fingerprint_follows_its_state() {
     use dynres_core::Instant;
-    use dynres_core::spawn::{Input, Join, Output};
+    use dynres_core::spawn::{Join, JoinInput, Output};
     let (low, low_cfg) = root_config(
         "dynres:2:stream:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
         3,
@@ -577,7 +577,7 @@ fn a_join_fingerprint_follows_its_state() {
     let Some(Output::SendJoin { bytes }) = peer.poll_output() else {
         panic!("a join first writes its port");
     };
-    j.handle(Instant(1), Input::JoinStream { bytes })
+    j.handle(Instant(1), JoinInput::JoinStream { bytes })
         .expect("the peer's port");
     assert!(j.handshake().is_some(), "the roles are decided");
     assert_ne!(j.fingerprint(), fresh, "the handshake is state");
@@ -589,7 +589,7 @@ fn a_join_fingerprint_follows_its_state() {
 #[test]
 fn a_join_of_two_first_ports_orders_them_by_their_text() {
     use dynres_core::Instant;
-    use dynres_core::spawn::{Input, Join, Output, Role};
+    use dynres_core::spawn::{Join, JoinInput, Output, Role};
     let (low, low_cfg) = root_config(
         "dynres:2:dgram:d0:50:0:5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a",
         3,
@@ -610,9 +610,9 @@ fn a_join_of_two_first_ports_orders_them_by_their_text() {
         other => panic!("a join first writes its port: {other:?}"),
     };
     let (to_b, to_a) = (port_of(&mut a), port_of(&mut b));
-    a.handle(Instant(1), Input::JoinStream { bytes: to_a })
+    a.handle(Instant(1), JoinInput::JoinStream { bytes: to_a })
         .expect("the peer's port");
-    b.handle(Instant(1), Input::JoinStream { bytes: to_b })
+    b.handle(Instant(1), JoinInput::JoinStream { bytes: to_b })
         .expect("the peer's port");
     let role = |j: &Join| j.handshake().map(|h| h.role());
     assert_eq!(role(&a), Some(Role::Acceptor), "the lower port accepts");
@@ -664,7 +664,8 @@ fn a_spawn_launches_once_however_its_timer_fires() {
             outputs.push(o);
         }
         let Some(at) = p.poll_timeout() else { break };
-        p.handle(at, Input::Timeout).expect("a timeout is taken");
+        p.handle(at, Input::Timeout.into())
+            .expect("a timeout is taken");
     }
     let launches = outputs
         .iter()
@@ -1135,7 +1136,8 @@ fn a_spawn_parent_fingerprint_follows_its_state() {
     for _ in 0..10_000 {
         while b.poll_output().is_some() {}
         let Some(at) = b.poll_timeout() else { break };
-        b.handle(at, Input::Timeout).expect("a timeout is taken");
+        b.handle(at, Input::Timeout.into())
+            .expect("a timeout is taken");
     }
     assert_eq!(b.handshake().phase(), Phase::Failed);
     assert_ne!(b.fingerprint(), listening);

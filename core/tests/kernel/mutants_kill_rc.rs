@@ -323,9 +323,7 @@ fn a_gather_not_yet_forwarded_is_stale_at_a_new_version() {
 #[test]
 fn an_add_may_name_its_malleable_bound_pset() {
     let mut w = World::new(config(2, 4, 3));
-    let mut req = ChangeRequest::add(APP, 1);
-    req.bound = Some(root());
-    w.request(req);
+    w.request(ChangeRequest::add_to(APP, 1, root()));
     w.run_for(Duration::from_millis(1));
     let (delta, status) = w.statuses.last().expect("announced, not refused").clone();
     assert_eq!(status, RcStatus::Announced, "{:?}", w.notices);
@@ -898,9 +896,7 @@ fn both_get_the_table(w: &mut World, calls: [(u32, u64); 2]) {
 fn an_add_naming_a_pset_that_is_not_malleable_is_refused() {
     use dynres_core::pset::PsetName;
     let mut w = World::new(config(2, 4, 3));
-    let mut req = ChangeRequest::add(APP, 1);
-    req.bound = Some(PsetName::world());
-    w.request(req);
+    w.request(ChangeRequest::add_to(APP, 1, PsetName::world()));
     w.run_for(Duration::from_millis(1));
     assert_refused(&w, RcError::BadRequest(BadRequest::NotMalleable));
 }
@@ -934,8 +930,7 @@ fn a_removed_root_terminates_only_once_finalized() {
     // REPLACE rank 0 (the accept root) by one new process, which starts late enough
     // that the change still waits for its confirm after the accept.
     w.behaviour.startup = Duration::from_millis(20);
-    let mut req = ChangeRequest::replace(APP, 1, 1);
-    req.victims = vec![pid(0)];
+    let req = ChangeRequest::replace_named(APP, pid(0).into(), 1);
     let delta = announce(&mut w, req);
     let sub_delta = query(&mut w, 0, None)
         .sub_delta
@@ -1443,9 +1438,7 @@ fn a_sub_may_not_name_a_process_of_another_application() {
         [0, 1, 2],
         "rank 3 is the other application's"
     );
-    let mut req = ChangeRequest::sub(APP, 1);
-    req.victims = vec![stranger.clone()];
-    w.request(req);
+    w.request(ChangeRequest::sub_named(APP, stranger.clone().into()));
     w.run_for(Duration::from_millis(1));
     assert!(w.statuses.is_empty(), "{:?}", w.statuses);
     assert!(

@@ -8,8 +8,8 @@ use crate::common;
 use common::*;
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SplitBy};
 use dynres_core::rc::{
-    AbortReason, AcceptResult, CallResult, ChangeRequest, ClientCall, MasterOutput, RcError,
-    RcStatus, RcType,
+    AbortReason, AcceptResult, CallResult, ChangeRequest, ClientCall, MasterOutput, NamedVictims,
+    RcError, RcStatus, RcType,
 };
 use dynres_core::slots::SlotState;
 use dynres_core::{Duration, ProcessId};
@@ -172,9 +172,7 @@ fn removed_process_ignoring_terminate_is_killed() {
 #[test]
 fn replace_swaps_processes_in_one_change() {
     let mut w = World::new(config(2, 4, 4));
-    let mut req = ChangeRequest::replace(APP, 1, 2);
-    req.victims = vec![pid(1)];
-    w.request(req);
+    w.request(ChangeRequest::replace_named(APP, pid(1).into(), 2));
     w.run_for(Duration::from_millis(1));
     let res = accepted(w.adapt(&pid(0), None));
     assert_eq!(res.status, RcStatus::Finalized);
@@ -371,9 +369,8 @@ fn sub_over_two_reference_counted_psets() {
         w.call_wait(&pid(0), ClientCall::PsetOp { ops }),
         CallResult::PsetOp(Ok(_))
     ));
-    let mut req = ChangeRequest::sub(APP, 0);
-    req.victims = vec![pid(2), pid(5)];
-    w.request(req);
+    let victims = NamedVictims::new(vec![pid(2), pid(5)]).expect("two victims");
+    w.request(ChangeRequest::sub_named(APP, victims));
     w.run_for(Duration::from_millis(1));
     let delta = delta_of(&w);
     // Each side applies the change to its own pset: DIFFERENCE(x, delta) as a new version.

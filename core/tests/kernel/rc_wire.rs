@@ -13,8 +13,9 @@ use dynres_core::rc::wire::{
     encode_client, encode_reply, encode_to_daemon, encode_to_master, types as ty,
 };
 use dynres_core::rc::{
-    AcceptOutcome, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, LaunchCommand, ModexData,
-    QueryAnswer, RcError, RcStatus, RcType, ReqId, SpawnCommand, Spawned, ToDaemon, ToMaster,
+    AcceptOutcome, Change, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, LaunchCommand,
+    ModexData, NamedVictims, QueryAnswer, RcError, RcStatus, RcType, ReqId, SpawnCommand, Spawned,
+    ToDaemon, ToMaster, Victims,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
@@ -139,23 +140,22 @@ fn rc_status() -> impl Strategy<Value = RcStatus> {
     ]
 }
 
+fn victims() -> BoxedStrategy<Victims> {
+    prop_oneof![
+        any::<u32>().prop_map(Victims::Count),
+        vec(pid(), 1..4).prop_map(|v| Victims::Named(NamedVictims::new(v).expect("1..4"))),
+    ]
+    .boxed()
+}
+
 fn change_request() -> BoxedStrategy<ChangeRequest> {
-    (
-        segment(),
-        rc_type(),
-        any::<u32>(),
-        any::<u32>(),
-        pids(),
-        option::of(pset_name()),
-    )
-        .prop_map(|(app, kind, add, sub, victims, bound)| ChangeRequest {
-            app,
-            kind,
-            add,
-            sub,
-            victims,
-            bound,
-        })
+    let change = prop_oneof![
+        (any::<u32>(), option::of(pset_name())).prop_map(|(n, bound)| Change::Add { n, bound }),
+        victims().prop_map(Change::Sub),
+        (victims(), any::<u32>()).prop_map(|(remove, add)| Change::Replace { remove, add }),
+    ];
+    (segment(), change)
+        .prop_map(|(app, change)| ChangeRequest { app, change })
         .boxed()
 }
 
@@ -1189,5 +1189,313 @@ fn every_set_operation_round_trips() {
             }],
         };
         assert_eq!(decode_client(&encode_client(1, &r)), Ok((1, r)), "{op:?}");
+    }
+}
+
+// ------------------------------------------------- change requests: the flat layout
+
+/// A change request as the wire lays it out (and as the kernel's type was before it
+/// became an enum by kind): every field present whatever the kind.
+#[derive(Clone, Debug)]
+struct Flat {
+    app: String,
+    kind: u8,
+    add: u32,
+    sub: u32,
+    victims: Vec<ProcessId>,
+    bound: Option<PsetName>,
+}
+
+impl Flat {
+    /// The layout of `spec/wire.md` written out by hand, independently of the kernel's
+    /// encoder: `app | kind | add u32 | sub u32 | victims | bound?`.
+    fn client_frame(&self, req: ReqId) -> Vec<u8> {
+        let mut body = req.to_be_bytes().to_vec();
+        body.extend(s(self.app.as_bytes()));
+        body.push(self.kind);
+        body.extend(be32(self.add));
+        body.extend(be32(self.sub));
+        body.extend(be32(self.victims.len() as u32));
+        for p in &self.victims {
+            body.extend(s(p.namespace.as_str().as_bytes()));
+            body.extend(be32(p.rank));
+        }
+        match &self.bound {
+            None => body.push(0),
+            Some(b) => {
+                body.push(1);
+                body.extend(s(b.as_str().as_bytes()));
+            }
+        }
+        frame(ty::REQUEST_CHANGE, &body)
+    }
+
+    /// What the enum is written as: the fields a kind does not take hold 0, nothing or
+    /// `None`; named victims repeat their number in `sub`.
+    fn of(r: &ChangeRequest) -> Flat {
+        let flat = |kind, add, (sub, victims), bound| Flat {
+            app: r.app.clone(),
+            kind,
+            add,
+            sub,
+            victims,
+            bound,
+        };
+        match &r.change {
+            Change::Add { n, bound } => flat(0, *n, (0, vec![]), bound.clone()),
+            Change::Sub(v) => flat(1, 0, sub_of(v), None),
+            Change::Replace { remove, add } => flat(2, *add, sub_of(remove), None),
+        }
+    }
+
+    /// The reason the decoder must give for a combination the enum cannot represent, or
+    /// `None` for one it can.
+    fn inconsistency(&self) -> Option<&'static str> {
+        let named = !self.victims.is_empty();
+        match self.kind {
+            0 if self.sub != 0 => Some("change request: ADD with sub"),
+            0 if named => Some("change request: ADD with victims"),
+            0 => None,
+            _ if self.bound.is_some() => Some("change request: SUB or REPLACE with a bound pset"),
+            1 if self.add != 0 => Some("change request: SUB with add"),
+            _ if named && self.sub as usize != self.victims.len() => {
+                Some("change request: sub is not the number of named victims")
+            }
+            _ => None,
+        }
+    }
+}
+
+fn sub_of(v: &Victims) -> (u32, Vec<ProcessId>) {
+    match v {
+        Victims::Count(n) => (*n, vec![]),
+        Victims::Named(v) => (v.len() as u32, v.as_slice().to_vec()),
+    }
+}
+
+/// Any combination of fields, valid or not; small counts so that `sub` often equals the
+/// number of victims and 0 is common.
+fn flat() -> BoxedStrategy<Flat> {
+    let count = || prop_oneof![0..3u32, any::<u32>()];
+    (
+        segment(),
+        0..3u8,
+        count(),
+        count(),
+        vec(pid(), 0..3),
+        option::of(pset_name()),
+    )
+        .prop_map(|(app, kind, add, sub, victims, bound)| Flat {
+            app,
+            kind,
+            add,
+            sub,
+            victims,
+            bound,
+        })
+        .boxed()
+}
+
+fn request_of(frame: &[u8]) -> Result<ChangeRequest, WireError> {
+    match decode_client(frame)? {
+        (_, ClientRequest::RequestChange(r)) => Ok(r),
+        (_, other) => panic!("not a change request: {other:?}"),
+    }
+}
+
+proptest! {
+    /// Every change request is written exactly as the flat layout with the fields of
+    /// the other kinds zeroed: the bytes did not change when the type became an enum.
+    #[test]
+    fn change_requests_keep_the_flat_layout(req in any::<ReqId>(), r in change_request()) {
+        let bytes = encode_client(req, &ClientRequest::RequestChange(r.clone()));
+        prop_assert_eq!(&bytes, &Flat::of(&r).client_frame(req));
+        prop_assert_eq!(request_of(&bytes), Ok(r));
+    }
+
+    /// Any combination of fields either decodes and re-encodes to the very same bytes,
+    /// or is refused with the typed error naming what does not fit.
+    #[test]
+    fn flat_change_requests_decode_exactly_or_are_inconsistent(req in any::<ReqId>(), f in flat()) {
+        let bytes = f.client_frame(req);
+        match (request_of(&bytes), f.inconsistency()) {
+            (Ok(r), None) => {
+                prop_assert_eq!(encode_client(req, &ClientRequest::RequestChange(r)), bytes);
+            }
+            (Err(e), Some(what)) => prop_assert_eq!(e, WireError::Inconsistent { what }),
+            (got, want) => prop_assert!(false, "{:?}: got {:?}, want {:?}", f, got, want),
+        }
+    }
+}
+
+/// Each combination the enum cannot represent is refused with its own typed error, in
+/// every message that carries a change request.
+#[test]
+fn inconsistent_change_requests_are_typed_errors() {
+    let p = ProcessId::new(Namespace::new("job"), 1);
+    let base = Flat {
+        app: "app".into(),
+        kind: 0,
+        add: 1,
+        sub: 0,
+        victims: vec![],
+        bound: None,
+    };
+    let cases = [
+        (
+            "ADD with sub",
+            Flat {
+                sub: 1,
+                ..base.clone()
+            },
+        ),
+        (
+            "ADD with victims",
+            Flat {
+                victims: vec![p.clone()],
+                ..base.clone()
+            },
+        ),
+        (
+            "SUB or REPLACE with a bound pset",
+            Flat {
+                kind: 1,
+                add: 0,
+                sub: 1,
+                bound: Some(PsetName::world()),
+                ..base.clone()
+            },
+        ),
+        (
+            "SUB or REPLACE with a bound pset",
+            Flat {
+                kind: 2,
+                sub: 1,
+                bound: Some(PsetName::world()),
+                ..base.clone()
+            },
+        ),
+        (
+            "SUB with add",
+            Flat {
+                kind: 1,
+                add: 1,
+                sub: 1,
+                ..base.clone()
+            },
+        ),
+        (
+            "sub is not the number of named victims",
+            Flat {
+                kind: 1,
+                add: 0,
+                sub: 0,
+                victims: vec![p.clone()],
+                ..base.clone()
+            },
+        ),
+        (
+            "sub is not the number of named victims",
+            Flat {
+                kind: 2,
+                sub: 2,
+                victims: vec![p.clone()],
+                ..base.clone()
+            },
+        ),
+    ];
+    for (what, f) in cases {
+        let what = format!("change request: {what}");
+        let want = |e: WireError| matches!(e, WireError::Inconsistent { what: w } if w == what);
+        let client = f.client_frame(7);
+        let got = request_of(&client).expect_err(&what);
+        assert!(want(got.clone()), "{what}: {got:?}");
+        // The same body forwarded to the master.
+        let forward = encode_to_master(&ToMaster::Forward {
+            from: p.clone(),
+            req: 2,
+            request: ClientRequest::RequestChange(ChangeRequest::add("app", 1)),
+        });
+        let good = encode_client(
+            7,
+            &ClientRequest::RequestChange(ChangeRequest::add("app", 1)),
+        );
+        let good_body = &good[HEADER_LEN + 8..];
+        let bad_body = &client[HEADER_LEN + 8..];
+        let at = forward.len() - good_body.len();
+        let mut body = forward[HEADER_LEN..at].to_vec();
+        body.extend_from_slice(bad_body);
+        let got = decode_to_master(&frame(ty::FORWARD, &body)).expect_err(&what);
+        assert!(want(got.clone()), "{what} (forwarded): {got:?}");
+    }
+    // And the valid neighbours of those cases decode.
+    for f in [
+        base.clone(),
+        Flat {
+            kind: 1,
+            add: 0,
+            sub: 1,
+            victims: vec![p.clone()],
+            ..base.clone()
+        },
+        Flat {
+            kind: 2,
+            add: 0,
+            sub: 1,
+            victims: vec![p.clone()],
+            ..base.clone()
+        },
+        Flat {
+            kind: 1,
+            add: 0,
+            sub: 3,
+            ..base.clone()
+        },
+        Flat {
+            bound: Some(PsetName::world()),
+            ..base.clone()
+        },
+    ] {
+        assert_eq!(f.inconsistency(), None);
+        request_of(&f.client_frame(1)).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+    }
+}
+
+/// The constructors write what they wrote before the enum: the named-victim requests
+/// of the tests and models (`sub` repeats the number of victims).
+#[test]
+fn constructors_write_the_documented_bytes() {
+    let p = ProcessId::new(Namespace::new("job"), 2);
+    let flat = |kind, add, sub, victims: Vec<ProcessId>, bound| Flat {
+        app: "app".into(),
+        kind,
+        add,
+        sub,
+        victims,
+        bound,
+    };
+    let cases = [
+        (ChangeRequest::add("app", 4), flat(0, 4, 0, vec![], None)),
+        (
+            ChangeRequest::add_to("app", 4, PsetName::world()),
+            flat(0, 4, 0, vec![], Some(PsetName::world())),
+        ),
+        (ChangeRequest::sub("app", 2), flat(1, 0, 2, vec![], None)),
+        (
+            ChangeRequest::replace("app", 1, 3),
+            flat(2, 3, 1, vec![], None),
+        ),
+        (
+            ChangeRequest::sub_named("app", p.clone().into()),
+            flat(1, 0, 1, vec![p.clone()], None),
+        ),
+        (
+            ChangeRequest::replace_named("app", p.clone().into(), 2),
+            flat(2, 2, 1, vec![p], None),
+        ),
+    ];
+    for (r, f) in cases {
+        let bytes = encode_client(5, &ClientRequest::RequestChange(r.clone()));
+        assert_eq!(bytes, f.client_frame(5), "{r:?}");
     }
 }

@@ -157,7 +157,7 @@ fn join_rejects_garbage_on_the_join_stream_unchanged() {
         assert!(
             j.handle(
                 Instant(1),
-                dynres_core::spawn::Input::JoinStream {
+                dynres_core::spawn::JoinInput::JoinStream {
                     bytes: bad.to_vec()
                 }
             )

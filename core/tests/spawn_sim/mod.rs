@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use dynres_core::spawn::{
     Addr, BootKey, Bootstrap, ContextIds, GroupHeader, Handshake, HandshakeConfig, Input,
-    InterGroup, Join, Member, MemberOutput, Output, PortName, Ports, Role, SpawnConfig, SpawnEnv,
-    SpawnError, SpawnParent,
+    InterGroup, Join, JoinInput, Member, MemberOutput, Output, ParentInput, PortName, Ports, Role,
+    SpawnConfig, SpawnEnv, SpawnError, SpawnParent,
 };
 use dynres_core::wire::WireError;
 use dynres_core::{Duration, Instant, Namespace};
@@ -79,12 +79,34 @@ pub enum Machine {
     Join(Join),
 }
 
+/// What the simulation feeds a root: an input every root takes, or one that only a
+/// spawn's parent (a launch failure) or a join (its stream's bytes) takes.
+#[derive(Debug)]
+pub enum SimInput {
+    Boot(Input),
+    JoinStream(Vec<u8>),
+    LaunchFailed(String),
+}
+
+impl From<Input> for SimInput {
+    fn from(input: Input) -> Self {
+        SimInput::Boot(input)
+    }
+}
+
 impl Machine {
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), SpawnError> {
-        match self {
-            Machine::Spawn(m) => m.handle(now, input),
-            Machine::Hs(m) => m.handle(now, input),
-            Machine::Join(m) => m.handle(now, input),
+    fn handle(&mut self, now: Instant, input: impl Into<SimInput>) -> Result<(), SpawnError> {
+        match (self, input.into()) {
+            (Machine::Spawn(m), SimInput::Boot(i)) => m.handle(now, i.into()),
+            (Machine::Spawn(m), SimInput::LaunchFailed(reason)) => {
+                m.handle(now, ParentInput::LaunchFailed { reason })
+            }
+            (Machine::Hs(m), SimInput::Boot(i)) => m.handle(now, i),
+            (Machine::Join(m), SimInput::Boot(i)) => m.handle(now, i.into()),
+            (Machine::Join(m), SimInput::JoinStream(bytes)) => {
+                m.handle(now, JoinInput::JoinStream { bytes })
+            }
+            (_, input) => panic!("{input:?} is routed only to a root that takes it"),
         }
     }
     fn poll_output(&mut self) -> Option<Output> {
@@ -591,12 +613,9 @@ impl Sim {
                         Launcher::Hang => {}
                         Launcher::Fail => {
                             let now = self.now;
-                            let r = self.roots[i].m.handle(
-                                now,
-                                Input::LaunchFailed {
-                                    reason: "no slots".into(),
-                                },
-                            );
+                            let r = self.roots[i]
+                                .m
+                                .handle(now, SimInput::LaunchFailed("no slots".into()));
                             assert!(r.is_ok());
                         }
                         Launcher::Normal | Launcher::WrongSize => {
@@ -683,12 +702,12 @@ impl Sim {
         self.process_outputs(i);
     }
 
-    fn deliver(&mut self, to: usize, input: Input, corrupted: bool) {
+    fn deliver(&mut self, to: usize, input: SimInput, corrupted: bool) {
         if !self.roots[to].alive {
             return;
         }
         let now = self.now;
-        if let Input::Datagram { from, bytes } = &input {
+        if let SimInput::Boot(Input::Datagram { from, bytes }) = &input {
             self.delivered_log.push((to, from.clone(), bytes.clone()));
         }
         let r = self.roots[to].m.handle(now, input);
@@ -763,13 +782,15 @@ impl Sim {
                             from,
                             bytes,
                             corrupted,
-                        } => self.deliver(to, Input::Datagram { from, bytes }, corrupted),
+                        } => self.deliver(to, Input::Datagram { from, bytes }.into(), corrupted),
                         Event::Stream { to, bytes } => {
-                            self.deliver(to, Input::Stream { bytes }, false)
+                            self.deliver(to, Input::Stream { bytes }.into(), false)
                         }
-                        Event::StreamClosed { to } => self.deliver(to, Input::StreamClosed, false),
+                        Event::StreamClosed { to } => {
+                            self.deliver(to, Input::StreamClosed.into(), false)
+                        }
                         Event::Join { to, bytes } => {
-                            self.deliver(to, Input::JoinStream { bytes }, false)
+                            self.deliver(to, SimInput::JoinStream(bytes), false)
                         }
                         Event::Launch {
                             parent,

@@ -14,7 +14,7 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::{MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{ChangeRequest, NodeId, RcType};
+use crate::rc::types::{ChangeRequest, NodeId};
 use crate::slots::{NodeSpec, SlotError};
 use crate::time::Instant;
 
@@ -80,13 +80,10 @@ impl Master {
         if replica_first {
             self.send_replica(id);
         }
-        let ready = self.growth.as_ref().is_some_and(|g| {
-            let adds = match g.req.kind {
-                RcType::Sub => 0,
-                RcType::Add | RcType::Replace => g.req.add as usize,
-            };
-            self.slots.free_count() >= adds
-        });
+        let ready = self
+            .growth
+            .as_ref()
+            .is_some_and(|g| self.slots.free_count() >= g.req.change.adds() as usize);
         if ready {
             if let Some(g) = self.growth.take() {
                 let app = g.req.app.clone();

@@ -10,7 +10,9 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{ChangeInfo, ChangeRequest, NodeId, RcStatus, RcType};
+use crate::rc::types::{
+    Change as Requested, ChangeInfo, ChangeRequest, NodeId, RcStatus, RcType, Victims,
+};
 use crate::time::Instant;
 
 impl Master {
@@ -99,23 +101,14 @@ impl Master {
     ) -> Result<PsetName, RcError> {
         let root = PsetName::app_root(&req.app).map_err(crate::pset::PsetError::from)?;
         let app_members = self.registry.get(&root)?.members.clone();
-        let (adds, removes) = match req.kind {
-            RcType::Add => (req.add, 0),
-            RcType::Sub => (0, req.sub),
-            RcType::Replace => (req.add, req.sub),
-        };
-        let removes = if req.victims.is_empty() {
-            removes
-        } else {
-            req.victims.len() as u32
-        };
-        let wants_add = matches!(req.kind, RcType::Add | RcType::Replace);
-        let wants_sub = matches!(req.kind, RcType::Sub | RcType::Replace);
+        let kind = req.kind();
+        let adds = req.change.adds();
+        let victims = req.change.victims();
+        let removes = victims.map_or(0, Victims::count);
+        let wants_add = matches!(kind, RcType::Add | RcType::Replace);
+        let wants_sub = victims.is_some();
         if (wants_add && adds == 0) || (wants_sub && removes == 0) {
             return Err(RcError::BadRequest(BadRequest::EmptyChange));
-        }
-        if !wants_sub && !req.victims.is_empty() {
-            return Err(RcError::BadRequest(BadRequest::VictimsWithoutRemoval));
         }
         // RC-2: sizes are checked against what exists before anything is allocated for
         // them, so a request for 2^32 processes costs nothing.
@@ -132,23 +125,23 @@ impl Master {
         // stack order among the app's processes (SLOT-2).
         let table = self.registry.table();
         let in_app = |p: &ProcessId| table.index_of(p).is_some_and(|i| app_members.contains(i));
-        let removed: Vec<ProcessId> = if !wants_sub {
-            Vec::new()
-        } else if req.victims.is_empty() {
-            self.slots.victims_where(removes as usize, |p| in_app(p))?
-        } else {
-            let distinct: BTreeSet<&ProcessId> = req.victims.iter().collect();
-            if distinct.len() != req.victims.len() {
-                return Err(RcError::BadRequest(BadRequest::DuplicateVictim));
+        let removed: Vec<ProcessId> = match victims {
+            None => Vec::new(),
+            Some(Victims::Count(_)) => self.slots.victims_where(removes as usize, |p| in_app(p))?,
+            Some(Victims::Named(named)) => {
+                let named = named.as_slice();
+                let distinct: BTreeSet<&ProcessId> = named.iter().collect();
+                if distinct.len() != named.len() {
+                    return Err(RcError::BadRequest(BadRequest::DuplicateVictim));
+                }
+                if let Some(p) = named
+                    .iter()
+                    .find(|p| !in_app(p) || !self.slots.is_running(p))
+                {
+                    return Err(RcError::NotPermitted(p.clone()));
+                }
+                named.to_vec()
             }
-            if let Some(p) = req
-                .victims
-                .iter()
-                .find(|p| !in_app(p) || !self.slots.is_running(p))
-            {
-                return Err(RcError::NotPermitted(p.clone()));
-            }
-            req.victims.clone()
         };
 
         // Work on copies; commit at the end.
@@ -168,17 +161,17 @@ impl Master {
         } else {
             registry.define_delta(&req.app, &removed)?
         };
-        let sub_delta = if req.kind == RcType::Replace {
+        let sub_delta = if kind == RcType::Replace {
             Some(registry.define_delta(&req.app, &removed)?)
         } else {
             None
         };
         // Binding (RC-6): ADD to one malleable pset, SUB to X_c(delta), REPLACE to the
         // single pset X_c(removed) names.
-        let bound = match req.kind {
-            RcType::Add => {
+        let bound = match &req.change {
+            Requested::Add { bound, .. } => {
                 let malleable = registry.malleable(&req.app);
-                let chosen = match &req.bound {
+                let chosen = match bound {
                     Some(b) if malleable.contains(b) => b.clone(),
                     Some(_) => return Err(RcError::BadRequest(BadRequest::NotMalleable)),
                     None if malleable.contains(&root) => root.clone(),
@@ -189,8 +182,8 @@ impl Master {
                 };
                 alloc::vec![chosen]
             }
-            RcType::Sub => registry.reference_counted(&delta)?,
-            RcType::Replace => {
+            Requested::Sub(_) => registry.reference_counted(&delta)?,
+            Requested::Replace { .. } => {
                 let xc = registry.reference_counted(sub_delta.as_ref().unwrap_or(&delta))?;
                 if xc.len() != 1 {
                     return Err(RcError::BadRequest(BadRequest::ReplaceSpansPsets));
@@ -216,7 +209,7 @@ impl Master {
         }
         let info = ChangeInfo {
             app: req.app.clone(),
-            kind: req.kind,
+            kind,
             delta: delta.clone(),
             sub_delta: sub_delta.clone(),
             bound,
@@ -265,7 +258,7 @@ impl Master {
                 procs_before,
                 accepted: BTreeMap::new(),
                 confirmed: BTreeSet::new(),
-                deadline: (req.kind != RcType::Sub || !self.bug(Bug::NoDeadlineForSub))
+                deadline: (kind != RcType::Sub || !self.bug(Bug::NoDeadlineForSub))
                     .then(|| now + self.cfg.change_timeout),
                 grace_deadline: None,
                 exited: BTreeSet::new(),
@@ -274,7 +267,7 @@ impl Master {
                 done: false,
             },
         );
-        tracing::debug!(%delta, kind = ?req.kind, "change announced");
+        tracing::debug!(%delta, ?kind, "change announced");
         Ok(delta)
     }
 }

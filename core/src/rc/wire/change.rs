@@ -3,9 +3,13 @@
 
 use alloc::vec::Vec;
 
-use crate::rc::{AcceptOutcome, ChangeInfo, ChangeRequest, QueryAnswer};
-use crate::wire::PResult;
+use crate::process::ProcessId;
+
+use crate::rc::{
+    AcceptOutcome, Change, ChangeInfo, ChangeRequest, NamedVictims, QueryAnswer, RcType, Victims,
+};
 use crate::wire::prim::{put_seq, put_str, put_u32, seq, string, u32};
+use crate::wire::{PResult, WireError};
 
 use super::values::{
     boolean, name, opt, pid, put_bool, put_name, put_opt, put_pid, put_rc_status, put_rc_type,
@@ -13,14 +17,43 @@ use super::values::{
 };
 use super::{MAX_APP_LEN, MAX_PROCS, MAX_PSETS};
 
-/// `app | kind | add u32 | sub u32 | victims | bound?`.
+/// `app | kind | add u32 | sub u32 | victims | bound?`: the flat layout of every kind.
+/// A kind writes 0, an empty list or `None` in the fields it does not take, and named
+/// victims also write their number in `sub`, so [`change_request`] accepts exactly what
+/// this writes.
 pub(super) fn put_change_request(out: &mut Vec<u8>, r: &ChangeRequest) {
     put_str(out, &r.app);
-    put_rc_type(out, r.kind);
-    put_u32(out, r.add);
-    put_u32(out, r.sub);
-    put_seq(out, &r.victims, put_pid);
-    put_opt(out, r.bound.as_ref(), put_name);
+    put_rc_type(out, r.kind());
+    put_u32(out, r.change.adds());
+    let victims = r.change.victims();
+    put_u32(out, victims.map_or(0, Victims::count));
+    let named = match victims {
+        Some(Victims::Named(v)) => v.as_slice(),
+        Some(Victims::Count(_)) | None => &[],
+    };
+    put_seq(out, named, put_pid);
+    let bound = match &r.change {
+        Change::Add { bound, .. } => bound.as_ref(),
+        Change::Sub(_) | Change::Replace { .. } => None,
+    };
+    put_opt(out, bound, put_name);
+}
+
+/// A decode failure for a change request's fields that do not fit its kind.
+fn inconsistent<T>(what: &'static str) -> PResult<'static, T> {
+    Err(nom::Err::Failure(WireError::Inconsistent { what }))
+}
+
+/// The victims of a SUB or REPLACE: stack order when none are named, else the named
+/// ones, whose number `sub` must repeat.
+fn removed(sub: u32, victims: Vec<ProcessId>) -> Result<Victims, nom::Err<WireError>> {
+    match NamedVictims::new(victims) {
+        None => Ok(Victims::Count(sub)),
+        Some(named) if usize::try_from(sub) == Ok(named.len()) => Ok(Victims::Named(named)),
+        Some(_) => Err(nom::Err::Failure(WireError::Inconsistent {
+            what: "change request: sub is not the number of named victims",
+        })),
+    }
 }
 
 pub(super) fn change_request(input: &[u8]) -> PResult<'_, ChangeRequest> {
@@ -30,17 +63,25 @@ pub(super) fn change_request(input: &[u8]) -> PResult<'_, ChangeRequest> {
     let (i, sub) = u32(i)?;
     let (i, victims) = seq("victims", MAX_PROCS, pid)(i)?;
     let (i, bound) = opt(name)(i)?;
-    Ok((
-        i,
-        ChangeRequest {
-            app,
-            kind,
+    // The fields a kind does not take must hold what `put_change_request` writes there,
+    // so that every accepted frame re-encodes to the same bytes.
+    let change = match kind {
+        RcType::Add if sub != 0 => return inconsistent("change request: ADD with sub"),
+        RcType::Add if !victims.is_empty() => {
+            return inconsistent("change request: ADD with victims");
+        }
+        RcType::Add => Change::Add { n: add, bound },
+        _ if bound.is_some() => {
+            return inconsistent("change request: SUB or REPLACE with a bound pset");
+        }
+        RcType::Sub if add != 0 => return inconsistent("change request: SUB with add"),
+        RcType::Sub => Change::Sub(removed(sub, victims)?),
+        RcType::Replace => Change::Replace {
+            remove: removed(sub, victims)?,
             add,
-            sub,
-            victims,
-            bound,
         },
-    ))
+    };
+    Ok((i, ChangeRequest { app, change }))
 }
 
 /// `app | kind | delta | sub_delta? | bound | added | removed | status`.
