@@ -48,6 +48,8 @@ pub struct PmixHost {
     /// The job's rank of each spawned process, by (namespace, rank in it): PMIx names
     /// a spawn's child by its rank among its spawn's children.
     ranks: std::sync::Mutex<std::collections::HashMap<(String, u32), u32>>,
+    /// The engine's events: libpmix's answers to `dmodex_request` go there.
+    events: Sender<Event>,
 }
 
 impl std::fmt::Debug for PmixHost {
@@ -74,6 +76,130 @@ impl PmixHost {
         self.server
             .setup_fork(ns, rank)
             .map_err(|e| format!("PMIx setup_fork of {ns} rank {rank}: {e}"))
+    }
+
+    /// The PMIx processes of this node among `procs` (a namespace with the wildcard
+    /// rank stands for all of its processes): the job's first processes here and the
+    /// spawns' children registered here.
+    pub fn local_procs(&self, procs: &[(String, u32)]) -> Vec<(String, u32)> {
+        let mut here: Vec<(String, u32)> = self
+            .local_ranks()
+            .into_iter()
+            .map(|r| (self.namespace.clone(), r))
+            .collect();
+        here.extend(
+            self.ranks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .keys()
+                .cloned(),
+        );
+        here.retain(|(ns, r)| {
+            procs
+                .iter()
+                .any(|(pns, pr)| pns == ns && (*pr == dynres_pmix::RANK_WILDCARD || pr == r))
+        });
+        here.sort();
+        here
+    }
+
+    /// Any PMIx process of this node, to ask the data server on this node's behalf.
+    pub fn any_local_proc(&self) -> Option<(String, u32)> {
+        self.local_procs(&[(self.namespace.clone(), dynres_pmix::RANK_WILDCARD)])
+            .into_iter()
+            .next()
+            .or_else(|| {
+                self.ranks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .keys()
+                    .next()
+                    .cloned()
+            })
+    }
+
+    /// PMIS-16: asks libpmix for local process `proc_`'s committed data, for connect
+    /// `connect`; the answer reaches the engine as [`Event::PmixBlob`].
+    pub fn request_blob(&self, connect: u64, proc_: (String, u32)) -> Result<(), String> {
+        let events = self.events.clone();
+        let (ns, rank) = (proc_.0.clone(), proc_.1);
+        self.server
+            .dmodex_request(&ns, rank, move |blob| {
+                let _ = events.send(Event::PmixBlob {
+                    connect,
+                    proc_,
+                    blob,
+                });
+            })
+            .map_err(|e| format!("PMIx dmodex_request of {ns} rank {rank}: {e}"))
+    }
+
+    /// The application of spawn namespace `ns` (`{job namespace}-{app}`), if it is one.
+    pub fn spawn_app<'a>(&self, ns: &'a str) -> Option<&'a str> {
+        ns.strip_prefix(self.namespace.as_str())?.strip_prefix('-')
+    }
+
+    /// PMIS-16: registers a spawn's namespace of `size` processes that runs on other
+    /// nodes only, so that libpmix takes their data (direct modex) for it; nothing if
+    /// this node knows the namespace already (it runs some of its processes).
+    pub fn know_remote_spawn(&self, ns: &str, size: u32) -> Result<(), String> {
+        let mut known = self
+            .spawned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ns == self.namespace || known.contains(ns) {
+            return Ok(());
+        }
+        // Where they run is not known here, only that it is elsewhere.
+        let namespace = self.spawn_ns(ns, size, &[], 0, None);
+        self.server
+            .register_namespace(&namespace)
+            .map_err(|e| format!("PMIx register the remote namespace {ns}: {e}"))?;
+        known.insert(ns.to_string());
+        Ok(())
+    }
+
+    /// A spawn's namespace of `size` children: those of ranks `local` on this node (node
+    /// ranks from `first` on), the others on another node.
+    fn spawn_ns(
+        &self,
+        ns: &str,
+        size: u32,
+        local: &[u32],
+        first: u32,
+        spawned_by: Option<(String, u32)>,
+    ) -> Namespace {
+        let elsewhere = u32::from(self.this_node == 0);
+        let procs = (0..size)
+            .map(|r| {
+                let (node, place, node_rank) = match local.iter().position(|l| *l == r) {
+                    Some(i) => {
+                        let i = u32::try_from(i).unwrap_or(u32::MAX);
+                        (self.this_node, i, first.saturating_add(i))
+                    }
+                    None => (elsewhere, r, r),
+                };
+                ProcInfo {
+                    rank: r,
+                    node,
+                    local_rank: u16::try_from(place).unwrap_or(u16::MAX),
+                    node_rank: u16::try_from(node_rank).unwrap_or(u16::MAX),
+                    app: 0,
+                }
+            })
+            .collect();
+        let here = u32::try_from(local.len()).unwrap_or(u32::MAX);
+        Namespace {
+            name: ns.to_string(),
+            size,
+            universe: size,
+            nodes: self.nodes.clone(),
+            procs,
+            this_node: self.this_node,
+            spawned_by,
+            // Its children next to the processes the job already runs here.
+            oversubscribed: here > 0 && oversubscribed(first.saturating_add(here)),
+        }
     }
 
     /// How many nodes the job has.
@@ -133,7 +259,10 @@ impl PmixHost {
 
     /// [`PmixHost::client_env`] for child `rank` of `size` of the spawn `app` (the
     /// job's rank `job_rank`), spawned by the job's rank `parent`: the spawn's
-    /// namespace is registered with its first child (all of it on this host).
+    /// namespace is registered with its first child here, the children `local` (ranks
+    /// in the spawn) on this node and the others elsewhere. A spawn of several commands
+    /// is learnt one command at a time, so children of a later command on this node
+    /// are registered as elsewhere (they still reach each other, over TCP).
     pub fn spawned_env(
         &self,
         app: &str,
@@ -141,6 +270,7 @@ impl PmixHost {
         rank: u32,
         size: u32,
         parent: Option<&str>,
+        local: &[u32],
     ) -> Result<Vec<(String, String)>, String> {
         use std::sync::atomic::Ordering;
         let ns = self.spawn_namespace(app);
@@ -149,29 +279,20 @@ impl PmixHost {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !done.contains(&ns) {
-            let first = self.next_node_rank.fetch_add(size, Ordering::Relaxed);
-            let procs = (0..size)
-                .map(|r| ProcInfo {
-                    rank: r,
-                    node: self.this_node,
-                    local_rank: u16::try_from(r).unwrap_or(u16::MAX),
-                    node_rank: u16::try_from(first + r).unwrap_or(u16::MAX),
-                    app: 0,
-                })
-                .collect();
-            let namespace = Namespace {
-                name: ns.clone(),
-                size,
-                universe: size,
-                nodes: self.nodes.clone(),
-                procs,
-                this_node: self.this_node,
-                spawned_by: parent
-                    .and_then(|p| p.split_once('@'))
-                    .and_then(|(r, ns)| Some((ns.to_string(), r.parse().ok()?))),
-                // Its children next to the processes the job already runs here.
-                oversubscribed: oversubscribed(first + size),
+            // On one node every child is here, whatever this command's share.
+            let all: Vec<u32>;
+            let local = if self.nodes.len() == 1 {
+                all = (0..size).collect();
+                &all[..]
+            } else {
+                local
             };
+            let here = u32::try_from(local.len()).unwrap_or(u32::MAX);
+            let first = self.next_node_rank.fetch_add(here, Ordering::Relaxed);
+            let spawned_by = parent
+                .and_then(|p| p.split_once('@'))
+                .and_then(|(r, ns)| Some((ns.to_string(), r.parse().ok()?)));
+            let namespace = self.spawn_ns(&ns, size, local, first, spawned_by);
             self.server
                 .register_namespace(&namespace)
                 .map_err(|e| format!("PMIx register the namespace {ns}: {e}"))?;
@@ -356,6 +477,7 @@ pub fn start(
     std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
     let (tx, rx) = std::sync::mpsc::channel();
     let server = Server::start(&tmp, tx).map_err(|e| fail(e.to_string()))?;
+    let blobs = events.clone();
     std::thread::Builder::new()
         .name("dynres-pmix".into())
         .spawn(move || {
@@ -395,6 +517,7 @@ pub fn start(
         spawned: std::sync::Mutex::new(std::collections::HashSet::new()),
         next_node_rank: std::sync::atomic::AtomicU32::new(here),
         ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
+        events: blobs,
     }))
 }
 

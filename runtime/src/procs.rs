@@ -108,6 +108,9 @@ pub struct SpawnLaunch {
     pub app: String,
     /// Its program, arguments and added environment.
     pub command: dynres_core::rc::LaunchCommand,
+    /// The ranks, in their spawn's world, of this command's children on this node
+    /// (PMIx registers the others as running elsewhere).
+    pub local: Vec<u32>,
 }
 
 /// One launch for the launcher thread: a rank of the job, with the command of its
@@ -367,7 +370,7 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
                     .iter()
                     .find(|(k, _)| k == crate::pmix::PARENT_ENV)
                     .map(|(_, v)| v.as_str());
-                host.spawned_env(&s.app, rank, st.rank, st.size, parent)
+                host.spawned_env(&s.app, rank, st.rank, st.size, parent, &s.local)
             }
             (Some(_), None) => Ok(Vec::new()),
         };

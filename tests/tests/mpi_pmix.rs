@@ -49,7 +49,7 @@ fn open_mpi_hello_ring_and_allreduce_on_one_host() {
 /// PMIS-13, PMIS-14: across loopback hosts every node's daemon serves the same
 /// namespace and map, and `MPI_Init`'s fence is the kernel's modex: the ring and the
 /// allreduce cross nodes. PMIS-7: an `MPI_Abort` on another node ends the job with its
-/// code. A spawn in such a job is refused at once (an MPI error), not left to hang.
+/// code. PMIS-16: `MPI_Comm_spawn(_multiple)` with children on other nodes.
 #[test]
 fn open_mpi_across_loopback_hosts() {
     let Some(mpi) = open_mpi() else { return };
@@ -93,14 +93,31 @@ fn open_mpi_across_loopback_hosts() {
     assert_eq!(f.code, Some(7), "{}", f.dump());
     assert!(f.stderr.contains("rank 1 called MPI_Abort"), "{}", f.dump());
     f.assert_nothing_left();
-    let f = on("127.0.0.1:1,127.0.0.2:3", "1", &spawn, &["single"]);
-    assert_eq!(f.code, Some(0), "{}", f.dump());
-    assert!(
-        f.stdout.contains("parent rank=0 spawn refused"),
-        "{}",
-        f.dump()
-    );
-    f.assert_nothing_left();
+    // PMIS-16: spawns whose children run on another node than their parents, or on
+    // both: every parent and child merged and summed over all of them.
+    for (hosts, np, mode, children) in [
+        ("127.0.0.1:1,127.0.0.2:3", 1u32, "single", 2u32),
+        ("127.0.0.1:1,127.0.0.2:3", 2, "single", 2),
+        ("127.0.0.1:2,127.0.0.2:2", 1, "single", 2),
+        ("127.0.0.1:2,127.0.0.2:2", 1, "multiple", 3),
+    ] {
+        let f = on(hosts, &np.to_string(), &spawn, &[mode]);
+        assert_eq!(f.code, Some(0), "{hosts} {mode}\n{}", f.dump());
+        let merged = format!("merged={0} sum={0}", np + children);
+        let count = |who: &str| {
+            f.stdout
+                .lines()
+                .filter(|l| l.contains(who) && l.ends_with(&merged))
+                .count()
+        };
+        assert_eq!(
+            (count("] parent rank="), count("] child rank=")),
+            (np as usize, children as usize),
+            "{hosts} {mode}\n{}",
+            f.dump()
+        );
+        f.assert_nothing_left();
+    }
 }
 
 /// PMIS-8: MPI_Publish_name / MPI_Lookup_name / MPI_Unpublish_name are the data

@@ -81,6 +81,16 @@ pub enum Event {
     },
     /// An upcall of the job's PMIx server (`pmix.rs`), to be answered.
     Pmix(dynres_pmix::Request),
+    /// libpmix's answer to a `dmodex_request` for a local process, made for connect
+    /// `connect` (PMIS-16).
+    PmixBlob {
+        /// The connect it was asked for.
+        connect: u64,
+        /// The process.
+        proc_: dynres_pmix::Proc,
+        /// Its committed data.
+        blob: Result<Vec<u8>, dynres_pmix::Status>,
+    },
     /// A connection closed (or sent garbage).
     Gone {
         /// Connection id.
@@ -266,6 +276,8 @@ pub struct Engine {
     pmix_asked: u64,
     /// PMIx fences across nodes whose modex requests are out (PMIS-14).
     pmix_fences: HashMap<u64, pmix_host::Fence>,
+    /// PMIx connects across nodes whose processes' data is being published (PMIS-16).
+    pmix_connects: HashMap<u64, pmix_host::Connect>,
     /// The job's PMIx server, if its program is an Open MPI one (`pmix.rs`).
     pmix: Option<std::sync::Arc<crate::pmix::PmixHost>>,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
@@ -394,6 +406,7 @@ impl Engine {
             pmix_pending: HashMap::new(),
             pmix_asked: 0,
             pmix_fences: HashMap::new(),
+            pmix_connects: HashMap::new(),
             pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),
@@ -611,6 +624,11 @@ impl Engine {
             Event::PmiUp { conn, rank, stream } => self.on_pmi_up(conn, rank, stream),
             Event::PmiBytes { conn, bytes } => self.on_pmi_bytes(conn, bytes),
             Event::Pmix(request) => self.on_pmix(request),
+            Event::PmixBlob {
+                connect,
+                proc_,
+                blob,
+            } => self.on_pmix_blob(connect, proc_, blob),
             Event::Gone { conn } => self.drop_conn(conn),
             Event::Tool { line, reply } => self.on_tool(line.trim(), reply),
             Event::Launched { rank, child } => self.on_launched(rank, child),
@@ -1138,7 +1156,12 @@ impl Engine {
                     .iter()
                     .map(|p| self.daemon.standing(p, Some(&app)))
                     .collect();
-                let spawn = std::sync::Arc::new(procs::SpawnLaunch { app, command });
+                let local = standings.iter().flatten().map(|s| s.rank).collect();
+                let spawn = std::sync::Arc::new(procs::SpawnLaunch {
+                    app,
+                    command,
+                    local,
+                });
                 self.to_launch
                     .extend(
                         procs

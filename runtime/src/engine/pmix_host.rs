@@ -9,10 +9,12 @@ use dynres_core::Duration;
 use dynres_core::pmi::fence;
 use dynres_core::pset::PsetName;
 use dynres_core::rc::SpawnCommand;
+use dynres_core::rc::wire::MAX_VALUE_LEN;
 use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ModexData, RcError, ReqId};
+use dynres_core::trace::hex;
 use dynres_pmix::{
-    FenceDone, LookupDone, OpDone, QUERY_NUM_PSETS, QUERY_PSET_MEMBERSHIP, QUERY_PSET_NAMES, Query,
-    QueryValue, RANK_WILDCARD, Request, SpawnDone, Status, Value,
+    FenceDone, LookupDone, ModexDone, OpDone, QUERY_NUM_PSETS, QUERY_PSET_MEMBERSHIP,
+    QUERY_PSET_NAMES, Query, QueryValue, RANK_WILDCARD, Request, SpawnDone, Status, Value,
 };
 
 use super::Engine;
@@ -29,18 +31,30 @@ const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 /// instead ends the job (or leaves it, `--on-loss`) long before this.
 const FENCE_WAIT: Duration = Duration::from_secs(3600);
 
-/// A fence whose local participants' modex requests are out.
-pub(super) struct Fence {
+/// An upcall answered once all of its `left` requests are: a fence whose local
+/// participants' modex requests are out, or a connect whose participants' data is being
+/// published.
+pub(super) struct Gather<D> {
     /// Requests not answered yet.
     left: usize,
     /// The answer, until given.
-    done: Option<FenceDone>,
+    done: Option<D>,
 }
+
+/// A fence across nodes (PMIS-14).
+pub(super) type Fence = Gather<FenceDone>;
+
+/// A connect across nodes (PMIS-16).
+pub(super) type Connect = Gather<OpDone>;
 
 /// An upcall waiting for the daemon's reply.
 pub(super) enum Pending {
     /// One local participant's part of fence `id`.
     Fence(u64),
+    /// One local participant's data, published for connect `id` (PMIS-16).
+    Connect(u64),
+    /// A direct modex: the looked-up data of a process on another node.
+    DirectModex(ModexDone),
     /// Publish or unpublish.
     Op(OpDone),
     /// A lookup of this key.
@@ -109,15 +123,6 @@ impl Engine {
             },
             // The kernel's spawn (all children get slots or none start); the children
             // learn their parent from the environment it carries (PARENT_ENV).
-            // A spawn's children on another node than their parents would need the
-            // parents' data by direct modex across nodes, which is not served: refused
-            // at once (an MPI error), instead of children that hang in their connect.
-            Request::Spawn { done, .. } if self.pmix.as_ref().is_some_and(|h| h.nodes() > 1) => {
-                tracing::warn!(
-                    "MPI_Comm_spawn of an Open MPI program in a job on several hosts is not served: refused"
-                );
-                done.complete(Err(Status::NotSupported));
-            }
             Request::Spawn { from, apps, done } => {
                 let commands = apps
                     .iter()
@@ -136,18 +141,18 @@ impl Engine {
                 let request = ClientRequest::Spawn { commands, env };
                 self.pmix_ask(&from, request, Pending::Spawn(done));
             }
-            // A one-host job (PMIx is served on one host only): libpmix calls up once
-            // every participant, all of them local, is in (a spawn's connect spans the
-            // parents' and the children's namespaces), so nobody else is to wait for.
-            Request::Connect { done, .. } | Request::Disconnect { done, .. } => {
-                done.complete(Ok(()));
-            }
+            // libpmix calls up once this node's participants are in (a spawn's connect
+            // spans the parents' and the children's namespaces). On one host every
+            // participant is local: nobody else is to wait for. Across hosts each node
+            // first publishes its participants' data for the others' direct modex.
+            Request::Connect { procs, done } => self.pmix_connect(&procs, done),
+            Request::Disconnect { done, .. } => done.complete(Ok(())),
             // libpmix completes a fence of local processes itself: one reaching the host
             // spans nodes.
             Request::Fence {
                 procs, data, done, ..
             } => self.pmix_fence(&procs, &data, done),
-            Request::DirectModex { done, .. } => done.complete(Err(Status::NotFound)),
+            Request::DirectModex { proc_, done } => self.pmix_direct_modex(proc_, done),
             Request::Query { queries, done, .. } => {
                 let answers = self.pmix_query(&queries);
                 done.complete(Ok(answers));
@@ -194,24 +199,29 @@ impl Engine {
         out
     }
 
-    /// PMIS-14: a fence of the job's whole namespace across nodes is one modex over the
-    /// job's world, each local rank carrying its part of this node's blob. Anything
-    /// else (another namespace, a subset of ranks) is refused at once.
+    /// PMIS-14: a fence of a whole namespace across nodes is one modex over its pset
+    /// (the job's world, or a spawn's application), each local process of it carrying
+    /// its part of this node's blob. A fence of a subset of ranks is refused at once.
     fn pmix_fence(&mut self, procs: &[dynres_pmix::Proc], data: &[u8], done: FenceDone) {
         let Some(host) = self.pmix.clone() else {
             done.complete(Err(Status::Error));
             return;
         };
-        let whole = procs.len() == 1 && procs[0] == (host.namespace.clone(), RANK_WILDCARD);
-        if !whole {
-            tracing::warn!(
-                ?procs,
-                "a PMIx fence of part of the job, or of a spawn's processes across nodes, is not served"
-            );
+        // The whole of one namespace: the job's (its world) or a spawn's (its
+        // application's pset, as the children's PMI barrier is, PMIS-10).
+        let pset = match procs {
+            [(ns, RANK_WILDCARD)] if *ns == host.namespace => Some(PsetName::world()),
+            [(ns, RANK_WILDCARD)] => host
+                .spawn_app(ns)
+                .and_then(|app| PsetName::app_root(app).ok()),
+            _ => None,
+        };
+        let Some(pset) = pset else {
+            tracing::warn!(?procs, "a PMIx fence of part of a namespace is not served");
             done.complete(Err(Status::NotSupported));
             return;
-        }
-        let local = host.local_ranks();
+        };
+        let local = host.local_procs(procs);
         let parts = match fence::split(host.this_node(), data, local.len()) {
             Ok(parts) => parts,
             Err(e) => {
@@ -228,13 +238,12 @@ impl Engine {
                 done: Some(done),
             },
         );
-        for (rank, data) in local.into_iter().zip(parts) {
+        for (from, data) in local.into_iter().zip(parts) {
             let request = ClientRequest::Modex {
-                pset: PsetName::world(),
+                pset: pset.clone(),
                 data,
                 timeout: FENCE_WAIT,
             };
-            let from = (host.namespace.clone(), rank);
             self.pmix_ask(&from, request, Pending::Fence(id));
         }
     }
@@ -263,6 +272,129 @@ impl Engine {
         if f.left == 0 {
             self.pmix_fences.remove(&id);
         }
+    }
+
+    /// PMIS-16: a connect in a job on several hosts publishes the committed data of
+    /// this node's participants in the data server (`pmix-dm:NS:RANK`, hex), where
+    /// the other nodes' direct modex finds it, and is answered once all are published.
+    fn pmix_connect(&mut self, procs: &[dynres_pmix::Proc], done: OpDone) {
+        let Some(host) = self.pmix.clone() else {
+            done.complete(Err(Status::Error));
+            return;
+        };
+        let local = host.local_procs(procs);
+        if host.nodes() == 1 || local.is_empty() {
+            done.complete(Ok(()));
+            return;
+        }
+        // A spawn's namespace whose processes all run elsewhere: libpmix takes their
+        // data only for a namespace it knows. Its size is its application's pset.
+        for (ns, _) in procs {
+            let Some(app) = host.spawn_app(ns) else {
+                continue;
+            };
+            let size = PsetName::app_root(app)
+                .ok()
+                .and_then(|root| self.daemon.pset(&root).map(|(m, _)| m.len()));
+            let registered = match size.map(u32::try_from) {
+                Some(Ok(size)) => host.know_remote_spawn(ns, size),
+                _ => Err(format!("no pset of the spawn {app} on this node")),
+            };
+            if let Err(why) = registered {
+                tracing::error!("PMIx connect: {why}");
+                done.complete(Err(Status::Error));
+                return;
+            }
+        }
+        let id = self.pmix_asked;
+        self.pmix_asked += 1;
+        self.pmix_connects.insert(
+            id,
+            Connect {
+                left: local.len(),
+                done: Some(done),
+            },
+        );
+        for p in local {
+            if let Err(why) = host.request_blob(id, p) {
+                tracing::error!("{why}");
+                self.pmix_connect_part(id, Err(Status::Error));
+            }
+        }
+    }
+
+    /// libpmix answered a `dmodex_request` made for connect `connect`: the data goes to
+    /// the data server as the process' own publication.
+    pub(super) fn on_pmix_blob(
+        &mut self,
+        connect: u64,
+        proc_: dynres_pmix::Proc,
+        blob: Result<Vec<u8>, Status>,
+    ) {
+        tracing::debug!(
+            connect,
+            ?proc_,
+            ok = blob.is_ok(),
+            "PMIx data for a connect"
+        );
+        let value = match blob {
+            Ok(b) if 2 * b.len() <= MAX_VALUE_LEN => hex(&b),
+            Ok(b) => {
+                tracing::error!(
+                    bytes = b.len(),
+                    "PMIx data of {} rank {} exceeds a published value",
+                    proc_.0,
+                    proc_.1
+                );
+                self.pmix_connect_part(connect, Err(Status::Error));
+                return;
+            }
+            Err(status) => {
+                tracing::error!(
+                    ?status,
+                    "libpmix gave no data for {} rank {}",
+                    proc_.0,
+                    proc_.1
+                );
+                self.pmix_connect_part(connect, Err(status));
+                return;
+            }
+        };
+        let key = dmodex_key(&proc_);
+        let request = ClientRequest::Publish { key, value };
+        self.pmix_ask(&proc_, request, Pending::Connect(connect));
+    }
+
+    /// One participant's data is published (or not) for connect `id`: the last one
+    /// answers it; the first failure fails it.
+    fn pmix_connect_part(&mut self, id: u64, r: Result<(), Status>) {
+        let Some(c) = self.pmix_connects.get_mut(&id) else {
+            return;
+        };
+        c.left = c.left.saturating_sub(1);
+        if r.is_err() || c.left == 0 {
+            if let Some(done) = c.done.take() {
+                done.complete(r);
+            }
+        }
+        if c.left == 0 {
+            self.pmix_connects.remove(&id);
+        }
+    }
+
+    /// PMIS-16: the data of a process on another node is what its node published at
+    /// the connect: a waiting lookup, on behalf of any process of this node.
+    fn pmix_direct_modex(&mut self, proc_: dynres_pmix::Proc, done: ModexDone) {
+        let Some(me) = self.pmix.as_ref().and_then(|h| h.any_local_proc()) else {
+            done.complete(Err(Status::NotFound));
+            return;
+        };
+        tracing::debug!(?proc_, ?me, "PMIx direct modex through the data server");
+        let request = ClientRequest::Lookup {
+            key: dmodex_key(&proc_),
+            wait: Some(LOOKUP_WAIT),
+        };
+        self.pmix_ask(&me, request, Pending::DirectModex(done));
     }
 
     /// The job's rank of a PMIx process (a spawn's children have ranks of their own).
@@ -295,6 +427,22 @@ impl Engine {
         };
         match (pending, reply) {
             (Pending::Fence(id), ClientReply::Modex(r)) => self.pmix_fence_part(id, r),
+            // Published once: a later connect of the same process finds its data there.
+            (Pending::Connect(id), ClientReply::Published(r)) => {
+                tracing::debug!(id, ?r, "PMIx data published");
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "PMIx data published before");
+                }
+                self.pmix_connect_part(id, Ok(()));
+            }
+            (Pending::DirectModex(done), ClientReply::Lookup(r)) => {
+                tracing::debug!(found = ?r.as_ref().map(String::len), "PMIx direct modex answered");
+                done.complete(
+                    r.ok()
+                        .and_then(|v| dynres_core::trace::unhex(&v))
+                        .ok_or(Status::NotFound),
+                );
+            }
             (Pending::Op(done), ClientReply::Published(r) | ClientReply::Unpublished(r)) => {
                 done.complete(r.map_err(|e| {
                     tracing::debug!(error = %e, "PMIx publish/unpublish refused");
@@ -319,6 +467,11 @@ impl Engine {
         }
         None
     }
+}
+
+/// The data server's key for a PMIx process's committed data (PMIS-16).
+fn dmodex_key(proc_: &dynres_pmix::Proc) -> String {
+    format!("pmix-dm:{}:{}", proc_.0, proc_.1)
 }
 
 /// Marks a published value as a PMIx one of a type other than a string.
