@@ -4,9 +4,9 @@
 //!
 //! The protocol's seven machines ([`crate::rc::Master`], [`crate::rc::Daemon`],
 //! [`crate::rc::Client`], [`crate::spawn::Handshake`], [`crate::spawn::SpawnParent`],
-//! [`crate::spawn::Join`], [`crate::spawn::Member`]) and the runtime's three decision
+//! [`crate::spawn::Join`], [`crate::spawn::Member`]) and the runtime's four decision
 //! machines ([`crate::rc::liveness::Liveness`], [`crate::rc::liveness::MasterWatch`],
-//! [`crate::rc::giveback::GiveBack`]) implement it, so drivers (the C ABI, the model
+//! [`crate::rc::giveback::GiveBack`], [`crate::rc::tools::ToolDesk`]) implement it, so drivers (the C ABI, the model
 //! checker's adapters, the trace recorder and replay) are written once against the
 //! trait instead of once per machine. Each machine keeps its inherent
 //! methods too, so callers that know the concrete type need not import the trait.

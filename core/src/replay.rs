@@ -1,6 +1,6 @@
 //! Replaying a recorded trace (`spec/verification.md` §6) against fresh kernel machines:
-//! every machine (the protocol's and the runtime's liveness, master watch and give-back)
-//! is rebuilt from its `start` line (a daemon from its node number), every
+//! every machine (the protocol's and the runtime's liveness, master watch, give-back and
+//! tool desk) is rebuilt from its `start` line (a daemon from its node number), every
 //! recorded input is fed again, and each transition must reproduce the recorded output
 //! and state fingerprints. Lives in the kernel (no_std + alloc) so the verification
 //! gate and the end-to-end tests call the same code without either build enabling the
@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use crate::machine::Machine;
 use crate::rc::giveback::GiveBack;
 use crate::rc::liveness::{Liveness, MasterWatch};
+use crate::rc::tools::{ToolDesk, ToolError, ToolOutput};
 use crate::rc::trace::{
     self as rt, decode_daemon_input, decode_master_config, decode_master_input,
 };
@@ -25,7 +26,7 @@ use crate::rc::{Daemon, DaemonOutput, Master, MasterOutput, NodeId};
 use crate::spawn::trace::{self as st, HandshakeInput};
 use crate::spawn::{Handshake, Join, Member, SpawnError, SpawnParent};
 use crate::time::Instant;
-use crate::trace::{fingerprint, unhex};
+use crate::trace::{RecordedOutputs, fingerprint, unhex};
 
 /// Why a replay failed: the first line that did not replay identically.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +89,18 @@ where
 {
     let r = m.handle(now, input);
     fingerprint(&(m.take_outputs(), &r))
+}
+
+/// The outputs fingerprint of a tool desk's transition as its recorder took it: each
+/// answer by [`crate::trace::Recorded::hash_output`] (errors in their recorded form),
+/// with the result of a transition (`ResultRecord::Hashed`) but not of a construction.
+fn desk_outputs(outs: &[ToolOutput], result: Option<&Result<(), ToolError>>) -> u64 {
+    let outs: Vec<&ToolOutput> = outs.iter().collect();
+    let outs = RecordedOutputs::<ToolDesk>(&outs);
+    match result {
+        Some(r) => fingerprint(&(outs, r)),
+        None => fingerprint(&outs),
+    }
 }
 
 impl SpawnMachine {
@@ -171,6 +184,7 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
     let mut liveness: Option<Liveness> = None;
     let mut watches: BTreeMap<u32, MasterWatch> = BTreeMap::new();
     let mut givebacks: BTreeMap<String, GiveBack> = BTreeMap::new();
+    let mut desk: Option<ToolDesk> = None;
     let mut done = Replayed::default();
     for (n, raw) in text.lines().enumerate() {
         let line = n + 1;
@@ -293,6 +307,27 @@ pub fn replay(text: &str) -> Result<Replayed, Divergence> {
                 m.handle(Instant(num(now)?), input);
                 let got = (fingerprint(&m.take_outputs()), m.fingerprint());
                 (got, (num(out)?, num(st)?), true, format!("giveback {id}"))
+            }
+            ["tool-desk", "start", args, out, st] => {
+                rt::decode_tool_desk_start(&bytes(args)?)
+                    .map_err(|e| bad(format!("tool-desk start: {e}")))?;
+                // A repeated start is a new desk (a new run's).
+                let m = desk.insert(ToolDesk::new());
+                let outs = m.take_outputs();
+                let got = (desk_outputs(&outs, None), m.fingerprint());
+                (got, (num(out)?, num(st)?), false, "tool-desk".to_string())
+            }
+            ["tool-desk", now, input, out, st] => {
+                let m = desk
+                    .as_mut()
+                    .ok_or_else(|| bad("tool-desk transition before its start".into()))?;
+                let input = rt::decode_tool_input(&bytes(input)?)
+                    .map_err(|e| bad(format!("tool-desk input: {e}")))?;
+                let r = m.handle(Instant(num(now)?), input);
+                let outs = m.take_outputs();
+                // Refusals were recorded with the outputs (`ResultRecord::Hashed`).
+                let got = (desk_outputs(&outs, Some(&r)), m.fingerprint());
+                (got, (num(out)?, num(st)?), true, "tool-desk".to_string())
             }
             [role, id, "start", args, out, st] if role.starts_with("spawn-") => {
                 let (mut m, outs) = SpawnMachine::start(role, &bytes(args)?)

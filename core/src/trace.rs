@@ -17,10 +17,10 @@
 //! <role> [<node>] [<id>] <now> <input> <outputs> <state>
 //! ```
 //!
-//! `role` is `master` or `liveness` (nothing follows), `daemon` or `master-watch`
-//! (followed by its node number), or `spawn-handshake`, `spawn-parent`, `spawn-join`,
-//! `spawn-member`, `giveback` (followed by the machine id); construction and input are
-//! lower-case hex of their wire encodings, the rest decimal.
+//! `role` is `master`, `liveness` or `tool-desk` (nothing follows), `daemon` or
+//! `master-watch` (followed by its node number), or `spawn-handshake`, `spawn-parent`,
+//! `spawn-join`, `spawn-member`, `giveback` (followed by the machine id); construction
+//! and input are lower-case hex of their wire encodings, the rest decimal.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
@@ -161,7 +161,8 @@ pub fn enabled() -> bool {
 /// The words between a line's role and its time: which machine of the role it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TraceKey {
-    /// Nothing: one machine of the role per process (the master, its liveness).
+    /// Nothing: one machine of the role per process (the master, its liveness, its tool
+    /// desk).
     None,
     /// A daemon's (or its master watch's) node number.
     Node(u32),
@@ -200,6 +201,34 @@ pub trait Recorded: Machine + Hash {
     }
     /// The recorded form of an input (replay decodes it).
     fn encode_input(input: &Self::Input) -> Vec<u8>;
+    /// Hashes one output into its transition's outputs fingerprint: by its own `Hash`,
+    /// unless it holds data the recorded inputs carry only in part, so that replay,
+    /// fed those inputs, still reproduces the fingerprint (the tool desk's refusals,
+    /// whose errors a trace carries in their wire form).
+    fn hash_output<H: Hasher>(output: &Self::Output, h: &mut H)
+    where
+        Self::Output: Hash,
+    {
+        output.hash(h);
+    }
+}
+
+/// The outputs of one transition as its line fingerprints them: hashed as a slice is
+/// (its length, then each element), each element by [`Recorded::hash_output`], so a
+/// machine that keeps the default records exactly the fingerprint of its outputs.
+pub struct RecordedOutputs<'a, M: Recorded>(pub &'a [&'a M::Output]);
+
+impl<M: Recorded> Hash for RecordedOutputs<'_, M>
+where
+    M::Output: Hash,
+{
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // What `<[T] as Hash>::hash` writes before the elements.
+        h.write_usize(self.0.len());
+        for o in self.0 {
+            M::hash_output(o, h);
+        }
+    }
 }
 
 /// [`Machine::handle`] with its transition event: encodes `input` if events are
@@ -236,6 +265,7 @@ where
     let r = step(m);
     if let Some(input) = recorded {
         let outputs: Vec<&M::Output> = m.queue().iter().skip(first_output).collect();
+        let outputs = RecordedOutputs::<M>(&outputs);
         let outputs = match M::RESULT {
             ResultRecord::Hashed => Some(fingerprint(&(outputs, &r))),
             ResultRecord::Omitted => Some(fingerprint(&outputs)),
@@ -263,7 +293,7 @@ where
         *tag = InstanceTag::draw();
     }
     let outputs: Vec<&M::Output> = m.queue().iter().collect();
-    let outputs = fingerprint(&outputs);
+    let outputs = fingerprint(&RecordedOutputs::<M>(&outputs));
     let state = m.fingerprint();
     emit(&m.key(), M::ROLE, Word::Start, &hex(&start), outputs, state);
 }

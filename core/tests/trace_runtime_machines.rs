@@ -1,5 +1,5 @@
 //! Trace conformance of the runtime's decision machines (`spec/verification.md` §6): the
-//! master's `Liveness`, a daemon's `MasterWatch` and the engine's `GiveBack` record one
+//! master's `Liveness` and `ToolDesk`, a daemon's `MasterWatch` and the engine's `GiveBack` record one
 //! line per transition through the kernel's recorder; a scripted run of each replays
 //! identically against fresh machines (`dynres_core::replay`), and a line whose input or
 //! fingerprint was changed is refused at that line.
@@ -9,13 +9,18 @@
 //! callsites can miss events (see `mutants_kill_trace.rs`).
 
 use dynres_core::Machine;
+use dynres_core::pset::PsetName;
 use dynres_core::rc::giveback::{GiveBack, GiveBackInput, GiveBackOutput};
 use dynres_core::rc::liveness::{
     Liveness, LivenessConfig, LivenessError, LivenessInput, LivenessOutput, MasterWatch,
     WatchInput, WatchOutput,
 };
+use dynres_core::rc::tools::{ToolAnswer, ToolDesk, ToolError, ToolInput};
+use dynres_core::rc::{AbortReason, BadRequest, RcError, RcStatus};
 use dynres_core::replay::replay;
+use dynres_core::slots::SlotError;
 use dynres_core::time::{Duration, Instant};
+use dynres_core::trace::{RecordedOutputs, fingerprint};
 
 /// A `tracing` subscriber that keeps every transition event as its trace line.
 #[derive(Clone, Default)]
@@ -229,6 +234,126 @@ fn giveback_runs_replay_and_a_changed_line_is_refused() {
     assert_conformant(&lines, 1, "0100000009", 4);
 }
 
+fn delta(n: u64) -> PsetName {
+    PsetName::parse(&format!("mpi://rte/app/rc/{n}")).expect("a delta name")
+}
+
+/// The master's tool desk over a run that feeds every input kind (TOOL-1..3): a waiting
+/// tool answered at its change's final status with the abort's reason, `nowait` tools
+/// announced and queued, a ticket asked twice (refused), and refusals whose errors
+/// cross the wire as data (not granted) and as text (slots, a bad request) — the
+/// latter recorded in their wire form, so replay gives the same answers.
+#[test]
+fn a_tool_desk_run_replays_and_a_changed_line_is_refused() {
+    let _one = serial();
+    let mut outs = Vec::new();
+    let lines = recorded(|| {
+        let mut m = ToolDesk::new();
+        let mut feed = |m: &mut ToolDesk, i: ToolInput| {
+            let r = m.handle(Instant::ZERO, i);
+            outs.extend(m.take_outputs());
+            r
+        };
+        let asked = |ticket, wait| ToolInput::Asked { ticket, wait };
+        feed(&mut m, asked(1, true)).expect("a fresh ticket");
+        feed(&mut m, ToolInput::Handled { ticket: 1 }).unwrap();
+        let started = |ticket, n| ToolInput::Started {
+            ticket,
+            delta: delta(n),
+        };
+        feed(&mut m, started(1, 1)).unwrap();
+        feed(&mut m, asked(2, false)).unwrap();
+        feed(&mut m, ToolInput::Handled { ticket: 2 }).unwrap();
+        feed(&mut m, asked(3, false)).unwrap();
+        feed(&mut m, started(3, 3)).unwrap();
+        feed(&mut m, ToolInput::Handled { ticket: 3 }).unwrap();
+        assert_eq!(
+            feed(&mut m, asked(1, false)),
+            Err(ToolError::TicketTaken(1))
+        );
+        feed(&mut m, asked(4, true)).unwrap();
+        let slots = RcError::Slots(SlotError::TooFewProcesses {
+            wanted: 9,
+            running: 2,
+        });
+        let refused = |ticket, error| ToolInput::Refused { ticket, error };
+        feed(&mut m, refused(4, slots)).unwrap();
+        feed(&mut m, asked(5, true)).unwrap();
+        feed(&mut m, refused(5, RcError::NotGranted { slots: 2 })).unwrap();
+        let status = |n, status| ToolInput::Status {
+            delta: delta(n),
+            status,
+        };
+        feed(&mut m, status(1, RcStatus::Pending)).unwrap();
+        let reason = AbortReason::NotDecidedInTime;
+        feed(
+            &mut m,
+            ToolInput::Aborted {
+                delta: delta(1),
+                reason,
+            },
+        )
+        .unwrap();
+        feed(&mut m, status(1, RcStatus::Aborted)).unwrap();
+        let bad = RcError::BadRequest(BadRequest::RemovesWholeApplication);
+        feed(&mut m, refused(2, bad)).unwrap();
+        feed(&mut m, status(3, RcStatus::Finalized)).unwrap();
+        assert_eq!(m.open(), 0);
+    });
+    let answer_of = |t: u64| {
+        outs.iter()
+            .find(|o| o.ticket == t)
+            .map(|o| o.answer.clone())
+    };
+    assert_eq!(answer_of(2), Some(ToolAnswer::Queued), "{outs:?}");
+    assert_eq!(answer_of(3), Some(ToolAnswer::Announced(delta(3))));
+    assert!(matches!(
+        answer_of(4),
+        Some(ToolAnswer::Refused(RcError::Slots(_)))
+    ));
+    assert!(matches!(answer_of(5), Some(ToolAnswer::NotGranted(_))));
+    assert_eq!(
+        answer_of(1),
+        Some(ToolAnswer::Aborted {
+            delta: delta(1),
+            reason: Some(AbortReason::NotDecidedInTime)
+        })
+    );
+    assert_eq!(outs.len(), 5, "one answer per ticket: {outs:?}");
+    assert!(lines[0].starts_with("tool-desk start 00 "), "{lines:?}");
+    let done = replay(&lines.join("\n")).expect("conformant");
+    assert_eq!(done.transitions_of("tool-desk"), 18, "{lines:?}");
+    // Line 1 asks ticket 1 (waiting); ticket 9 instead is another state. Line 9 is the
+    // ticket asked twice: its refusal is in the outputs fingerprint.
+    assert_conformant(&lines, 1, "01000000000000000901", 9);
+}
+
+/// A machine that keeps the default `hash_output` records exactly the fingerprint of its
+/// outputs, so the traces of the other roles are unchanged by the desk's hook.
+#[test]
+fn recorded_outputs_hash_as_the_outputs_by_default() {
+    let outs = vec![
+        LivenessOutput::Heartbeat { node: 1 },
+        LivenessOutput::Heartbeat { node: 7 },
+    ];
+    let refs: Vec<&LivenessOutput> = outs.iter().collect();
+    let recorded = RecordedOutputs::<Liveness>(&refs);
+    assert_eq!(fingerprint(&recorded), fingerprint(&outs));
+    let r: Result<(), LivenessError> = Err(LivenessError::NotAwaited(3));
+    assert_eq!(fingerprint(&(recorded, &r)), fingerprint(&(&outs, &r)));
+}
+
+/// A tool desk line whose input is `Started` of ticket `ticket` with pset name `name`
+/// written as given (length-prefixed, as on the wire).
+fn tool_line(ticket: u64, name: &str) -> String {
+    let mut hex = format!("03{ticket:016x}");
+    hex.push_str(&format!("{:08x}", name.len()));
+    for b in name.bytes() {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    format!("tool-desk 1 {hex} 1 2")
+}
+
 /// Recorded bytes that do not decode to an input, or lines for a machine never started,
 /// are typed divergences at their line, never a panic.
 #[test]
@@ -239,8 +364,9 @@ fn undecodable_lines_of_the_new_roles_are_divergences() {
         let _ = Liveness::new(cfg);
         let _ = MasterWatch::new(3, cfg, at(0));
         let _ = GiveBack::default();
+        let _ = ToolDesk::default();
     });
-    let [liveness, watch, giveback] = [0, 1, 2].map(|i| starts[i].as_str());
+    let [liveness, watch, giveback, desk] = [0, 1, 2, 3].map(|i| starts[i].as_str());
     let id = giveback.split(' ').nth(1).expect("an id");
     let gb = |rest: &str| format!("giveback {id} {rest}");
     for (start, bad) in [
@@ -258,9 +384,26 @@ fn undecodable_lines_of_the_new_roles_are_divergences() {
         ("", "liveness 1 0a 1 2"),
         ("", "liveness start 00 1 2"),
         ("", "master-watch 99999999999 start 00 1 2"),
+        // tool-desk: an unknown tag, a wait flag of 2, trailing bytes, a pset name in
+        // another case than its own, an error not in its recorded form (slots, code 2,
+        // as text rather than as a refusal), an unknown abort reason, a start with
+        // settings, a transition before the start.
+        (desk, "tool-desk 1 07 1 2"),
+        (desk, "tool-desk 1 01000000000000000102 1 2"),
+        (desk, "tool-desk 1 020000000000000001ff 1 2"),
+        (desk, tool_line(3, "MPI://rte/app/rc/1").as_str()),
+        (desk, "tool-desk 1 04000000000000000100020000000161 1 2"),
+        (
+            desk,
+            "tool-desk 1 05000000126d70693a2f2f7274652f6170702f72632f3109 1 2",
+        ),
+        ("", "tool-desk start 01 1 2"),
+        ("", "tool-desk 1 020000000000000001 1 2"),
     ] {
         let text = format!("{start}\n{bad}");
         let err = replay(&text).expect_err(bad);
         assert_eq!(err.line, 2, "{bad}: {err}");
+        // Refused as unreadable, not as a fingerprint that differs.
+        assert!(!err.what.contains("differ"), "{bad}: {err}");
     }
 }

@@ -5,12 +5,14 @@
 //! recording does not. A second run spans two loopback hosts inside a stand-in Slurm
 //! allocation, so that the runtime's decision machines are recorded too: the master's
 //! failure detector (`liveness`), the node daemon's watch of its master
-//! (`master-watch`) and the hold on emptied nodes (`giveback`).
+//! (`master-watch`) and the hold on emptied nodes (`giveback`). A third run takes tool
+//! requests (`dynres grow/shrink`), so that the master's answers to them (`tool-desk`)
+//! are recorded and replayed too.
 
 use std::path::PathBuf;
 
 use dynres_core::replay::{Replayed, replay};
-use dynres_tests::job::Runtime;
+use dynres_tests::job::{Running, Runtime};
 
 /// The trace files of one run: `trace` (the master process) and `trace.<pid>` (others).
 fn trace_files(dir: &std::path::Path) -> Vec<PathBuf> {
@@ -82,6 +84,8 @@ fn a_launcher_run_with_a_grow_and_a_shrink_replays_identically() {
     assert_eq!(all.total_lines(), recorded, "every recorded line replayed");
     assert!(all.transitions_of("master") > 0, "{all:?}");
     assert!(all.transitions_of("daemon") > 0, "{all:?}");
+    // The master tells its tool desk every change's status, whoever asked for it.
+    assert!(all.transitions_of("tool-desk") >= 1, "{all:?}");
     eprintln!(
         "replayed {recorded} lines from {} file(s): {:?}",
         files.len(),
@@ -250,4 +254,90 @@ fn a_run_over_two_hosts_records_liveness_watch_and_giveback() {
         assert_eq!(err.line, k + 1, "{role}: {err}");
         assert!(err.what.contains("state differs"), "{role}: {err}");
     }
+}
+
+/// Trace conformance of the master's tool desk (TOOL-1..3) in a real run: a job of 2
+/// `sleep`s (which never accept a change) is asked by tools to shrink by 2 (refused at
+/// once: it would remove the whole application, an error that a trace carries as its
+/// code and text), to grow by 1 without waiting (announced) and to grow by 1 waiting
+/// (queued behind that change, then started and aborted when neither is decided in
+/// time). Every file replays identically, with `tool-desk` transitions, and a changed
+/// state fingerprint of one is refused at its line.
+#[test]
+fn tool_requests_to_a_running_job_record_and_replay_the_tool_desk() {
+    let rt = Runtime::new("trace-tools");
+    let scratch = rt.scratch();
+    let trace = scratch.join("trace");
+    let job = "tracetools";
+    let mut cmd = rt.command(&[
+        "run",
+        "-n",
+        "2",
+        "--slots",
+        "4",
+        "--change-timeout-ms",
+        "1500",
+        "--job-id",
+        job,
+        "--",
+        "sleep",
+        "60",
+    ]);
+    cmd.env("DYNRES_TRACE_FILE", &trace);
+    let run = Running::start(cmd);
+    rt.wait_for_job(job);
+    rt.wait_status(job, "two running processes", |s| {
+        s.lines().filter(|l| l.ends_with("running")).count() == 2
+    });
+    let shrink = rt.run(&["shrink", job, "-2"]);
+    assert_ne!(shrink.code, Some(0), "refused\n{}", shrink.dump());
+    let nowait = rt.run(&["grow", job, "+1", "--no-wait"]);
+    assert_eq!(nowait.code, Some(0), "{}", nowait.dump());
+    let waited = rt.run(&["grow", job, "+1"]);
+    assert_eq!(waited.code, Some(1), "{}", waited.dump());
+    assert!(
+        waited.stderr.contains("ABORTED"),
+        "the waiting tool heard its abort\n{}",
+        waited.dump()
+    );
+    let k = rt.run(&["kill", job]);
+    assert_eq!(k.code, Some(0), "{}", k.dump());
+    let f = run.finish(rt.dir.clone(), std::time::Duration::from_secs(30));
+    assert_eq!(f.code, Some(130), "interrupted by the kill\n{}", f.dump());
+
+    let files = trace_files(&scratch);
+    let mut all = Replayed::default();
+    let mut recorded = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read trace");
+        recorded += text.lines().count();
+        let r =
+            replay(&text).unwrap_or_else(|d| panic!("{} is not conformant: {d}", file.display()));
+        all.add(&r);
+    }
+    assert_eq!(all.total_lines(), recorded, "every recorded line replayed");
+    // Three tools: at least asked and handled each, two changes started, statuses.
+    assert!(all.transitions_of("tool-desk") >= 6, "{all:?}");
+    assert!(all.transitions_of("master") > 0, "{all:?}");
+    eprintln!(
+        "replayed {recorded} lines from {} file(s): lines {:?}, transitions {:?}",
+        files.len(),
+        all.lines,
+        all.transitions
+    );
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let k = lines
+        .iter()
+        .position(|l| l.starts_with("tool-desk ") && !l.contains(" start "))
+        .expect("a tool-desk transition in the master's file");
+    let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
+    let last = words.len() - 1;
+    words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
+    tampered[k] = words.join(" ");
+    let err = replay(&tampered.join("\n")).unwrap_err();
+    assert_eq!(err.line, k + 1, "{err}");
+    assert!(err.what.contains("state differs"), "{err}");
 }

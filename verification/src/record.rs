@@ -1,7 +1,8 @@
 //! Recording traces of the in-memory harnesses (`core/tests/common` for resource
 //! changes, `core/tests/spawn_sim` for spawn / connect / join, and the gate's liveness
-//! and give-back models for the runtime's decision machines): their flows run under a
-//! [`Recorder`], giving a trace of real kernel transitions for `replay` to check.
+//! and give-back models and a scripted tool desk run for the runtime's decision
+//! machines): their flows run under a [`Recorder`], giving a trace of real kernel
+//! transitions for `replay` to check.
 
 #[path = "../../core/tests/common/mod.rs"]
 #[allow(clippy::all, missing_docs)]
@@ -52,7 +53,8 @@ where
 /// ways, node 1 is given back and its link ends, then node 0 is no longer heard: the
 /// master loses it and its daemon gives up on the master) records `liveness` and
 /// `master-watch` transitions; the give-back model (two nodes held past the bound, then
-/// one that goes at once) records `giveback` transitions.
+/// one that goes at once) records `giveback` transitions; and one scripted run of the
+/// tool desk ([`record_tool_desk`]) records `tool-desk` transitions.
 pub fn record_runtime() -> Vec<String> {
     use crate::giveback_model::{self as gb, GbAction};
     use crate::liveness_model::{self as lm, LiveAction};
@@ -103,8 +105,97 @@ pub fn record_runtime() -> Vec<String> {
             );
             assert!(s.hold.held().is_empty(), "every node went back: {s:?}");
         }
+        record_tool_desk();
     });
     recorder.lines()
+}
+
+/// One run of the master's tool desk (TOOL-1..3), fed what a master says about four
+/// tools' tickets as the runtime relays it: a waiting tool whose change is aborted (it
+/// hears why), a `nowait` tool queued behind it (its later refusal is not a second
+/// answer), a ticket asked twice (refused), a waiting tool refused with an error that a
+/// trace carries as its code and text (slots), and a `nowait` tool announced whose
+/// change finalizes.
+fn record_tool_desk() {
+    use dynres_core::pset::PsetName;
+    use dynres_core::rc::tools::{ToolAnswer, ToolDesk, ToolInput};
+    use dynres_core::rc::{AbortReason, RcError, RcStatus};
+    use dynres_core::slots::SlotError;
+    let delta = |n: u64| PsetName::delta("app", n).expect("a delta name");
+    let mut desk = ToolDesk::new();
+    let slots = RcError::Slots(SlotError::Exhausted { wanted: 4, free: 1 });
+    let inputs = [
+        ToolInput::Asked {
+            ticket: 1,
+            wait: true,
+        },
+        ToolInput::Started {
+            ticket: 1,
+            delta: delta(1),
+        },
+        ToolInput::Handled { ticket: 1 },
+        ToolInput::Asked {
+            ticket: 2,
+            wait: false,
+        },
+        ToolInput::Handled { ticket: 2 },
+        ToolInput::Asked {
+            ticket: 1,
+            wait: false,
+        },
+        ToolInput::Asked {
+            ticket: 4,
+            wait: true,
+        },
+        ToolInput::Refused {
+            ticket: 4,
+            error: slots.clone(),
+        },
+        ToolInput::Handled { ticket: 4 },
+        ToolInput::Status {
+            delta: delta(1),
+            status: RcStatus::Pending,
+        },
+        ToolInput::Aborted {
+            delta: delta(1),
+            reason: AbortReason::MemberLost,
+        },
+        ToolInput::Status {
+            delta: delta(1),
+            status: RcStatus::Aborted,
+        },
+        ToolInput::Refused {
+            ticket: 2,
+            error: slots,
+        },
+        ToolInput::Asked {
+            ticket: 3,
+            wait: false,
+        },
+        ToolInput::Started {
+            ticket: 3,
+            delta: delta(2),
+        },
+        ToolInput::Handled { ticket: 3 },
+        ToolInput::Status {
+            delta: delta(2),
+            status: RcStatus::Finalized,
+        },
+    ];
+    let mut answers = Vec::new();
+    let mut refused = 0;
+    for input in inputs {
+        refused += usize::from(desk.handle(dynres_core::Instant::ZERO, input).is_err());
+        answers.extend(std::iter::from_fn(|| desk.poll_output()));
+    }
+    assert_eq!(refused, 1, "the ticket asked twice");
+    assert_eq!(desk.open(), 0, "every tool answered: {answers:?}");
+    assert!(
+        answers
+            .iter()
+            .any(|a| matches!(a.answer, ToolAnswer::Refused(RcError::Slots(_)))),
+        "{answers:?}"
+    );
 }
 
 /// Spawn flows on the seeded in-memory world, over a lossy datagram channel (drops,

@@ -35,19 +35,20 @@ fn recorded_flows_replay_identically() {
         "liveness",
         "master-watch",
         "giveback",
+        "tool-desk",
     ] {
         assert!(r.transitions_of(role) > 0, "no {role} transition: {r:?}");
     }
 }
 
-/// The runtime's decision machines, recorded along one run of each gate model: a
-/// changed state or outputs fingerprint of any of their transitions is refused at that
-/// line, naming the machine.
+/// The runtime's decision machines, recorded along one run of each gate model (and one
+/// scripted run of the tool desk): a changed state or outputs fingerprint of any of
+/// their transitions is refused at that line, naming the machine.
 #[test]
 fn a_tampered_runtime_machine_trace_is_rejected_where_it_differs() {
     let lines = dynres_verification::record::record_runtime();
     assert!(replay(&lines.join("\n")).is_ok(), "conformant");
-    for role in ["liveness", "master-watch", "giveback"] {
+    for role in ["liveness", "master-watch", "giveback", "tool-desk"] {
         let transitions: Vec<usize> = lines
             .iter()
             .enumerate()

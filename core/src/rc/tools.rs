@@ -9,10 +9,15 @@
 //! once (announced, or queued behind the change in flight). It never reads a clock and
 //! never touches a socket, so the answers are tested in memory and checked by the gate
 //! (`TOOL-1 …` properties of every resource-change configuration).
+//!
+//! Its transitions are recorded for trace conformance (`spec/verification.md` §6; role
+//! `tool-desk`, encodings in [`super::trace`]).
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
+use core::hash::{Hash, Hasher};
 
+use super::trace;
 use crate::bugs::{Bug, Bugs};
 use crate::pset::PsetName;
 use crate::rc::{AbortReason, RcError, RcStatus};
@@ -114,7 +119,7 @@ struct Open {
 }
 
 /// The master's tool requests not yet answered.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ToolDesk {
     bugs: Bugs,
     open: BTreeMap<u64, Open>,
@@ -124,18 +129,30 @@ pub struct ToolDesk {
     out: VecDeque<ToolOutput>,
 }
 
+// By hand so that a default desk (the runtime's) records its start like any other.
+impl Default for ToolDesk {
+    fn default() -> Self {
+        ToolDesk::new()
+    }
+}
+
 impl ToolDesk {
     /// A desk with no open request.
     pub fn new() -> Self {
-        ToolDesk::default()
+        Self::with_bugs(Bugs::NONE)
     }
 
     /// A desk with planted bugs (verification only).
     pub fn with_bugs(bugs: Bugs) -> Self {
-        ToolDesk {
+        let mut m = ToolDesk {
             bugs,
-            ..ToolDesk::default()
-        }
+            open: BTreeMap::new(),
+            why: BTreeMap::new(),
+            out: VecDeque::new(),
+        };
+        let start = crate::trace::enabled().then(trace::encode_tool_desk_start);
+        crate::trace::record_start(&mut m, start);
+        m
     }
 
     /// Requests not answered yet.
@@ -149,8 +166,13 @@ impl ToolDesk {
     }
 
     /// Feeds one input. The time is not used: no answer waits for a clock, only for
-    /// the master (its change deadline is `RC-10`'s).
-    pub fn handle(&mut self, _now: Instant, input: ToolInput) -> Result<(), ToolError> {
+    /// the master (its change deadline is `RC-10`'s). A refused input changes nothing.
+    pub fn handle(&mut self, now: Instant, input: ToolInput) -> Result<(), ToolError> {
+        crate::trace::record(self, now, input, Self::step)
+    }
+
+    /// [`ToolDesk::handle`] without its transition event.
+    fn step(&mut self, _now: Instant, input: ToolInput) -> Result<(), ToolError> {
         match input {
             ToolInput::Asked { ticket, wait } => {
                 if self.open.contains_key(&ticket) {
@@ -237,6 +259,39 @@ impl ToolDesk {
 }
 
 crate::machine::by_inherent_methods!(ToolDesk, ToolInput, ToolOutput, ToolError);
+
+impl crate::trace::Recorded for ToolDesk {
+    const ROLE: &'static str = trace::ROLE_TOOL_DESK;
+    // The runtime acts on a refusal (a ticket drawn twice gets no reply socket), so
+    // replay checks which inputs were refused too, as the liveness detector's.
+    const RESULT: crate::trace::ResultRecord = crate::trace::ResultRecord::Hashed;
+    fn key(&self) -> crate::trace::TraceKey {
+        // One desk per master process, as its liveness detector.
+        crate::trace::TraceKey::None
+    }
+    fn queue(&mut self) -> &mut VecDeque<ToolOutput> {
+        &mut self.out
+    }
+    fn encode_input(input: &ToolInput) -> Vec<u8> {
+        trace::encode_tool_input(input)
+    }
+    // A refusal's error is recorded in its wire form (`trace::error_as_recorded`), so
+    // an answer holding one is hashed with the error in that form: the answer replay
+    // gives for the recorded input.
+    fn hash_output<H: Hasher>(output: &ToolOutput, h: &mut H) {
+        let recorded = |error: &RcError| trace::error_as_recorded(error);
+        let answer = match &output.answer {
+            ToolAnswer::Refused(e) => ToolAnswer::Refused(recorded(e)),
+            ToolAnswer::NotGranted(e) => ToolAnswer::NotGranted(recorded(e)),
+            _ => return output.hash(h),
+        };
+        ToolOutput {
+            ticket: output.ticket,
+            answer,
+        }
+        .hash(h);
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -13,22 +13,25 @@
 //! The runtime's decision machines are recorded the same way: the master's
 //! [`Liveness`](super::liveness::Liveness) (role [`ROLE_LIVENESS`]), a node daemon's
 //! [`MasterWatch`](super::liveness::MasterWatch) ([`ROLE_WATCH`]) and the engine's
-//! [`GiveBack`](super::giveback::GiveBack) ([`ROLE_GIVEBACK`]); their encodings are at
-//! the end of this module.
+//! [`GiveBack`](super::giveback::GiveBack) ([`ROLE_GIVEBACK`]) and the master's
+//! [`ToolDesk`](super::tools::ToolDesk) ([`ROLE_TOOL_DESK`]); their encodings are at the
+//! end of this module.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use nom::Parser;
 
+use super::error::RcError;
 use super::giveback::GiveBackInput;
 use super::input::{DaemonInput, MasterConfig, MasterInput};
 use super::liveness::{LivenessConfig, LivenessInput, WatchInput};
 use super::msg::{ClientRequest, ToMaster};
-use super::types::NodeId;
+use super::tools::ToolInput;
+use super::types::{AbortReason, NodeId};
 use super::wire::{
     decode_client, decode_to_daemon, decode_to_master, encode_client, encode_to_daemon,
-    encode_to_master,
+    encode_to_master, error, name, put_error, put_name, put_rc_status, rc_status,
 };
 use crate::process::Namespace;
 use crate::slots::NodeSpec;
@@ -440,9 +443,162 @@ pub fn decode_giveback_input(bytes: &[u8]) -> Result<GiveBackInput, WireError> {
     })
 }
 
+// --- the master's tool desk ----------------------------------------------------------
+
+/// Role name of a [`ToolDesk`](super::tools::ToolDesk)'s events: the master's answers to
+/// tool requests, one desk per process, keyed by nothing.
+pub const ROLE_TOOL_DESK: &str = "tool-desk";
+
+/// Encodes a tool desk's construction (its `start`): the desk has no settings, and a
+/// line's words may not be empty, so it is one zero byte.
+pub fn encode_tool_desk_start() -> Vec<u8> {
+    alloc::vec![0]
+}
+
+/// Decodes [`encode_tool_desk_start`]: exactly one zero byte.
+pub fn decode_tool_desk_start(bytes: &[u8]) -> Result<(), WireError> {
+    parse_all(bytes, |i: &[u8]| -> PResult<'_, ()> {
+        match prim::u8(i)? {
+            (i, 0) => Ok((i, ())),
+            (_, v) => bad("tool desk start", u64::from(v)),
+        }
+    })
+}
+
+/// The error a trace carries for `e`: its wire form read back (`rc::wire::errors`).
+/// Errors holding nested errors or static reasons travel as their code and text, and
+/// read back as [`RcError::Refused`]; the others read back as themselves. The desk's
+/// recorded outputs hash errors in this form, so that replay, fed this form, reproduces
+/// them. An error whose wire form does not read back (a key over the wire's limit) is
+/// kept as it is: its line then fails to replay, as a typed divergence.
+pub fn error_as_recorded(e: &RcError) -> RcError {
+    let mut bytes = Vec::new();
+    put_error(&mut bytes, e);
+    parse_all(&bytes, error).unwrap_or_else(|_| e.clone())
+}
+
+/// Encodes a tool desk input: tag 1 `Asked` (ticket u64, wait flag one byte 0 or 1),
+/// 2 `Handled` (ticket), 3 `Started` (ticket, delta pset name as on the wire),
+/// 4 `Refused` (ticket, the error's wire form, [`error_as_recorded`]), 5 `Aborted`
+/// (delta, reason one byte: 1 not decided in time, 2 confirm failed, 3 new process
+/// exited, 4 member lost), 6 `Status` (delta, status byte as on the wire).
+pub fn encode_tool_input(input: &ToolInput) -> Vec<u8> {
+    let mut out = Vec::new();
+    match input {
+        ToolInput::Asked { ticket, wait } => {
+            put_u8(&mut out, 1);
+            put_u64(&mut out, *ticket);
+            put_u8(&mut out, u8::from(*wait));
+        }
+        ToolInput::Handled { ticket } => {
+            put_u8(&mut out, 2);
+            put_u64(&mut out, *ticket);
+        }
+        ToolInput::Started { ticket, delta } => {
+            put_u8(&mut out, 3);
+            put_u64(&mut out, *ticket);
+            put_name(&mut out, delta);
+        }
+        ToolInput::Refused { ticket, error } => {
+            put_u8(&mut out, 4);
+            put_u64(&mut out, *ticket);
+            put_error(&mut out, &error_as_recorded(error));
+        }
+        ToolInput::Aborted { delta, reason } => {
+            put_u8(&mut out, 5);
+            put_name(&mut out, delta);
+            put_u8(&mut out, abort_reason_tag(*reason));
+        }
+        ToolInput::Status { delta, status } => {
+            put_u8(&mut out, 6);
+            put_name(&mut out, delta);
+            put_rc_status(&mut out, *status);
+        }
+    }
+    out
+}
+
+fn abort_reason_tag(reason: AbortReason) -> u8 {
+    match reason {
+        AbortReason::NotDecidedInTime => 1,
+        AbortReason::ConfirmFailed => 2,
+        AbortReason::NewProcessExited => 3,
+        AbortReason::MemberLost => 4,
+    }
+}
+
+fn abort_reason(i: &[u8]) -> PResult<'_, AbortReason> {
+    let (i, tag) = prim::u8(i)?;
+    let reason = match tag {
+        1 => AbortReason::NotDecidedInTime,
+        2 => AbortReason::ConfirmFailed,
+        3 => AbortReason::NewProcessExited,
+        4 => AbortReason::MemberLost,
+        t => return bad("abort reason", u64::from(t)),
+    };
+    Ok((i, reason))
+}
+
+/// Decodes [`encode_tool_input`]; a wait flag other than 0 or 1, an unknown tag or
+/// reason, or bytes that are not the input's own encoding (a pset name in another case,
+/// an error not in its recorded form) are refused, so every accepted encoding is the
+/// one its input encodes to.
+pub fn decode_tool_input(bytes: &[u8]) -> Result<ToolInput, WireError> {
+    let input = parse_all(bytes, tool_input)?;
+    if encode_tool_input(&input) != bytes {
+        return Err(WireError::InvalidValue {
+            what: "tool desk input (not in its recorded form)",
+            value: bytes.first().copied().map_or(0, u64::from),
+        });
+    }
+    Ok(input)
+}
+
+fn tool_input(i: &[u8]) -> PResult<'_, ToolInput> {
+    let (i, tag) = prim::u8(i)?;
+    match tag {
+        1 => {
+            let (i, ticket) = prim::u64(i)?;
+            match prim::u8(i)? {
+                (i, 0) => Ok((
+                    i,
+                    ToolInput::Asked {
+                        ticket,
+                        wait: false,
+                    },
+                )),
+                (i, 1) => Ok((i, ToolInput::Asked { ticket, wait: true })),
+                (_, f) => bad("tool desk wait flag", u64::from(f)),
+            }
+        }
+        2 => {
+            let (i, ticket) = prim::u64(i)?;
+            Ok((i, ToolInput::Handled { ticket }))
+        }
+        3 => {
+            let (i, (ticket, delta)) = (prim::u64, name).parse(i)?;
+            Ok((i, ToolInput::Started { ticket, delta }))
+        }
+        4 => {
+            let (i, (ticket, error)) = (prim::u64, error).parse(i)?;
+            Ok((i, ToolInput::Refused { ticket, error }))
+        }
+        5 => {
+            let (i, (delta, reason)) = (name, abort_reason).parse(i)?;
+            Ok((i, ToolInput::Aborted { delta, reason }))
+        }
+        6 => {
+            let (i, (delta, status)) = (name, rc_status).parse(i)?;
+            Ok((i, ToolInput::Status { delta, status }))
+        }
+        t => bad("tool desk input tag", u64::from(t)),
+    }
+}
+
 #[cfg(test)]
 mod runtime_machine_tests {
     use super::*;
+    use crate::rc::RcStatus;
     use proptest::prelude::*;
 
     fn arb_liveness_input() -> impl Strategy<Value = LivenessInput> {
@@ -475,6 +631,102 @@ mod runtime_machine_tests {
         })
     }
 
+    fn arb_name() -> impl Strategy<Value = crate::pset::PsetName> {
+        (0u64..1000, any::<bool>()).prop_map(|(n, app)| {
+            let text = if app {
+                alloc::format!("mpi://app/a{n}")
+            } else {
+                alloc::format!("mpi://rte/app/rc/{n}")
+            };
+            crate::pset::PsetName::parse(&text).expect("a valid name")
+        })
+    }
+
+    /// Errors a master refuses with: some cross the wire as data, others (nested
+    /// errors, static reasons) as their code and text.
+    fn arb_error() -> impl Strategy<Value = RcError> {
+        use crate::rc::BadRequest;
+        use crate::slots::SlotError;
+        prop_oneof![
+            any::<u32>().prop_map(|slots| RcError::NotGranted { slots }),
+            (0usize..64).prop_map(RcError::QueueFull),
+            Just(RcError::Timeout),
+            arb_name().prop_map(RcError::Aborted),
+            (any::<u16>(), "[a-z ]{0,12}")
+                .prop_map(|(code, detail)| RcError::Refused { code, detail }),
+            (0usize..9, 0usize..9).prop_map(|(wanted, free)| {
+                RcError::Slots(SlotError::Exhausted { wanted, free })
+            }),
+            Just(RcError::BadRequest(BadRequest::RemovesWholeApplication)),
+            Just(RcError::Client("not now")),
+        ]
+    }
+
+    fn arb_status() -> impl Strategy<Value = RcStatus> {
+        prop_oneof![
+            Just(RcStatus::Null),
+            Just(RcStatus::Announced),
+            Just(RcStatus::Pending),
+            Just(RcStatus::Finalized),
+            Just(RcStatus::Aborted),
+        ]
+    }
+
+    fn arb_reason() -> impl Strategy<Value = AbortReason> {
+        prop_oneof![
+            Just(AbortReason::NotDecidedInTime),
+            Just(AbortReason::ConfirmFailed),
+            Just(AbortReason::NewProcessExited),
+            Just(AbortReason::MemberLost),
+        ]
+    }
+
+    fn arb_tool_input() -> impl Strategy<Value = ToolInput> {
+        prop_oneof![
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(ticket, wait)| ToolInput::Asked { ticket, wait }),
+            any::<u64>().prop_map(|ticket| ToolInput::Handled { ticket }),
+            (any::<u64>(), arb_name())
+                .prop_map(|(ticket, delta)| ToolInput::Started { ticket, delta }),
+            (any::<u64>(), arb_error())
+                .prop_map(|(ticket, error)| ToolInput::Refused { ticket, error }),
+            (arb_name(), arb_reason())
+                .prop_map(|(delta, reason)| ToolInput::Aborted { delta, reason }),
+            (arb_name(), arb_status())
+                .prop_map(|(delta, status)| ToolInput::Status { delta, status }),
+        ]
+    }
+
+    /// The input replay feeds for `i`: itself, a refusal's error in its recorded form.
+    fn as_recorded(i: &ToolInput) -> ToolInput {
+        match i {
+            ToolInput::Refused { ticket, error } => ToolInput::Refused {
+                ticket: *ticket,
+                error: error_as_recorded(error),
+            },
+            other => other.clone(),
+        }
+    }
+
+    /// The desk's start, and an error that crosses the wire as text, which reads back
+    /// as a refusal with its code and text.
+    #[test]
+    fn the_desk_start_and_a_textual_error_round_trip() {
+        assert_eq!(decode_tool_desk_start(&encode_tool_desk_start()), Ok(()));
+        assert!(decode_tool_desk_start(&[1]).is_err());
+        assert!(decode_tool_desk_start(&[0, 0]).is_err());
+        let e = RcError::BadRequest(crate::rc::BadRequest::RemovesWholeApplication);
+        assert_eq!(
+            error_as_recorded(&e),
+            RcError::Refused {
+                code: RcError::CODE_BAD_REQUEST,
+                detail: alloc::string::ToString::to_string(&e),
+            }
+        );
+        let e = RcError::NotGranted { slots: 3 };
+        assert_eq!(error_as_recorded(&e), e);
+    }
+
     /// Every watch input, both ways.
     #[test]
     fn every_watch_input_round_trips() {
@@ -505,6 +757,33 @@ mod runtime_machine_tests {
             prop_assert_eq!(decode_giveback_start(&start), Ok(Duration(b)));
         }
 
+        /// Every tool desk input decodes to the input replay feeds for it: itself, a
+        /// refusal's error in its recorded form; that form is a fixed point.
+        #[test]
+        fn tool_inputs_round_trip(i in arb_tool_input()) {
+            let recorded = as_recorded(&i);
+            prop_assert_eq!(decode_tool_input(&encode_tool_input(&i)), Ok(recorded.clone()));
+            prop_assert_eq!(encode_tool_input(&recorded), encode_tool_input(&i));
+        }
+
+        /// An encoding with one byte changed or cut short decodes to a typed error or
+        /// to an input whose encoding it is, never a panic.
+        #[test]
+        fn changed_tool_encodings_decode_canonically_or_not_at_all(
+            i in arb_tool_input(),
+            at in any::<proptest::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let mut b = encode_tool_input(&i);
+            let k = at.index(b.len());
+            b[k] = byte;
+            if let Ok(j) = decode_tool_input(&b) {
+                prop_assert_eq!(encode_tool_input(&j), b.clone());
+            }
+            b.truncate(k);
+            prop_assert!(decode_tool_input(&b).is_err());
+        }
+
         /// Arbitrary bytes decode to a typed error or to an input whose encoding they
         /// are: never a panic, and never two encodings of one input.
         #[test]
@@ -520,6 +799,10 @@ mod runtime_machine_tests {
             if let Ok(i) = decode_giveback_input(&b) {
                 prop_assert_eq!(encode_giveback_input(&i), b.clone());
             }
+            if let Ok(i) = decode_tool_input(&b) {
+                prop_assert_eq!(encode_tool_input(&i), b.clone());
+            }
+            let _ = decode_tool_desk_start(&b);
             let _ = decode_watch_start(&b);
             let _ = decode_liveness_config(&b);
             let _ = decode_giveback_start(&b);

@@ -39,7 +39,7 @@ fn clip(text: &str) -> &str {
     clip_str(text, MAX_DETAIL_LEN)
 }
 
-pub(super) fn put_error(out: &mut Vec<u8>, e: &RcError) {
+pub(crate) fn put_error(out: &mut Vec<u8>, e: &RcError) {
     match e {
         RcError::Refused { code, detail } => {
             put_u16(out, REFUSED_MARKER);
@@ -96,7 +96,7 @@ fn detail(input: &[u8]) -> PResult<'_, String> {
     string("error detail", MAX_DETAIL_LEN)(input)
 }
 
-pub(super) fn error(input: &[u8]) -> PResult<'_, RcError> {
+pub(crate) fn error(input: &[u8]) -> PResult<'_, RcError> {
     let (i, code) = u16(input)?;
     match code {
         REFUSED_MARKER => {

@@ -37,6 +37,10 @@ pub use frames::{
     encode_to_daemon, encode_to_master,
 };
 pub use values::name_error_code;
+// For the trace records of the runtime's tool desk (`rc::trace`), which carry pset
+// names, statuses and refusals exactly as the wire does.
+pub(crate) use errors::{error, put_error};
+pub(crate) use values::{name, put_name, put_rc_status, rc_status};
 
 /// Longest namespace of a [`ProcessId`](crate::ProcessId), in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 255;

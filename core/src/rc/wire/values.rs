@@ -47,13 +47,13 @@ pub fn name_error_code(e: &NameError) -> u64 {
 }
 
 /// Names travel in their canonical text, so the peer's `parse` returns an equal name.
-pub(super) fn put_name(out: &mut Vec<u8>, n: &PsetName) {
+pub(crate) fn put_name(out: &mut Vec<u8>, n: &PsetName) {
     put_str(out, n.as_str());
 }
 
 /// A pset name: length-checked before reading, then validated like any user input,
 /// because a peer's bytes are no more trustworthy than an application's string.
-pub(super) fn name(input: &[u8]) -> PResult<'_, PsetName> {
+pub(crate) fn name(input: &[u8]) -> PResult<'_, PsetName> {
     let (i, text) = string("pset name", MAX_NAME_LEN)(input)?;
     match PsetName::parse(&text) {
         Ok(n) => Ok((i, n)),
@@ -154,7 +154,7 @@ pub(super) fn rc_type(input: &[u8]) -> PResult<'_, RcType> {
     }
 }
 
-pub(super) fn put_rc_status(out: &mut Vec<u8>, s: RcStatus) {
+pub(crate) fn put_rc_status(out: &mut Vec<u8>, s: RcStatus) {
     put_u8(
         out,
         match s {
@@ -167,7 +167,7 @@ pub(super) fn put_rc_status(out: &mut Vec<u8>, s: RcStatus) {
     );
 }
 
-pub(super) fn rc_status(input: &[u8]) -> PResult<'_, RcStatus> {
+pub(crate) fn rc_status(input: &[u8]) -> PResult<'_, RcStatus> {
     let (i, v) = u8(input)?;
     match v {
         0 => Ok((i, RcStatus::Null)),
