@@ -192,10 +192,6 @@ pub(crate) fn data_key(link_key: &[u8]) -> dynres_transports::tcp::DataKey {
     dynres_transports::tcp::DataKey::derive(link_key, DATA_KEY_LABEL)
 }
 
-/// Listens for the other hosts' daemons (AUTH, LINK): on this host's address when it
-/// is one of the job's hosts (then that address is also its node's, for its processes),
-/// else on every interface, reached by this machine's host name. `key` is the job's
-/// daemon key.
 /// The node of each of the job's first `n` processes, by rank, as the master placed
 /// them.
 fn first_placement(master: &Master, ns: &Namespace, n: u32) -> Result<Vec<u32>, LauncherError> {
@@ -213,6 +209,10 @@ fn first_placement(master: &Master, ns: &Namespace, n: u32) -> Result<Vec<u32>, 
         .collect()
 }
 
+/// Listens for the other hosts' daemons (AUTH, LINK): on this host's address when it
+/// is one of the job's hosts (then that address is also its node's, for its processes),
+/// else on every interface, reached by this machine's host name. `key` is the job's
+/// daemon key.
 fn start_nodes(
     hosts: &[Host],
     own: u32,

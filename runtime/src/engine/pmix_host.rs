@@ -230,7 +230,9 @@ impl Engine {
                 return;
             }
         };
+        // Fences and connects are numbered from the same counter as the requests.
         let id = self.pmix_asked;
+        self.pmix_asked += 1;
         self.pmix_fences.insert(
             id,
             Fence {
@@ -429,7 +431,6 @@ impl Engine {
             (Pending::Fence(id), ClientReply::Modex(r)) => self.pmix_fence_part(id, r),
             // Published once: a later connect of the same process finds its data there.
             (Pending::Connect(id), ClientReply::Published(r)) => {
-                tracing::debug!(id, ?r, "PMIx data published");
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "PMIx data published before");
                 }
