@@ -260,9 +260,7 @@ impl PmixHost {
     /// [`PmixHost::client_env`] for child `rank` of `size` of the spawn `app` (the
     /// job's rank `job_rank`), spawned by the job's rank `parent`: the spawn's
     /// namespace is registered with its first child here, the children `local` (ranks
-    /// in the spawn) on this node and the others elsewhere. A spawn of several commands
-    /// is learnt one command at a time, so children of a later command on this node
-    /// are registered as elsewhere (they still reach each other, over TCP).
+    /// in the spawn, of every command) on this node and the others elsewhere.
     pub fn spawned_env(
         &self,
         app: &str,

@@ -108,8 +108,8 @@ pub struct SpawnLaunch {
     pub app: String,
     /// Its program, arguments and added environment.
     pub command: dynres_core::rc::LaunchCommand,
-    /// The ranks, in their spawn's world, of this command's children on this node
-    /// (PMIx registers the others as running elsewhere).
+    /// The ranks, in their spawn's world, of the spawn's children on this node, of
+    /// every command (PMIx registers the others as running elsewhere).
     pub local: Vec<u32>,
 }
 

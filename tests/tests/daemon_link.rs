@@ -12,7 +12,7 @@ use dynres_client::framing::{Frame, FrameReader};
 use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link, is_link_type};
 use dynres_core::rc::wire::{decode_to_master, encode_to_daemon};
-use dynres_core::rc::{LaunchCommand, ToDaemon, ToMaster};
+use dynres_core::rc::{LaunchCommand, NodeLaunch, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
 use dynres_core::{Namespace, ProcessId};
 use dynres_runtime::hostauth::master_handshake;
@@ -122,12 +122,14 @@ fn setup(node: u32, program: &str, args: &[&str]) -> LinkMsg {
 fn spawn_sleep(rank: u32) -> Vec<u8> {
     encode_to_daemon(&ToDaemon::Spawn {
         app: "spawn-0".into(),
-        command: LaunchCommand {
-            program: "/bin/sleep".into(),
-            args: vec!["30".into()],
-            env: vec![],
-        },
-        procs: vec![pid(rank)],
+        launches: vec![NodeLaunch {
+            command: LaunchCommand {
+                program: "/bin/sleep".into(),
+                args: vec!["30".into()],
+                env: vec![],
+            },
+            procs: vec![pid(rank)],
+        }],
     })
 }
 

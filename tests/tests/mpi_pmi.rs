@@ -102,8 +102,8 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     for (mode, np, children) in [("single", 1u32, 2u32), ("single", 2, 2), ("multiple", 1, 3)] {
         Mpi::Mpich.check_spawn(&rt, exe, mode, np, children);
     }
-    // Children on another daemon than their parents (a spawn of two commands: the
-    // daemon learns it one command at a time).
+    // Children on another daemon than their parents (a spawn of two commands, which the
+    // daemon learns in one message, SPAWN-18).
     let agent = local_agent(&dir);
     let hosts = [
         "run",

@@ -352,7 +352,7 @@ pub struct MasterState {
     /// decision and even ones `nowait` ([`tool_waits`]).
     pub desk: ToolDesk,
     /// Tickets the desk answered. Only which, not what: whether each answer was right is
-    /// judged when it is given ([`right_answer`]), so two runs that told the same tools
+    /// judged when it is given (`right_answer`), so two runs that told the same tools
     /// the right thing by different paths stay one state.
     pub answered: BTreeSet<u64>,
     /// Answers that were wrong when given, or given twice for one ticket (TOOL-1, TOOL-2).

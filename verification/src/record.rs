@@ -54,7 +54,7 @@ where
 /// master loses it and its daemon gives up on the master) records `liveness` and
 /// `master-watch` transitions; the give-back model (two nodes held past the bound, then
 /// one that goes at once) records `giveback` transitions; and one scripted run of the
-/// tool desk ([`record_tool_desk`]) records `tool-desk` transitions.
+/// tool desk (`record_tool_desk`) records `tool-desk` transitions.
 pub fn record_runtime() -> Vec<String> {
     use crate::giveback_model::{self as gb, GbAction};
     use crate::liveness_model::{self as lm, LiveAction};

@@ -7,8 +7,8 @@ use alloc::vec::Vec;
 
 use super::error::RcError;
 use super::types::{
-    AcceptOutcome, ChangeInfo, ChangeRequest, LaunchCommand, NodeId, QueryAnswer, ReqId,
-    SpawnCommand, Spawned,
+    AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, NodeLaunch, QueryAnswer, ReqId, SpawnCommand,
+    Spawned,
 };
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
@@ -217,15 +217,15 @@ pub enum ToDaemon {
         /// The processes.
         procs: Vec<ProcessId>,
     },
-    /// Launch these spawned processes on this node, running `command` (`SPAWN-18`: the
-    /// children's application pset and job data come first on the link).
+    /// Launch these spawned processes on this node (`SPAWN-18`: the children's
+    /// application pset and job data come first on the link). One message per node
+    /// carries every command of the spawn that has children there, so the daemon knows
+    /// all of its children of the spawn before it launches the first.
     Spawn {
         /// The children's application.
         app: String,
-        /// What they run.
-        command: LaunchCommand,
-        /// The processes.
-        procs: Vec<ProcessId>,
+        /// Each command with children on this node, in command order.
+        launches: Vec<NodeLaunch>,
     },
     /// Kill these local processes.
     Kill {

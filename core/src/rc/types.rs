@@ -396,6 +396,16 @@ pub struct LaunchCommand {
     pub env: Vec<(String, String)>,
 }
 
+/// One command of a spawn as a node launches it: what its children run, and which of
+/// them run on that node (`SPAWN-18`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeLaunch {
+    /// What they run.
+    pub command: LaunchCommand,
+    /// The command's children on the node.
+    pub procs: Vec<ProcessId>,
+}
+
 /// The children of a granted spawn (`SPAWN-17`): a new application of the job, with its
 /// own root pset `mpi://app/{app}` holding exactly `procs`, in spawn order.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

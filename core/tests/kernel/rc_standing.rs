@@ -71,3 +71,28 @@ fn spawned_children_learn_their_spawns_size() {
     assert_eq!((standing(&w, 2).rank, standing(&w, 3).rank), (0, 1));
     assert_eq!((standing(&w, 0).rank, standing(&w, 1).rank), (0, 1));
 }
+
+/// A spawn of several commands whose children share a node: the daemon learns all of
+/// them in one message (`SPAWN-18`), so the first command's children already count the
+/// second's among their node-mates (`DYNRES_LOCAL_SIZE`, a PMIx local map). When the
+/// master sent one message per command, the first child saw a node of one.
+#[test]
+fn children_of_every_command_count_as_node_mates() {
+    let mut w = World::new(config(2, 2, 2));
+    let command = |program: &str| SpawnCommand {
+        program: program.into(),
+        args: Vec::new(),
+        count: 1,
+    };
+    let r = w.call_wait(
+        &pid(0),
+        ClientCall::Spawn {
+            commands: vec![command("a"), command("b")],
+            env: Vec::new(),
+        },
+    );
+    assert!(matches!(r, CallResult::Spawned(Ok(_))), "{r:?}");
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(place(&w, 2), (1, 2, 0, 2));
+    assert_eq!(place(&w, 3), (1, 2, 1, 2));
+}

@@ -14,8 +14,8 @@ use dynres_core::rc::wire::{
 };
 use dynres_core::rc::{
     AcceptOutcome, Change, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, LaunchCommand,
-    ModexData, NamedVictims, QueryAnswer, RcError, RcStatus, RcType, ReqId, SpawnCommand, Spawned,
-    ToDaemon, ToMaster, Victims,
+    ModexData, NamedVictims, NodeLaunch, QueryAnswer, RcError, RcStatus, RcType, ReqId,
+    SpawnCommand, Spawned, ToDaemon, ToMaster, Victims,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
@@ -375,11 +375,15 @@ fn to_daemon() -> BoxedStrategy<ToDaemon> {
             .prop_map(|(delta, info)| ToDaemon::Change { delta, info }),
         pids().prop_map(|procs| ToDaemon::Launch { procs }),
         pids().prop_map(|procs| ToDaemon::Kill { procs }),
-        (text(), launch_command(), pids()).prop_map(|(app, command, procs)| ToDaemon::Spawn {
-            app,
-            command,
-            procs
-        }),
+        (
+            text(),
+            proptest::collection::vec(
+                (launch_command(), pids())
+                    .prop_map(|(command, procs)| NodeLaunch { command, procs }),
+                0..3
+            )
+        )
+            .prop_map(|(app, launches)| ToDaemon::Spawn { app, launches }),
         (pset_name(), any::<u64>(), result(entries())).prop_map(|(pset, version, result)| {
             ToDaemon::ModexDone {
                 pset,
@@ -643,12 +647,14 @@ fn every_variant_has_its_documented_type() {
         (
             ToDaemon::Spawn {
                 app: "a".into(),
-                command: LaunchCommand {
-                    program: "p".into(),
-                    args: vec![],
-                    env: vec![],
-                },
-                procs: vec![],
+                launches: vec![NodeLaunch {
+                    command: LaunchCommand {
+                        program: "p".into(),
+                        args: vec![],
+                        env: vec![],
+                    },
+                    procs: vec![],
+                }],
             },
             0x0226,
         ),

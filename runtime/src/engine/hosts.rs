@@ -3,6 +3,7 @@
 //! ends (LINK-4), reporting lost nodes to core (NODE-1) and giving emptied nodes back
 //! (RC-20); on a node daemon, the link to the master (LINK-1..5, RT-3).
 
+use dynres_core::ProcessId;
 use dynres_core::Rank;
 use dynres_core::rc::ends::KillCause;
 use dynres_core::rc::wire::link::{LinkMsg, decode_link, encode_link, is_link_type};
@@ -132,17 +133,20 @@ impl Engine {
     /// (Master) relays core's frame to another node's daemon (LINK-3); processes it is
     /// told to launch count as the job's until their node reports them gone.
     pub(super) fn send_to_node(&mut self, node: u32, msg: &ToDaemon) {
-        if let ToDaemon::Launch { procs } | ToDaemon::Spawn { procs, .. } = msg {
-            for p in procs {
-                self.remote_procs.insert(
-                    p.rank,
-                    RemoteProc {
-                        node,
-                        os_pid: None,
-                        ended: None,
-                    },
-                );
-            }
+        let launched: Vec<&ProcessId> = match msg {
+            ToDaemon::Launch { procs } => procs.iter().collect(),
+            ToDaemon::Spawn { launches, .. } => launches.iter().flat_map(|l| &l.procs).collect(),
+            _ => Vec::new(),
+        };
+        for p in launched {
+            self.remote_procs.insert(
+                p.rank,
+                RemoteProc {
+                    node,
+                    os_pid: None,
+                    ended: None,
+                },
+            );
         }
         let sent = match &mut self.nodes {
             Some(nodes) => nodes.send(node, &encode_to_daemon(msg)),

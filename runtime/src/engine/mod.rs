@@ -1156,7 +1156,19 @@ impl Engine {
                     .iter()
                     .map(|p| self.daemon.standing(p, Some(&app)))
                     .collect();
-                let local = standings.iter().flatten().map(|s| s.rank).collect();
+                // Every child of the spawn on this node, of every command: the daemon
+                // learns them all in one message (SPAWN-18).
+                let local = PsetName::app_root(&app)
+                    .ok()
+                    .and_then(|root| self.daemon.pset(&root))
+                    .map(|(members, _)| {
+                        (0u32..)
+                            .zip(members)
+                            .filter(|(_, p)| self.daemon.local().contains(p))
+                            .map(|(r, _)| r)
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let spawn = std::sync::Arc::new(procs::SpawnLaunch {
                     app,
                     command,
@@ -1207,17 +1219,8 @@ impl Engine {
         }
     }
 
-    fn launch(&mut self, mut job: procs::LaunchJob) {
+    fn launch(&mut self, job: procs::LaunchJob) {
         let rank = job.rank;
-        if let Some(s) = &job.spawn {
-            // A spawn of several commands is output one command at a time, and the
-            // replica learns a command's children as local only at its output: read
-            // the standing again now that the whole spawn is in (the launches wait
-            // for the end of the step), so that every child counts all of its
-            // node-mates (DYNRES_LOCAL_SIZE, PMI_process_mapping).
-            let pid = self.pid(rank);
-            job.standing = self.daemon.standing(&pid, Some(&s.app)).or(job.standing);
-        }
         if let Some(pmi) = self.pmi_job(&job) {
             self.pmi_pending.insert(rank, pmi);
         }

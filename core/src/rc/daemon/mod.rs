@@ -20,7 +20,7 @@ pub use crate::rc::input::DaemonInput;
 use crate::rc::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use crate::rc::query;
 use crate::rc::trace;
-use crate::rc::types::{ChangeInfo, LaunchCommand, NodeId, ReqId};
+use crate::rc::types::{ChangeInfo, LaunchCommand, NodeId, NodeLaunch, ReqId};
 use crate::time::Instant;
 
 /// What a daemon wants done.
@@ -238,19 +238,20 @@ impl Daemon {
                 }
                 self.out.push_back(DaemonOutput::Launch { procs });
             }
-            ToDaemon::Spawn {
-                app,
-                command,
-                procs,
-            } => {
+            ToDaemon::Spawn { app, launches } => {
                 // Recorded as local like any launch: a later `Kill` (a failed spawn's
-                // orphans, SPAWN-20) must reach them.
-                self.local.extend(procs.iter().cloned());
-                self.out.push_back(DaemonOutput::Spawn {
-                    app,
-                    command,
-                    procs,
-                });
+                // orphans, SPAWN-20) must reach them. All of the node's children first,
+                // so each launch's standing counts them all (`Daemon::standing`).
+                for l in &launches {
+                    self.local.extend(l.procs.iter().cloned());
+                }
+                for NodeLaunch { command, procs } in launches {
+                    self.out.push_back(DaemonOutput::Spawn {
+                        app: app.clone(),
+                        command,
+                        procs,
+                    });
+                }
             }
             ToDaemon::Kill { procs } => {
                 let procs: Vec<ProcessId> = procs

@@ -616,6 +616,13 @@ impl Master {
     }
 
     fn per_node(&mut self, procs: &[ProcessId], msg: impl Fn(Vec<ProcessId>) -> ToDaemon) {
+        for (node, procs) in self.by_node(procs) {
+            self.send(node, msg(procs));
+        }
+    }
+
+    /// `procs` grouped by the node their slot is on (processes without one left out).
+    fn by_node(&self, procs: &[ProcessId]) -> BTreeMap<NodeId, Vec<ProcessId>> {
         let mut by_node: BTreeMap<NodeId, Vec<ProcessId>> = BTreeMap::new();
         for p in procs {
             if let Some(slot) = self.slots.slot_of(p) {
@@ -623,9 +630,7 @@ impl Master {
                 by_node.entry(node).or_default().push(p.clone());
             }
         }
-        for (node, procs) in by_node {
-            self.send(node, msg(procs));
-        }
+        by_node
     }
 }
 

@@ -6,6 +6,7 @@
 //! The handshake between parent and children (`spec/spawn.md`) is not the master's
 //! business: it runs between the application processes with `dynres_core::spawn`.
 
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -15,7 +16,7 @@ use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::ToDaemon;
-use crate::rc::types::{LaunchCommand, NodeId, SpawnCommand, Spawned};
+use crate::rc::types::{LaunchCommand, NodeId, NodeLaunch, SpawnCommand, Spawned};
 use crate::slots::SlotError;
 
 /// Most children one spawn may start (the largest group a handshake carries).
@@ -113,6 +114,10 @@ impl Master {
         for n in new_nodes {
             self.out.push_back(MasterOutput::NodeAllocated(NodeId(n)));
         }
+        // One message per node with every command that has children there, so a
+        // daemon knows all of its children before it launches the first (their
+        // `Standing`: how many of the world run on the node).
+        let mut launches: BTreeMap<NodeId, Vec<NodeLaunch>> = BTreeMap::new();
         let mut next = 0usize;
         for c in commands {
             let mine = &pids[next..next + c.count as usize];
@@ -122,11 +127,17 @@ impl Master {
                 args: c.args,
                 env: env.clone(),
             };
-            self.per_node(mine, |procs| ToDaemon::Spawn {
-                app: app.clone(),
-                command: command.clone(),
-                procs,
-            });
+            for (node, procs) in self.by_node(mine) {
+                let command = command.clone();
+                launches
+                    .entry(node)
+                    .or_default()
+                    .push(NodeLaunch { command, procs });
+            }
+        }
+        for (node, launches) in launches {
+            let app = app.clone();
+            self.send(node, ToDaemon::Spawn { app, launches });
         }
         if early {
             self.replicate_spawn(&root, &pids);

@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use crate::rc::{ClientReply, ClientRequest, ReqId, ToDaemon, ToMaster};
+use crate::rc::{ClientReply, ClientRequest, NodeLaunch, ReqId, ToDaemon, ToMaster};
 use crate::wire::prim::{put_seq, put_str, put_u16, put_u64, seq, u16, u64};
 use crate::wire::{PResult, WireError, decode_frame, encode_frame, parse_all};
 
@@ -13,7 +13,7 @@ use super::messages::{
     entries, put_entries, put_reply, put_request, reply, reply_type, request, request_type,
 };
 use super::pset::{attributes, put_attributes};
-use super::spawn::{app as spawn_app, launch_command, put_launch_command};
+use super::spawn::{MAX_SPAWN_COMMANDS, app as spawn_app, launch_command, put_launch_command};
 use super::types as t;
 use super::values::{duration, name, opt, pid, put_duration, put_name, put_opt, put_pid};
 
@@ -156,14 +156,12 @@ pub fn encode_to_daemon(msg: &ToDaemon) -> Vec<u8> {
             encode_frame(&mut out, t::LAUNCH, |b| put_seq(b, procs, put_pid))
         }
         ToDaemon::Kill { procs } => encode_frame(&mut out, t::KILL, |b| put_seq(b, procs, put_pid)),
-        ToDaemon::Spawn {
-            app,
-            command,
-            procs,
-        } => encode_frame(&mut out, t::SPAWN_LAUNCH, |b| {
+        ToDaemon::Spawn { app, launches } => encode_frame(&mut out, t::SPAWN_LAUNCH, |b| {
             put_str(b, app);
-            put_launch_command(b, command);
-            put_seq(b, procs, put_pid);
+            put_seq(b, launches, |b, l| {
+                put_launch_command(b, &l.command);
+                put_seq(b, &l.procs, put_pid);
+            });
         }),
         ToDaemon::ModexDone {
             pset,
@@ -236,16 +234,12 @@ pub fn decode_to_daemon(frame: &[u8]) -> Result<ToDaemon, WireError> {
         }),
         t::SPAWN_LAUNCH => parse_all(body, |i| {
             let (i, app) = spawn_app(i)?;
-            let (i, command) = launch_command(i)?;
-            let (i, procs) = procs("procs")(i)?;
-            Ok((
-                i,
-                ToDaemon::Spawn {
-                    app,
-                    command,
-                    procs,
-                },
-            ))
+            let (i, launches) = seq("launches", MAX_SPAWN_COMMANDS, |i| {
+                let (i, command) = launch_command(i)?;
+                let (i, procs) = procs("procs")(i)?;
+                Ok((i, NodeLaunch { command, procs }))
+            })(i)?;
+            Ok((i, ToDaemon::Spawn { app, launches }))
         }),
         t::MODEX_DONE => parse_all(body, |i| {
             let (i, pset) = name(i)?;
