@@ -43,10 +43,9 @@ impl Engine {
             }
         };
         // Every process of its world on this node: the mapping is known without
-        // asking the others. Not for a spawn's children: a daemon learns a spawn one
-        // command at a time, so the first command's children may be launched before it
-        // knows their node-mates of the next ones, and the members of one world must
-        // all get the mapping or all go without (MPICH then exchanges host names).
+        // asking the others. Not for a spawn's children (PMIS-10: they find their
+        // node-mates themselves); the members of one world must all get the mapping or
+        // all go without (MPICH then exchanges host names).
         let mapping = (job.spawn.is_none() && st.local_size == st.size)
             .then(|| format!("(vector,(0,1,{}))", st.size));
         Some(PmiJob {
