@@ -102,3 +102,38 @@ macro_rules! by_inherent_methods {
     };
 }
 pub(crate) use by_inherent_methods;
+
+/// [`by_inherent_methods!`] for a machine whose inherent `handle` cannot fail and so
+/// returns `()` (its callers rely on that): the trait's `handle` is that, `Ok`, with
+/// `Error = Infallible`. `infallible_by_inherent_methods!(Type, Input, Output)`.
+macro_rules! infallible_by_inherent_methods {
+    ($ty:ident, $input:ty, $output:ty) => {
+        impl $crate::machine::Machine for $ty {
+            type Input = $input;
+            type Output = $output;
+            type Error = ::core::convert::Infallible;
+
+            fn handle(
+                &mut self,
+                now: $crate::time::Instant,
+                input: $input,
+            ) -> ::core::result::Result<(), ::core::convert::Infallible> {
+                $ty::handle(self, now, input);
+                Ok(())
+            }
+
+            fn poll_output(&mut self) -> ::core::option::Option<$output> {
+                $ty::poll_output(self)
+            }
+
+            fn poll_timeout(&self) -> ::core::option::Option<$crate::time::Instant> {
+                $ty::poll_timeout(self)
+            }
+
+            fn fingerprint(&mut self) -> u64 {
+                $ty::fingerprint(self)
+            }
+        }
+    };
+}
+pub(crate) use infallible_by_inherent_methods;

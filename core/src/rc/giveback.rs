@@ -153,30 +153,7 @@ impl GiveBack {
     }
 }
 
-// By hand rather than `by_inherent_methods!`: the inherent `handle` cannot fail and so
-// returns `()`, which its callers rely on.
-impl crate::machine::Machine for GiveBack {
-    type Input = GiveBackInput;
-    type Output = GiveBackOutput;
-    type Error = Infallible;
-
-    fn handle(&mut self, now: Instant, input: GiveBackInput) -> Result<(), Infallible> {
-        GiveBack::handle(self, now, input);
-        Ok(())
-    }
-
-    fn poll_output(&mut self) -> Option<GiveBackOutput> {
-        GiveBack::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        GiveBack::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        GiveBack::fingerprint(self)
-    }
-}
+crate::machine::infallible_by_inherent_methods!(GiveBack, GiveBackInput, GiveBackOutput);
 
 impl crate::trace::Recorded for GiveBack {
     const ROLE: &'static str = trace::ROLE_GIVEBACK;

@@ -554,30 +554,7 @@ impl crate::trace::Recorded for Liveness {
     }
 }
 
-// By hand rather than `by_inherent_methods!`: the inherent `handle` cannot fail and so
-// returns `()`, which its callers rely on.
-impl crate::machine::Machine for MasterWatch {
-    type Input = WatchInput;
-    type Output = WatchOutput;
-    type Error = Infallible;
-
-    fn handle(&mut self, now: Instant, input: WatchInput) -> Result<(), Infallible> {
-        MasterWatch::handle(self, now, input);
-        Ok(())
-    }
-
-    fn poll_output(&mut self) -> Option<WatchOutput> {
-        MasterWatch::poll_output(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        MasterWatch::poll_timeout(self)
-    }
-
-    fn fingerprint(&mut self) -> u64 {
-        MasterWatch::fingerprint(self)
-    }
-}
+crate::machine::infallible_by_inherent_methods!(MasterWatch, WatchInput, WatchOutput);
 
 impl crate::trace::Recorded for MasterWatch {
     const ROLE: &'static str = trace::ROLE_WATCH;
