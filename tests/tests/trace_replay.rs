@@ -14,6 +14,30 @@ use std::path::PathBuf;
 use dynres_core::replay::{Replayed, replay};
 use dynres_tests::job::{Running, Runtime};
 
+/// Flips the lowest bit of word `word` (counted from the end when `from_end`) of the
+/// first transition line of `text` that starts with `role` (not its `start` line), and
+/// checks that replay refuses the recording at that line because `what` ("state
+/// differs", "outputs differ").
+fn tampered_is_refused(text: &str, role: &str, word: usize, from_end: bool, what: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    let k = lines
+        .iter()
+        .position(|l| l.starts_with(role) && !l.contains(" start "))
+        .unwrap_or_else(|| panic!("no {role}transition"));
+    let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
+    let w = if from_end {
+        words.len() - 1 - word
+    } else {
+        word
+    };
+    words[w] = (words[w].parse::<u64>().unwrap() ^ 1).to_string();
+    tampered[k] = words.join(" ");
+    let err = replay(&tampered.join("\n")).unwrap_err();
+    assert_eq!(err.line, k + 1, "{role}: {err}");
+    assert!(err.what.contains(what), "{role}: {err}");
+}
+
 /// The trace files of one run: `trace` (the master process) and `trace.<pid>` (others).
 fn trace_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -95,31 +119,10 @@ fn a_launcher_run_with_a_grow_and_a_shrink_replays_identically() {
     // The same recording with one master state fingerprint changed is refused at that
     // line, and one with a daemon transition's outputs fingerprint changed at that one.
     let text = std::fs::read_to_string(&trace).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let k = lines
-        .iter()
-        .position(|l| l.starts_with("master ") && !l.starts_with("master start"))
-        .expect("a master transition");
-    let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
-    let last = words.len() - 1;
-    words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
-    tampered[k] = words.join(" ");
-    let err = replay(&tampered.join("\n")).unwrap_err();
-    assert_eq!(err.line, k + 1, "{err}");
-    assert!(err.what.contains("state differs"), "{err}");
-
-    let d = lines
-        .iter()
-        .position(|l| l.starts_with("daemon "))
-        .expect("a daemon transition in the master process (its own node)");
-    let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    let mut words: Vec<String> = tampered[d].split(' ').map(String::from).collect();
-    words[4] = (words[4].parse::<u64>().unwrap() ^ 1).to_string();
-    tampered[d] = words.join(" ");
-    let err = replay(&tampered.join("\n")).unwrap_err();
-    assert_eq!(err.line, d + 1, "{err}");
-    assert!(err.what.contains("outputs differ"), "{err}");
+    tampered_is_refused(&text, "master ", 0, true, "state differs");
+    // A daemon transition in the master process (its own node): `daemon NODE NOW
+    // INPUT OUTPUTS STATE`.
+    tampered_is_refused(&text, "daemon ", 4, false, "outputs differ");
 }
 
 /// A launch agent that runs the daemon here (`AGENT HOST dynres daemon …`: drops the
@@ -240,19 +243,7 @@ fn a_run_over_two_hosts_records_liveness_watch_and_giveback() {
         (daemon_file, "master-watch "),
     ] {
         let text = std::fs::read_to_string(file).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        let k = lines
-            .iter()
-            .position(|l| l.starts_with(role) && !l.contains(" start "))
-            .unwrap_or_else(|| panic!("a {role}transition in {}", file.display()));
-        let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-        let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
-        let last = words.len() - 1;
-        words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
-        tampered[k] = words.join(" ");
-        let err = replay(&tampered.join("\n")).unwrap_err();
-        assert_eq!(err.line, k + 1, "{role}: {err}");
-        assert!(err.what.contains("state differs"), "{role}: {err}");
+        tampered_is_refused(&text, role, 0, true, "state differs");
     }
 }
 
@@ -327,17 +318,5 @@ fn tool_requests_to_a_running_job_record_and_replay_the_tool_desk() {
     );
 
     let text = std::fs::read_to_string(&trace).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let k = lines
-        .iter()
-        .position(|l| l.starts_with("tool-desk ") && !l.contains(" start "))
-        .expect("a tool-desk transition in the master's file");
-    let mut tampered: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    let mut words: Vec<String> = tampered[k].split(' ').map(String::from).collect();
-    let last = words.len() - 1;
-    words[last] = (words[last].parse::<u64>().unwrap() ^ 1).to_string();
-    tampered[k] = words.join(" ");
-    let err = replay(&tampered.join("\n")).unwrap_err();
-    assert_eq!(err.line, k + 1, "{err}");
-    assert!(err.what.contains("state differs"), "{err}");
+    tampered_is_refused(&text, "tool-desk ", 0, true, "state differs");
 }
