@@ -248,6 +248,27 @@ where
     record_encoded(m, now, recorded, |m| step(m, now, input))
 }
 
+/// [`record`] for a machine whose steps cannot fail (`Error = Infallible`): its inherent
+/// `handle` returns `()`.
+pub fn record_infallible<M>(
+    m: &mut M,
+    now: Instant,
+    input: M::Input,
+    step: impl FnOnce(&mut M, Instant, M::Input),
+) where
+    M: Recorded<Error = core::convert::Infallible>,
+    M::Output: Hash,
+{
+    let r = record(m, now, input, |m, now, input| {
+        step(m, now, input);
+        Ok(())
+    });
+    match r {
+        Ok(()) => {}
+        Err(never) => match never {},
+    }
+}
+
 /// [`record`] for a transition whose input is not a [`Machine::Input`] (a handshake's
 /// `cancel`): `recorded` is its encoding, present when events are enabled.
 pub fn record_encoded<M>(

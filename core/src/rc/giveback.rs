@@ -11,7 +11,6 @@
 use alloc::collections::{BTreeSet, VecDeque};
 use alloc::string::ToString;
 use alloc::vec::Vec;
-use core::convert::Infallible;
 
 use super::trace;
 use crate::bugs::{Bug, Bugs};
@@ -96,14 +95,7 @@ impl GiveBack {
     /// follows it with [`GiveBackInput::Emptying`], which decides whether the held
     /// nodes go.
     pub fn handle(&mut self, now: Instant, input: GiveBackInput) {
-        let r = crate::trace::record(self, now, input, |m, now, input| {
-            m.step(now, input);
-            Ok::<(), Infallible>(())
-        });
-        match r {
-            Ok(()) => {}
-            Err(never) => match never {},
-        }
+        crate::trace::record_infallible(self, now, input, Self::step);
     }
 
     /// A fingerprint of the state without the outputs not yet drained.

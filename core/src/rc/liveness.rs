@@ -16,7 +16,6 @@
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
-use core::convert::Infallible;
 
 use super::trace;
 use crate::bugs::{Bug, Bugs};
@@ -488,14 +487,7 @@ impl MasterWatch {
 
     /// Takes what happened at `now`.
     pub fn handle(&mut self, now: Instant, input: WatchInput) {
-        let r = crate::trace::record(self, now, input, |m, now, input| {
-            m.step(now, input);
-            Ok::<(), Infallible>(())
-        });
-        match r {
-            Ok(()) => {}
-            Err(never) => match never {},
-        }
+        crate::trace::record_infallible(self, now, input, Self::step);
     }
 
     /// A fingerprint of the state without the outputs not yet drained.
