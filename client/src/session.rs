@@ -7,7 +7,7 @@ use dynres_core::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use dynres_core::rc::wire::{decode_reply, encode_client};
 use dynres_core::rc::{
     AcceptResult, CallId, CallResult, ChangeRequest, Client, ClientCall, ClientInput, ClientOutput,
-    ModexData, QueryAnswer, SpawnCommand, Spawned,
+    ModexData, QueryAnswer, SpawnCommand, SpawnWatch, Spawned,
 };
 use dynres_core::{Duration, Instant, Namespace, ProcessId, Rank};
 
@@ -340,7 +340,13 @@ impl Session {
         commands: Vec<SpawnCommand>,
         env: Vec<(String, String)>,
     ) -> Result<Spawned, ClientError> {
-        match self.call(ClientCall::Spawn { commands, env })? {
+        // The caller runs the kernel's handshake with its children (SPAWN-19).
+        let watch = SpawnWatch::Handshake;
+        match self.call(ClientCall::Spawn {
+            commands,
+            env,
+            watch,
+        })? {
             CallResult::Spawned(r) => Ok(r?),
             _ => Err(ClientError::Unexpected("spawn")),
         }

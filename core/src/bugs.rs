@@ -106,6 +106,9 @@ pub enum Bug {
     SpawnLaunchBeforeReplica,
     /// A spawn whose children are all gone is never forgotten (`SPAWN-19`).
     SpawnNeverForgotten,
+    /// Every child of a spawn that exits is a loss of the job, also when its spawner
+    /// runs the kernel's handshake and learns of it there (`SPAWN-19`, `SPAWN-24`).
+    SpawnChildIsLoss,
     /// Any process may kill a spawn's children, the children themselves included
     /// (`SPAWN-20`).
     KillSpawnByAnyone,

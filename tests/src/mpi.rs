@@ -115,6 +115,23 @@ impl Mpi {
         f.assert_nothing_left();
     }
 
+    /// `SPAWN-24`: the children of `spawn.c childdies` exit 3 before `MPI_Init`, while
+    /// their parent waits for them in its MPI library's own accept. The job ends with
+    /// the children's failure (the default `--on-loss end`) instead of hanging, and
+    /// nothing of it is left.
+    pub fn check_child_dies(self, rt: &Runtime, exe: &str) {
+        let f = self.run(rt, &["run", "-n", "1", "--max", "3", exe, "childdies"]);
+        assert_eq!(f.code, Some(3), "{}", f.dump());
+        assert!(
+            f.stderr
+                .contains("exited unexpectedly (exit 3); ending the job"),
+            "{}",
+            f.dump()
+        );
+        assert!(!f.stdout.contains("merged="), "{}", f.dump());
+        f.assert_nothing_left();
+    }
+
     /// Runs `dynres ARGS` with [`Mpi::env`], bounded (a PMI bug would hang MPI_Init,
     /// not fail it).
     pub fn run(self, rt: &Runtime, args: &[&str]) -> Finished {

@@ -91,7 +91,8 @@ fn mpich_publish_lookup_unpublish_go_through_the_data_server() {
 const SPAWN: &str = include_str!("mpi/spawn.c");
 
 /// PMIS-10: MPI_Comm_spawn and MPI_Comm_spawn_multiple are the kernel's spawn; the
-/// children merge with their parents; a spawn without slots is an MPI error.
+/// children merge with their parents; a spawn without slots is an MPI error; children
+/// that die before they connect end the job (SPAWN-24).
 #[test]
 fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let Some(mpi) = mpich() else { return };
@@ -134,6 +135,7 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
     );
     assert!(!f.stdout.contains("child"), "{}", f.dump());
     f.assert_nothing_left();
+    Mpi::Mpich.check_child_dies(&rt, exe);
 }
 
 const CROSS: &str = include_str!("mpi/cross.c");

@@ -152,7 +152,8 @@ fn open_mpi_abort_and_a_killed_rank_end_the_job_and_leave_nothing() {
 
 /// PMIS-11: MPI_Comm_spawn and MPI_Comm_spawn_multiple of Open MPI programs are the
 /// kernel's spawn, their children registered in a namespace of their own; a spawn
-/// without slots is an MPI error at once, never a hang.
+/// without slots is an MPI error at once, never a hang; children that die before they
+/// connect end the job (SPAWN-24), never a hang.
 #[test]
 fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     let Some(mpi) = open_mpi() else { return };
@@ -175,6 +176,7 @@ fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     );
     assert!(!f.stdout.contains("child"), "{}", f.dump());
     f.assert_nothing_left();
+    Mpi::OpenMpi.check_child_dies(&rt, exe);
 }
 
 /// `src` built as a bare PMIx client (gcc against libpmix) in `dir`, or `None` after

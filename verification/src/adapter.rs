@@ -1934,7 +1934,13 @@ impl RcNode {
                                 count: 1,
                             }];
                             let env = Vec::new();
-                            self.call(st, Step::Querying, ClientCall::Spawn { commands, env }, o);
+                            let watch = dynres_core::rc::SpawnWatch::Handshake;
+                            let call = ClientCall::Spawn {
+                                commands,
+                                env,
+                                watch,
+                            };
+                            self.call(st, Step::Querying, call, o);
                         }
                         Role::Modex { may_crash } => {
                             if *may_crash {

@@ -620,6 +620,17 @@ fn spawn_properties(model: RcModel) -> RcModel {
         )
         .property(
             Expectation::Always,
+            "SPAWN-19 SPAWN-24 a child of a handshake spawn is never a loss of the job",
+            // The model's spawner runs the kernel's handshake (`SpawnWatch::Handshake`).
+            |m, s| {
+                master(s)
+                    .lost
+                    .iter()
+                    .all(|(lost, _)| children(m, s).all(|(c, _)| c != lost))
+            },
+        )
+        .property(
+            Expectation::Always,
             "SPAWN-18 a child is launched only where the replica holds its pset and job data",
             |_, s| daemons(s).all(|d| d.spawn_launches.iter().all(|(_, known)| *known)),
         )

@@ -112,6 +112,11 @@ pub fn corpus() -> Vec<Planted> {
             "SPAWN-19 a spawn whose children are gone leaves nothing behind",
         ),
         p(
+            SpawnChildIsLoss,
+            "rc-spawn-add-1n-2e-2new",
+            "SPAWN-19 SPAWN-24 a child of a handshake spawn is never a loss of the job",
+        ),
+        p(
             KillSpawnByAnyone,
             "rc-spawn-add-1n-2e-2new",
             "SPAWN-20 only the spawning application kills its children",

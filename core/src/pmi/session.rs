@@ -24,7 +24,7 @@ use crate::bugs::{Bug, Bugs};
 use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::{CallId, CallResult, Client, ClientCall, ClientInput, ClientOutput, ClientReply};
-use crate::rc::{ClientRequest, ReqId, SpawnCommand};
+use crate::rc::{ClientRequest, ReqId, SpawnCommand, SpawnWatch};
 use crate::time::{Duration, Instant};
 
 /// The first request id of a session's client: far from the ids a dynres-native client
@@ -444,7 +444,15 @@ impl PmiSession {
             PREPUT_ENV.into(),
             encode_preput(&core::mem::take(&mut self.spawn_preput))
         )];
-        self.call(now, ClientCall::Spawn { commands, env }, Waiting::Spawn);
+        // MPICH connects to its children itself: only the job can notice one that dies
+        // (SPAWN-24).
+        let watch = SpawnWatch::Job;
+        let call = ClientCall::Spawn {
+            commands,
+            env,
+            watch,
+        };
+        self.call(now, call, Waiting::Spawn);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use super::wire::{MAX_LINE, PmiWireError};
 use super::*;
 use crate::process::{Namespace, ProcessId};
 use crate::pset::PsetName;
-use crate::rc::{ClientReply, ClientRequest, ModexData, RcError, ReqId};
+use crate::rc::{ClientReply, ClientRequest, ModexData, RcError, ReqId, SpawnWatch};
 use crate::time::{Duration, Instant};
 
 fn pid(rank: u32) -> ProcessId {
@@ -295,7 +295,17 @@ fn spawn_segments_make_one_kernel_spawn() {
         b"mcmd=spawn\nnprocs=1\nexecname=other\ntotspawns=2\nspawnssofar=2\nargcnt=0\nendcmd\n";
     let (sent, reqs) = feed(&mut s, second);
     assert!(sent.is_empty());
-    let [(req, ClientRequest::Spawn { commands, env })] = &reqs[..] else {
+    let [
+        (
+            req,
+            ClientRequest::Spawn {
+                commands,
+                env,
+                watch: SpawnWatch::Job,
+            },
+        ),
+    ] = &reqs[..]
+    else {
         panic!("{reqs:?}")
     };
     let got: Vec<(&str, Vec<&str>, u32)> = commands

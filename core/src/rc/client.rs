@@ -11,7 +11,9 @@ use alloc::vec::Vec;
 use super::error::{ClientRejection, RcError};
 use super::master::accept_key;
 use super::msg::{ClientReply, ClientRequest, ModexData};
-use super::types::{ChangeRequest, QueryAnswer, RcStatus, ReqId, SpawnCommand, Spawned};
+use super::types::{
+    ChangeRequest, QueryAnswer, RcStatus, ReqId, SpawnCommand, SpawnWatch, Spawned,
+};
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use crate::time::{Duration, Instant};
@@ -98,6 +100,8 @@ pub enum ClientCall {
         commands: Vec<SpawnCommand>,
         /// Variables added to every child's environment.
         env: Vec<(String, String)>,
+        /// Who tells the spawner that a child failed (`SPAWN-24`).
+        watch: SpawnWatch,
     },
     /// Kill the children of a failed spawn (`SPAWN-20`).
     KillSpawn {
@@ -305,7 +309,15 @@ impl Client {
                 wait,
             },
             ClientCall::RequestChange(r) => ClientRequest::RequestChange(r),
-            ClientCall::Spawn { commands, env } => ClientRequest::Spawn { commands, env },
+            ClientCall::Spawn {
+                commands,
+                env,
+                watch,
+            } => ClientRequest::Spawn {
+                commands,
+                env,
+                watch,
+            },
             ClientCall::KillSpawn { app } => ClientRequest::KillSpawn { app },
             ClientCall::Modex {
                 pset,

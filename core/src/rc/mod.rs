@@ -34,5 +34,6 @@ pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
 pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{
     AbortReason, AcceptOutcome, Change, ChangeInfo, ChangeRequest, LaunchCommand, NamedVictims,
-    NodeId, NodeLaunch, QueryAnswer, RcStatus, RcType, ReqId, SpawnCommand, Spawned, Victims,
+    NodeId, NodeLaunch, QueryAnswer, RcStatus, RcType, ReqId, SpawnCommand, SpawnWatch, Spawned,
+    Victims,
 };

@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use super::error::RcError;
 use super::types::{
     AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, NodeLaunch, QueryAnswer, ReqId, SpawnCommand,
-    Spawned,
+    SpawnWatch, Spawned,
 };
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
@@ -97,6 +97,9 @@ pub enum ClientRequest {
         commands: Vec<SpawnCommand>,
         /// Variables added to every child's environment (the parent's port).
         env: Vec<(String, String)>,
+        /// Who tells the spawner that a child failed: the kernel's handshake, or
+        /// nobody but the job's loss policy (`SPAWN-24`).
+        watch: SpawnWatch,
     },
     /// Kill the children of a spawn that failed (`SPAWN-8`, `SPAWN-20`): only the
     /// application that spawned them may.

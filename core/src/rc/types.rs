@@ -384,6 +384,21 @@ pub struct SpawnCommand {
     pub count: u32,
 }
 
+/// Who tells a spawner that one of its children failed (`SPAWN-19`, `SPAWN-24`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SpawnWatch {
+    /// The kernel's spawn handshake (`spec/spawn.md`), which dynres-native processes
+    /// run: the spawner learns of a failed child there, so the job only logs the
+    /// failure (`SPAWN-19`).
+    #[default]
+    Handshake,
+    /// The spawner's MPI library, which connects to its children itself (PMI, PMIx):
+    /// nothing would tell it, and it would wait for the dead child for ever. A failed
+    /// child is a loss of the job, judged by `--on-loss` as every process of the job
+    /// (`SPAWN-24`).
+    Job,
+}
+
 /// What one spawned process runs: its command plus the environment the spawner added
 /// (the parent's port, `SPAWN-3`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

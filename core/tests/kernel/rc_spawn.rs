@@ -10,7 +10,7 @@ use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::BadRequest;
 use dynres_core::rc::{
     CallResult, ChangeRequest, ClientCall, MasterOutput, NodeId, RcError, RcStatus, SpawnCommand,
-    Spawned,
+    SpawnWatch, Spawned,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::{Duration, ProcessId};
@@ -24,11 +24,38 @@ fn cmd(program: &str, count: u32) -> SpawnCommand {
 }
 
 fn spawn(w: &mut World, by: &ProcessId, commands: Vec<SpawnCommand>) -> Result<Spawned, RcError> {
+    spawn_watched(w, by, commands, SpawnWatch::Handshake)
+}
+
+fn spawn_watched(
+    w: &mut World,
+    by: &ProcessId,
+    commands: Vec<SpawnCommand>,
+    watch: SpawnWatch,
+) -> Result<Spawned, RcError> {
     let env = vec![("DYNRES_PARENT_PORT".to_string(), "p".to_string())];
-    match w.call_wait(by, ClientCall::Spawn { commands, env }) {
+    let call = ClientCall::Spawn {
+        commands,
+        env,
+        watch,
+    };
+    match w.call_wait(by, call) {
         CallResult::Spawned(r) => r,
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// The master's reports of processes that exited, in order.
+fn exits(w: &World) -> Vec<&MasterOutput> {
+    w.notices
+        .iter()
+        .filter(|n| {
+            matches!(
+                n,
+                MasterOutput::SpawnedExited(_) | MasterOutput::ProcessLost(_)
+            )
+        })
+        .collect()
 }
 
 fn kill(w: &mut World, by: &ProcessId, app: &str) -> Result<(), RcError> {
@@ -127,18 +154,8 @@ fn a_spawn_is_forgotten_when_its_children_are_gone() {
     for d in &w.daemons {
         assert!(!d.job().contains(&pid(2)) && !d.job().contains(&pid(3)));
     }
-    let exits: Vec<&MasterOutput> = w
-        .notices
-        .iter()
-        .filter(|n| {
-            matches!(
-                n,
-                MasterOutput::SpawnedExited(_) | MasterOutput::ProcessLost(_)
-            )
-        })
-        .collect();
     assert_eq!(
-        exits,
+        exits(&w),
         vec![
             &MasterOutput::SpawnedExited(pid(2)),
             &MasterOutput::SpawnedExited(pid(3))
@@ -150,6 +167,34 @@ fn a_spawn_is_forgotten_when_its_children_are_gone() {
         (again.app.as_str(), again.procs.clone()),
         ("spawn-1", vec![pid(4)])
     );
+}
+
+/// SPAWN-24: the children of an MPI library's spawn (`SpawnWatch::Job`) exit as
+/// processes of the job (`ProcessLost`, judged by `--on-loss`), since no handshake tells
+/// their spawner; a handshake spawn's children beside them still exit as
+/// `SpawnedExited` (SPAWN-19). The spawn is forgotten all the same.
+#[test]
+fn an_mpi_librarys_children_are_the_jobs_to_judge() {
+    let mut w = World::new(config(1, 4, 2));
+    w.run_for(Duration::from_millis(1));
+    let mpi = spawn_watched(&mut w, &pid(0), vec![cmd("a", 1)], SpawnWatch::Job).unwrap();
+    let native = spawn(&mut w, &pid(1), vec![cmd("b", 1)]).unwrap();
+    assert_eq!(
+        (mpi.procs.clone(), native.procs.clone()),
+        (vec![pid(2)], vec![pid(3)])
+    );
+    w.exit(&pid(2));
+    w.exit(&pid(3));
+    w.run_for(Duration::from_millis(1));
+    assert_eq!(
+        exits(&w),
+        vec![
+            &MasterOutput::ProcessLost(pid(2)),
+            &MasterOutput::SpawnedExited(pid(3))
+        ]
+    );
+    assert_eq!(w.master.spawns().count(), 0, "both spawns forgotten");
+    assert_eq!(w.master.slots().free_count(), 2);
 }
 
 /// SPAWN-20: a spawn's children are killed only at the spawner's request; a spawn
@@ -190,6 +235,7 @@ fn a_malformed_spawn_is_refused() {
     let env_bad = ClientCall::Spawn {
         commands: vec![cmd("a", 1)],
         env: vec![("A=B".into(), "x".into())],
+        watch: SpawnWatch::Handshake,
     };
     let bad = [
         vec![],

@@ -7,7 +7,7 @@ use crate::common;
 use common::*;
 use dynres_core::Duration;
 use dynres_core::pset::PsetName;
-use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, SpawnCommand, Standing};
+use dynres_core::rc::{CallResult, ChangeRequest, ClientCall, SpawnCommand, SpawnWatch, Standing};
 
 fn standing(w: &World, rank: u32) -> Standing {
     w.standings[&pid(rank)].unwrap_or_else(|| panic!("rank {rank} launched without a standing"))
@@ -61,6 +61,7 @@ fn spawned_children_learn_their_spawns_size() {
         ClientCall::Spawn {
             commands,
             env: Vec::new(),
+            watch: SpawnWatch::Handshake,
         },
     );
     assert!(matches!(r, CallResult::Spawned(Ok(_))), "{r:?}");
@@ -89,6 +90,7 @@ fn children_of_every_command_count_as_node_mates() {
         ClientCall::Spawn {
             commands: vec![command("a"), command("b")],
             env: Vec::new(),
+            watch: SpawnWatch::Handshake,
         },
     );
     assert!(matches!(r, CallResult::Spawned(Ok(_))), "{r:?}");

@@ -15,7 +15,7 @@ use dynres_core::rc::wire::{
 use dynres_core::rc::{
     AcceptOutcome, Change, ChangeInfo, ChangeRequest, ClientReply, ClientRequest, LaunchCommand,
     ModexData, NamedVictims, NodeLaunch, QueryAnswer, RcError, RcStatus, RcType, ReqId,
-    SpawnCommand, Spawned, ToDaemon, ToMaster, Victims,
+    SpawnCommand, SpawnWatch, Spawned, ToDaemon, ToMaster, Victims,
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
@@ -263,8 +263,18 @@ fn client_request() -> BoxedStrategy<ClientRequest> {
                 timeout,
             }
         }),
-        (vec(spawn_command(), 0..3), env())
-            .prop_map(|(commands, env)| ClientRequest::Spawn { commands, env }),
+        (vec(spawn_command(), 0..3), env(), any::<bool>()).prop_map(|(commands, env, job)| {
+            let watch = if job {
+                SpawnWatch::Job
+            } else {
+                SpawnWatch::Handshake
+            };
+            ClientRequest::Spawn {
+                commands,
+                env,
+                watch,
+            }
+        }),
         text().prop_map(|app| ClientRequest::KillSpawn { app }),
     ]
     .boxed()
@@ -577,6 +587,7 @@ fn every_variant_has_its_documented_type() {
             ClientRequest::Spawn {
                 commands: vec![],
                 env: vec![],
+                watch: SpawnWatch::Job,
             },
             0x0205,
         ),

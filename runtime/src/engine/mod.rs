@@ -1000,7 +1000,9 @@ impl Engine {
     /// which ends the job unless it was started with [`OnLoss::Continue`].
     ///
     /// A spawn's child (`spawned`) never ends the job (`SPAWN-19`): its spawner learns
-    /// of a failure through the handshake, so its failure is only logged.
+    /// of a failure through the handshake, so its failure is only logged. Core reports
+    /// the children of an MPI library's spawn as [`MasterOutput::ProcessLost`]
+    /// (`SPAWN-24`): no handshake would tell their spawner.
     fn on_lost(&mut self, rank: Rank, spawned: bool) {
         let (why, code) = if let Some(c) = self.children.get(&rank) {
             let Some(status) = c.exit else {

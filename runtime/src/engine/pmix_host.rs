@@ -8,9 +8,9 @@
 use dynres_core::Duration;
 use dynres_core::pmi::fence;
 use dynres_core::pset::PsetName;
-use dynres_core::rc::SpawnCommand;
 use dynres_core::rc::wire::MAX_VALUE_LEN;
 use dynres_core::rc::{ClientReply, ClientRequest, DaemonInput, ModexData, RcError, ReqId};
+use dynres_core::rc::{SpawnCommand, SpawnWatch};
 use dynres_core::trace::hex;
 use dynres_pmix::{
     FenceDone, LookupDone, ModexDone, OpDone, QUERY_NUM_PSETS, QUERY_PSET_MEMBERSHIP,
@@ -138,7 +138,13 @@ impl Engine {
                     crate::pmix::PARENT_ENV.into(),
                     format!("{}@{}", from.1, from.0),
                 ));
-                let request = ClientRequest::Spawn { commands, env };
+                // Open MPI connects to its children itself (SPAWN-24).
+                let watch = SpawnWatch::Job;
+                let request = ClientRequest::Spawn {
+                    commands,
+                    env,
+                    watch,
+                };
                 self.pmix_ask(&from, request, Pending::Spawn(done));
             }
             // libpmix calls up once this node's participants are in (a spawn's connect

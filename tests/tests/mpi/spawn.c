@@ -4,6 +4,9 @@
 int main(int argc, char **argv) {
     MPI_Comm parent, inter, merged;
     int rank, size, msize;
+    /* A child of `childdies` fails before it ever reaches its MPI library. */
+    if (argc > 1 && strcmp(argv[1], "die-now") == 0)
+        return 3;
     MPI_Init(&argc, &argv);
     MPI_Comm_get_parent(&parent);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -17,6 +20,9 @@ int main(int argc, char **argv) {
             int n[2] = {1, 2};
             MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
             rc = MPI_Comm_spawn_multiple(2, cmds, MPI_ARGVS_NULL, n, infos, 0, MPI_COMM_WORLD, &inter, errs);
+        } else if (strcmp(argv[1], "childdies") == 0) {
+            char *args[2] = {"die-now", NULL};
+            rc = MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);
         } else {
             int n = strcmp(argv[1], "noslots") == 0 ? 64 : 2;
             rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, n, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);

@@ -90,10 +90,15 @@ pub enum MasterOutput {
     /// A node has no process of the job left (it may be returned).
     NodeReleased(NodeId),
     /// A process of the job exited without the protocol removing it (`RC-18`): the job
-    /// lost it. Its application's undecided change, if any, was aborted.
+    /// lost it. Its application's undecided change, if any, was aborted. A child of a
+    /// spawn made by an MPI library ([`SpawnWatch::Job`]) exits as this too
+    /// (`SPAWN-24`).
+    ///
+    /// [`SpawnWatch::Job`]: crate::rc::SpawnWatch::Job
     ProcessLost(ProcessId),
-    /// A child of a spawn exited (`SPAWN-19`): its slot is free again. Not a loss of
-    /// the job; whether it ended well is for the driver to say (it knows the status).
+    /// A child of a spawn whose spawner runs the kernel's handshake exited
+    /// (`SPAWN-19`): its slot is free again. Not a loss of the job; whether it ended well
+    /// is for the driver to say (it knows the status).
     SpawnedExited(ProcessId),
 }
 
@@ -492,8 +497,12 @@ impl Master {
                 let err = RcError::BadRequest(BadRequest::ModexAtMaster);
                 self.reply(&route, ClientReply::Modex(Err(err)));
             }
-            ClientRequest::Spawn { commands, env } => {
-                let r = self.spawn(&route, commands, env);
+            ClientRequest::Spawn {
+                commands,
+                env,
+                watch,
+            } => {
+                let r = self.spawn(&route, commands, env, watch);
                 self.reply(&route, ClientReply::Spawned(r));
             }
             ClientRequest::KillSpawn { app } => {

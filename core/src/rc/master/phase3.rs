@@ -11,7 +11,7 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::{BadRequest, MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{AbortReason, AcceptOutcome, NodeId, RcStatus, RcType};
+use crate::rc::types::{AbortReason, AcceptOutcome, NodeId, RcStatus, RcType, SpawnWatch};
 use crate::time::{Duration, Instant};
 
 /// The data-server key under which the accept root's new pset is published.
@@ -526,11 +526,15 @@ impl Master {
             }
         }
         self.modex_lost(pid);
-        // A spawn's children end when their work is done; that is no loss to the job.
-        let out = if self.is_spawned(pid) {
-            MasterOutput::SpawnedExited(pid.clone())
-        } else {
-            MasterOutput::ProcessLost(pid.clone())
+        // A spawn's children end when their work is done; that is no loss to the job,
+        // and a failed one is its spawner's to learn through the handshake (SPAWN-19).
+        // An MPI library's spawner has no such handshake with the kernel: its child is
+        // the job's to judge, as any process (SPAWN-24).
+        let out = match self.spawn_watch(pid) {
+            Some(SpawnWatch::Handshake) if !self.bug(Bug::SpawnChildIsLoss) => {
+                MasterOutput::SpawnedExited(pid.clone())
+            }
+            Some(_) | None => MasterOutput::ProcessLost(pid.clone()),
         };
         self.out.push_back(out);
     }

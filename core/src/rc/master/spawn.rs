@@ -16,7 +16,7 @@ use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::rc::error::{BadRequest, RcError};
 use crate::rc::msg::ToDaemon;
-use crate::rc::types::{LaunchCommand, NodeId, NodeLaunch, SpawnCommand, Spawned};
+use crate::rc::types::{LaunchCommand, NodeId, NodeLaunch, SpawnCommand, SpawnWatch, Spawned};
 use crate::slots::SlotError;
 
 /// Most children one spawn may start (the largest group a handshake carries).
@@ -29,6 +29,8 @@ pub(crate) struct SpawnGroup {
     pub spawner: String,
     /// The children, in spawn order.
     pub procs: Vec<ProcessId>,
+    /// Who tells the spawner that a child failed (`SPAWN-24`).
+    pub watch: SpawnWatch,
 }
 
 /// Checks what a client may ask for before anything is allocated (`RC-2`).
@@ -67,6 +69,7 @@ impl Master {
         route: &Route,
         commands: Vec<SpawnCommand>,
         env: Vec<(String, String)>,
+        watch: SpawnWatch,
     ) -> Result<Spawned, RcError> {
         let spawner = self
             .app_of
@@ -103,6 +106,7 @@ impl Master {
             SpawnGroup {
                 spawner,
                 procs: pids.clone(),
+                watch,
             },
         );
         // SPAWN-18, in order on every ordered link: the children's pset, the job data,
@@ -223,8 +227,14 @@ impl Master {
     /// Whether `pid` is a child of a spawn (not of an application the job started with
     /// or a resource change added).
     pub fn is_spawned(&self, pid: &ProcessId) -> bool {
+        self.spawn_watch(pid).is_some()
+    }
+
+    /// Who tells `pid`'s spawner that it failed, if it is a spawn's child (`SPAWN-24`).
+    pub fn spawn_watch(&self, pid: &ProcessId) -> Option<SpawnWatch> {
         self.app_of
             .get(pid)
-            .is_some_and(|a| self.spawns.contains_key(a))
+            .and_then(|a| self.spawns.get(a))
+            .map(|g| g.watch)
     }
 }

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 
 use crate::process::ProcessId;
 use crate::pset::{Attributes, OpOutcome};
-use crate::rc::{ClientReply, ClientRequest, ModexData};
+use crate::rc::{ClientReply, ClientRequest, ModexData, SpawnWatch};
 use crate::wire::prim::{put_seq, put_str, put_u64, seq, string, u64};
 use crate::wire::{PResult, WireError};
 
@@ -88,9 +88,14 @@ pub(super) fn put_request(out: &mut Vec<u8>, r: &ClientRequest) {
             put_str(out, data);
             put_duration(out, *timeout);
         }
-        ClientRequest::Spawn { commands, env } => {
+        ClientRequest::Spawn {
+            commands,
+            env,
+            watch,
+        } => {
             put_commands(out, commands);
             put_env(out, env);
+            put_bool(out, *watch == SpawnWatch::Job);
         }
         ClientRequest::KillSpawn { app } => put_str(out, app),
     }
@@ -175,7 +180,20 @@ pub(super) fn request(msg_type: u16, input: &[u8]) -> PResult<'_, ClientRequest>
         t::SPAWN => {
             let (i, commands) = commands(input)?;
             let (i, env) = env(i)?;
-            Ok((i, ClientRequest::Spawn { commands, env }))
+            let (i, job) = boolean(i)?;
+            let watch = if job {
+                SpawnWatch::Job
+            } else {
+                SpawnWatch::Handshake
+            };
+            Ok((
+                i,
+                ClientRequest::Spawn {
+                    commands,
+                    env,
+                    watch,
+                },
+            ))
         }
         t::KILL_SPAWN => {
             let (i, app) = app(input)?;
