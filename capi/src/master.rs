@@ -195,6 +195,7 @@ pub unsafe extern "C" fn dynres_master_new(
                 max_queued: cfg.max_queued,
                 // Growth beyond the nodes (RC-21) is not offered at the C boundary.
                 grow_wait: None,
+                data_server: Default::default(),
             })?;
             Ok(dynres_master {
                 master,

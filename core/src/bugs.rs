@@ -109,6 +109,12 @@ pub enum Bug {
     /// Every child of a spawn that exits is a loss of the job, also when its spawner
     /// runs the kernel's handshake and learns of it there (`SPAWN-19`, `SPAWN-24`).
     SpawnChildIsLoss,
+    /// A job that uses another job's data server forwards the protocol's own keys too
+    /// (`NAMES-1`): its changes' accept and confirm keys leave the job.
+    ForwardReservedKey,
+    /// The answer of the other job to a forwarded request reaches the client whatever
+    /// its kind (`NAMES-3`): a peer's answer is trusted to match the request.
+    ForwardedReplyOfAnyKind,
     /// Any process may kill a spawn's children, the children themselves included
     /// (`SPAWN-20`).
     KillSpawnByAnyone,

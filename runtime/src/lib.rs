@@ -48,7 +48,7 @@ use std::os::unix::net::UnixListener;
 use std::time::Duration as StdDuration;
 
 use dynres_core::rc::wire::link::PmixSetup;
-use dynres_core::rc::{Master, MasterConfig};
+use dynres_core::rc::{DataServer, Master, MasterConfig};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Namespace, ProcessId};
 
@@ -90,6 +90,9 @@ pub struct JobConfig {
     pub grow_wait: Option<StdDuration>,
     /// `RC-18`: what a failed process does to the job.
     pub on_loss: OnLoss,
+    /// NAMES-1: the job (its id, as tools name it) whose data server this job's
+    /// applications publish in and look up from; `None`: the job's own.
+    pub data_server: Option<String>,
     /// The job's hosts (`--host`, `--hostfile`, Slurm); empty: this host only, with
     /// `slots` slots.
     pub hosts: Vec<Host>,
@@ -262,6 +265,12 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     let root = env::runtime_root();
     // Checks the id before the kernel names a namespace after it.
     crate::private::job_path(&root, &job_id)?;
+    // NAMES-1: the job whose data server this one uses must answer now, or the
+    // applications' first publish would be the first to find out.
+    if let Some(other) = &cfg.data_server {
+        crate::tool::command(other, "status json")
+            .map_err(|e| LauncherError::Refused(format!("--data-server {other}: {e}")))?;
+    }
     // RT-4: before any thread exists; from here on this is the runtime, and the pid the
     // caller started (the job id's default) supervises it.
     let supervised =
@@ -299,6 +308,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         grace: core_duration(cfg.grace),
         max_queued: cfg.max_queued,
         grow_wait: cfg.grow_wait.map(core_duration),
+        data_server: match cfg.data_server {
+            Some(_) => DataServer::Forwarded,
+            None => DataServer::Own,
+        },
     })
     .map_err(LauncherError::Start)?;
     let secret = new_secret().map_err(|e| LauncherError::io("read /dev/urandom", e))?;
@@ -420,6 +433,7 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         bind_cpus: bind_cpus(cfg.bind),
         forward_stdin: stdin::should_forward(),
     };
+    let tx_names = tx.clone();
     let grow = cfg.grow_wait.map(|wait| engine::Grow {
         wait,
         per_node: hosts.iter().map(|h| h.slots).max().unwrap_or(1),
@@ -436,6 +450,10 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
         tx,
         io,
     );
+    if let Some(job) = cfg.data_server.clone() {
+        let events = tx_names;
+        engine = engine.with_name_server(engine::NameServer { job, events });
+    }
     if let Some(n) = nodes {
         engine = engine.with_nodes(n);
         if let Some(g) = grow {

@@ -43,6 +43,8 @@ pub struct PmixHost {
     placement: Vec<u32>,
     /// Spawns' namespaces registered so far.
     spawned: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Other jobs' namespaces registered at a connect, with their sizes (PMIS-20).
+    foreign: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The next node rank (unique among all namespaces on the node).
     next_node_rank: std::sync::atomic::AtomicU32,
     /// The job's rank of each spawned process, by (namespace, rank in it): PMIx names
@@ -139,10 +141,37 @@ impl PmixHost {
         ns.strip_prefix(self.namespace.as_str())?.strip_prefix('-')
     }
 
-    /// PMIS-16: registers a spawn's namespace of `size` processes that runs on other
-    /// nodes only, so that libpmix takes their data (direct modex) for it; nothing if
-    /// this node knows the namespace already (it runs some of its processes).
-    pub fn know_remote_spawn(&self, ns: &str, size: u32) -> Result<(), String> {
+    /// Whether `ns` is a namespace this server serves or registered: the job's own, a
+    /// spawn's, or another job's it connected to (PMIS-16, PMIS-20).
+    pub fn knows(&self, ns: &str) -> bool {
+        ns == self.namespace
+            || self
+                .spawned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(ns)
+    }
+
+    /// The size of another job's namespace this node registered at a connect
+    /// (PMIS-20); `None` for any other.
+    pub fn foreign_size(&self, ns: &str) -> Option<u32> {
+        self.foreign
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(ns)
+            .copied()
+    }
+
+    /// The size of the job's first namespace (`PMIX_JOB_SIZE`).
+    pub fn job_size(&self) -> u32 {
+        u32::try_from(self.placement.len()).unwrap_or(u32::MAX)
+    }
+
+    /// PMIS-16, PMIS-20: registers a namespace of `size` processes that runs on other
+    /// nodes only (a spawn's, or another job's this job connected to), so that
+    /// libpmix takes their data (direct modex) for it; nothing if this node knows the
+    /// namespace already (it runs some of its processes).
+    pub fn know_remote_namespace(&self, ns: &str, size: u32) -> Result<(), String> {
         let mut known = self
             .spawned
             .lock()
@@ -151,12 +180,51 @@ impl PmixHost {
             return Ok(());
         }
         // Where they run is not known here, only that it is elsewhere.
-        let namespace = self.spawn_ns(ns, size, &[], 0, None);
+        let spawned = self.spawn_app(ns).is_some();
+        let namespace = match spawned {
+            true => self.spawn_ns(ns, size, &[], 0, None),
+            false => self.foreign_ns(ns, size),
+        };
         self.server
             .register_namespace(&namespace)
             .map_err(|e| format!("PMIx register the remote namespace {ns}: {e}"))?;
+        if !spawned {
+            self.foreign
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(ns.to_string(), size);
+        }
         known.insert(ns.to_string());
         Ok(())
+    }
+
+    /// Another job's namespace of `size` processes (PMIS-20): where they run is not
+    /// known here, so all of them are on one node of their own, named for the
+    /// namespace, that no process of this job shares (their data is fetched through
+    /// the direct modex, PMIS-16).
+    fn foreign_ns(&self, ns: &str, size: u32) -> Namespace {
+        let mut nodes = self.nodes.clone();
+        let node = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+        nodes.push(format!("{ns}.elsewhere"));
+        let procs = (0..size)
+            .map(|r| ProcInfo {
+                rank: r,
+                node,
+                local_rank: u16::try_from(r).unwrap_or(u16::MAX),
+                node_rank: u16::try_from(r).unwrap_or(u16::MAX),
+                app: 0,
+            })
+            .collect();
+        Namespace {
+            name: ns.to_string(),
+            size,
+            universe: size,
+            nodes,
+            procs,
+            this_node: self.this_node,
+            spawned_by: None,
+            oversubscribed: false,
+        }
     }
 
     /// A spawn's namespace of `size` children: those of ranks `local` on this node (node
@@ -513,6 +581,7 @@ pub fn start(
         this_node,
         placement: setup.placement.clone(),
         spawned: std::sync::Mutex::new(std::collections::HashSet::new()),
+        foreign: std::sync::Mutex::new(std::collections::HashMap::new()),
         next_node_rank: std::sync::atomic::AtomicU32::new(here),
         ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
         events: blobs,

@@ -20,8 +20,10 @@ pub enum Kind {
     Tool,
 }
 
-/// Longest tool command accepted; the real ones are a few words.
-pub const MAX_LINE: usize = 4096;
+/// Longest tool command accepted: a guest job's data-server request (NAMES-2) is one
+/// rc client frame in hex, a key and a value of up to 4 KiB each; the other commands
+/// are a few words.
+pub const MAX_LINE: usize = 32 * 1024;
 /// How long a tool's command may wait for the engine's answer (a change may be
 /// answered only once it is decided).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10 * 60);

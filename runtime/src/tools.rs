@@ -2,7 +2,8 @@
 //! answers that wait for the decision of the change a command started.
 //!
 //! Lines: `status` (`status json`: the same as one JSON object), `grow K`, `shrink K`, `replace R A`, each change optionally followed
-//! by `nowait`. Counts are plain decimal digits: a sign is the CLI's business, so
+//! by `nowait`; and `data HEX`, a guest job's data-server request (`spec/runtime.md`
+//! NAMES-2: an rc client frame, hex-encoded, answered `ok HEX` with the reply frame). Counts are plain decimal digits: a sign is the CLI's business, so
 //! `grow -3` is refused instead of being read as `+3`. Answers are one line, `ok …` or
 //! `error: …` (`status` answers `ok` and the table).
 //!
@@ -27,6 +28,12 @@ pub enum Command {
         /// The answer is one JSON object instead of the table.
         json: bool,
     },
+    /// A guest job's publish, lookup or unpublish (NAMES-2): the request's client
+    /// frame, not yet decoded.
+    Data {
+        /// The frame.
+        frame: Vec<u8>,
+    },
     /// A change request; `wait`: answer once it is decided (the default).
     Change {
         /// The request.
@@ -39,6 +46,10 @@ pub enum Command {
 /// Parses a command line for application `app`.
 pub fn parse(line: &str, app: &str) -> Result<Command, String> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
+    if let ["data", frame] = words.as_slice() {
+        let frame = dynres_core::trace::unhex(frame).ok_or("bad data frame: not hex")?;
+        return Ok(Command::Data { frame });
+    }
     let wait = match words.last() {
         Some(&"nowait") => {
             words.pop();

@@ -132,6 +132,48 @@ impl Mpi {
         f.assert_nothing_left();
     }
 
+    /// Two independent jobs of `tests/tests/mpi/cross.c` (built as `exe`) connect and
+    /// accept: a server job of two ranks, a client job of one. `server` and `client`
+    /// are the arguments after the program (where the port travels) and `client_opts`
+    /// the client job's options (NAMES-1: `--data-server JOB`). Both print what
+    /// crossed, end with 0 and leave nothing.
+    pub fn check_cross(
+        self,
+        rt: &Runtime,
+        exe: &str,
+        (server_opts, server): (&[&str], &[&str]),
+        (client_opts, client): (&[&str], &[&str]),
+    ) {
+        let args = |opts: &[&str], n: &'static str, rest: &[&str]| {
+            let mut a = vec!["run", "-n", n];
+            a.extend_from_slice(opts);
+            a.push(exe);
+            a.extend_from_slice(rest);
+            a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        };
+        let server_args = args(server_opts, "2", server);
+        let mut cmd = rt.command(&server_args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.env(&mut cmd);
+        let running = crate::job::Running::start(cmd);
+        let client_args = args(client_opts, "1", client);
+        let client = self.run(
+            rt,
+            &client_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let server = running.finish(rt.dir.clone(), Duration::from_secs(60));
+        assert_eq!(client.code, Some(0), "{}", client.dump());
+        assert_eq!(server.code, Some(0), "{}", server.dump());
+        for (f, line) in [
+            (&client, "client rank=0 remote=2 v=42"),
+            (&server, "server rank=0 remote=1 v=42"),
+            (&server, "server rank=1 remote=1 v=0"),
+        ] {
+            assert!(f.stdout.contains(line), "{line}\n{}", f.dump());
+        }
+        client.assert_nothing_left();
+        server.assert_nothing_left();
+    }
+
     /// Runs `dynres ARGS` with [`Mpi::env`], bounded (a PMI bug would hang MPI_Init,
     /// not fail it).
     pub fn run(self, rt: &Runtime, args: &[&str]) -> Finished {

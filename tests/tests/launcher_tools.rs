@@ -211,3 +211,59 @@ fn the_event_log_records_the_run_and_plot_draws_it() {
     assert_eq!(bad.code, Some(2), "{}", bad.dump());
     assert!(bad.stderr.contains("line 1"), "{}", bad.dump());
 }
+
+/// NAMES-1..3: a job started with `--data-server JOB` publishes and looks up in JOB's
+/// data server. The `check` example (publish, a refused reserved key, a missing key, a
+/// waiting lookup of every rank's key) passes in a job that uses another's; a second
+/// such job finds the first one's keys there (publish never overwrites, so its own
+/// publish of `check/0` is refused), which a job with its own data server does not; a
+/// job that names no running job is refused before it starts; nothing is left.
+#[test]
+fn a_job_uses_another_jobs_data_server() {
+    let rt = Runtime::new("names");
+    let missing = rt.run(&["run", "-n", "1", "--data-server", "nosuch", "--", "true"]);
+    assert_eq!(missing.code, Some(1), "{}", missing.dump());
+    assert!(
+        missing
+            .stderr
+            .contains("--data-server nosuch: no running job nosuch"),
+        "{}",
+        missing.dump()
+    );
+    let server = "names-server";
+    let run = Running::adopt(rt.spawn(&[
+        "run", "-n", "1", "--slots", "1", "--job-id", server, "--", "sleep", "60",
+    ]));
+    rt.wait_for_job(server);
+    let guest = [
+        "run",
+        "-n",
+        "2",
+        "--data-server",
+        server,
+        "--example",
+        "check",
+    ];
+    let first = rt.run(&guest);
+    assert_eq!(first.code, Some(0), "{}", first.dump());
+    assert!(
+        first.stdout.contains("check: 2 processes ok"),
+        "{}",
+        first.dump()
+    );
+    let second = rt.run(&guest);
+    assert_ne!(second.code, Some(0), "{}", second.dump());
+    assert!(
+        second.stderr.contains("check/0"),
+        "the first job's key is in the shared server\n{}",
+        second.dump()
+    );
+    let own = rt.run(&["run", "-n", "2", "--example", "check"]);
+    assert_eq!(own.code, Some(0), "{}", own.dump());
+    let k = rt.run(&["kill", server]);
+    assert_eq!(k.code, Some(0), "{}", k.dump());
+    let f = run.finish(rt.dir.clone(), Duration::from_secs(30));
+    for job in [&first, &second, &own, &f] {
+        job.assert_nothing_left();
+    }
+}

@@ -6,7 +6,6 @@
 //! need no MPI and always run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use dynres_tests::job::{Finished, Runtime};
@@ -18,10 +17,6 @@ fn mpich() -> Option<PathBuf> {
 
 fn build(prefix: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
     Mpi::build(prefix, dir, name, src)
-}
-
-fn mpich_env(cmd: &mut Command) {
-    Mpi::Mpich.env(cmd);
 }
 
 fn run(rt: &Runtime, args: &[&str]) -> Finished {
@@ -140,7 +135,9 @@ fn mpich_spawn_spawn_multiple_and_a_spawn_without_slots() {
 
 const CROSS: &str = include_str!("mpi/cross.c");
 
-/// Two independent `dynres run` jobs connect and accept (the port travels in a file).
+/// Two independent `dynres run` jobs connect and accept: the port travels in a file,
+/// or by name through the server job's data server, which the client job uses
+/// (`--data-server`, NAMES-1).
 #[test]
 fn mpich_connect_accept_between_two_jobs() {
     let Some(mpi) = mpich() else { return };
@@ -153,30 +150,22 @@ fn mpich_connect_accept_between_two_jobs() {
         port.to_str().unwrap(),
         tmp.to_str().unwrap(),
     );
-    let mut server = rt.command(&["run", "-n", "2", exe, "server", port, tmp]);
-    mpich_env(&mut server);
-    let server = dynres_tests::job::Running::start(server);
-    let client = run(&rt, &["run", "-n", "1", exe, "client", port]);
-    let server = server.finish(rt.dir.clone(), Duration::from_secs(60));
-    assert_eq!(client.code, Some(0), "{}", client.dump());
-    assert_eq!(server.code, Some(0), "{}", server.dump());
-    assert!(
-        client.stdout.contains("client rank=0 remote=2 v=42"),
-        "{}",
-        client.dump()
+    let none: &[&str] = &[];
+    Mpi::Mpich.check_cross(
+        &rt,
+        exe,
+        (none, &["server", port, tmp]),
+        (none, &["client", port]),
     );
-    assert!(
-        server.stdout.contains("server rank=0 remote=1 v=42"),
-        "{}",
-        server.dump()
+    // NAMES-1: the port published by name in the server job's data server, which the
+    // client job uses.
+    let name = "name:dynres-cross";
+    Mpi::Mpich.check_cross(
+        &rt,
+        exe,
+        (&["--job-id", "cross-server"], &["server", name]),
+        (&["--data-server", "cross-server"], &["client", name]),
     );
-    assert!(
-        server.stdout.contains("server rank=1 remote=1 v=0"),
-        "{}",
-        server.dump()
-    );
-    client.assert_nothing_left();
-    server.assert_nothing_left();
 }
 
 const JOIN: &str = include_str!("mpi/join.c");

@@ -15,6 +15,7 @@ const ABORT: &str = include_str!("mpi/abort.c");
 const SPAWN: &str = include_str!("mpi/spawn.c");
 const STRANGER: &str = include_str!("mpi/pmix_stranger.c");
 const PSETS: &str = include_str!("mpi/pmix_psets.c");
+const CROSS: &str = include_str!("mpi/cross.c");
 
 /// Open MPI's prefix, if it and libpmix are here.
 fn open_mpi() -> Option<std::path::PathBuf> {
@@ -177,6 +178,26 @@ fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
     assert!(!f.stdout.contains("child"), "{}", f.dump());
     f.assert_nothing_left();
     Mpi::OpenMpi.check_child_dies(&rt, exe);
+}
+
+/// PMIS-20, PMIS-21, NAMES-1: two independent jobs of Open MPI programs connect and
+/// accept. Open MPI finds the other side through PMIx publish/lookup, so the client
+/// job uses the server job's data server (`--data-server`); the connect registers
+/// each job's namespace with the other's PMIx server, and the new communicator's fence
+/// crosses the jobs through that data server. The port itself is published by name
+/// there too (`MPI_Publish_name` in one job, `MPI_Lookup_name` in the other).
+#[test]
+fn open_mpi_connect_accept_between_two_jobs() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-cross");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "cross", CROSS);
+    let name = "name:dynres-cross";
+    Mpi::OpenMpi.check_cross(
+        &rt,
+        exe.to_str().unwrap(),
+        (&["--job-id", "cross-server"], &["server", name]),
+        (&["--data-server", "cross-server"], &["client", name]),
+    );
 }
 
 /// `src` built as a bare PMIx client (gcc against libpmix) in `dir`, or `None` after

@@ -236,11 +236,5 @@ pub fn pr_configs() -> Vec<EndsConfig> {
 
 /// Checks one configuration.
 pub fn check(cfg: &EndsConfig, max_states: usize, threads: usize) -> Outcome {
-    crate::run::explore_all(cfg.name, cfg, max_states, threads, |path| {
-        path.into_actions()
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("    {i:>3}. {a:?}\n"))
-            .collect()
-    })
+    crate::run::explore_actions(cfg.name, cfg, max_states, threads)
 }

@@ -17,6 +17,7 @@ pub mod giveback_model;
 pub mod golden;
 pub mod liveness_model;
 pub mod models;
+pub mod names_model;
 pub mod planted;
 pub mod pool;
 pub mod pset_model;

@@ -189,6 +189,7 @@ impl RcConfig {
             grace: Duration::from_millis(100),
             max_queued: 2,
             grow_wait: self.grow_wait,
+            data_server: Default::default(),
         };
         let node = |actor| RcNode {
             actor,

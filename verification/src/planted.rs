@@ -111,6 +111,17 @@ pub fn corpus() -> Vec<Planted> {
             "rc-spawn-add-1n-2e-2new",
             "SPAWN-19 a spawn whose children are gone leaves nothing behind",
         ),
+        // NAMES-1..3: one data server for two jobs (`names_model.rs`)
+        p(
+            ForwardReservedKey,
+            "names-2j",
+            "NAMES-1 no reserved key leaves the guest job",
+        ),
+        p(
+            ForwardedReplyOfAnyKind,
+            "names-2j",
+            "NAMES-3 each request is answered at most once, in its kind",
+        ),
         p(
             SpawnChildIsLoss,
             "rc-spawn-add-1n-2e-2new",
@@ -529,6 +540,9 @@ pub fn unplanted() -> Vec<&'static str> {
     for cfg in crate::giveback_model::pr_configs() {
         names.extend(always(&cfg));
     }
+    for cfg in crate::names_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
     let planted: BTreeSet<&str> = corpus().iter().map(|p| p.property).collect();
     names.retain(|n| !planted.contains(n));
     names.into_iter().collect()
@@ -571,6 +585,13 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         .find(|c| c.name == planted.config)
     {
         let cfg = crate::giveback_model::GbConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
+    if let Some(base) = crate::names_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::names_model::NamesConfig { bugs, ..base };
         return hunt_in(planted, cfg, &[], threads);
     }
     if let Some(base) = spawn_configs::pr_configs()

@@ -147,6 +147,7 @@ impl PsetConfig {
             grace: Duration::from_millis(100),
             max_queued: 2,
             grow_wait: None,
+            data_server: Default::default(),
         };
         let procs: Vec<ProcessId> = (0..clients)
             .map(|r| ProcessId::new(Namespace::new(NAMESPACE), r))

@@ -100,6 +100,23 @@ pub fn check_spawn(cfg: &SpawnModelConfig, max_states: usize, threads: usize) ->
     o
 }
 
+/// [`explore_all`] of a model whose counterexample is its list of actions, one per
+/// line (the small models: ends, liveness, give-back, names).
+pub fn explore_actions<M>(name: &str, model: &M, max_states: usize, threads: usize) -> Outcome
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Debug + Eq + Hash + Send + Sync,
+    M::Action: Clone + Debug + PartialEq + Send + Sync,
+{
+    explore_all(name, model, max_states, threads, |path| {
+        path.into_actions()
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("    {i:>3}. {a:?}\n"))
+            .collect()
+    })
+}
+
 /// Exhaustive DFS of any model, judging every property: an `always`/`eventually`
 /// property fails with a counterexample (rendered by `render`), a `sometimes` property
 /// fails if never reached.

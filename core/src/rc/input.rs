@@ -6,7 +6,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::msg::{ClientRequest, ToDaemon, ToMaster};
+use super::msg::{ClientReply, ClientRequest, ToDaemon, ToMaster};
 use super::types::{ChangeRequest, NodeId, ReqId};
 use crate::process::{Namespace, ProcessId};
 use crate::slots::NodeSpec;
@@ -30,6 +30,21 @@ pub struct MasterConfig {
     /// How long a request that needs more slots than the job has waits for the driver
     /// to add nodes (`RC-21`); `None` refuses it at once (`RC-2`).
     pub grow_wait: Option<Duration>,
+    /// Whose data server the applications' keys are in (`NAMES-1`).
+    pub data_server: DataServer,
+}
+
+/// Whose data server a job's applications publish in and look up from (`NAMES-1`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DataServer {
+    /// The job's own master's.
+    #[default]
+    Own,
+    /// Another job's: the master forwards every application publish, lookup and
+    /// unpublish ([`MasterOutput::ForwardData`](super::MasterOutput::ForwardData)) and
+    /// relays the answer the driver brings back ([`MasterInput::Forwarded`]). The
+    /// protocol's own keys (`RC-16`) stay with the job's own master.
+    Forwarded,
 }
 
 /// What the master is told.
@@ -78,6 +93,24 @@ pub enum MasterInput {
     NodeReturned {
         /// The node.
         node: NodeId,
+    },
+    /// A data-server request of a guest job, one that uses this job's data server
+    /// (`NAMES-2`), under the driver's `ticket`: answered as
+    /// [`MasterOutput::GuestReply`](super::MasterOutput::GuestReply). Only publish,
+    /// lookup and unpublish are served; reserved keys are refused as a client's.
+    Guest {
+        /// The driver's name for the request.
+        ticket: u64,
+        /// The request.
+        request: ClientRequest,
+    },
+    /// The other job's answer to the request forwarded under `ticket` (`NAMES-1`).
+    Forwarded {
+        /// The ticket of [`MasterOutput::ForwardData`](super::MasterOutput::ForwardData).
+        ticket: u64,
+        /// The answer; `None`: none came (the job could not be reached, it ended, its
+        /// answer did not decode). The client then gets an error (`NAMES-3`).
+        reply: Option<ClientReply>,
     },
 }
 

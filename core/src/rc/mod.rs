@@ -30,7 +30,7 @@ pub use daemon::{Daemon, DaemonInput, DaemonOutput, Standing};
 pub use error::{
     BadRequest, ClientRejection, DaemonRejection, MasterRejection, PsetErrorBox, RcError,
 };
-pub use master::{Master, MasterConfig, MasterInput, MasterOutput};
+pub use master::{DataServer, Master, MasterConfig, MasterInput, MasterOutput};
 pub use msg::{ClientReply, ClientRequest, Envelope, ModexData, ToDaemon, ToMaster};
 pub use types::{
     AbortReason, AcceptOutcome, Change, ChangeInfo, ChangeRequest, LaunchCommand, NamedVictims,

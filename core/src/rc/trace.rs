@@ -24,14 +24,14 @@ use nom::Parser;
 
 use super::error::RcError;
 use super::giveback::GiveBackInput;
-use super::input::{DaemonInput, MasterConfig, MasterInput};
+use super::input::{DaemonInput, DataServer, MasterConfig, MasterInput};
 use super::liveness::{LivenessConfig, LivenessInput, WatchInput};
 use super::msg::{ClientRequest, ToMaster};
 use super::tools::ToolInput;
 use super::types::{AbortReason, NodeId};
 use super::wire::{
-    decode_client, decode_to_daemon, decode_to_master, encode_client, encode_to_daemon,
-    encode_to_master, error, name, put_error, put_name, put_rc_status, rc_status,
+    decode_client, decode_reply, decode_to_daemon, decode_to_master, encode_client, encode_reply,
+    encode_to_daemon, encode_to_master, error, name, put_error, put_name, put_rc_status, rc_status,
 };
 use crate::process::Namespace;
 use crate::slots::NodeSpec;
@@ -45,7 +45,8 @@ pub use crate::trace::{Fnv64, TARGET, fingerprint, hex, unhex};
 
 /// Encodes a master input: tag 1 `FromDaemon` (node, `ToMaster` frame), 2 `RequestChange`
 /// (client frame; its request id is the ticket), 3 `Timeout`, 4 `NodeLost` (node),
-/// 5 `NodeReturned` (node).
+/// 5 `NodeReturned` (node), 6 `NodeAdded`, 7 `SlotsDenied`, 8 `Guest` (client frame
+/// under the ticket), 9 `Forwarded` (ticket, whether an answer came, its reply frame).
 pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
     let mut out = Vec::new();
     match input {
@@ -76,6 +77,18 @@ pub fn encode_master_input(input: &MasterInput) -> Vec<u8> {
             put_u8(&mut out, 6);
             put_str(&mut out, &node.name);
             put_u32(&mut out, node.slots);
+        }
+        MasterInput::Guest { ticket, request } => {
+            put_u8(&mut out, 8);
+            put_bytes(&mut out, &encode_client(*ticket, request));
+        }
+        MasterInput::Forwarded { ticket, reply } => {
+            put_u8(&mut out, 9);
+            put_u64(&mut out, *ticket);
+            prim::put_u8(&mut out, u8::from(reply.is_some()));
+            if let Some(r) = reply {
+                put_bytes(&mut out, &encode_reply(*ticket, r));
+            }
         }
     }
     out
@@ -125,6 +138,28 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
                 let (i, slots) = prim::u32(i)?;
                 let node = NodeSpec { name, slots };
                 Ok((i, MasterInput::NodeAdded { node }))
+            }
+            8 => {
+                let (i, frame) = prim::bytes("master input", usize::MAX)(i)?;
+                let (ticket, request) = decode_client(frame).map_err(nom::Err::Failure)?;
+                Ok((i, MasterInput::Guest { ticket, request }))
+            }
+            9 => {
+                let (i, ticket) = prim::u64(i)?;
+                let (i, some) = prim::u8(i)?;
+                if some == 0 {
+                    return Ok((
+                        i,
+                        MasterInput::Forwarded {
+                            ticket,
+                            reply: None,
+                        },
+                    ));
+                }
+                let (i, frame) = prim::bytes("master input", usize::MAX)(i)?;
+                let (_, reply) = decode_reply(frame).map_err(nom::Err::Failure)?;
+                let reply = Some(reply);
+                Ok((i, MasterInput::Forwarded { ticket, reply }))
             }
             t => Err(nom::Err::Failure(WireError::InvalidValue {
                 what: "master input tag",
@@ -216,6 +251,10 @@ pub fn encode_master_config(cfg: &MasterConfig) -> Vec<u8> {
     put_u32(&mut out, cfg.max_queued as u32);
     prim::put_u8(&mut out, u8::from(cfg.grow_wait.is_some()));
     put_u64(&mut out, cfg.grow_wait.map_or(0, |d| d.as_nanos()));
+    // Last and only when not the default, so traces recorded before NAMES-1 decode.
+    if cfg.data_server == DataServer::Forwarded {
+        prim::put_u8(&mut out, 1);
+    }
     out
 }
 
@@ -237,6 +276,19 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
         let (i, max_queued) = prim::u32(i)?;
         let (i, grows) = prim::u8(i)?;
         let (i, grow_wait) = prim::u64(i)?;
+        let (i, data_server) = if i.is_empty() {
+            (i, DataServer::Own)
+        } else {
+            match prim::u8(i)? {
+                (i, 1) => (i, DataServer::Forwarded),
+                (_, v) => {
+                    return Err(nom::Err::Failure(WireError::InvalidValue {
+                        what: "data server",
+                        value: u64::from(v),
+                    }));
+                }
+            }
+        };
         let apps: Vec<(String, u32)> = apps;
         Ok((
             i,
@@ -248,6 +300,7 @@ pub fn decode_master_config(bytes: &[u8]) -> Result<MasterConfig, WireError> {
                 grace: Duration(grace),
                 max_queued: max_queued as usize,
                 grow_wait: (grows != 0).then_some(Duration(grow_wait)),
+                data_server,
             },
         ))
     })

@@ -116,6 +116,7 @@ pub fn config(nodes: u32, slots: u32, start: u32) -> MasterConfig {
         grace: Duration::from_millis(100),
         max_queued: 2,
         grow_wait: None,
+        data_server: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ mod rc_growth;
 mod rc_hardening;
 mod rc_link;
 mod rc_modex;
+mod rc_names;
 mod rc_node_return;
 mod rc_scale;
 mod rc_spawn;

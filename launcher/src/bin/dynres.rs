@@ -251,6 +251,11 @@ struct RunArgs {
     /// (kill the others, exit non-zero) or let it `continue` without it.
     #[arg(long, value_enum, default_value = "end")]
     on_loss: LossArg,
+    /// Publish and look up names in the data server of the running job JOB (its id, as
+    /// `dynres status` takes it) instead of this job's own, so that MPI programs of the
+    /// two jobs find each other (Open MPI's connect/accept, `MPI_Lookup_name`).
+    #[arg(long, value_name = "JOB")]
+    data_server: Option<String>,
     /// Hosts and their slots, `h1:4,h2:4` (as mpirun's `--host`). The first one that is
     /// this machine runs in this process; every other gets a daemon through the launch
     /// agent.
@@ -544,6 +549,7 @@ fn run(args: RunArgs) -> Result<ExitCode, LauncherError> {
             LossArg::End => runtime::OnLoss::EndJob,
             LossArg::Continue => runtime::OnLoss::Continue,
         },
+        data_server: args.data_server.clone(),
     })?;
     let status = outcome.exit_status();
     if outcome.timed_out {

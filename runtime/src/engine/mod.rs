@@ -11,10 +11,13 @@
 
 mod grow;
 mod hosts;
+mod names;
 mod pmi;
 mod pmix_host;
+mod pmix_jobs;
 
 pub use grow::Grow;
+pub use names::NameServer;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::unix::net::UnixStream;
@@ -157,6 +160,14 @@ pub enum Event {
     },
     /// A signal arrived (`signals.rs`): the loop looks at what it asks for.
     Signal,
+    /// The job whose data server this job uses answered a forwarded request, or could
+    /// not be reached (NAMES-1, NAMES-3).
+    Named {
+        /// The master's ticket of the request.
+        ticket: u64,
+        /// The answer, or why none came.
+        reply: Result<ClientReply, String>,
+    },
 }
 
 /// One step of the in-process links, kept in one FIFO so the master → daemon order
@@ -278,6 +289,8 @@ pub struct Engine {
     pmix_fences: HashMap<u64, pmix_host::Fence>,
     /// PMIx connects across nodes whose processes' data is being published (PMIS-16).
     pmix_connects: HashMap<u64, pmix_host::Connect>,
+    /// Fences across jobs (PMIS-21).
+    pmix_cross: pmix_jobs::CrossFences,
     /// The job's PMIx server, if its program is an Open MPI one (`pmix.rs`).
     pmix: Option<std::sync::Arc<crate::pmix::PmixHost>>,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
@@ -286,6 +299,12 @@ pub struct Engine {
     /// Changes in announcement order, the last [`HISTORY`] decided ones kept.
     pub(super) changes: VecDeque<ChangeLog>,
     tools: ToolRequests,
+    /// (Master) the job whose data server this job uses (NAMES-1), if not its own.
+    name_server: Option<NameServer>,
+    /// (Master) guest jobs' data-server requests core has not answered, by ticket
+    /// (NAMES-2).
+    guests: BTreeMap<u64, ioloop::ToolReply>,
+    next_guest: u64,
     failed: Vec<Rank>,
     /// How the first failure ended (exit code or 128 + signal, [`procs::code_of`]);
     /// `None` inside: it has no exit status (its node was lost).
@@ -407,10 +426,14 @@ impl Engine {
             pmix_asked: 0,
             pmix_fences: HashMap::new(),
             pmix_connects: HashMap::new(),
+            pmix_cross: Default::default(),
             pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),
             tools: ToolRequests::default(),
+            name_server: None,
+            guests: BTreeMap::new(),
+            next_guest: 0,
             failed: Vec::new(),
             first_failure: None,
             ending: None,
@@ -664,6 +687,7 @@ impl Engine {
                 }
             }
             Event::Granted(result) => self.on_granted(result),
+            Event::Named { ticket, reply } => self.on_named(ticket, reply),
             Event::Writable { conn } => {
                 self.write_watch.remove(&conn);
                 let failed = self.conns.get_mut(&conn).and_then(|c| c.flush().err());
@@ -862,6 +886,7 @@ impl Engine {
                 return;
             }
             Ok(Command::Change { req, wait }) => (req, wait),
+            Ok(Command::Data { frame }) => return self.on_guest(&frame, reply),
             Err(e) => {
                 reply.send(format!("error: {e}\n"));
                 return;
@@ -992,6 +1017,8 @@ impl Engine {
             MasterOutput::ProcessLost(pid) => self.on_lost(pid.rank, false),
             MasterOutput::SpawnedExited(pid) => self.on_lost(pid.rank, true),
             MasterOutput::NeedSlots { slots } => self.need_slots(slots),
+            MasterOutput::ForwardData { ticket, request } => self.forward_names(ticket, request),
+            MasterOutput::GuestReply { ticket, reply } => self.guest_reply(ticket, &reply),
         }
     }
 

@@ -29,7 +29,7 @@ const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 /// How long a fence may wait for the other nodes: Open MPI fences in `MPI_Init` and
 /// `MPI_Finalize`, which slow starts may spread over minutes; a process that dies
 /// instead ends the job (or leaves it, `--on-loss`) long before this.
-const FENCE_WAIT: Duration = Duration::from_secs(3600);
+pub(super) const FENCE_WAIT: Duration = Duration::from_secs(3600);
 
 /// An upcall answered once all of its `left` requests are: a fence whose local
 /// participants' modex requests are out, or a connect whose participants' data is being
@@ -53,6 +53,11 @@ pub(super) enum Pending {
     Fence(u64),
     /// One local participant's data, published for connect `id` (PMIS-16).
     Connect(u64),
+    /// A connect's lookup of another job's namespace size (PMIS-20).
+    ConnectNamespace(u64, String),
+    /// A fence across jobs (PMIS-21): a local part published (`None`), or another
+    /// participant's part looked up.
+    CrossFence(u64, Option<dynres_core::ProcessId>),
     /// A direct modex: the looked-up data of a process on another node.
     DirectModex(ModexDone),
     /// Publish or unpublish.
@@ -222,6 +227,13 @@ impl Engine {
                 .and_then(|app| PsetName::app_root(app).ok()),
             _ => None,
         };
+        let done = match pset {
+            Some(_) => done,
+            None => match self.pmix_cross_fence(&host, procs, data, done) {
+                Ok(()) => return,
+                Err(done) => done,
+            },
+        };
         let Some(pset) = pset else {
             tracing::warn!(?procs, "a PMIx fence of part of a namespace is not served");
             done.complete(Err(Status::NotSupported));
@@ -291,7 +303,16 @@ impl Engine {
             return;
         };
         let local = host.local_procs(procs);
-        if host.nodes() == 1 || local.is_empty() {
+        // PMIS-20: namespaces of another job (connect/accept between jobs that share a
+        // data server, NAMES-1), new to this node.
+        let mut foreign: Vec<&str> = procs
+            .iter()
+            .map(|(ns, _)| ns.as_str())
+            .filter(|ns| host.spawn_app(ns).is_none() && !host.knows(ns))
+            .collect();
+        foreign.sort_unstable();
+        foreign.dedup();
+        if (host.nodes() == 1 && foreign.is_empty()) || local.is_empty() {
             done.complete(Ok(()));
             return;
         }
@@ -305,7 +326,7 @@ impl Engine {
                 .ok()
                 .and_then(|root| self.daemon.pset(&root).map(|(m, _)| m.len()));
             let registered = match size.map(u32::try_from) {
-                Some(Ok(size)) => host.know_remote_spawn(ns, size),
+                Some(Ok(size)) => host.know_remote_namespace(ns, size),
                 _ => Err(format!("no pset of the spawn {app} on this node")),
             };
             if let Err(why) = registered {
@@ -314,19 +335,60 @@ impl Engine {
                 return;
             }
         }
+        // PMIS-20: with another job, each side publishes the size of its own
+        // namespaces and registers the other's once it is there.
+        let ours: Vec<(String, u32)> = if foreign.is_empty() {
+            Vec::new()
+        } else {
+            let mut ours: Vec<(String, u32)> = procs
+                .iter()
+                .filter(|(ns, _)| *ns == host.namespace || host.spawn_app(ns).is_some())
+                .filter_map(|(ns, _)| Some((ns.clone(), self.pmix_ns_size(&host, ns)?)))
+                .collect();
+            ours.sort_unstable();
+            ours.dedup();
+            ours
+        };
         let id = self.pmix_asked;
         self.pmix_asked += 1;
         self.pmix_connects.insert(
             id,
             Connect {
-                left: local.len(),
+                left: local.len() + ours.len() + foreign.len(),
                 done: Some(done),
             },
         );
+        let me = local[0].clone();
+        for (ns, size) in ours {
+            let request = ClientRequest::Publish {
+                key: namespace_key(&ns),
+                value: size.to_string(),
+            };
+            self.pmix_ask(&me, request, Pending::Connect(id));
+        }
+        for ns in foreign {
+            let request = ClientRequest::Lookup {
+                key: namespace_key(ns),
+                wait: Some(LOOKUP_WAIT),
+            };
+            self.pmix_ask(&me, request, Pending::ConnectNamespace(id, ns.to_string()));
+        }
         for p in local {
             if let Err(why) = host.request_blob(id, p) {
                 tracing::error!("{why}");
                 self.pmix_connect_part(id, Err(Status::Error));
+            }
+        }
+    }
+
+    /// The size of one of this job's PMIx namespaces: the job's own, or a spawn's (its
+    /// application's pset in this node's replica).
+    pub(super) fn pmix_ns_size(&self, host: &crate::pmix::PmixHost, ns: &str) -> Option<u32> {
+        match host.spawn_app(ns) {
+            None => Some(host.job_size()),
+            Some(app) => {
+                let root = PsetName::app_root(app).ok()?;
+                u32::try_from(self.daemon.pset(&root)?.0.len()).ok()
             }
         }
     }
@@ -412,7 +474,12 @@ impl Engine {
 
     /// Sends `request` to the daemon machine as `from`'s, its answer to `pending`; a
     /// process this runtime does not know is answered with an error at once.
-    fn pmix_ask(&mut self, from: &dynres_pmix::Proc, request: ClientRequest, pending: Pending) {
+    pub(super) fn pmix_ask(
+        &mut self,
+        from: &dynres_pmix::Proc,
+        request: ClientRequest,
+        pending: Pending,
+    ) {
         let Some(rank) = self.pmix_rank(from) else {
             tracing::warn!(?from, "a PMIx request from an unknown process: refused");
             return;
@@ -442,6 +509,24 @@ impl Engine {
                 }
                 self.pmix_connect_part(id, Ok(()));
             }
+            // PMIS-20: the other job's namespace, registered before the connect is
+            // answered.
+            (Pending::ConnectNamespace(id, ns), ClientReply::Lookup(r)) => {
+                let registered = match (r, &self.pmix) {
+                    (Ok(size), Some(host)) => match size.parse::<u32>() {
+                        Ok(size) => host.know_remote_namespace(&ns, size),
+                        Err(_) => Err(format!("the size of {ns} is not a number: {size:?}")),
+                    },
+                    (Err(e), _) => Err(format!("the other job's namespace {ns}: {e}")),
+                    (Ok(_), None) => Err("no PMIx server".into()),
+                };
+                let part = registered.map_err(|why| {
+                    tracing::error!("PMIx connect: {why}");
+                    Status::Error
+                });
+                self.pmix_connect_part(id, part);
+            }
+            (Pending::CrossFence(id, from), reply) => self.pmix_cross_part(id, from, reply),
             (Pending::DirectModex(done), ClientReply::Lookup(r)) => {
                 tracing::debug!(found = ?r.as_ref().map(String::len), "PMIx direct modex answered");
                 done.complete(
@@ -474,6 +559,12 @@ impl Engine {
         }
         None
     }
+}
+
+/// The data server's key for the size of a PMIx namespace a connect between jobs
+/// shares (PMIS-20).
+fn namespace_key(ns: &str) -> String {
+    format!("pmix-ns:{ns}")
 }
 
 /// The data server's key for a PMIx process's committed data (PMIS-16).

@@ -17,7 +17,7 @@ use crate::time::{Duration, Instant};
 /// `{delta}:accept` and `{delta}:confirm` of a pset name (`RC-16`). Only those: MPI
 /// libraries publish keys of their own that may end the same way (Open MPI's
 /// connect/accept publishes `{jobid}:{tag}:accept`).
-fn is_reserved(key: &str) -> bool {
+pub(crate) fn is_reserved(key: &str) -> bool {
     key.strip_suffix(":accept")
         .or_else(|| key.strip_suffix(":confirm"))
         .is_some_and(|pset| pset.starts_with("mpi://"))

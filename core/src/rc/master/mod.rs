@@ -8,6 +8,7 @@
 mod data;
 mod footprint;
 mod growth;
+mod guest;
 mod modex;
 mod phase1;
 mod phase3;
@@ -24,7 +25,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::error::{BadRequest, MasterRejection, RcError};
-pub use super::input::{MasterConfig, MasterInput};
+pub use super::input::{DataServer, MasterConfig, MasterInput};
 use super::msg::{ClientReply, ClientRequest, Envelope, ToDaemon, ToMaster};
 use super::trace;
 use super::types::{AbortReason, ChangeInfo, ChangeRequest, NodeId, RcStatus, ReqId};
@@ -96,6 +97,23 @@ pub enum MasterOutput {
     ///
     /// [`SpawnWatch::Job`]: crate::rc::SpawnWatch::Job
     ProcessLost(ProcessId),
+    /// Send this data-server request of one of the job's applications to the job whose
+    /// data server this job uses (`NAMES-1`), and feed its answer back as
+    /// [`MasterInput::Forwarded`](crate::rc::MasterInput::Forwarded) under `ticket`.
+    ForwardData {
+        /// The master's name for the request.
+        ticket: u64,
+        /// A publish, lookup or unpublish.
+        request: ClientRequest,
+    },
+    /// The answer to a guest job's request (`NAMES-2`,
+    /// [`MasterInput::Guest`](crate::rc::MasterInput::Guest)).
+    GuestReply {
+        /// The guest's ticket.
+        ticket: u64,
+        /// The answer.
+        reply: ClientReply,
+    },
     /// A child of a spawn whose spawner runs the kernel's handshake exited
     /// (`SPAWN-19`): its slot is free again. Not a loss of the job; whether it ended well
     /// is for the driver to say (it knows the status).
@@ -199,6 +217,11 @@ pub struct Master {
     pub(crate) data: Shared<BTreeMap<String, String>>,
     /// Lookups waiting for their key: (key, deadline, route).
     pub(crate) lookups: Vec<(String, Instant, Route)>,
+    /// Requests forwarded to another job's data server, by ticket (`NAMES-1`): the
+    /// client, and the error reply it gets if no answer of its kind comes.
+    pub(crate) forwarded: BTreeMap<u64, (Route, ClientReply)>,
+    /// The ticket of the next forwarded request.
+    pub(crate) next_forward: u64,
     pub(crate) fences: BTreeMap<PsetName, Fence>,
     /// Modexes in progress, by pset (`MODEX-1..6`).
     pub(crate) modexes: BTreeMap<PsetName, modex::ModexGather>,
@@ -242,6 +265,8 @@ impl Master {
             queue: VecDeque::new(),
             data: BTreeMap::new().into(),
             lookups: Vec::new(),
+            forwarded: BTreeMap::new(),
+            next_forward: 0,
             fences: BTreeMap::new(),
             modexes: BTreeMap::new(),
             growth: None,
@@ -348,6 +373,8 @@ impl Master {
             MasterInput::NodeReturned { node } => return self.on_node_returned(node),
             MasterInput::NodeAdded { node } => return self.on_node_added(now, node),
             MasterInput::SlotsDenied => self.expire_growth(now, true),
+            MasterInput::Guest { ticket, request } => self.on_guest(now, ticket, request),
+            MasterInput::Forwarded { ticket, reply } => self.on_forwarded(ticket, reply),
         }
         Ok(())
     }
@@ -447,20 +474,18 @@ impl Master {
     // ----- shared helpers -----
 
     fn on_request(&mut self, now: Instant, route: Route, request: ClientRequest) {
+        // NAMES-1: another job's master may serve the applications' keys.
+        if self.forwards(&request) {
+            return self.forward(route, request);
+        }
         match request {
             ClientRequest::PsetOp { ops } => {
                 let reply = self.pset_ops(&route.pid, &ops);
                 self.reply(&route, ClientReply::PsetOp(reply));
             }
-            ClientRequest::Publish { key, value } => {
-                let r = self.publish(now, &key, value, true);
-                self.reply(&route, ClientReply::Published(r));
-            }
-            ClientRequest::Lookup { key, wait } => self.lookup(now, route, key, wait),
-            ClientRequest::Unpublish { key } => {
-                let r = self.unpublish(&key);
-                self.reply(&route, ClientReply::Unpublished(r));
-            }
+            request @ (ClientRequest::Publish { .. }
+            | ClientRequest::Lookup { .. }
+            | ClientRequest::Unpublish { .. }) => self.serve_data(now, route, request),
             ClientRequest::Fence { pset, timeout } => self.fence(now, route, pset, timeout),
             ClientRequest::Accept {
                 delta,
@@ -575,6 +600,12 @@ impl Master {
     }
 
     pub(crate) fn reply(&mut self, route: &Route, reply: ClientReply) {
+        if route.node == guest::GUEST_NODE {
+            let ticket = route.req;
+            return self
+                .out
+                .push_back(MasterOutput::GuestReply { ticket, reply });
+        }
         self.send(
             route.node,
             ToDaemon::Reply {
