@@ -270,6 +270,7 @@ fn pmi_job(pid: &ProcessId, members: u32) -> dynres_core::pmi::PmiJob {
         group: app_root(),
         barrier_timeout: Duration::from_millis(100),
         preput: Vec::new(),
+        spawner: None,
     }
 }
 
