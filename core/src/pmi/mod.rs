@@ -15,5 +15,3 @@ pub use session::{
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests2;

@@ -1,5 +1,7 @@
 //! The PMI session against hand-fed daemon replies: every rule of `spec/pmi.md` that
-//! one session enforces.
+//! one session enforces (PMI-2's in `pmi2`).
+
+mod pmi2;
 
 use alloc::format;
 use alloc::string::{String, ToString};

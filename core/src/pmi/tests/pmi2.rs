@@ -7,9 +7,9 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::wire::PmiWireError;
-use super::wire2::{LEN_FIELD, MAX_MESSAGE, parse_message};
-use super::*;
+use crate::pmi::wire::PmiWireError;
+use crate::pmi::wire2::{LEN_FIELD, MAX_MESSAGE, MAX_REPLY_VALUE, parse_message};
+use crate::pmi::*;
 use crate::process::{Namespace, ProcessId};
 use crate::pset::PsetName;
 use crate::rc::{ClientReply, ClientRequest, ModexData, RcError, ReqId};
@@ -120,7 +120,8 @@ fn ready(rank: u32) -> PmiSession {
 }
 
 /// PMIS-17, PMIS-18: the start-up Slurm's `PMI2_Init` and the job queries make, the
-/// `fullinit` sent in the same read as the `init` line.
+/// `fullinit` sent in the same read as the `init` line; PMIS-19: no node attribute is
+/// found.
 #[test]
 fn slurm_start_up_is_answered_from_the_job() {
     let mut s = PmiSession::new(job(1));
@@ -336,7 +337,8 @@ fn abort_is_reported_and_finalize_ends_the_session() {
     assert!(s.finalized());
 }
 
-/// PMIS-3, PMIS-6, PMIS-18: refused commands get `rc=-1` and change nothing.
+/// PMIS-3, PMIS-6, PMIS-18, PMIS-19 (`info-putnodeattr`): refused commands get `rc=-1`
+/// and change nothing.
 #[test]
 fn hostile_commands_are_refused_without_touching_state() {
     // Before fullinit, nothing but fullinit (and abort).
@@ -454,16 +456,12 @@ fn error_replies_fit_a_pmi2_client() {
     let (sent, _) = feed(&mut s, &msg(&format!("cmd={};", "x".repeat(5000))));
     let c = parse_message(sent[0].as_bytes()).unwrap();
     assert_eq!(c.get("rc"), Some("-1"));
-    assert!(c.get("errmsg").unwrap().len() <= super::wire2::MAX_REPLY_VALUE);
+    assert!(c.get("errmsg").unwrap().len() <= MAX_REPLY_VALUE);
     let mut s = PmiSession::new(job(0));
     feed(&mut s, b"cmd=init pmi_version=2 pmi_subversion=0\n");
     let claim = format!("cmd=fullinit;pmiid={};", "é".repeat(1000));
     let (sent, _) = feed(&mut s, &msg(&claim));
     let c = parse_message(sent[0].as_bytes()).unwrap();
     let m = c.get("errmsg").unwrap();
-    assert!(
-        m.len() <= super::wire2::MAX_REPLY_VALUE && m.len() > 1000,
-        "{}",
-        m.len()
-    );
+    assert!(m.len() <= MAX_REPLY_VALUE && m.len() > 1000, "{}", m.len());
 }
