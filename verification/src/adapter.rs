@@ -211,14 +211,18 @@ pub enum Role {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
     },
-    /// An MPI process speaking PMI-1 to its daemon through the shipped `PmiSession`
-    /// (`spec/pmi.md`): puts `k{rank}=v{rank}`, enters the barrier (the modex), and
-    /// after `barrier_out rc=0` gets the key of every rank below `members`.
+    /// An MPI process speaking PMI-1 (or PMI-2) to its daemon through the shipped
+    /// `PmiSession` (`spec/pmi.md`): puts `k{rank}=v{rank}`, enters the barrier (the
+    /// modex), and after `barrier_out rc=0` (`kvs-fence-response;rc=0`) gets the key of
+    /// every rank below `members`.
     Pmi {
         /// Whether it may crash (a nondeterministic timer).
         may_crash: bool,
         /// The processes of the barrier.
         members: u32,
+        /// Whether it speaks PMI-2 (`init pmi_version=2`, then `fullinit`, `kvs-put`,
+        /// `kvs-fence`, `kvs-get`: PMIS-17, PMIS-18) instead of PMI-1.
+        pmi2: bool,
         /// Bugs planted in its session.
         bugs: dynres_core::bugs::Bugs,
     },
@@ -257,6 +261,14 @@ impl Lead {
     }
 }
 
+/// One PMI-2 message as a client frames it: the body's length, left-aligned in six
+/// bytes, then the body.
+fn pmi2_message(body: &str) -> Vec<u8> {
+    let mut out = format!("{:<6}", body.len()).into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 /// The PMI job of a `Role::Pmi` process: the application's pset, `members` processes.
 fn pmi_job(pid: &ProcessId, members: u32) -> dynres_core::pmi::PmiJob {
     dynres_core::pmi::PmiJob {
@@ -270,6 +282,7 @@ fn pmi_job(pid: &ProcessId, members: u32) -> dynres_core::pmi::PmiJob {
         group: app_root(),
         barrier_timeout: Duration::from_millis(100),
         preput: Vec::new(),
+        spawner: None,
     }
 }
 
@@ -1573,6 +1586,35 @@ impl RcNode {
                             send(o, d, RcMsg::Req(req, request));
                         }
                     }
+                    PmiOutput::Send(bytes) if session.pmi2() && !bytes.starts_with(b"cmd=") => {
+                        // PMI-2: the length field, then the body (PMIS-17).
+                        let reply = bytes
+                            .get(dynres_core::pmi::wire2::LEN_FIELD..)
+                            .map(dynres_core::pmi::wire2::parse_message);
+                        let Some(Ok(c)) = reply else {
+                            st.unexpected_errors += 1;
+                            continue;
+                        };
+                        match c.name.as_str() {
+                            "kvs-fence-response" => {
+                                let ok = c.get("rc") == Some("0");
+                                if st.pmi_barrier.is_none() && ok {
+                                    for r in 0..members {
+                                        let m = format!("cmd=kvs-get;jobid=;srcid={r};key=k{r};");
+                                        gets.extend(pmi2_message(&m));
+                                    }
+                                }
+                                st.pmi_barrier.get_or_insert(ok);
+                            }
+                            "kvs-get-response" if c.get("found") == Some("TRUE") => {
+                                st.pmi_seen.push(c.get("value").map(String::from));
+                            }
+                            "kvs-get-response" => st.pmi_seen.push(None),
+                            "fullinit-response" | "kvs-put-response"
+                                if c.get("rc") == Some("0") => {}
+                            _ => st.unexpected_errors += 1,
+                        }
+                    }
                     PmiOutput::Send(line) => {
                         let line = String::from_utf8_lossy(&line).into_owned();
                         if let Some(rest) = line.strip_prefix("cmd=barrier_out rc=") {
@@ -1951,6 +1993,7 @@ impl RcNode {
                         Role::Pmi {
                             may_crash,
                             members,
+                            pmi2,
                             bugs,
                         } => {
                             if *may_crash {
@@ -1959,8 +2002,23 @@ impl RcNode {
                             let job = pmi_job(pid, *members);
                             st.pmi = Some(dynres_core::pmi::PmiSession::with_bugs(job, *bugs));
                             let r = pid.rank;
-                            let start = format!("cmd=put key=k{r} value=v{r}\ncmd=barrier_in\n");
-                            Self::pmi_feed(st, start.into_bytes(), None, *members, o);
+                            let start = if *pmi2 {
+                                // What Slurm's libpmi2 sends (`spec/pmi.md` §3.1), the
+                                // whole start-up at once (PMIS-4 serves it in order).
+                                let mut b = b"cmd=init pmi_version=2 pmi_subversion=0\n".to_vec();
+                                for m in [
+                                    format!("cmd=fullinit;pmirank={r};threaded=FALSE;"),
+                                    format!("cmd=kvs-put;key=k{r};value=v{r};"),
+                                    "cmd=kvs-fence;".into(),
+                                ] {
+                                    b.extend(pmi2_message(&m));
+                                }
+                                b
+                            } else {
+                                format!("cmd=put key=k{r} value=v{r}\ncmd=barrier_in\n")
+                                    .into_bytes()
+                            };
+                            Self::pmi_feed(st, start, None, *members, o);
                         }
                         Role::New { may_crash } => {
                             if *may_crash {

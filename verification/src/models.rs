@@ -232,6 +232,9 @@ impl RcConfig {
                     r if self.modex && self.pmi && r < self.existing => Role::Pmi {
                         may_crash: self.member_may_crash,
                         members: self.existing,
+                        // The last member speaks PMI-2: one barrier (one modex) over
+                        // both wires (`spec/pmi.md` §3.1).
+                        pmi2: r + 1 == self.existing,
                         bugs: self.bugs,
                     },
                     r if self.modex && r < self.existing => Role::Modex {
@@ -704,8 +707,8 @@ pub(crate) fn terminal(s: &RcModelState) -> bool {
     s.network.len() == 0 && s.timers_set.iter().all(|t| t.iter().next().is_none())
 }
 
-/// The PMI server's properties (`spec/pmi.md`) over processes that speak PMI-1 through
-/// the shipped `PmiSession` to the shipped daemons and master.
+/// The PMI server's properties (`spec/pmi.md`) over processes that speak PMI-1 or
+/// PMI-2 through the shipped `PmiSession` to the shipped daemons and master.
 fn pmi_properties(model: RcModel) -> RcModel {
     model
         .property(
@@ -1457,7 +1460,8 @@ pub fn pr_configs() -> Vec<RcConfig> {
         },
         // Ranks 0 and 1 on node 0, rank 2 on node 1: two batches, one of two members.
         modex_config("rc-modex-2n-3e", 2, 3),
-        // MPI processes through PMI-1: their barrier is the modex (spec/pmi.md).
+        // MPI processes through PMI-1 (ranks 0 and 1) and PMI-2 (rank 2): their barrier
+        // is the modex (spec/pmi.md).
         RcConfig {
             pmi: true,
             ..modex_config("pmi-modex-2n-3e", 2, 3)

@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         group: PsetName::world(),
         barrier_timeout: Duration::from_secs(1),
         preput: Vec::new(),
+        spawner: None,
     });
     s.handle(Instant(0), PmiInput::Received(data.to_vec()));
     while s.poll_output().is_some() {}

@@ -6,6 +6,7 @@
 pub mod fence;
 mod session;
 pub mod wire;
+pub mod wire2;
 
 pub use session::{
     FIRST_REQUEST, MAX_PUT_BYTES, PREPUT_ENV, PmiInput, PmiJob, PmiOutput, PmiSession,

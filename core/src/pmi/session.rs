@@ -1,5 +1,8 @@
-//! The PMI-1 server for one process (`spec/pmi.md` §3): what its daemon runs for each
-//! local rank of an MPI program, on the socket that rank inherited as `PMI_FD`.
+//! The PMI server for one process (`spec/pmi.md` §3): what its daemon runs for each
+//! local rank of an MPI program, on the socket that rank inherited as `PMI_FD`. It
+//! speaks PMI-1, and PMI-2 once the client's first `init` asks for version 2 (§3.1):
+//! both wires are served by the same operations below (put, barrier, get, names,
+//! spawn, abort), only their parsing and replies differ.
 //!
 //! Nothing PMI decides is decided here: the barrier is the kernel's modex over the
 //! process' application pset (`MODEX-1..6`, so a kvs fence across hosts is one message
@@ -8,7 +11,7 @@
 //! process (the same machine a dynres-native process runs), their results back out as
 //! PMI replies.
 //!
-//! PMI-1 is one request, one reply: the session reads the next command only once the
+//! PMI is one request, one reply: the session reads the next command only once the
 //! previous one is answered, so a client that sends ahead is served in order and never
 //! has two calls open (PMIS-4).
 //!
@@ -20,6 +23,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::wire::{Command, Framer, MAXES, PmiWireError, reply};
+use super::wire2::{Framer2, MAX_REPLY_VALUE, reply2};
 use crate::bugs::{Bug, Bugs};
 use crate::process::ProcessId;
 use crate::pset::PsetName;
@@ -60,6 +64,10 @@ pub struct PmiJob {
     /// Keys its spawner put into its kvs before the spawn (`PARENT_ROOT_PORT_NAME`):
     /// visible from the start (PMIS-10).
     pub preput: Vec<(String, String)>,
+    /// For a spawn's children, the job id of their spawner (PMI-2's `spawner-jobid`,
+    /// whose presence tells a PMI-2 client it was spawned); `None` for the job's
+    /// program.
+    pub spawner: Option<String>,
 }
 
 /// The variable that carries a spawn's pre-put keys to its children's daemons, as
@@ -136,12 +144,65 @@ enum Waiting {
     Lookup,
 }
 
+/// The wire a session speaks: PMI-1 lines until an `init pmi_version=2` switches it to
+/// PMI-2's length-prefixed messages (PMIS-17), never back.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Wire {
+    V1(Framer),
+    V2 {
+        framer: Framer2,
+        /// Whether `fullinit` was served: nothing else is before it (PMIS-18).
+        ready: bool,
+        /// The `thrid` of the command being answered, echoed in its reply (a
+        /// threaded client matches replies to requests by it).
+        thrid: Option<String>,
+    },
+}
+
+impl Wire {
+    fn next_command(&mut self) -> Option<Result<Command, PmiWireError>> {
+        match self {
+            Wire::V1(f) => f.next_command(),
+            Wire::V2 { framer, .. } => framer.next_command(),
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        match self {
+            Wire::V1(f) => f.push(bytes),
+            Wire::V2 { framer, .. } => framer.push(bytes),
+        }
+    }
+
+    fn v2(&self) -> bool {
+        matches!(self, Wire::V2 { .. })
+    }
+
+    /// The reply to a call the session waited for, on this wire.
+    fn reply_name(&self, w: Waiting) -> &'static str {
+        match (self.v2(), w) {
+            (false, Waiting::Barrier) => "barrier_out",
+            (false, Waiting::Spawn) => "spawn_result",
+            (false, Waiting::Publish) => "publish_result",
+            (false, Waiting::Unpublish) => "unpublish_result",
+            (false, Waiting::Lookup) => "lookup_result",
+            (true, Waiting::Barrier) => "kvs-fence-response",
+            (true, Waiting::Spawn) => "spawn-response",
+            (true, Waiting::Publish) => "name-publish-response",
+            (true, Waiting::Unpublish) => "name-unpublish-response",
+            (true, Waiting::Lookup) => "name-lookup-response",
+        }
+    }
+}
+
 /// See the module doc.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PmiSession {
     job: PmiJob,
     bugs: Bugs,
-    framer: Framer,
+    wire: Wire,
+    /// Whether an `init` was answered: the wire can switch only before.
+    inited: bool,
     client: Client,
     next_call: CallId,
     waiting: Option<(CallId, Waiting)>,
@@ -172,7 +233,8 @@ impl PmiSession {
         PmiSession {
             job,
             bugs,
-            framer: Framer::new(),
+            wire: Wire::V1(Framer::new()),
+            inited: false,
             client,
             next_call: 0,
             waiting: None,
@@ -197,6 +259,11 @@ impl PmiSession {
         self.finalized
     }
 
+    /// Whether the session speaks PMI-2 (its client's `init` asked for version 2).
+    pub fn pmi2(&self) -> bool {
+        self.wire.v2()
+    }
+
     /// Whether the session asked for its socket to be closed.
     pub fn closed(&self) -> bool {
         self.closed
@@ -215,7 +282,7 @@ impl PmiSession {
             return;
         }
         match input {
-            PmiInput::Received(bytes) => self.framer.push(&bytes),
+            PmiInput::Received(bytes) => self.wire.push(&bytes),
             PmiInput::Reply { req, reply } => {
                 // The client machine ignores what it did not ask.
                 let _ = self.client.handle(now, ClientInput::Reply { req, reply });
@@ -240,10 +307,11 @@ impl PmiSession {
     /// Serves commands until one waits for the daemon or the input runs out (PMIS-4).
     fn serve(&mut self, now: Instant) {
         while self.waiting.is_none() && !self.closed {
-            match self.framer.next_command() {
+            match self.wire.next_command() {
                 None => return,
+                Some(Ok(cmd)) if self.wire.v2() => self.command2(now, &cmd),
                 Some(Ok(cmd)) => self.command(now, &cmd),
-                Some(Err(e @ PmiWireError::TooLong(_))) => {
+                Some(Err(e)) if e.breaks_framing() => {
                     self.send_error("error", &e.to_string());
                     self.closed = true;
                     self.out.push_back(PmiOutput::Close(e));
@@ -254,12 +322,32 @@ impl PmiSession {
         }
     }
 
+    /// Sends a reply on the session's wire (on PMI-2 with the command's `thrid`).
     fn send(&mut self, name: &str, attrs: &[(&str, &str)]) {
-        self.out.push_back(PmiOutput::Send(reply(name, attrs)));
+        let bytes = match &self.wire {
+            Wire::V1(_) => reply(name, attrs),
+            Wire::V2 { thrid: None, .. } => reply2(name, attrs),
+            Wire::V2 { thrid: Some(t), .. } => {
+                let mut all = Vec::with_capacity(attrs.len() + 1);
+                all.push(("thrid", t.as_str()));
+                all.extend_from_slice(attrs);
+                reply2(name, &all)
+            }
+        };
+        self.out.push_back(PmiOutput::Send(bytes));
     }
 
     fn send_error(&mut self, name: &str, msg: &str) {
-        self.send(name, &[("rc", "-1"), ("msg", msg)]);
+        if self.wire.v2() {
+            // A PMI-2 client refuses a reply with a longer value.
+            let mut end = msg.len().min(MAX_REPLY_VALUE);
+            while !msg.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.send(name, &[("rc", "-1"), ("errmsg", &msg[..end])]);
+        } else {
+            self.send(name, &[("rc", "-1"), ("msg", msg)]);
+        }
     }
 
     fn command(&mut self, now: Instant, cmd: &Command) {
@@ -295,13 +383,35 @@ impl PmiSession {
                     cmd.int_or("pmi_version", 1).map_err(e)?,
                     cmd.int_or("pmi_subversion", 1).map_err(e)?,
                 );
-                if v != 1 {
-                    return Err(format!("PMI version {v}.{sub} is not served here; 1.1 is"));
+                match v {
+                    1 => self.send(
+                        "response_to_init",
+                        &[("rc", "0"), ("pmi_version", "1"), ("pmi_subversion", "1")],
+                    ),
+                    // PMIS-17: the reply is PMI-1's; everything after it is PMI-2's.
+                    2 if !self.inited => {
+                        self.send(
+                            "response_to_init",
+                            &[("rc", "0"), ("pmi_version", "2"), ("pmi_subversion", "0")],
+                        );
+                        let held = match &mut self.wire {
+                            Wire::V1(f) => f.take_held(),
+                            Wire::V2 { .. } => Vec::new(),
+                        };
+                        self.wire = Wire::V2 {
+                            framer: Framer2::with_bytes(held),
+                            ready: false,
+                            thrid: None,
+                        };
+                    }
+                    2 => return Err("the connection already speaks PMI-1".into()),
+                    _ => {
+                        return Err(format!(
+                            "PMI version {v}.{sub} is not served here; 1.1 and 2.0 are"
+                        ));
+                    }
                 }
-                self.send(
-                    "response_to_init",
-                    &[("rc", "0"), ("pmi_version", "1"), ("pmi_subversion", "1")],
-                );
+                self.inited = true;
             }
             "get_maxes" => {
                 let (k, key, val) = MAXES;
@@ -328,30 +438,26 @@ impl PmiSession {
                 let k = self.job.kvsname.clone();
                 self.send("my_kvsname", &[("rc", "0"), ("kvsname", &k)]);
             }
-            "put" => self.put(cmd)?,
-            "get" => self.get(cmd)?,
-            "barrier_in" => {
-                // PMIS-5: this process' puts since the last barrier travel in the modex.
-                let mut data = String::with_capacity(self.put_bytes + 2 * self.puts.len());
-                for (k, v) in self.puts.drain(..) {
-                    data.push_str(&k);
-                    data.push('=');
-                    data.push_str(&v);
-                    data.push('\n');
-                }
-                self.put_bytes = 0;
-                let call = ClientCall::Modex {
-                    pset: self.job.group.clone(),
-                    data,
-                    timeout: self.job.barrier_timeout,
-                };
-                self.call(now, call, Waiting::Barrier);
-                if self.bugs.has(Bug::PmiBarrierEarly) {
-                    // Planted: answered before the modex, and nothing waits for it.
-                    self.waiting = None;
-                    self.send("barrier_out", &[("rc", "0")]);
+            "put" => {
+                self.own_kvs(cmd)?;
+                self.put_kv(cmd.need("key").map_err(e)?, cmd.need("value").map_err(e)?)?;
+                self.send("put_result", &[("rc", "0")]);
+            }
+            "get" => {
+                self.own_kvs(cmd)?;
+                match self.kv(cmd.need("key").map_err(e)?) {
+                    Some(v) => self.send(
+                        "get_result",
+                        &[("rc", "0"), ("value", &v), ("found", "TRUE")],
+                    ),
+                    // Not an error of the connection: MPICH asks for optional keys.
+                    None => self.send(
+                        "get_result",
+                        &[("rc", "1"), ("found", "FALSE"), ("msg", "key not found")],
+                    ),
                 }
             }
+            "barrier_in" => self.barrier(now),
             "finalize" => {
                 self.finalized = true;
                 self.send("finalize_ack", &[("rc", "0")]);
@@ -360,10 +466,7 @@ impl PmiSession {
                 // No reply: the process exits right after sending it.
                 let code = cmd.int_or("exitcode", 1).map_err(e)?;
                 let message = cmd.get("message").unwrap_or_default().into();
-                self.out.push_back(PmiOutput::Aborted {
-                    code: i32::try_from(code).unwrap_or(1),
-                    message,
-                });
+                self.abort(i32::try_from(code).unwrap_or(1), message);
             }
             // PMIS-8: names are the master's data server.
             "publish_name" => {
@@ -383,6 +486,242 @@ impl PmiSession {
             "spawn" => self.spawn(now, cmd)?,
             other => return Err(format!("unknown command `{other}`")),
         }
+        Ok(())
+    }
+
+    /// Serves one PMI-2 command; an error is answered as `{name}-response` with
+    /// `rc=-1` and changes nothing (PMIS-3).
+    fn command2(&mut self, now: Instant, cmd: &Command) {
+        if let Wire::V2 { thrid, .. } = &mut self.wire {
+            *thrid = cmd.get("thrid").map(String::from);
+        }
+        if let Err(e) = self.dispatch2(now, cmd) {
+            self.send_error(&format!("{}-response", cmd.name), &e);
+        }
+    }
+
+    /// The PMI-2 commands (`spec/pmi.md` §3.1), on the same operations as PMI-1's.
+    fn dispatch2(&mut self, now: Instant, cmd: &Command) -> Result<(), String> {
+        let e = |e: PmiWireError| e.to_string();
+        if self.finalized {
+            return Err("the process already finalized".into());
+        }
+        let ready = matches!(self.wire, Wire::V2 { ready: true, .. });
+        let name = cmd.name.as_str();
+        if !ready && !matches!(name, "fullinit" | "abort") {
+            // PMIS-18: nothing is served before the process said who it is.
+            return Err(format!("`{name}` before `fullinit`"));
+        }
+        match name {
+            "fullinit" => self.fullinit(cmd)?,
+            "job-getid" => {
+                let jobid = self.job.kvsname.clone();
+                self.send("job-getid-response", &[("rc", "0"), ("jobid", &jobid)]);
+            }
+            "info-getjobattr" => {
+                let value = match cmd.need("key").map_err(e)? {
+                    "PMI_process_mapping" => self.job.mapping.clone(),
+                    "universeSize" => Some(self.job.universe.to_string()),
+                    _ => None,
+                };
+                self.send_found("info-getjobattr-response", value);
+            }
+            // Node attributes would be shared by the processes of a node, which no
+            // session sees: none is stored, so none is found (PMIS-19).
+            "info-getnodeattr" => {
+                cmd.need("key").map_err(e)?;
+                self.send_found("info-getnodeattr-response", None);
+            }
+            "info-putnodeattr" => {
+                return Err("node attributes are not served here (PMIS-19)".into());
+            }
+            "kvs-put" => {
+                self.put_kv(cmd.need("key").map_err(e)?, cmd.need("value").map_err(e)?)?;
+                self.send("kvs-put-response", &[("rc", "0")]);
+            }
+            "kvs-fence" => self.barrier(now),
+            "kvs-get" => {
+                // PMIS-6: the process' own job only; an empty jobid is its own.
+                match cmd.get("jobid") {
+                    Some(j) if !j.is_empty() && j != self.job.kvsname => {
+                        return Err(format!("no access to job `{j}`"));
+                    }
+                    _ => {}
+                }
+                let value = self.kv(cmd.need("key").map_err(e)?);
+                self.send_found("kvs-get-response", value);
+            }
+            // PMIS-8: names are the master's data server.
+            "name-publish" => {
+                let key = cmd.need("name").map_err(e)?.into();
+                let value = cmd.need("port").map_err(e)?.into();
+                self.call(now, ClientCall::Publish { key, value }, Waiting::Publish);
+            }
+            "name-unpublish" => {
+                let key = cmd.need("name").map_err(e)?.into();
+                self.call(now, ClientCall::Unpublish { key }, Waiting::Unpublish);
+            }
+            "name-lookup" => {
+                let key = cmd.need("name").map_err(e)?.into();
+                let call = ClientCall::Lookup { key, wait: None };
+                self.call(now, call, Waiting::Lookup);
+            }
+            "spawn" => self.spawn2(now, cmd)?,
+            "abort" => {
+                // No reply, and PMI-2's abort carries no exit code (`PMI2_Abort`
+                // exits with its `isworld` flag): the job's code is 1.
+                self.abort(1, cmd.get("msg").unwrap_or_default().into());
+            }
+            "finalize" => {
+                self.finalized = true;
+                self.send("finalize-response", &[("rc", "0")]);
+            }
+            // `job-connect`, `job-disconnect`: each job's kvs is its own (PMIS-6).
+            other => return Err(format!("`{other}` is not served")),
+        }
+        Ok(())
+    }
+
+    /// A PMI-2 lookup's reply: `found=TRUE` and the value, or `found=FALSE` (not an
+    /// error: MPI libraries ask for optional keys).
+    fn send_found(&mut self, name: &str, value: Option<String>) {
+        match value {
+            Some(v) => self.send(name, &[("rc", "0"), ("found", "TRUE"), ("value", &v)]),
+            None => self.send(name, &[("rc", "0"), ("found", "FALSE")]),
+        }
+    }
+
+    /// `fullinit` (PMIS-18): the socket is its process' alone (PMIS-2), so a client
+    /// that claims another rank, PMI id or job is refused.
+    fn fullinit(&mut self, cmd: &Command) -> Result<(), String> {
+        if matches!(self.wire, Wire::V2 { ready: true, .. }) {
+            return Err("`fullinit` was already served".into());
+        }
+        let rank = i64::from(self.job.rank);
+        for key in ["pmirank", "pmiid", "srcid"] {
+            if let Some(v) = cmd.get(key) {
+                if v.parse::<i64>() != Ok(rank) {
+                    return Err(format!("{key} {v} is not this socket's process ({rank})"));
+                }
+            }
+        }
+        match cmd.get("pmijobid") {
+            Some(j) if j != self.job.kvsname => return Err(format!("no access to job `{j}`")),
+            _ => {}
+        }
+        if let Wire::V2 { ready, .. } = &mut self.wire {
+            *ready = true;
+        }
+        let (rank, size, appnum) = (
+            self.job.rank.to_string(),
+            self.job.size.to_string(),
+            self.job.appnum.to_string(),
+        );
+        let spawner = self.job.spawner.clone();
+        let mut attrs = alloc::vec![
+            ("rc", "0"),
+            ("pmi-version", "2"),
+            ("pmi-subversion", "0"),
+            ("rank", rank.as_str()),
+            ("size", size.as_str()),
+            ("appnum", appnum.as_str()),
+        ];
+        if let Some(s) = &spawner {
+            attrs.push(("spawner-jobid", s.as_str()));
+        }
+        attrs.extend([("debugged", "FALSE"), ("pmiverbose", "FALSE")]);
+        self.send("fullinit-response", &attrs);
+        Ok(())
+    }
+
+    /// PMI-2's `spawn` (PMIS-10): one message of `ncmds` commands, each `subcmd`,
+    /// `maxprocs`, `argc` and `argvN` (`infokey`s ignored), and the pre-put keys
+    /// `ppkeyN`/`ppvalN`: the same kernel `Spawn` as PMI-1's segments.
+    fn spawn2(&mut self, now: Instant, cmd: &Command) -> Result<(), String> {
+        let e = |e: PmiWireError| e.to_string();
+        let count = |k: &'static str| -> Result<u32, String> {
+            let v = cmd.int_or(k, -1).map_err(e)?;
+            u32::try_from(v).map_err(|_| format!("`{k}` is missing or negative"))
+        };
+        let ncmds = count("ncmds")?;
+        let mut preput = Vec::new();
+        for i in 0..cmd.int_or("preputcount", 0).map_err(e)?.max(0) {
+            let (k, v) = (cmd.get(&format!("ppkey{i}")), cmd.get(&format!("ppval{i}")));
+            match (k, v) {
+                (Some(k), Some(v))
+                    if !k.is_empty() && !k.contains(['=', '\n']) && !v.contains('\n') =>
+                {
+                    preput.push((String::from(k), String::from(v)));
+                }
+                _ => {
+                    return Err(format!(
+                        "pre-put key {i} is missing or holds `=` or a newline"
+                    ));
+                }
+            }
+        }
+        /// One command as its pairs come: program, maxprocs, argc, indexed args.
+        struct Sub {
+            program: String,
+            count: Option<u32>,
+            argc: Option<u32>,
+            args: Vec<(u32, String)>,
+        }
+        let mut subs: Vec<Sub> = Vec::new();
+        for (k, v) in &cmd.attrs {
+            let v = v.as_deref().unwrap_or_default();
+            let int = || {
+                v.parse::<u32>()
+                    .map_err(|_| format!("`{k}` is not a count"))
+            };
+            if k == "subcmd" {
+                subs.push(Sub {
+                    program: v.into(),
+                    count: None,
+                    argc: None,
+                    args: Vec::new(),
+                });
+                continue;
+            }
+            let Some(sub) = subs.last_mut() else {
+                continue;
+            };
+            match k.as_str() {
+                "maxprocs" => sub.count = Some(int()?),
+                "argc" => sub.argc = Some(int()?),
+                _ => {
+                    if let Some(i) = k.strip_prefix("argv").and_then(|i| i.parse().ok()) {
+                        sub.args.push((i, v.into()));
+                    }
+                }
+            }
+        }
+        if subs.len() != ncmds as usize || ncmds == 0 {
+            return Err(format!("{} commands for `ncmds` {ncmds}", subs.len()));
+        }
+        let mut commands = Vec::with_capacity(subs.len());
+        for sub in subs {
+            let (Some(count), Some(argc)) = (sub.count, sub.argc) else {
+                return Err(format!(
+                    "`{}`: `maxprocs` or `argc` is missing",
+                    sub.program
+                ));
+            };
+            let mut args = sub.args;
+            args.sort_by_key(|(i, _)| *i);
+            if count == 0 || sub.program.is_empty() || !args.iter().map(|(i, _)| *i).eq(0..argc) {
+                return Err(format!(
+                    "`{}`: no processes, no program, or not `argv0..argv{argc}`",
+                    sub.program
+                ));
+            }
+            commands.push(SpawnCommand {
+                program: sub.program,
+                args: args.into_iter().map(|(_, a)| a).collect(),
+                count,
+            });
+        }
+        self.start_spawn(now, commands, &preput);
         Ok(())
     }
 
@@ -440,10 +779,20 @@ impl PmiSession {
             return Ok(());
         }
         let commands = core::mem::take(&mut self.spawning);
-        let env = alloc::vec![(
-            PREPUT_ENV.into(),
-            encode_preput(&core::mem::take(&mut self.spawn_preput))
-        )];
+        let preput = core::mem::take(&mut self.spawn_preput);
+        self.start_spawn(now, commands, &preput);
+        Ok(())
+    }
+
+    /// PMIS-10: one kernel `Spawn` of all the commands, the pre-put keys in the
+    /// children's environment (the same for PMI-1's segments and PMI-2's message).
+    fn start_spawn(
+        &mut self,
+        now: Instant,
+        commands: Vec<SpawnCommand>,
+        preput: &[(String, String)],
+    ) {
+        let env = alloc::vec![(PREPUT_ENV.into(), encode_preput(preput))];
         // MPICH connects to its children itself: only the job can notice one that dies
         // (SPAWN-24).
         let watch = SpawnWatch::Job;
@@ -453,23 +802,51 @@ impl PmiSession {
             watch,
         };
         self.call(now, call, Waiting::Spawn);
-        Ok(())
     }
 
-    /// `put`: only into the process' own kvs (PMIS-6), within the limits it was told.
-    fn put(&mut self, cmd: &Command) -> Result<(), String> {
-        let e = |e: PmiWireError| e.to_string();
-        self.own_kvs(cmd)?;
-        let key = cmd.need("key").map_err(e)?;
-        let value = cmd.need("value").map_err(e)?;
+    /// PMIS-5: a barrier (`barrier_in`, `kvs-fence`) is the modex; this process' puts
+    /// since the last barrier travel in it.
+    fn barrier(&mut self, now: Instant) {
+        let mut data = String::with_capacity(self.put_bytes + 2 * self.puts.len());
+        for (k, v) in self.puts.drain(..) {
+            data.push_str(&k);
+            data.push('=');
+            data.push_str(&v);
+            data.push('\n');
+        }
+        self.put_bytes = 0;
+        let call = ClientCall::Modex {
+            pset: self.job.group.clone(),
+            data,
+            timeout: self.job.barrier_timeout,
+        };
+        self.call(now, call, Waiting::Barrier);
+        if self.bugs.has(Bug::PmiBarrierEarly) {
+            // Planted: answered before the modex, and nothing waits for it.
+            self.waiting = None;
+            let name = self.wire.reply_name(Waiting::Barrier);
+            self.send(name, &[("rc", "0")]);
+        }
+    }
+
+    /// PMIS-7: the runtime ends the job.
+    fn abort(&mut self, code: i32, message: String) {
+        self.out.push_back(PmiOutput::Aborted { code, message });
+    }
+
+    /// A put (`put`, `kvs-put`) within the limits the process was told (PMIS-5). A key
+    /// holds no `=` and neither a newline: the modex carries puts as `key=value` lines.
+    fn put_kv(&mut self, key: &str, value: &str) -> Result<(), String> {
         let (_, keylen, vallen) = MAXES;
         if key.len() > keylen || value.len() > vallen {
             return Err(format!(
                 "key or value too long (at most {keylen} and {vallen} bytes)"
             ));
         }
-        if key.contains('=') {
-            return Err("a key may not contain `=`".into());
+        if key.is_empty() || key.contains(['=', '\n']) || value.contains('\n') {
+            return Err(
+                "a key may not be empty or contain `=`, nor a key or value a newline".into(),
+            );
         }
         if self.put_bytes + key.len() + value.len() > MAX_PUT_BYTES {
             return Err(format!(
@@ -479,29 +856,16 @@ impl PmiSession {
         self.put_bytes += key.len() + value.len();
         self.puts.push((key.into(), value.into()));
         self.kvs.insert(key.into(), value.into());
-        self.send("put_result", &[("rc", "0")]);
         Ok(())
     }
 
-    fn get(&mut self, cmd: &Command) -> Result<(), String> {
-        self.own_kvs(cmd)?;
-        let key = cmd.need("key").map_err(|e| e.to_string())?;
-        let found = match key {
+    /// A get (`get`, `kvs-get`): what the barriers made visible, the spawner's pre-put
+    /// keys, and `PMI_process_mapping` from the job.
+    fn kv(&self, key: &str) -> Option<String> {
+        match key {
             "PMI_process_mapping" => self.job.mapping.clone(),
             _ => self.kvs.get(key).cloned(),
-        };
-        match found {
-            Some(v) => self.send(
-                "get_result",
-                &[("rc", "0"), ("value", &v), ("found", "TRUE")],
-            ),
-            // Not an error of the connection: MPICH asks for optional keys.
-            None => self.send(
-                "get_result",
-                &[("rc", "1"), ("found", "FALSE"), ("msg", "key not found")],
-            ),
         }
-        Ok(())
     }
 
     /// PMIS-6: a process reads and writes its own application's kvs only.
@@ -541,6 +905,7 @@ impl PmiSession {
         }
         self.waiting = None;
         let fail = |e: &dyn core::fmt::Display| format!("{e}");
+        let name = self.wire.reply_name(waiting);
         match (waiting, result) {
             (Waiting::Barrier, CallResult::Modex(Ok(data))) => {
                 for (_, values) in &data.entries {
@@ -550,28 +915,35 @@ impl PmiSession {
                         }
                     }
                 }
-                self.send("barrier_out", &[("rc", "0")]);
+                self.send(name, &[("rc", "0")]);
             }
-            (Waiting::Barrier, CallResult::Modex(Err(err))) => {
-                self.send_error("barrier_out", &fail(&err));
+            (Waiting::Spawn, CallResult::Spawned(Ok(spawned))) if self.wire.v2() => {
+                // The children's job id is their kvs name (`{job}-{app}`), and every
+                // child started: one `0` per child.
+                let jobid = format!("{}-{}", self.job.pid.namespace.as_str(), spawned.app);
+                let errcodes = alloc::vec!["0"; spawned.procs.len()].join(",");
+                self.send(
+                    name,
+                    &[("rc", "0"), ("jobid", &jobid), ("errcodes", &errcodes)],
+                );
             }
-            (Waiting::Spawn, CallResult::Spawned(r)) => match r {
-                Ok(_) => self.send("spawn_result", &[("rc", "0")]),
-                // No slots (or a bad command): MPI_Comm_spawn returns an error.
-                Err(err) => self.send_error("spawn_result", &fail(&err)),
-            },
-            (Waiting::Publish, CallResult::Published(r)) => match r {
-                Ok(()) => self.send("publish_result", &[("rc", "0")]),
-                Err(err) => self.send_error("publish_result", &fail(&err)),
-            },
-            (Waiting::Unpublish, CallResult::Unpublished(r)) => match r {
-                Ok(()) => self.send("unpublish_result", &[("rc", "0")]),
-                Err(err) => self.send_error("unpublish_result", &fail(&err)),
-            },
-            (Waiting::Lookup, CallResult::Lookup(r)) => match r {
-                Ok(port) => self.send("lookup_result", &[("rc", "0"), ("port", &port)]),
-                Err(err) => self.send_error("lookup_result", &fail(&err)),
-            },
+            (Waiting::Barrier, CallResult::Modex(Err(err)))
+            // No slots (or a bad command): MPI_Comm_spawn returns an error.
+            | (Waiting::Spawn, CallResult::Spawned(Err(err)))
+            | (Waiting::Publish, CallResult::Published(Err(err)))
+            | (Waiting::Unpublish, CallResult::Unpublished(Err(err)))
+            | (Waiting::Lookup, CallResult::Lookup(Err(err))) => {
+                self.send_error(name, &fail(&err));
+            }
+            (Waiting::Spawn, CallResult::Spawned(Ok(_)))
+            | (Waiting::Publish, CallResult::Published(Ok(())))
+            | (Waiting::Unpublish, CallResult::Unpublished(Ok(()))) => {
+                self.send(name, &[("rc", "0")]);
+            }
+            (Waiting::Lookup, CallResult::Lookup(Ok(port))) => {
+                let key = if self.wire.v2() { "value" } else { "port" };
+                self.send(name, &[("rc", "0"), (key, &port)]);
+            }
             // The client machine completes a call with its own kind of result.
             (_, other) => self.send_error("error", &format!("unexpected result {other:?}")),
         }

@@ -1,5 +1,7 @@
 //! The PMI session against hand-fed daemon replies: every rule of `spec/pmi.md` that
-//! one session enforces.
+//! one session enforces (PMI-2's in `pmi2`).
+
+mod pmi2;
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -29,6 +31,7 @@ fn job(rank: u32, mapping: Option<&str>) -> PmiJob {
         group: PsetName::app_root("main").unwrap(),
         barrier_timeout: Duration::from_secs(60),
         preput: Vec::new(),
+        spawner: None,
     }
 }
 
@@ -184,7 +187,7 @@ fn another_kvs_and_bad_puts_are_refused_without_touching_state() {
         "cmd=put kvsname=job key=a=b value=v\n".into(),
         "cmd=put kvsname=job key=k\n".into(),
         format!("cmd=put kvsname=job key=k value={long_value}\n"),
-        "cmd=init pmi_version=2 pmi_subversion=0\n".into(),
+        "cmd=init pmi_version=3 pmi_subversion=0\n".into(),
         "cmd=initack pmiid=3\n".into(),
         "garbage\n".into(),
         "cmd=spawn\n".into(),

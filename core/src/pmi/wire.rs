@@ -60,6 +60,18 @@ pub enum PmiWireError {
     /// The stream ended inside a command.
     #[error("the connection closed inside a command")]
     Truncated,
+    /// A PMI-2 length field is not a decimal length (`wire2`, PMIS-17).
+    #[error("a PMI-2 length field is not a decimal number")]
+    BadLength,
+}
+
+impl PmiWireError {
+    /// Whether the error broke the framing: the connection cannot be resynchronised and
+    /// is closed after an error reply (PMIS-3, PMIS-17). Other errors are answered and
+    /// the stream goes on.
+    pub fn breaks_framing(&self) -> bool {
+        matches!(self, PmiWireError::TooLong(_) | PmiWireError::BadLength)
+    }
 }
 
 /// One parsed command: its name and its attributes in order (a bare `key` has no value).
@@ -232,6 +244,13 @@ impl Framer {
     /// Bytes held, not yet returned as commands.
     pub fn held(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Takes the bytes held: what a client sent after the `init` line that switched its
+    /// connection to PMI-2 belongs to the PMI-2 framer.
+    pub fn take_held(&mut self) -> Vec<u8> {
+        self.scanned = 0;
+        core::mem::take(&mut self.buf)
     }
 
     /// The next whole command, if one is complete; an error if the input can no longer

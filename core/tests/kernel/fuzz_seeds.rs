@@ -93,3 +93,24 @@ fn pmi_framer_seeds_parse() {
         );
     }
 }
+
+/// The PMI-2 framer's seeds (`core/fuzz/seeds/pmi2_framer`) are whole, valid message
+/// streams: every message in them parses (PMIS-1, PMIS-17).
+#[test]
+fn pmi2_framer_seeds_parse() {
+    use dynres_core::pmi::wire2::Framer2;
+    for (name, bytes) in seeds("pmi2_framer") {
+        let mut f = Framer2::new();
+        f.push(&bytes);
+        let mut n = 0;
+        while let Some(c) = f.next_command() {
+            c.unwrap_or_else(|e| panic!("pmi2_framer/{name}: {e}"));
+            n += 1;
+        }
+        assert!(
+            n > 0 && f.held() == 0,
+            "pmi2_framer/{name}: {n} messages, {} bytes left",
+            f.held()
+        );
+    }
+}

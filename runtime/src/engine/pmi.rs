@@ -1,4 +1,5 @@
-//! The engine's PMI-1 servers (`spec/pmi.md`): one [`PmiSession`] per local rank of the
+//! The engine's PMI servers (`spec/pmi.md`; PMI-1, and PMI-2 where the client asks for
+//! it — the session decides the wire): one [`PmiSession`] per local rank of the
 //! job's program, on the socket the rank inherited as `PMI_FD`. The sessions are core's
 //! machines; this file only carries their bytes and requests: a session's requests go
 //! to the daemon machine as its process' own, and the daemon's replies to them come
@@ -48,6 +49,9 @@ impl Engine {
         // all go without (MPICH then exchanges host names).
         let mapping = (job.spawn.is_none() && st.local_size == st.size)
             .then(|| format!("(vector,(0,1,{}))", st.size));
+        // PMI-2 tells a spawn's children they were spawned by their spawner's job id;
+        // all of a job's spawns are the job's, so it is the job's namespace.
+        let spawner = job.spawn.as_ref().map(|_| ns.to_string());
         Some(PmiJob {
             pid: self.pid(job.rank),
             rank: st.rank,
@@ -59,6 +63,7 @@ impl Engine {
             group,
             barrier_timeout: BARRIER_TIMEOUT,
             preput,
+            spawner,
         })
     }
 
