@@ -115,6 +115,10 @@ pub enum Bug {
     /// The answer of the other job to a forwarded request reaches the client whatever
     /// its kind (`NAMES-3`): a peer's answer is trusted to match the request.
     ForwardedReplyOfAnyKind,
+    /// A forwarded request that got no answer (the serving job unreachable) is
+    /// forgotten instead of answered with an error (`NAMES-3`): its client waits for
+    /// ever.
+    LostForwardUnanswered,
     /// Any process may kill a spawn's children, the children themselves included
     /// (`SPAWN-20`).
     KillSpawnByAnyone,

@@ -36,6 +36,7 @@ mod link;
 mod nodes;
 mod pmix;
 mod procs;
+pub use procs::mpich_shm_prefix;
 mod server;
 mod signals;
 mod slurm;
@@ -253,6 +254,9 @@ fn start_nodes(
     Ok((nodes, own_addr))
 }
 
+/// How long a job started with `--data-server JOB` waits for `JOB` to appear (NAMES-1).
+const DATA_SERVER_APPEARS: StdDuration = StdDuration::from_secs(5);
+
 /// Runs a job to its end; nothing is left behind (processes, sockets, shm segments).
 /// Everything that can be checked (counts, the program, the runtime directory) is
 /// checked before anything is created or launched.
@@ -266,10 +270,24 @@ pub fn run(cfg: JobConfig) -> Result<Outcome, LauncherError> {
     // Checks the id before the kernel names a namespace after it.
     crate::private::job_path(&root, &job_id)?;
     // NAMES-1: the job whose data server this one uses must answer now, or the
-    // applications' first publish would be the first to find out.
+    // applications' first publish would be the first to find out. Two jobs started
+    // together (`dynres run A & dynres run --data-server A`) race: the other job gets
+    // a few seconds to appear.
     if let Some(other) = &cfg.data_server {
-        crate::tool::command(other, "status json")
-            .map_err(|e| LauncherError::Refused(format!("--data-server {other}: {e}")))?;
+        let started = std::time::Instant::now();
+        loop {
+            match crate::tool::command(other, "status json") {
+                Ok(_) => break,
+                Err(LauncherError::NoSuchJob { .. }) if started.elapsed() < DATA_SERVER_APPEARS => {
+                    std::thread::sleep(StdDuration::from_millis(50));
+                }
+                Err(e) => {
+                    return Err(LauncherError::Refused(format!(
+                        "--data-server {other}: {e}"
+                    )));
+                }
+            }
+        }
     }
     // RT-4: before any thread exists; from here on this is the runtime, and the pid the
     // caller started (the job id's default) supervises it.

@@ -8,7 +8,7 @@
 //! before their launch). What it does not serve is refused at once, never left
 //! waiting.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
@@ -52,6 +52,45 @@ pub struct PmixHost {
     ranks: std::sync::Mutex<std::collections::HashMap<(String, u32), u32>>,
     /// The engine's events: libpmix's answers to `dmodex_request` go there.
     events: Sender<Event>,
+    /// PMIS-23: where this node's Open MPI processes put their shared-memory segments
+    /// (`OMPI_MCA_btl_sm_backing_directory`); removed with everything in it when the
+    /// job ends here. `None` if it could not be made (Open MPI then uses `/dev/shm`).
+    shm_dir: Option<PathBuf>,
+}
+
+/// Open MPI's parameter for the directory of its shared-memory segments (PMIS-23).
+pub const SM_DIR_ENV: &str = "OMPI_MCA_btl_sm_backing_directory";
+
+/// The prefix of the runtimes' directories for Open MPI's segments in `/dev/shm`,
+/// followed by the runtime's pid (PMIS-23).
+const SM_DIR_PREFIX: &str = "dynres-ompi-";
+
+/// PMIS-23: this runtime's directory for its Open MPI processes' shared memory,
+/// `/dev/shm/dynres-ompi-{pid}` (mode 0700), made empty; the directories of runtimes
+/// that died without removing theirs (their pid is gone) are removed first. The name
+/// holds no secret: `/dev/shm` is listed by everyone.
+fn make_shm_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let root = Path::new("/dev/shm");
+    for e in std::fs::read_dir(root)?.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SM_DIR_PREFIX))
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone || pid == std::process::id() as libc::pid_t {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    let dir = root.join(format!("{SM_DIR_PREFIX}{}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
 }
 
 impl std::fmt::Debug for PmixHost {
@@ -150,6 +189,38 @@ impl PmixHost {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .contains(ns)
+    }
+
+    /// PMIS-23: the directory of this node's Open MPI segments, if there is one.
+    pub fn shm_dir(&self) -> Option<&Path> {
+        self.shm_dir.as_deref()
+    }
+
+    /// PMIS-23: once the job's processes here are gone, forgets every namespace this
+    /// server registered (the job's, its spawns', other jobs' it connected to) and
+    /// removes the directory of their shared-memory segments, which Open MPI leaves
+    /// for its launcher to remove.
+    pub fn finish(&self) {
+        self.deregister_all();
+        if let Some(d) = &self.shm_dir {
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                tracing::warn!(dir = %d.display(), error = %e, "cannot remove Open MPI's shared memory");
+            }
+        }
+    }
+
+    fn deregister_all(&self) {
+        let mut all: Vec<String> = vec![self.namespace.clone()];
+        all.extend(
+            self.spawned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .cloned(),
+        );
+        for ns in all {
+            self.server.deregister_namespace(&ns);
+        }
     }
 
     /// The size of another job's namespace this node registered at a connect
@@ -585,6 +656,12 @@ pub fn start(
         next_node_rank: std::sync::atomic::AtomicU32::new(here),
         ranks: std::sync::Mutex::new(std::collections::HashMap::new()),
         events: blobs,
+        shm_dir: make_shm_dir()
+            .inspect(|d| tracing::debug!(dir = %d.display(), "Open MPI's shared memory goes here"))
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no directory for Open MPI's shared memory: /dev/shm it is");
+            })
+            .ok(),
     }))
 }
 

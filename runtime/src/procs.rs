@@ -375,6 +375,13 @@ fn launch(spec: &LaunchSpec, job: &LaunchJob) -> std::io::Result<Launched> {
             (Some(_), None) => Ok(Vec::new()),
         };
         cmd.envs(env.map_err(std::io::Error::other)?);
+        // PMIS-23: Open MPI's shared memory in the runtime's directory, which it
+        // removes at the end (unless the user chose a directory).
+        let sm = crate::pmix::SM_DIR_ENV;
+        let chosen = std::env::var_os(sm).is_some() || spec.env.iter().any(|(k, _)| k == sm);
+        if let (Some(d), false) = (host.shm_dir(), chosen) {
+            cmd.env(sm, d);
+        }
     }
     if let Some(((_, theirs), st)) = &pmi {
         use std::os::fd::AsRawFd;
@@ -521,6 +528,42 @@ fn sweep_dead_owners() -> usize {
     n
 }
 
+/// The prefix of the shared-memory segments MPICH's processes of the kvs `kvsname`
+/// make at `MPI_Init` on a node: `mpich_shm_` and the 32-bit FNV-1a hash of the name,
+/// in lowercase hex (MPICH 5's `MPIDU_Init_shm`, read from its `openat` calls). Its
+/// processes unlink the segment once all of them attached; a job that dies before
+/// leaves it behind, and a later job with the same kvs attaches to the stale one and
+/// hangs in `MPI_Init` (PMIS-22).
+pub fn mpich_shm_prefix(kvsname: &str) -> String {
+    let hash = kvsname.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("mpich_shm_{hash:x}_")
+}
+
+/// PMIS-22: removes what MPICH's processes of the kvs names `kvsnames` left in
+/// `/dev/shm` (see [`mpich_shm_prefix`]); how many. Run where no process of those kvs
+/// names lives: before the job's first launch on the node, and once all are gone.
+pub fn sweep_mpich_shm(kvsnames: &[String]) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let prefixes: Vec<String> = kvsnames.iter().map(|k| mpich_shm_prefix(k)).collect();
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let ours = prefixes.iter().any(|p| {
+            name.strip_prefix(p.as_str())
+                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if ours && std::fs::remove_file(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Removes shared-memory segments (`/dev/shm/dynres-shm-{pid}-*`) of the given processes.
 pub fn sweep_shm(os_pids: &[u32]) -> usize {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
@@ -608,6 +651,25 @@ pub fn check_program(program: &str) -> Result<(), LauncherError> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// PMIS-22: the segment name MPICH 5.0.2 made for the kvs `job-abc` (its
+    /// `openat` under strace), and only digit-suffixed names of that prefix go.
+    #[test]
+    fn mpich_segments_are_named_by_the_kvs_hash() {
+        assert_eq!(mpich_shm_prefix("job-abc"), "mpich_shm_823082bd_");
+        let kvs = format!("job-sweep-test-{}", std::process::id());
+        let prefix = mpich_shm_prefix(&kvs);
+        let dir = std::path::Path::new("/dev/shm");
+        let (stale, other) = (
+            dir.join(format!("{prefix}0")),
+            dir.join(format!("{prefix}x")),
+        );
+        std::fs::write(&stale, b"stale").unwrap();
+        std::fs::write(&other, b"not MPICH's").unwrap();
+        assert_eq!(sweep_mpich_shm(&[kvs]), 1);
+        assert!(!stale.exists() && other.exists());
+        std::fs::remove_file(other).unwrap();
+    }
 
     #[test]
     fn programs_are_checked_before_launch() {

@@ -307,9 +307,20 @@ impl Finished {
             .collect()
     }
 
+    /// What rank `rank` printed after `what: ` on a line of its own (a hostile client's
+    /// report of one exchange); panics with the job's output if it printed none.
+    pub fn rank_line(&self, rank: u32, what: &str) -> String {
+        let prefix = format!("[rank {rank}] {what}: ");
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?}\n{}", self.dump()))
+            .to_string()
+    }
+
     /// Asserts that no launched process lives on, no job directory or socket is left
     /// in the runtime directory, and no shared-memory segment of a launched process
-    /// remains.
+    /// remains, nor the directory of Open MPI's segments (PMIS-23).
     pub fn assert_nothing_left(&self) {
         let pids = self.launched_pids();
         assert!(!pids.is_empty(), "no launches logged\n{}", self.dump());
@@ -345,6 +356,13 @@ impl Finished {
             })
             .unwrap_or_default();
         assert!(shm.is_empty(), "shared memory left behind: {shm:?}");
+        // PMIS-23: the directory of Open MPI's segments (named in the debug log).
+        for word in self.stderr.split(|c: char| c.is_whitespace() || c == '=') {
+            if word.starts_with("/dev/shm/dynres-ompi-") {
+                let dir = std::path::Path::new(word);
+                assert!(!dir.exists(), "{word} left behind\n{}", self.dump());
+            }
+        }
     }
 }
 

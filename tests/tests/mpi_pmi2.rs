@@ -142,14 +142,7 @@ fn hostile_pmi2_clients_get_errors_and_touch_nothing() {
     );
     assert_eq!(f.code, Some(0), "{}", f.dump());
     for rank in 0..2 {
-        let line = |what: &str| -> String {
-            let prefix = format!("[rank {rank}] {what}: ");
-            f.stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(&prefix))
-                .unwrap_or_else(|| panic!("no {prefix:?}\n{}", f.dump()))
-                .to_string()
-        };
+        let line = |what: &str| f.rank_line(rank, what);
         assert_eq!(
             line("init"),
             "cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0"

@@ -200,6 +200,60 @@ fn open_mpi_connect_accept_between_two_jobs() {
     );
 }
 
+/// PMIS-23: Open MPI leaves its shared-memory segments for its launcher to remove.
+/// Under dynres they go in the runtime's directory (`OMPI_MCA_btl_sm_backing_directory`),
+/// where rank 0 still sees them after its program ended, and which is gone with the
+/// job; a directory the user chose is kept.
+#[test]
+fn open_mpis_shared_memory_does_not_outlive_the_job() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-shm");
+    let scratch = rt.scratch();
+    let exe = Mpi::build(&mpi, &scratch, "hello", HELLO);
+    let script = format!(
+        "{} && if [ \"$DYNRES_RANK\" = 0 ]; then echo \"sm dir $OMPI_MCA_btl_sm_backing_directory\"; ls \"$OMPI_MCA_btl_sm_backing_directory\"; fi",
+        exe.display()
+    );
+    let mut cmd = rt.command(&["run", "-n", "2", "--", "sh", "-c", &script]);
+    Mpi::OpenMpi.env(&mut cmd);
+    cmd.env("DYNRES_PMIX", "1");
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    check_hello(&f, 2);
+    let dir = f
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("sm dir ").map(|(_, d)| d.to_string()))
+        .unwrap_or_else(|| panic!("no sm dir\n{}", f.dump()));
+    assert!(dir.starts_with("/dev/shm/dynres-ompi-"), "{}", f.dump());
+    assert!(
+        f.stdout.contains("sm_segment."),
+        "Open MPI's segments are in the runtime's directory\n{}",
+        f.dump()
+    );
+    assert!(!std::path::Path::new(&dir).exists(), "{}", f.dump());
+    f.assert_nothing_left();
+    // The user's choice wins, and the user's directory is the user's to clean.
+    let mine = scratch.join("my-sm");
+    std::fs::create_dir_all(&mine).unwrap();
+    let mut cmd = rt.command(&["run", "-n", "2", "--", "sh", "-c", &script]);
+    Mpi::OpenMpi.env(&mut cmd);
+    cmd.env("DYNRES_PMIX", "1")
+        .env("OMPI_MCA_btl_sm_backing_directory", &mine);
+    let f = rt
+        .run_bounded(cmd, Duration::from_secs(120))
+        .unwrap_or_else(|f| panic!("the job hung\n{}", f.dump()));
+    check_hello(&f, 2);
+    assert!(
+        f.stdout.contains(&format!("sm dir {}", mine.display())),
+        "{}",
+        f.dump()
+    );
+    let kept = std::fs::read_dir(&mine).unwrap().count();
+    assert!(kept > 0, "{}", f.dump());
+}
+
 /// `src` built as a bare PMIx client (gcc against libpmix) in `dir`, or `None` after
 /// recording why the calling test is skipped.
 fn bare_client(dir: &std::path::Path, name: &str, src: &str) -> Option<std::path::PathBuf> {

@@ -123,6 +123,11 @@ pub fn corpus() -> Vec<Planted> {
             "NAMES-3 each request is answered at most once, in its kind",
         ),
         p(
+            LostForwardUnanswered,
+            "names-2j",
+            "NAMES-3 with nothing in flight every guest's publish and unpublish is answered",
+        ),
+        p(
             SpawnChildIsLoss,
             "rc-spawn-add-1n-2e-2new",
             "SPAWN-19 SPAWN-24 a child of a handshake spawn is never a loss of the job",

@@ -53,6 +53,38 @@ fn drain(s: &mut PmiSession) -> (Vec<String>, Vec<(ReqId, ClientRequest)>) {
     (sent, reqs)
 }
 
+/// A spawn command as the tests compare it: program, arguments, count.
+type Cmd<'a> = (&'a str, Vec<&'a str>, u32);
+
+/// The one kernel `Spawn` among `reqs` (an MPI library's: `SpawnWatch::Job`, SPAWN-24):
+/// its request id, each command as (program, args, count), and its environment.
+fn one_spawn(reqs: &[(ReqId, ClientRequest)]) -> (ReqId, Vec<Cmd<'_>>, &[(String, String)]) {
+    let [
+        (
+            req,
+            ClientRequest::Spawn {
+                commands,
+                env,
+                watch: SpawnWatch::Job,
+            },
+        ),
+    ] = reqs
+    else {
+        panic!("{reqs:?}")
+    };
+    let got = commands
+        .iter()
+        .map(|c| {
+            (
+                c.program.as_str(),
+                c.args.iter().map(String::as_str).collect(),
+                c.count,
+            )
+        })
+        .collect();
+    (*req, got, env)
+}
+
 #[test]
 fn mpich_start_up_is_answered_from_the_job() {
     let mut s = PmiSession::new(job(1, Some("(vector,(0,1,2))")));
@@ -298,29 +330,7 @@ fn spawn_segments_make_one_kernel_spawn() {
         b"mcmd=spawn\nnprocs=1\nexecname=other\ntotspawns=2\nspawnssofar=2\nargcnt=0\nendcmd\n";
     let (sent, reqs) = feed(&mut s, second);
     assert!(sent.is_empty());
-    let [
-        (
-            req,
-            ClientRequest::Spawn {
-                commands,
-                env,
-                watch: SpawnWatch::Job,
-            },
-        ),
-    ] = &reqs[..]
-    else {
-        panic!("{reqs:?}")
-    };
-    let got: Vec<(&str, Vec<&str>, u32)> = commands
-        .iter()
-        .map(|c| {
-            (
-                c.program.as_str(),
-                c.args.iter().map(String::as_str).collect(),
-                c.count,
-            )
-        })
-        .collect();
+    let (req, got, env) = one_spawn(&reqs);
     assert_eq!(
         got,
         [("./child", vec!["-v", "a b"], 2), ("other", vec![], 1)]
@@ -341,7 +351,7 @@ fn spawn_segments_make_one_kernel_spawn() {
     s.handle(
         Instant(1),
         PmiInput::Reply {
-            req: *req,
+            req,
             reply: ClientReply::Spawned(Ok(spawned)),
         },
     );

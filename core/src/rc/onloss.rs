@@ -60,6 +60,18 @@ pub fn on_loss(policy: OnLoss, verdict: Verdict, spawned: bool, ending: bool) ->
     }
 }
 
+/// PMIS-7: what the job does when one of its processes calls `MPI_Abort` (a PMI
+/// `abort`, `PMIx_Abort`, or a daemon's `Aborted` report): it ends, under either
+/// policy — `MPI_Abort` aborts every process of the communicator, and the MPI library
+/// waits for its launcher to do it, so going on would leave the caller's peers hanging.
+/// A job that is ending already only counts it.
+pub fn on_abort(policy: OnLoss, ending: bool) -> LossAction {
+    match (policy, ending) {
+        (_, true) => LossAction::Counted,
+        (OnLoss::EndJob | OnLoss::Continue, false) => LossAction::EndJob,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +118,15 @@ mod tests {
             on_loss(OnLoss::default(), v, false, false),
             LossAction::None
         );
+    }
+
+    /// PMIS-7: an `MPI_Abort` ends the job whatever `--on-loss` says, once.
+    #[test]
+    fn an_mpi_abort_ends_the_job_under_either_policy() {
+        for policy in [OnLoss::EndJob, OnLoss::Continue] {
+            assert_eq!(on_abort(policy, false), LossAction::EndJob);
+            assert_eq!(on_abort(policy, true), LossAction::Counted);
+        }
     }
 
     /// SPAWN-19: a spawn's child's failure is its spawner's to handle.

@@ -291,6 +291,9 @@ pub struct Engine {
     pmix_connects: HashMap<u64, pmix_host::Connect>,
     /// Fences across jobs (PMIS-21).
     pmix_cross: pmix_jobs::CrossFences,
+    /// The PMI kvs names of the processes launched here (PMIS-22: MPICH's shared
+    /// memory of each is swept before the first and after the last).
+    mpich_kvs: std::collections::BTreeSet<String>,
     /// The job's PMIx server, if its program is an Open MPI one (`pmix.rs`).
     pmix: Option<std::sync::Arc<crate::pmix::PmixHost>>,
     /// What the PMI session of a rank being launched will serve, until its socket is up.
@@ -427,6 +430,7 @@ impl Engine {
             pmix_fences: HashMap::new(),
             pmix_connects: HashMap::new(),
             pmix_cross: Default::default(),
+            mpich_kvs: Default::default(),
             pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),
@@ -558,6 +562,21 @@ impl Engine {
                     let _ = t.join();
                 }
             }
+        }
+        // PMIS-23: Open MPI's processes are gone (or abandoned after SIGKILL): their
+        // namespaces and shared memory go.
+        if let Some(host) = &self.pmix {
+            host.finish();
+        }
+        // PMIS-22: MPICH's segments of a job that died in `MPI_Init` (its processes
+        // are gone, or left behind after SIGKILL, which cannot use them any more).
+        let kvs: Vec<String> = std::mem::take(&mut self.mpich_kvs).into_iter().collect();
+        let n = procs::sweep_mpich_shm(&kvs);
+        if n > 0 {
+            tracing::debug!(
+                segments = n,
+                "removed MPICH's shared memory left by the job"
+            );
         }
         // The processes' last output goes out before the runtime ends (unless it is
         // leaving in a hurry).
@@ -1251,6 +1270,14 @@ impl Engine {
     fn launch(&mut self, job: procs::LaunchJob) {
         let rank = job.rank;
         if let Some(pmi) = self.pmi_job(&job) {
+            // PMIS-22: before the first process of a kvs starts here, what a dead job
+            // of the same kvs left goes.
+            if self.mpich_kvs.insert(pmi.kvsname.clone()) {
+                let n = procs::sweep_mpich_shm(std::slice::from_ref(&pmi.kvsname));
+                if n > 0 {
+                    tracing::info!(kvs = %pmi.kvsname, segments = n, "removed MPICH's stale shared memory");
+                }
+            }
             self.pmi_pending.insert(rank, pmi);
         }
         if self.ending.is_some() || signals::interrupted() {

@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream;
 
 use dynres_core::pmi::{PREPUT_ENV, PmiInput, PmiJob, PmiOutput, PmiSession, decode_preput};
 use dynres_core::pset::PsetName;
+use dynres_core::rc::onloss::{LossAction, on_abort};
 use dynres_core::rc::wire::link::{LinkMsg, MAX_ABORT_MESSAGE, encode_link};
 use dynres_core::rc::{ClientReply, DaemonInput, ReqId};
 use dynres_core::{Duration, Rank};
@@ -173,17 +174,22 @@ impl Engine {
     /// (`Aborted`, link type 0x0507), which ends the job as if the call were its own.
     pub(super) fn pmi_abort(&mut self, rank: Rank, code: i32, message: &str) {
         let why = format!("rank {rank} called MPI_Abort (code {code}): {message}");
-        tracing::error!(rank, code, "{why}; ending the job");
-        if self.ending.is_some() {
-            return;
-        }
         if self.master.is_some() {
-            // The low 8 bits reach the caller, as from an exit (a code that reads 0
-            // still fails the job: `Outcome::exit_status`).
-            self.record_failure(rank, Some(code as u32 & 0xff));
-            self.ending = Some(why);
-            self.kill_all(dynres_core::rc::ends::KillCause::JobEnding);
+            // PMIS-7 is core's decision; the low 8 bits reach the caller, as from an
+            // exit (a code that reads 0 still fails the job: `Outcome::exit_status`).
+            let action = on_abort(self.on_loss, self.ending.is_some());
+            if action.counts() {
+                self.record_failure(rank, Some(code as u32 & 0xff));
+            }
+            if action == LossAction::EndJob {
+                tracing::error!(rank, code, "{why}; ending the job");
+                self.ending = Some(why);
+                self.kill_all(dynres_core::rc::ends::KillCause::JobEnding);
+            } else {
+                tracing::error!(rank, code, "{why}");
+            }
         } else {
+            tracing::error!(rank, code, "{why}; telling the master");
             // The master decides (LINK 0x0507); its Shutdown ends this node's share.
             let message: String = message
                 .chars()

@@ -270,29 +270,7 @@ fn spawn_is_one_kernel_spawn() {
         infoval0=/tmp;subcmd=other;maxprocs=1;argc=0;";
     let (sent, reqs) = feed(&mut s, &msg(spawn));
     assert!(sent.is_empty());
-    let [
-        (
-            req,
-            ClientRequest::Spawn {
-                commands,
-                env,
-                watch: crate::rc::SpawnWatch::Job,
-            },
-        ),
-    ] = &reqs[..]
-    else {
-        panic!("{reqs:?}")
-    };
-    let got: Vec<(&str, Vec<&str>, u32)> = commands
-        .iter()
-        .map(|c| {
-            (
-                c.program.as_str(),
-                c.args.iter().map(String::as_str).collect(),
-                c.count,
-            )
-        })
-        .collect();
+    let (req, got, env) = super::one_spawn(&reqs);
     assert_eq!(
         got,
         [("./child", vec!["-v", "a;b"], 2), ("other", vec![], 1)]
@@ -306,7 +284,7 @@ fn spawn_is_one_kernel_spawn() {
         app: "spawn-1".into(),
         procs: vec![pid(3), pid(4), pid(5)],
     };
-    let sent = reply(&mut s, *req, ClientReply::Spawned(Ok(spawned)));
+    let sent = reply(&mut s, req, ClientReply::Spawned(Ok(spawned)));
     assert_eq!(
         sent,
         ["cmd=spawn-response;rc=0;jobid=job-spawn-1;errcodes=0,0,0;"]

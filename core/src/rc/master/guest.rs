@@ -59,6 +59,9 @@ impl Master {
         let Some((route, refusal)) = self.forwarded.remove(&ticket) else {
             return;
         };
+        if reply.is_none() && self.bug(Bug::LostForwardUnanswered) {
+            return;
+        }
         let reply = match reply {
             Some(r) if core::mem::discriminant(&r) == core::mem::discriminant(&refusal) => r,
             Some(r) if self.bug(Bug::ForwardedReplyOfAnyKind) => r,
