@@ -131,6 +131,21 @@
 #define DYNRES_ACTION_ABORTED 17
 
 /**
+ * Master: send this data-server request of one of the job's processes to the job whose
+ * data server the job uses (NAMES-1); `id` is the master's ticket, the frame the
+ * request's client frame (`spec/wire.md`) under that ticket. Only a master set up with
+ * another job's data server asks it; this ABI sets none up, so it is never asked yet.
+ */
+#define DYNRES_ACTION_FORWARD_DATA 18
+
+/**
+ * Master: the answer to a guest job's data-server request (NAMES-2); `id` is the
+ * guest's ticket, the frame the reply frame under that ticket. Only a master fed guest
+ * requests answers them; this ABI feeds none yet.
+ */
+#define DYNRES_ACTION_GUEST_REPLY 19
+
+/**
  * Result of `get_res_change`.
  */
 #define DYNRES_CALL_GET_RES_CHANGE 1

@@ -58,6 +58,15 @@ pub const DYNRES_ACTION_SPAWNED_EXITED: i32 = 16;
 /// Master: a change was ABORTED; the frame is the delta pset's name, a NUL, then why
 /// (a NUL-terminated text). Comes just before the change's `DYNRES_ACTION_STATUS`.
 pub const DYNRES_ACTION_ABORTED: i32 = 17;
+/// Master: send this data-server request of one of the job's processes to the job whose
+/// data server the job uses (NAMES-1); `id` is the master's ticket, the frame the
+/// request's client frame (`spec/wire.md`) under that ticket. Only a master set up with
+/// another job's data server asks it; this ABI sets none up, so it is never asked yet.
+pub const DYNRES_ACTION_FORWARD_DATA: i32 = 18;
+/// Master: the answer to a guest job's data-server request (NAMES-2); `id` is the
+/// guest's ticket, the frame the reply frame under that ticket. Only a master fed guest
+/// requests answers them; this ABI feeds none yet.
+pub const DYNRES_ACTION_GUEST_REPLY: i32 = 19;
 
 /// One action. Fields that an action kind does not use are 0.
 #[repr(C)]

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use dynres_core::rc::wire::{decode_to_master, encode_to_daemon};
+use dynres_core::rc::wire::{decode_to_master, encode_client, encode_reply, encode_to_daemon};
 use dynres_core::rc::{Master, MasterConfig, MasterInput, MasterOutput, NodeId};
 use dynres_core::slots::NodeSpec;
 use dynres_core::{Duration, Instant, Namespace};
@@ -144,6 +144,18 @@ fn encode(o: &MasterOutput) -> Encoded {
         MasterOutput::ProcessLost(p) => {
             let mut e = Encoded::new(action::DYNRES_ACTION_PROCESS_LOST, Vec::new());
             e.action.rank = p.rank;
+            e
+        }
+        MasterOutput::ForwardData { ticket, request } => {
+            let frame = encode_client(*ticket, request);
+            let mut e = Encoded::new(action::DYNRES_ACTION_FORWARD_DATA, frame);
+            e.action.id = *ticket;
+            e
+        }
+        MasterOutput::GuestReply { ticket, reply } => {
+            let frame = encode_reply(*ticket, reply);
+            let mut e = Encoded::new(action::DYNRES_ACTION_GUEST_REPLY, frame);
+            e.action.id = *ticket;
             e
         }
     }

@@ -99,7 +99,7 @@ pub enum MasterOutput {
     ProcessLost(ProcessId),
     /// Send this data-server request of one of the job's applications to the job whose
     /// data server this job uses (`NAMES-1`), and feed its answer back as
-    /// [`MasterInput::Forwarded`](crate::rc::MasterInput::Forwarded) under `ticket`.
+    /// [`MasterInput::Forwarded`] under `ticket`.
     ForwardData {
         /// The master's name for the request.
         ticket: u64,
@@ -107,7 +107,7 @@ pub enum MasterOutput {
         request: ClientRequest,
     },
     /// The answer to a guest job's request (`NAMES-2`,
-    /// [`MasterInput::Guest`](crate::rc::MasterInput::Guest)).
+    /// [`MasterInput::Guest`]).
     GuestReply {
         /// The guest's ticket.
         ticket: u64,
