@@ -178,6 +178,22 @@ fn mpich_connect_accept_between_two_jobs() {
         (&["--job-id", "cross-server"], &["server", name]),
         (&["--data-server", "cross-server"], &["client", name]),
     );
+    // The server job on two loopback hosts, one rank each.
+    let agent = local_agent(&dir);
+    let server = [
+        "--job-id",
+        "cross-hosts",
+        "--host",
+        "127.0.0.1:1,127.0.0.2:1",
+        "--launch-agent",
+        agent.to_str().unwrap(),
+    ];
+    Mpi::Mpich.check_cross(
+        &rt,
+        exe,
+        (&server, &["server", name]),
+        (&["--data-server", "cross-hosts"], &["client", name]),
+    );
 }
 
 const JOIN: &str = include_str!("mpi/join.c");

@@ -16,6 +16,7 @@ const SPAWN: &str = include_str!("mpi/spawn.c");
 const STRANGER: &str = include_str!("mpi/pmix_stranger.c");
 const PSETS: &str = include_str!("mpi/pmix_psets.c");
 const CROSS: &str = include_str!("mpi/cross.c");
+const JOIN: &str = include_str!("mpi/join.c");
 
 /// Open MPI's prefix, if it and libpmix are here.
 fn open_mpi() -> Option<std::path::PathBuf> {
@@ -190,7 +191,8 @@ fn open_mpi_spawn_spawn_multiple_and_a_spawn_without_slots() {
 fn open_mpi_connect_accept_between_two_jobs() {
     let Some(mpi) = open_mpi() else { return };
     let rt = Runtime::new("pmix-cross");
-    let exe = Mpi::build(&mpi, &rt.scratch(), "cross", CROSS);
+    let scratch = rt.scratch();
+    let exe = Mpi::build(&mpi, &scratch, "cross", CROSS);
     let name = "name:dynres-cross";
     Mpi::OpenMpi.check_cross(
         &rt,
@@ -198,6 +200,40 @@ fn open_mpi_connect_accept_between_two_jobs() {
         (&["--job-id", "cross-server"], &["server", name]),
         (&["--data-server", "cross-server"], &["client", name]),
     );
+    // The server job on two loopback hosts, one rank each: each node registers the
+    // client's namespace, and the fence across the jobs gathers three nodes' parts.
+    let agent = local_agent(&scratch);
+    let hosts = "127.0.0.1:1,127.0.0.2:1";
+    let server = [
+        "--job-id",
+        "cross-hosts",
+        "--host",
+        hosts,
+        "--launch-agent",
+        agent.to_str().unwrap(),
+    ];
+    Mpi::OpenMpi.check_cross(
+        &rt,
+        exe.to_str().unwrap(),
+        (&server, &["server", name]),
+        (&["--data-server", "cross-hosts"], &["client", name]),
+    );
+}
+
+/// `MPI_Comm_join` of two ranks of an Open MPI job over a TCP socket: Open MPI
+/// exchanges its port over the socket and connects through PMIx (PMIS-16).
+#[test]
+fn open_mpi_comm_join() {
+    let Some(mpi) = open_mpi() else { return };
+    let rt = Runtime::new("pmix-join");
+    let exe = Mpi::build(&mpi, &rt.scratch(), "join", JOIN);
+    let f = Mpi::OpenMpi.run(&rt, &["run", "-n", "2", exe.to_str().unwrap()]);
+    assert_eq!(f.code, Some(0), "{}", f.dump());
+    for r in 0..2 {
+        let want = format!("join rank={r} remote=1 v=7");
+        assert!(f.stdout.contains(&want), "{want}\n{}", f.dump());
+    }
+    f.assert_nothing_left();
 }
 
 /// PMIS-23: Open MPI leaves its shared-memory segments for its launcher to remove.
