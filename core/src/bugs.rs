@@ -119,6 +119,12 @@ pub enum Bug {
     /// forgotten instead of answered with an error (`NAMES-3`): its client waits for
     /// ever.
     LostForwardUnanswered,
+    /// An MPI library's spawn is answered when granted, not once its children started
+    /// (`SPAWN-25`): a child that dies first leaves its spawner waiting for ever.
+    MpiSpawnAnsweredAtGrant,
+    /// A spawn that failed because a child ended before every child started keeps its
+    /// other children running (`SPAWN-25`).
+    FailedSpawnKeepsChildren,
     /// Any process may kill a spawn's children, the children themselves included
     /// (`SPAWN-20`).
     KillSpawnByAnyone,

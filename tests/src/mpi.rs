@@ -115,12 +115,23 @@ impl Mpi {
         f.assert_nothing_left();
     }
 
-    /// `SPAWN-24`: the children of `spawn.c childdies` exit 3 before `MPI_Init`, while
-    /// their parent waits for them in its MPI library's own accept. The job ends with
-    /// the children's failure (the default `--on-loss end`) instead of hanging, and
-    /// nothing of it is left.
+    /// `SPAWN-25`: the children of `spawn.c childdies` exit 3 before they reach their
+    /// MPI library: the spawn fails, so `MPI_Comm_spawn` returns an error (the parent
+    /// says so and ends well), the job goes on, and nothing is left. `SPAWN-24`: the
+    /// children of `childdieslate` exit 3 after their library connected them, while
+    /// their parent waits in the merge: the job ends with their failure (the default
+    /// `--on-loss end`) instead of hanging.
     pub fn check_child_dies(self, rt: &Runtime, exe: &str) {
         let f = self.run(rt, &["run", "-n", "1", "--max", "3", exe, "childdies"]);
+        assert_eq!(f.code, Some(0), "{}", f.dump());
+        assert!(
+            f.stdout.contains("parent rank=0 spawn refused"),
+            "{}",
+            f.dump()
+        );
+        assert!(!f.stderr.contains("ending the job"), "{}", f.dump());
+        f.assert_nothing_left();
+        let f = self.run(rt, &["run", "-n", "1", "--max", "3", exe, "childdieslate"]);
         assert_eq!(f.code, Some(3), "{}", f.dump());
         assert!(
             f.stderr

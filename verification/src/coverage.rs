@@ -125,6 +125,9 @@ pub fn all(nightly: bool) -> Vec<Coverage> {
     for cfg in crate::names_model::pr_configs() {
         out.push((cfg.name.to_string(), names(&cfg)));
     }
+    for cfg in crate::spawn_mpi_model::pr_configs() {
+        out.push((cfg.name.to_string(), names(&cfg)));
+    }
     let corpus = corpus();
     out.into_iter()
         .map(|(config, properties)| Coverage {

@@ -26,4 +26,5 @@ pub mod record;
 pub mod run;
 pub mod spawn_configs;
 pub mod spawn_model;
+pub mod spawn_mpi_model;
 pub mod trace;

@@ -11,7 +11,7 @@ use dynres_verification::planted::{Hunt, corpus, hunt, unplanted};
 use dynres_verification::run::{Outcome, check, check_fair, check_spawn};
 use dynres_verification::{
     ends_model, giveback_model, golden, liveness_model, names_model, pool, pset_model,
-    spawn_configs,
+    spawn_configs, spawn_mpi_model,
 };
 
 /// The checker allocates and frees one state per transition; glibc's malloc took about a
@@ -266,6 +266,12 @@ fn run_check(
         add(
             cfg.name.to_string(),
             Box::new(move |t| names_model::check(&cfg, max_states, t)),
+        );
+    }
+    for cfg in spawn_mpi_model::pr_configs() {
+        add(
+            cfg.name.to_string(),
+            Box::new(move |t| spawn_mpi_model::check(&cfg, max_states, t)),
         );
     }
     let started = Instant::now();

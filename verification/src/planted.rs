@@ -111,6 +111,17 @@ pub fn corpus() -> Vec<Planted> {
             "rc-spawn-add-1n-2e-2new",
             "SPAWN-19 a spawn whose children are gone leaves nothing behind",
         ),
+        // SPAWN-25: an MPI library's spawn (`spawn_mpi_model.rs`)
+        p(
+            MpiSpawnAnsweredAtGrant,
+            "spawn-mpi-2c",
+            "SPAWN-25 an MPI spawn is answered once, Ok only once every child started",
+        ),
+        p(
+            FailedSpawnKeepsChildren,
+            "spawn-mpi-2c",
+            "SPAWN-25 a child that ends first fails the spawn and leaves no child",
+        ),
         // NAMES-1..3: one data server for two jobs (`names_model.rs`)
         p(
             ForwardReservedKey,
@@ -548,6 +559,9 @@ pub fn unplanted() -> Vec<&'static str> {
     for cfg in crate::names_model::pr_configs() {
         names.extend(always(&cfg));
     }
+    for cfg in crate::spawn_mpi_model::pr_configs() {
+        names.extend(always(&cfg));
+    }
     let planted: BTreeSet<&str> = corpus().iter().map(|p| p.property).collect();
     names.retain(|n| !planted.contains(n));
     names.into_iter().collect()
@@ -597,6 +611,13 @@ pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
         .find(|c| c.name == planted.config)
     {
         let cfg = crate::names_model::NamesConfig { bugs, ..base };
+        return hunt_in(planted, cfg, &[], threads);
+    }
+    if let Some(base) = crate::spawn_mpi_model::pr_configs()
+        .into_iter()
+        .find(|c| c.name == planted.config)
+    {
+        let cfg = crate::spawn_mpi_model::SpawnMpiConfig { bugs, ..base };
         return hunt_in(planted, cfg, &[], threads);
     }
     if let Some(base) = spawn_configs::pr_configs()

@@ -133,6 +133,13 @@ pub enum DaemonInput {
         /// The process.
         pid: ProcessId,
     },
+    /// A local process reached its MPI library: it spoke on its PMI socket, or its PMIx
+    /// client connected (`SPAWN-25`). Told to the master, which answers an MPI
+    /// library's spawn once all of its children have.
+    Started {
+        /// The process.
+        pid: ProcessId,
+    },
     /// The timer armed from [`Daemon::poll_timeout`](super::Daemon::poll_timeout) fired.
     Timeout,
 }

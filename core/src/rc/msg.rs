@@ -167,6 +167,12 @@ pub enum ToMaster {
         /// The process.
         pid: ProcessId,
     },
+    /// A local process reached its MPI library: it spoke on its PMI socket, or its
+    /// PMIx client connected (`SPAWN-25`).
+    Started {
+        /// The process.
+        pid: ProcessId,
+    },
     /// This node's part of a modex: the values of every member of `pset` (at `version`)
     /// placed here, sent once all of them contributed (`MODEX-1`).
     Modex {

@@ -170,7 +170,8 @@ pub fn decode_master_input(bytes: &[u8]) -> Result<MasterInput, WireError> {
 }
 
 /// Encodes a daemon input: tag 1 `FromMaster` (`ToDaemon` frame), 2 `FromClient` (as a
-/// `Forward` frame), 3 `Exited` (as an `Exited` frame).
+/// `Forward` frame), 3 `Exited` (as an `Exited` frame), 4 `Timeout` (empty), 5 `Started`
+/// (as a `Started` frame).
 pub fn encode_daemon_input(input: &DaemonInput) -> Vec<u8> {
     let mut out = Vec::new();
     match input {
@@ -194,6 +195,13 @@ pub fn encode_daemon_input(input: &DaemonInput) -> Vec<u8> {
                 &encode_to_master(&ToMaster::Exited { pid: pid.clone() }),
             );
         }
+        DaemonInput::Started { pid } => {
+            put_u8(&mut out, 5);
+            put_bytes(
+                &mut out,
+                &encode_to_master(&ToMaster::Started { pid: pid.clone() }),
+            );
+        }
         // The timer carries no data: an empty frame under its own tag.
         DaemonInput::Timeout => {
             put_u8(&mut out, 4);
@@ -210,11 +218,12 @@ pub fn decode_daemon_input(bytes: &[u8]) -> Result<DaemonInput, WireError> {
         let (i, frame) = prim::bytes("daemon input", usize::MAX)(i)?;
         let input = match tag {
             1 => DaemonInput::FromMaster(decode_to_daemon(frame).map_err(nom::Err::Failure)?),
-            2 | 3 => match decode_to_master(frame).map_err(nom::Err::Failure)? {
+            2 | 3 | 5 => match decode_to_master(frame).map_err(nom::Err::Failure)? {
                 ToMaster::Forward { from, req, request } if tag == 2 => {
                     DaemonInput::FromClient { from, req, request }
                 }
                 ToMaster::Exited { pid } if tag == 3 => DaemonInput::Exited { pid },
+                ToMaster::Started { pid } if tag == 5 => DaemonInput::Started { pid },
                 _ => {
                     return Err(nom::Err::Failure(WireError::InvalidValue {
                         what: "daemon input",

@@ -23,6 +23,8 @@ enum Event {
     DaemonToClient(ProcessId, ReqId, ClientReply),
     Call(ProcessId, CallId, ClientCall),
     Exit(ProcessId),
+    /// The process reached its MPI library (SPAWN-25).
+    Start(ProcessId),
     External(ChangeRequest),
 }
 
@@ -327,6 +329,13 @@ impl World {
                 let node = self.node_of[&pid];
                 self.daemons[node.0 as usize]
                     .handle(self.now, DaemonInput::Exited { pid })
+                    .unwrap();
+                self.drain_daemon(node);
+            }
+            Event::Start(pid) => {
+                let node = self.node_of[&pid];
+                self.daemons[node.0 as usize]
+                    .handle(self.now, DaemonInput::Started { pid })
                     .unwrap();
                 self.drain_daemon(node);
             }
@@ -642,5 +651,10 @@ impl World {
     /// Makes a process exit now (finalize, or a crash).
     pub fn exit(&mut self, pid: &ProcessId) {
         self.push(self.now, Event::Exit(pid.clone()));
+    }
+
+    /// Process `pid` reaches its MPI library (its daemon's `Started`, SPAWN-25).
+    pub fn start(&mut self, pid: &ProcessId) {
+        self.push(self.now, Event::Start(pid.clone()));
     }
 }

@@ -9,11 +9,11 @@ use common::{APP, World, config, pid, root};
 use dynres_core::pset::{AttrUpdate, PsetName, PsetOp, SetOp};
 use dynres_core::rc::BadRequest;
 use dynres_core::rc::{
-    CallResult, ChangeRequest, ClientCall, MasterOutput, NodeId, RcError, RcStatus, SpawnCommand,
-    SpawnWatch, Spawned,
+    CallResult, ChangeRequest, ClientCall, MasterInput, MasterOutput, NodeId, RcError, RcStatus,
+    SpawnCommand, SpawnWatch, Spawned, ToMaster,
 };
 use dynres_core::slots::SlotError;
-use dynres_core::{Duration, ProcessId};
+use dynres_core::{Duration, Instant, ProcessId};
 
 fn cmd(program: &str, count: u32) -> SpawnCommand {
     SpawnCommand {
@@ -169,15 +169,31 @@ fn a_spawn_is_forgotten_when_its_children_are_gone() {
     );
 }
 
-/// SPAWN-24: the children of an MPI library's spawn (`SpawnWatch::Job`) exit as
-/// processes of the job (`ProcessLost`, judged by `--on-loss`), since no handshake tells
-/// their spawner; a handshake spawn's children beside them still exit as
-/// `SpawnedExited` (SPAWN-19). The spawn is forgotten all the same.
+/// SPAWN-24, SPAWN-25: an MPI library's spawn (`SpawnWatch::Job`) is answered once
+/// every child reached its MPI library; after that its children exit as processes of
+/// the job (`ProcessLost`, judged by `--on-loss`), since no handshake tells their
+/// spawner; a handshake spawn's children beside them still exit as `SpawnedExited`
+/// (SPAWN-19). Both spawns are forgotten all the same.
 #[test]
-fn an_mpi_librarys_children_are_the_jobs_to_judge() {
+fn an_mpi_librarys_children_are_the_jobs_to_judge_once_they_started() {
     let mut w = World::new(config(1, 4, 2));
     w.run_for(Duration::from_millis(1));
-    let mpi = spawn_watched(&mut w, &pid(0), vec![cmd("a", 1)], SpawnWatch::Job).unwrap();
+    let call = |commands, watch| ClientCall::Spawn {
+        commands,
+        env: Vec::new(),
+        watch,
+    };
+    let id = w.call(&pid(0), call(vec![cmd("a", 1)], SpawnWatch::Job));
+    w.run_for(Duration::from_millis(1));
+    assert!(
+        !w.results.contains_key(&(pid(0), id)),
+        "not before it started"
+    );
+    w.start(&pid(2));
+    let mpi = match w.wait(&pid(0), id) {
+        CallResult::Spawned(r) => r.unwrap(),
+        other => panic!("{other:?}"),
+    };
     let native = spawn(&mut w, &pid(1), vec![cmd("b", 1)]).unwrap();
     assert_eq!(
         (mpi.procs.clone(), native.procs.clone()),
@@ -195,6 +211,57 @@ fn an_mpi_librarys_children_are_the_jobs_to_judge() {
     );
     assert_eq!(w.master.spawns().count(), 0, "both spawns forgotten");
     assert_eq!(w.master.slots().free_count(), 2);
+}
+
+/// SPAWN-25: a child of an MPI library's spawn that ends before every child started
+/// fails the spawn: the spawner hears why, the other child is killed, and neither exit
+/// is a loss of the job; a `Started` from another node than the child's is not
+/// believed.
+#[test]
+fn a_child_that_ends_before_the_others_started_fails_the_spawn() {
+    let mut w = World::new(config(2, 2, 2));
+    w.run_for(Duration::from_millis(1));
+    let id = w.call(
+        &pid(0),
+        ClientCall::Spawn {
+            commands: vec![cmd("a", 2)],
+            env: Vec::new(),
+            watch: SpawnWatch::Job,
+        },
+    );
+    w.run_for(Duration::from_millis(1));
+    // Child 2 runs on node 1 (stack order: the job's two on node 0).
+    let elsewhere = ToMaster::Started { pid: pid(2) };
+    w.master
+        .handle(
+            Instant(0),
+            MasterInput::FromDaemon {
+                node: NodeId(0),
+                msg: elsewhere,
+            },
+        )
+        .unwrap();
+    w.start(&pid(3));
+    w.run_for(Duration::from_millis(1));
+    assert!(
+        !w.results.contains_key(&(pid(0), id)),
+        "child 2 has not started"
+    );
+    w.exit(&pid(2));
+    match w.wait(&pid(0), id) {
+        CallResult::Spawned(Err(RcError::ProcessLost(p))) => assert_eq!(p, pid(2)),
+        other => panic!("{other:?}"),
+    }
+    w.run_for(Duration::from_millis(50));
+    assert!(w.exited.contains(&pid(3)), "the other child was killed");
+    assert_eq!(
+        exits(&w),
+        vec![
+            &MasterOutput::SpawnedExited(pid(2)),
+            &MasterOutput::SpawnedExited(pid(3))
+        ]
+    );
+    assert_eq!(w.master.spawns().count(), 0);
 }
 
 /// SPAWN-20: a spawn's children are killed only at the spawner's request; a spawn

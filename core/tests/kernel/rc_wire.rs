@@ -358,6 +358,7 @@ fn to_master() -> BoxedStrategy<ToMaster> {
         (pid(), any::<ReqId>(), client_request())
             .prop_map(|(from, req, request)| ToMaster::Forward { from, req, request }),
         pid().prop_map(|pid| ToMaster::Exited { pid }),
+        pid().prop_map(|pid| ToMaster::Started { pid }),
         (pset_name(), any::<u64>(), duration(), entries()).prop_map(
             |(pset, version, timeout, entries)| ToMaster::Modex {
                 pset,
@@ -622,6 +623,10 @@ fn every_variant_has_its_documented_type() {
     assert_eq!(
         types(encode_to_master(&ToMaster::Exited { pid: p.clone() })),
         0x0211
+    );
+    assert_eq!(
+        types(encode_to_master(&ToMaster::Started { pid: p.clone() })),
+        0x0213
     );
     let batch = ToMaster::Modex {
         pset: n.clone(),

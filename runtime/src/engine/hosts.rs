@@ -116,7 +116,9 @@ impl Engine {
             Ok(msg) => {
                 let exited = match &msg {
                     ToMaster::Exited { pid } => Some(pid.rank),
-                    ToMaster::Forward { .. } | ToMaster::Modex { .. } => None,
+                    ToMaster::Forward { .. }
+                    | ToMaster::Modex { .. }
+                    | ToMaster::Started { .. } => None,
                 };
                 self.master_input(MasterInput::FromDaemon {
                     node: NodeId(node),

@@ -291,6 +291,8 @@ pub struct Engine {
     pmix_connects: HashMap<u64, pmix_host::Connect>,
     /// Fences across jobs (PMIS-21).
     pmix_cross: pmix_jobs::CrossFences,
+    /// Ranks whose PMI socket spoke (SPAWN-25: told once each).
+    pmi_heard: HashSet<Rank>,
     /// The PMI kvs names of the processes launched here (PMIS-22: MPICH's shared
     /// memory of each is swept before the first and after the last).
     mpich_kvs: std::collections::BTreeSet<String>,
@@ -431,6 +433,7 @@ impl Engine {
             pmix_connects: HashMap::new(),
             pmix_cross: Default::default(),
             mpich_kvs: Default::default(),
+            pmi_heard: HashSet::new(),
             pmix,
             links: VecDeque::new(),
             changes: VecDeque::new(),
@@ -454,7 +457,7 @@ impl Engine {
         self.start.elapsed()
     }
 
-    fn pid(&self, rank: Rank) -> ProcessId {
+    pub(super) fn pid(&self, rank: Rank) -> ProcessId {
         ProcessId::new(self.namespace.clone(), rank)
     }
 

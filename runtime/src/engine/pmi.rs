@@ -93,6 +93,13 @@ impl Engine {
                 String::from_utf8_lossy(&bytes).trim_end()
             );
         }
+        // SPAWN-25: the first bytes say the process reached its MPI library.
+        if let Some(rank) = self.conns.get(&conn).map(|c| c.rank) {
+            if self.pmi_heard.insert(rank) {
+                let pid = self.pid(rank);
+                self.daemon_input(DaemonInput::Started { pid });
+            }
+        }
         self.pmi_input(conn, PmiInput::Received(bytes));
     }
 

@@ -73,9 +73,15 @@ impl Engine {
     pub(super) fn on_pmix(&mut self, request: Request) {
         tracing::trace!(?request, "PMIx upcall");
         match request {
-            Request::ClientConnected { done, .. } | Request::ClientFinalized { done, .. } => {
+            Request::ClientConnected { proc_, done } => {
                 done.complete(Ok(()));
+                // SPAWN-25: the process reached its MPI library.
+                if let Some(rank) = self.pmix_rank(&proc_) {
+                    let pid = self.pid(rank);
+                    self.daemon_input(DaemonInput::Started { pid });
+                }
             }
+            Request::ClientFinalized { done, .. } => done.complete(Ok(())),
             Request::Abort {
                 from,
                 status,

@@ -8,6 +8,9 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "die-now") == 0)
         return 3;
     MPI_Init(&argc, &argv);
+    /* A child of `childdieslate` fails after its MPI library connected it. */
+    if (argc > 1 && strcmp(argv[1], "die-late") == 0)
+        return 3;
     MPI_Comm_get_parent(&parent);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -20,8 +23,8 @@ int main(int argc, char **argv) {
             int n[2] = {1, 2};
             MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
             rc = MPI_Comm_spawn_multiple(2, cmds, MPI_ARGVS_NULL, n, infos, 0, MPI_COMM_WORLD, &inter, errs);
-        } else if (strcmp(argv[1], "childdies") == 0) {
-            char *args[2] = {"die-now", NULL};
+        } else if (strcmp(argv[1], "childdies") == 0 || strcmp(argv[1], "childdieslate") == 0) {
+            char *args[2] = {strcmp(argv[1], "childdies") == 0 ? "die-now" : "die-late", NULL};
             rc = MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);
         } else {
             int n = strcmp(argv[1], "noslots") == 0 ? 64 : 2;

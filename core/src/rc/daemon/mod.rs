@@ -172,6 +172,13 @@ impl Daemon {
                         .push_back(DaemonOutput::ToMaster(ToMaster::Exited { pid }));
                 }
             }
+            // SPAWN-25: believed only of a process of this node.
+            DaemonInput::Started { pid } => {
+                if self.local.contains(&pid) {
+                    self.out
+                        .push_back(DaemonOutput::ToMaster(ToMaster::Started { pid }));
+                }
+            }
             DaemonInput::Timeout => self.expire_gathers(now),
         }
         Ok(())

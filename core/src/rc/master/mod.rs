@@ -358,6 +358,11 @@ impl Master {
                     self.on_request(now, route, request);
                 }
                 ToMaster::Exited { pid } => self.on_exit(now, &pid),
+                // SPAWN-25: believed only from the node the process runs on.
+                ToMaster::Started { pid } if self.procs.get(&pid) == Some(&node) => {
+                    self.on_started(&pid)
+                }
+                ToMaster::Started { .. } => {}
                 ToMaster::Modex {
                     pset,
                     version,
@@ -526,10 +531,10 @@ impl Master {
                 commands,
                 env,
                 watch,
-            } => {
-                let r = self.spawn(&route, commands, env, watch);
-                self.reply(&route, ClientReply::Spawned(r));
-            }
+            } => match self.spawn(&route, commands, env, watch) {
+                Ok(granted) => self.answer_spawn(route, granted, watch),
+                Err(e) => self.reply(&route, ClientReply::Spawned(Err(e))),
+            },
             ClientRequest::KillSpawn { app } => {
                 let r = self.kill_spawn(&route, &app);
                 self.reply(&route, ClientReply::SpawnKilled(r));

@@ -11,7 +11,7 @@ use crate::process::ProcessId;
 use crate::pset::PsetName;
 use crate::rc::error::{BadRequest, MasterRejection, RcError};
 use crate::rc::msg::{ClientReply, ToDaemon};
-use crate::rc::types::{AbortReason, AcceptOutcome, NodeId, RcStatus, RcType, SpawnWatch};
+use crate::rc::types::{AbortReason, AcceptOutcome, NodeId, RcStatus, RcType};
 use crate::time::{Duration, Instant};
 
 /// The data-server key under which the accept root's new pset is published.
@@ -457,6 +457,7 @@ impl Master {
     /// searched, so an exit is never filed against an old change that merely names the
     /// process.
     pub(crate) fn on_exit(&mut self, now: Instant, pid: &ProcessId) {
+        self.fail_unstarted_spawn(pid);
         if let Ok(Some(node)) = self.slots.free(pid) {
             self.out
                 .push_back(MasterOutput::NodeReleased(crate::rc::types::NodeId(node)));
@@ -530,8 +531,8 @@ impl Master {
         // and a failed one is its spawner's to learn through the handshake (SPAWN-19).
         // An MPI library's spawner has no such handshake with the kernel: its child is
         // the job's to judge, as any process (SPAWN-24).
-        let out = match self.spawn_watch(pid) {
-            Some(SpawnWatch::Handshake) if !self.bug(Bug::SpawnChildIsLoss) => {
+        let out = match self.spawned_exit_is_loss(pid) {
+            Some(false) if !self.bug(Bug::SpawnChildIsLoss) => {
                 MasterOutput::SpawnedExited(pid.clone())
             }
             Some(_) | None => MasterOutput::ProcessLost(pid.clone()),

@@ -6,7 +6,7 @@
 //! The handshake between parent and children (`spec/spawn.md`) is not the master's
 //! business: it runs between the application processes with `dynres_core::spawn`.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -15,6 +15,7 @@ use super::{Master, MasterOutput, Route};
 use crate::bugs::Bug;
 use crate::process::ProcessId;
 use crate::rc::error::{BadRequest, RcError};
+use crate::rc::msg::ClientReply;
 use crate::rc::msg::ToDaemon;
 use crate::rc::types::{LaunchCommand, NodeId, NodeLaunch, SpawnCommand, SpawnWatch, Spawned};
 use crate::slots::SlotError;
@@ -31,6 +32,13 @@ pub(crate) struct SpawnGroup {
     pub procs: Vec<ProcessId>,
     /// Who tells the spawner that a child failed (`SPAWN-24`).
     pub watch: SpawnWatch,
+    /// `SPAWN-25`: an MPI library's spawn not answered yet — its spawner, the grant,
+    /// and the children that reached their MPI library so far.
+    pub unanswered: Option<(Route, Spawned, BTreeSet<ProcessId>)>,
+    /// `SPAWN-25`: a child ended before every child started, so the spawn failed: its
+    /// spawner was told, the other children were killed, and none of their exits is a
+    /// loss of the job.
+    pub failed: bool,
 }
 
 /// Checks what a client may ask for before anything is allocated (`RC-2`).
@@ -107,6 +115,8 @@ impl Master {
                 spawner,
                 procs: pids.clone(),
                 watch,
+                unanswered: None,
+                failed: false,
             },
         );
         // SPAWN-18, in order on every ordered link: the children's pset, the job data,
@@ -186,6 +196,74 @@ impl Master {
         let _ = self.slots.mark_leaving(&running);
         self.kill(&running);
         Ok(())
+    }
+
+    /// `SPAWN-17`, `SPAWN-25`: answers a granted spawn — at once, or, for an MPI
+    /// library's (`SpawnWatch::Job`), once every child reached its MPI library.
+    pub(crate) fn answer_spawn(&mut self, route: Route, granted: Spawned, watch: SpawnWatch) {
+        let waits = watch == SpawnWatch::Job && !self.bug(Bug::MpiSpawnAnsweredAtGrant);
+        match self.spawns.get_mut(&granted.app) {
+            Some(group) if waits => group.unanswered = Some((route, granted, BTreeSet::new())),
+            _ => self.reply(&route, ClientReply::Spawned(Ok(granted))),
+        }
+    }
+
+    /// `SPAWN-25`: a child reached its MPI library; the last of its spawn's to do so
+    /// has the spawn answered.
+    pub(crate) fn on_started(&mut self, pid: &ProcessId) {
+        let Some(app) = self.app_of.get(pid) else {
+            return;
+        };
+        let Some(group) = self.spawns.get_mut(app) else {
+            return;
+        };
+        let all = group.procs.len();
+        let Some((_, _, started)) = &mut group.unanswered else {
+            return;
+        };
+        started.insert(pid.clone());
+        if started.len() == all {
+            if let Some((route, granted, _)) = group.unanswered.take() {
+                self.reply(&route, ClientReply::Spawned(Ok(granted)));
+            }
+        }
+    }
+
+    /// `SPAWN-25`: a child of an MPI library's unanswered spawn ended before every child
+    /// started: the spawn fails — its spawner hears why, and its other children are
+    /// killed, so nothing of it is left.
+    pub(crate) fn fail_unstarted_spawn(&mut self, pid: &ProcessId) {
+        let Some(app) = self.app_of.get(pid) else {
+            return;
+        };
+        let Some(group) = self.spawns.get_mut(app) else {
+            return;
+        };
+        let Some((route, _, _)) = group.unanswered.take() else {
+            return;
+        };
+        group.failed = true;
+        let others: Vec<ProcessId> = group.procs.iter().filter(|p| *p != pid).cloned().collect();
+        let err = RcError::ProcessLost(pid.clone());
+        self.reply(&route, ClientReply::Spawned(Err(err)));
+        if self.bug(Bug::FailedSpawnKeepsChildren) {
+            return;
+        }
+        let running: Vec<ProcessId> = others
+            .into_iter()
+            .filter(|p| self.slots.is_running(p))
+            .collect();
+        let _ = self.slots.mark_leaving(&running);
+        self.kill(&running);
+    }
+
+    /// `SPAWN-19`, `SPAWN-24`, `SPAWN-25`: whether the exit of spawned child `pid` is a
+    /// loss of the job — only for an MPI library's spawn that was answered (no
+    /// handshake tells its spawner); `None` if `pid` is no spawn's child.
+    pub(crate) fn spawned_exit_is_loss(&self, pid: &ProcessId) -> Option<bool> {
+        let group = self.spawns.get(self.app_of.get(pid)?)?;
+        let answered = group.unanswered.is_none() && !group.failed;
+        Some(group.watch == SpawnWatch::Job && answered)
     }
 
     /// `SPAWN-19`: after a process exited — once every child of its spawn is gone, the

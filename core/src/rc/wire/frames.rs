@@ -72,6 +72,7 @@ pub fn encode_to_master(msg: &ToMaster) -> Vec<u8> {
             put_request(b, request);
         }),
         ToMaster::Exited { pid } => encode_frame(&mut out, t::EXITED, |b| put_pid(b, pid)),
+        ToMaster::Started { pid } => encode_frame(&mut out, t::STARTED, |b| put_pid(b, pid)),
         ToMaster::Modex {
             pset,
             version,
@@ -107,6 +108,10 @@ pub fn decode_to_master(frame: &[u8]) -> Result<ToMaster, WireError> {
         t::EXITED => parse_all(body, |i| {
             let (i, pid) = pid(i)?;
             Ok((i, ToMaster::Exited { pid }))
+        }),
+        t::STARTED => parse_all(body, |i| {
+            let (i, pid) = pid(i)?;
+            Ok((i, ToMaster::Started { pid }))
         }),
         t::MODEX_BATCH => parse_all(body, |i| {
             let (i, pset) = name(i)?;

@@ -67,6 +67,8 @@ pub const FORWARD: u16 = 0x0210;
 pub const EXITED: u16 = 0x0211;
 /// Daemon → master: the node's batch of a modex.
 pub const MODEX_BATCH: u16 = 0x0212;
+/// Daemon → master: a local process reached its MPI library (`SPAWN-25`).
+pub const STARTED: u16 = 0x0213;
 
 /// Master → daemon: reply to a forwarded request.
 pub const REPLY: u16 = 0x0220;
