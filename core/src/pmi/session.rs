@@ -35,6 +35,10 @@ use crate::time::{Duration, Instant};
 /// of the same process counts up from 0.
 pub const FIRST_REQUEST: ReqId = 1 << 62;
 
+/// Most bytes a process may send ahead while one of its calls is open (PMIS-4): beyond
+/// it the socket is closed, as for an overlong line (PMIS-3).
+pub const MAX_AHEAD: usize = 1 << 20;
+
 /// Most bytes of keys and values one process may put between two barriers (PMIS-5):
 /// every put travels to every member of the job at the barrier.
 pub const MAX_PUT_BYTES: usize = 4 << 20;
@@ -174,6 +178,13 @@ impl Wire {
         }
     }
 
+    fn held(&self) -> usize {
+        match self {
+            Wire::V1(f) => f.held(),
+            Wire::V2 { framer, .. } => framer.held(),
+        }
+    }
+
     fn v2(&self) -> bool {
         matches!(self, Wire::V2 { .. })
     }
@@ -282,7 +293,18 @@ impl PmiSession {
             return;
         }
         match input {
-            PmiInput::Received(bytes) => self.wire.push(&bytes),
+            PmiInput::Received(bytes) => {
+                self.wire.push(&bytes);
+                // PMIS-4: commands sent ahead wait in the framer while a call is open;
+                // a process may not make its daemon hold more than this of them.
+                if self.waiting.is_some() && self.wire.held() > MAX_AHEAD {
+                    let e = PmiWireError::TooLong(MAX_AHEAD);
+                    self.send_error("error", &e.to_string());
+                    self.closed = true;
+                    self.out.push_back(PmiOutput::Close(e));
+                    return;
+                }
+            }
             PmiInput::Reply { req, reply } => {
                 // The client machine ignores what it did not ask.
                 let _ = self.client.handle(now, ClientInput::Reply { req, reply });

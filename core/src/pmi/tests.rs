@@ -250,6 +250,31 @@ fn an_overlong_line_closes_the_session() {
     assert_eq!(s.poll_output(), None, "nothing is served after the close");
 }
 
+/// PMIS-4: while a barrier is open, well-formed commands sent ahead wait in the
+/// session, but no more than `MAX_AHEAD` bytes of them: then the socket is closed.
+#[test]
+fn commands_sent_ahead_of_an_open_call_are_bounded() {
+    let mut s = PmiSession::new(job(0, None));
+    let (_, reqs) = feed(&mut s, b"cmd=barrier_in\n");
+    assert_eq!(reqs.len(), 1, "the barrier is open");
+    let ahead = b"cmd=get_appnum\n".repeat(1000);
+    let (sent, _) = feed(&mut s, &ahead);
+    assert!(sent.is_empty() && !s.closed(), "served in order, later");
+    for _ in 0..=session::MAX_AHEAD / ahead.len() {
+        s.handle(Instant(0), PmiInput::Received(ahead.clone()));
+    }
+    let outs: Vec<PmiOutput> = core::iter::from_fn(|| s.poll_output()).collect();
+    assert!(
+        matches!(
+            outs.last(),
+            Some(PmiOutput::Close(PmiWireError::TooLong(_)))
+        ),
+        "{:?}",
+        outs.last()
+    );
+    assert!(s.closed());
+}
+
 /// PMIS-7.
 #[test]
 fn abort_is_reported_and_finalize_ends_the_session() {
