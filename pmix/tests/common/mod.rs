@@ -301,7 +301,27 @@ impl Harness {
             }
             exits.extend(collect(spawned, deadline));
         }
+        remove_sm_dirs();
         exits
+    }
+}
+
+/// Where the processes of namespace `ns` put their shared memory.
+fn sm_dir(ns: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/dpx-{}-{ns}", std::process::id()))
+}
+
+/// Removes the shared memory of every job this test process ran.
+fn remove_sm_dirs() {
+    let prefix = format!("dpx-{}-", std::process::id());
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -368,6 +388,14 @@ fn launch(
         .filter(|(k, _)| std::env::var_os(k).is_none())
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    // Open MPI leaves its shared-memory segments to its launcher: here, a directory of
+    // the job's that `run_job` removes (as dynres does, PMIS-23).
+    let sm = sm_dir(ns);
+    std::fs::create_dir_all(&sm).map_err(|e| format!("{}: {e}", sm.display()))?;
+    extra.push((
+        "OMPI_MCA_btl_sm_backing_directory".into(),
+        sm.display().to_string(),
+    ));
     extra.extend(state.lock().unwrap().job_env.iter().cloned());
     if let Some((_, app)) = spawn {
         extra.extend(app.env.iter().cloned());
