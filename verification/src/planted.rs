@@ -585,41 +585,25 @@ pub struct Hunt {
 /// Plants one bug and searches for the expected counterexample.
 pub fn hunt(planted: &Planted, threads: usize) -> Hunt {
     let bugs = Bugs::NONE.with(planted.bug);
-    if let Some(base) = crate::ends_model::pr_configs()
-        .into_iter()
-        .find(|c| c.name == planted.config)
-    {
-        let cfg = crate::ends_model::EndsConfig { bugs, ..base };
-        return hunt_in(planted, cfg, &[], threads);
+    // The small models: a configuration with its bugs, no actor labels.
+    macro_rules! hunt_small {
+        ($($model:ident :: $config:ident),*) => {$(
+            if let Some(base) = crate::$model::pr_configs()
+                .into_iter()
+                .find(|c| c.name == planted.config)
+            {
+                let cfg = crate::$model::$config { bugs, ..base };
+                return hunt_in(planted, cfg, &[], threads);
+            }
+        )*};
     }
-    if let Some(base) = crate::liveness_model::pr_configs()
-        .into_iter()
-        .find(|c| c.name == planted.config)
-    {
-        let cfg = crate::liveness_model::LiveConfig { bugs, ..base };
-        return hunt_in(planted, cfg, &[], threads);
-    }
-    if let Some(base) = crate::giveback_model::pr_configs()
-        .into_iter()
-        .find(|c| c.name == planted.config)
-    {
-        let cfg = crate::giveback_model::GbConfig { bugs, ..base };
-        return hunt_in(planted, cfg, &[], threads);
-    }
-    if let Some(base) = crate::names_model::pr_configs()
-        .into_iter()
-        .find(|c| c.name == planted.config)
-    {
-        let cfg = crate::names_model::NamesConfig { bugs, ..base };
-        return hunt_in(planted, cfg, &[], threads);
-    }
-    if let Some(base) = crate::spawn_mpi_model::pr_configs()
-        .into_iter()
-        .find(|c| c.name == planted.config)
-    {
-        let cfg = crate::spawn_mpi_model::SpawnMpiConfig { bugs, ..base };
-        return hunt_in(planted, cfg, &[], threads);
-    }
+    hunt_small!(
+        ends_model::EndsConfig,
+        liveness_model::LiveConfig,
+        giveback_model::GbConfig,
+        names_model::NamesConfig,
+        spawn_mpi_model::SpawnMpiConfig
+    );
     if let Some(base) = spawn_configs::pr_configs()
         .into_iter()
         .find(|c| c.name == planted.config)

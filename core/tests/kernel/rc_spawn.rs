@@ -58,6 +58,17 @@ fn exits(w: &World) -> Vec<&MasterOutput> {
         .collect()
 }
 
+/// Asserts that the master's exit reports are `SpawnedExited` of each of `ranks`, in
+/// order: spawns' children, none of them a loss of the job.
+fn assert_spawned_exited(w: &World, ranks: &[u32]) {
+    let want: Vec<MasterOutput> = ranks
+        .iter()
+        .map(|r| MasterOutput::SpawnedExited(pid(*r)))
+        .collect();
+    let got: Vec<MasterOutput> = exits(w).into_iter().cloned().collect();
+    assert_eq!(got, want);
+}
+
 fn kill(w: &mut World, by: &ProcessId, app: &str) -> Result<(), RcError> {
     match w.call_wait(by, ClientCall::KillSpawn { app: app.into() }) {
         CallResult::SpawnKilled(r) => r,
@@ -154,13 +165,7 @@ fn a_spawn_is_forgotten_when_its_children_are_gone() {
     for d in &w.daemons {
         assert!(!d.job().contains(&pid(2)) && !d.job().contains(&pid(3)));
     }
-    assert_eq!(
-        exits(&w),
-        vec![
-            &MasterOutput::SpawnedExited(pid(2)),
-            &MasterOutput::SpawnedExited(pid(3))
-        ]
-    );
+    assert_spawned_exited(&w, &[2, 3]);
     assert_eq!(w.master.spawns().count(), 0);
     let again = spawn(&mut w, &pid(1), vec![cmd("a", 1)]).unwrap();
     assert_eq!(
@@ -254,13 +259,7 @@ fn a_child_that_ends_before_the_others_started_fails_the_spawn() {
     }
     w.run_for(Duration::from_millis(50));
     assert!(w.exited.contains(&pid(3)), "the other child was killed");
-    assert_eq!(
-        exits(&w),
-        vec![
-            &MasterOutput::SpawnedExited(pid(2)),
-            &MasterOutput::SpawnedExited(pid(3))
-        ]
-    );
+    assert_spawned_exited(&w, &[2, 3]);
     assert_eq!(w.master.spawns().count(), 0);
 }
 

@@ -47,25 +47,36 @@ fn added_processes_learn_the_size_after_their_change() {
     assert_eq!(place(&w, 4), (0, 2, 1, 2));
 }
 
-/// A spawn's children count their own world (their spawn), not the job's.
-#[test]
-fn spawned_children_learn_their_spawns_size() {
-    let mut w = World::new(config(2, 2, 2));
-    let commands = vec![SpawnCommand {
-        program: "a".into(),
+/// `count` processes of `program`, no arguments.
+fn command(program: &str, count: u32) -> SpawnCommand {
+    SpawnCommand {
+        program: program.into(),
         args: Vec::new(),
-        count: 2,
-    }];
+        count,
+    }
+}
+
+/// Rank 0 spawns `commands` (a dynres-native spawn) and the launches run.
+fn spawn(w: &mut World, commands: Vec<SpawnCommand>) {
+    let watch = SpawnWatch::Handshake;
+    let env = Vec::new();
     let r = w.call_wait(
         &pid(0),
         ClientCall::Spawn {
             commands,
-            env: Vec::new(),
-            watch: SpawnWatch::Handshake,
+            env,
+            watch,
         },
     );
     assert!(matches!(r, CallResult::Spawned(Ok(_))), "{r:?}");
     w.run_for(Duration::from_millis(1));
+}
+
+/// A spawn's children count their own world (their spawn), not the job's.
+#[test]
+fn spawned_children_learn_their_spawns_size() {
+    let mut w = World::new(config(2, 2, 2));
+    spawn(&mut w, vec![command("a", 2)]);
     assert_eq!(place(&w, 2), (1, 2, 0, 2));
     assert_eq!(place(&w, 3), (1, 2, 1, 2));
     // Their ranks in their own world count from 0 (PMI_RANK, MPI_COMM_WORLD's rank).
@@ -80,21 +91,7 @@ fn spawned_children_learn_their_spawns_size() {
 #[test]
 fn children_of_every_command_count_as_node_mates() {
     let mut w = World::new(config(2, 2, 2));
-    let command = |program: &str| SpawnCommand {
-        program: program.into(),
-        args: Vec::new(),
-        count: 1,
-    };
-    let r = w.call_wait(
-        &pid(0),
-        ClientCall::Spawn {
-            commands: vec![command("a"), command("b")],
-            env: Vec::new(),
-            watch: SpawnWatch::Handshake,
-        },
-    );
-    assert!(matches!(r, CallResult::Spawned(Ok(_))), "{r:?}");
-    w.run_for(Duration::from_millis(1));
+    spawn(&mut w, vec![command("a", 1), command("b", 1)]);
     assert_eq!(place(&w, 2), (1, 2, 0, 2));
     assert_eq!(place(&w, 3), (1, 2, 1, 2));
 }
