@@ -26,5 +26,5 @@ pub mod trace;
 pub mod wire;
 
 pub use machine::Machine;
-pub use process::{Namespace, ProcessId, Rank};
+pub use process::{Namespace, ProcRuns, ProcSet, ProcessId, Rank};
 pub use time::{Duration, Instant};

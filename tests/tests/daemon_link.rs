@@ -14,7 +14,7 @@ use dynres_core::rc::wire::link::{LinkMsg, NodeSetup, decode_link, encode_link, 
 use dynres_core::rc::wire::{decode_to_master, encode_to_daemon};
 use dynres_core::rc::{LaunchCommand, NodeLaunch, ToDaemon, ToMaster};
 use dynres_core::wire::decode_frame;
-use dynres_core::{Namespace, ProcessId};
+use dynres_core::{Namespace, ProcRuns, ProcessId};
 use dynres_runtime::hostauth::master_handshake;
 use dynres_tests::job::{Finished, Runtime, wait_bounded};
 
@@ -171,8 +171,8 @@ fn a_daemon_reports_ends_before_exits_and_shuts_down() {
     let mut m = FakeMaster::start(&rt);
     m.send(&encode_link(&setup(NODE, "/bin/sh", &["-c", "exit 3"])));
     m.send(&encode_to_daemon(&ToDaemon::JobData {
-        added: vec![pid(5), pid(6)],
-        removed: vec![],
+        added: [pid(5), pid(6)].into_iter().collect(),
+        removed: ProcRuns::new(),
     }));
     m.send(&encode_to_daemon(&ToDaemon::Launch {
         procs: vec![pid(5)],
@@ -252,8 +252,8 @@ fn a_daemon_that_loses_its_master_reports_its_kills_as_its_own() {
     }
     m.send(&encode_link(&s));
     m.send(&encode_to_daemon(&ToDaemon::JobData {
-        added: vec![pid(5), pid(6)],
-        removed: vec![],
+        added: [pid(5), pid(6)].into_iter().collect(),
+        removed: ProcRuns::new(),
     }));
     m.send(&encode_to_daemon(&ToDaemon::Launch {
         procs: vec![pid(5), pid(6)],
@@ -292,8 +292,8 @@ fn a_daemon_that_loses_its_master_reports_its_kills_as_its_own() {
 
     // One more, then silence: the daemon ends them on its own account.
     m.send(&encode_to_daemon(&ToDaemon::JobData {
-        added: vec![pid(7)],
-        removed: vec![],
+        added: [pid(7)].into_iter().collect(),
+        removed: ProcRuns::new(),
     }));
     m.send(&spawn_sleep(7));
     loop {

@@ -1880,7 +1880,7 @@ impl RcNode {
                             }
                             let records = matches!(self.actor, RcActor::Daemon(_, _, _, true));
                             if records && name.is_app_root() {
-                                st.app_versions.insert(attrs.version, members.clone());
+                                st.app_versions.insert(attrs.version, members.to_vec());
                             }
                         }
                         DaemonInput::FromMaster(m)

@@ -1056,10 +1056,10 @@ fn add_properties(model: RcModel, reachable: &'static [RcStatus]) -> RcModel {
                         && m.registry().live_psets().all(|(n, p)| {
                             let members = m.registry().members(&Origin::Runtime, n).unwrap_or_default();
                             d.daemon.pset(n).is_some_and(|(ms, a)| {
-                                a.version == p.attrs.version && *ms == members
+                                a.version == p.attrs.version && ms.iter().eq(members)
                             })
                         })
-                        && (!no_loss || d.daemon.job().iter().collect::<std::collections::BTreeSet<_>>() == job)
+                        && (!no_loss || d.daemon.job().iter().eq(job.iter().map(|p| (*p).clone())))
                         // The same change table: every change still queryable (undecided,
                         // or ABORTED with processes to go), with the master's record.
                         && d.daemon.changes().eq(m.changes().filter(|c| c.status != RcStatus::Finalized))

@@ -10,9 +10,9 @@
 //!
 //! Run: `cargo run --release -p dynres-core --example scale -- [--min-nodes N]
 //! [--max-nodes N] [--ppn 64|128] [--max-world W] [--modex-max-world M]`. Every daemon
-//! holds a replica of every pset, so the simulation's memory grows with nodes × world
-//! (about 8 GiB at 1,024 × 64): sizes over `W` processes (65,536 by default) are
-//! skipped. The modex hands every member every member's value, so its bytes grow with
+//! holds a replica of every pset, as runs of ranks (RC-23), so the simulation holds
+//! about 100 MB at 1,024 × 128; sizes over `W` processes (131,072 by default: the
+//! whole grid) are skipped. The modex hands every member every member's value, so its bytes grow with
 //! the square of the job: it is skipped above `M` processes (4,096 by default).
 //! `--plot-from TABLE…` only draws the plot from tables it printed before (runs of one
 //! size each, concatenated).
@@ -319,7 +319,7 @@ fn main() {
     let min_nodes = arg("--min-nodes", 1);
     let max_nodes = arg("--max-nodes", 1024);
     let only_ppn = arg("--ppn", 0);
-    let max_world = arg("--max-world", 65536);
+    let max_world = arg("--max-world", 131072);
     let modex_max = arg("--modex-max-world", 4096);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/scale");
     std::fs::create_dir_all(&dir).expect("target/scale");

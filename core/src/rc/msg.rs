@@ -10,7 +10,7 @@ use super::types::{
     AcceptOutcome, ChangeInfo, ChangeRequest, NodeId, NodeLaunch, QueryAnswer, ReqId, SpawnCommand,
     SpawnWatch, Spawned,
 };
-use crate::process::ProcessId;
+use crate::process::{ProcRuns, ProcessId};
 use crate::pset::{Attributes, OpOutcome, PsetName, PsetOp};
 use crate::time::Duration;
 
@@ -195,8 +195,8 @@ pub enum ToDaemon {
     DefinePset {
         /// The pset.
         name: PsetName,
-        /// Its members.
-        members: Vec<ProcessId>,
+        /// Its members, as runs (`RC-23`).
+        members: ProcRuns,
         /// Its attributes.
         attrs: Attributes,
     },
@@ -208,10 +208,10 @@ pub enum ToDaemon {
     /// Processes of the job that run on this daemon's node were added or removed
     /// (`PRTE_DAEMON_DVM_ADD/SUB_PROCS`: the job data update).
     JobData {
-        /// Processes now placed on this node.
-        added: Vec<ProcessId>,
-        /// Processes no longer part of the job.
-        removed: Vec<ProcessId>,
+        /// Processes now part of the job, as runs (`RC-23`).
+        added: ProcRuns,
+        /// Processes no longer part of the job, as runs.
+        removed: ProcRuns,
     },
     /// Define or update a change in the replica (`PRTE_DYNRES_DEFINE_RES_CHANGE`);
     /// `None` info removes it from queries (`PRTE_DYNRES_UNPUBLISH_RES_CHANGE`).
@@ -269,4 +269,15 @@ pub struct Envelope {
     pub to: NodeId,
     /// The message.
     pub msg: ToDaemon,
+}
+
+impl ToDaemon {
+    /// A job-data update: the job's processes are a set, so each list goes in ascending
+    /// order, the fewest runs (RC-23).
+    pub fn job_data(added: &[ProcessId], removed: &[ProcessId]) -> ToDaemon {
+        ToDaemon::JobData {
+            added: ProcRuns::ascending(added),
+            removed: ProcRuns::ascending(removed),
+        }
+    }
 }

@@ -17,6 +17,7 @@ mod scale_cluster;
 mod fuzz_seeds;
 mod mutants_kill;
 mod mutants_kill_rc;
+mod proc_runs;
 mod psets_props;
 mod psets_rules;
 mod rc_flow;

@@ -63,7 +63,7 @@ fn a_request_short_of_slots_waits_for_a_node_and_runs_on_it() {
     let replica = w.daemons[1]
         .pset(&r)
         .expect("the new daemon holds mpi://app/app");
-    assert_eq!(replica.0, vec![pid(0), pid(1)]);
+    assert_eq!(replica.0.to_vec(), vec![pid(0), pid(1)]);
     w.adapt(&pid(0), None);
     w.run_for(Duration::from_millis(50));
     let delta = w.statuses.last().unwrap().0.clone();

@@ -101,3 +101,33 @@ fn messages_per_operation_grow_with_nodes_and_affected_processes_only() {
         assert_eq!(modex.messages(), 2 * d + 2 * d * p, "{at}");
     }
 }
+
+/// Bytes of one kind of master → daemon message.
+fn bytes(c: &Counts, kind: &str) -> u64 {
+    c.to_daemon_kinds.get(kind).map_or(0, |v| v.1)
+}
+
+/// RC-23: the replica's updates carry member lists as runs, so what a pset update or a
+/// job-data update costs a daemon does not grow with the processes in it. The same
+/// operations on the same nodes with 2 and with 64 processes per node send the same
+/// `DefinePset` and `JobData` bytes (as lists they would be ~32 times as many).
+#[test]
+fn replica_updates_cost_the_same_bytes_at_any_job_size() {
+    for nodes in [1, 4] {
+        let small = ops(nodes, 2);
+        let large = ops(nodes, 64);
+        for (op, (s, l)) in ["start", "add", "sub", "pset_op"]
+            .iter()
+            .zip(small.iter().zip(large.iter()))
+        {
+            for kind in ["DefinePset", "JobData"] {
+                assert_eq!(
+                    bytes(s, kind),
+                    bytes(l, kind),
+                    "{nodes} nodes: {op}'s {kind} bytes grew with the processes per node"
+                );
+            }
+        }
+        assert!(bytes(&large[0], "DefinePset") > 0 && bytes(&large[0], "JobData") > 0);
+    }
+}

@@ -19,7 +19,7 @@ use dynres_core::rc::{
 };
 use dynres_core::slots::SlotError;
 use dynres_core::wire::{HEADER_LEN, WireError, encode_frame};
-use dynres_core::{Duration, Namespace, ProcessId};
+use dynres_core::{Duration, Namespace, ProcRuns, ProcessId};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
@@ -53,6 +53,14 @@ fn pid() -> impl Strategy<Value = ProcessId> {
 
 fn pids() -> impl Strategy<Value = Vec<ProcessId>> {
     vec(pid(), 0..4)
+}
+
+/// Lists with runs in them: few namespaces, ranks close together, some at the top.
+fn run_list() -> impl Strategy<Value = ProcRuns> {
+    let rank = prop_oneof![0u32..8, (u32::MAX - 3)..=u32::MAX];
+    let p = (prop_oneof![Just("j"), Just("k")], rank)
+        .prop_map(|(ns, r)| ProcessId::new(Namespace::new(ns), r));
+    vec(p, 0..12).prop_map(|v| v.into_iter().collect())
 }
 
 fn names() -> impl Strategy<Value = Vec<PsetName>> {
@@ -373,7 +381,7 @@ fn to_master() -> BoxedStrategy<ToMaster> {
 
 fn to_daemon() -> BoxedStrategy<ToDaemon> {
     prop_oneof![
-        (pset_name(), pids(), attributes()).prop_map(|(name, members, attrs)| {
+        (pset_name(), run_list(), attributes()).prop_map(|(name, members, attrs)| {
             ToDaemon::DefinePset {
                 name,
                 members,
@@ -381,7 +389,7 @@ fn to_daemon() -> BoxedStrategy<ToDaemon> {
             }
         }),
         pset_name().prop_map(|name| ToDaemon::PrunePset { name }),
-        (pids(), pids()).prop_map(|(added, removed)| ToDaemon::JobData { added, removed }),
+        (run_list(), run_list()).prop_map(|(added, removed)| ToDaemon::JobData { added, removed }),
         (pset_name(), option::of(change_info()))
             .prop_map(|(delta, info)| ToDaemon::Change { delta, info }),
         pids().prop_map(|procs| ToDaemon::Launch { procs }),
@@ -653,8 +661,8 @@ fn every_variant_has_its_documented_type() {
         ),
         (
             ToDaemon::JobData {
-                added: vec![],
-                removed: vec![],
+                added: ProcRuns::new(),
+                removed: ProcRuns::new(),
             },
             0x0222,
         ),
@@ -685,7 +693,7 @@ fn every_variant_has_its_documented_type() {
         (
             ToDaemon::DefinePset {
                 name: n.clone(),
-                members: vec![],
+                members: ProcRuns::new(),
                 attrs: Attributes::new(0, false),
             },
             0x0310,
@@ -1082,6 +1090,45 @@ fn malformed_fields_are_exact_typed_errors() {
             &[&world[..], &[1], &s(b"a"), &[9]].concat()
         )),
         Err(inv("rc type", 9))
+    );
+    // RC-23: runs are bounded by the processes they spell, and canonical.
+    let run = |first: u32, count: u32| [&s(b"j")[..], &be32(first), &be32(count)].concat();
+    let job_data = |runs: &[Vec<u8>]| {
+        let mut b = be32(runs.len() as u32).to_vec();
+        b.extend(runs.concat());
+        b.extend(be32(0));
+        frame(ty::JOB_DATA, &b)
+    };
+    let half = MAX_PROCS as u32 / 2;
+    assert_eq!(
+        decode_to_daemon(&job_data(&[run(0, half), run(half + 1, half + 1)])),
+        Err(over("added", MAX_PROCS as u64 + 1, MAX_PROCS as u64)),
+        "a few runs of many processes"
+    );
+    let bad = |what| Err(WireError::Inconsistent { what });
+    assert_eq!(
+        decode_to_daemon(&job_data(&[run(0, 0)])),
+        bad("a run of no processes")
+    );
+    assert_eq!(
+        decode_to_daemon(&job_data(&[run(u32::MAX, 2)])),
+        bad("a run past the largest rank")
+    );
+    assert_eq!(
+        decode_to_daemon(&job_data(&[run(0, 2), run(2, 1)])),
+        bad("a run continuing the one before it")
+    );
+    let ok = decode_to_daemon(&job_data(&[run(0, 2), run(3, 1)]));
+    let want: ProcRuns = [0, 1, 3]
+        .map(|r| ProcessId::new(Namespace::new("j"), r))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        ok,
+        Ok(ToDaemon::JobData {
+            added: want,
+            removed: ProcRuns::new()
+        })
     );
     assert_eq!(
         decode_to_daemon(&frame(ty::PRUNE_PSET, &s(b"mpi://app/a//b"))),

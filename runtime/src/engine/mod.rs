@@ -1214,7 +1214,7 @@ impl Engine {
                     .and_then(|root| self.daemon.pset(&root))
                     .map(|(members, _)| {
                         (0u32..)
-                            .zip(members)
+                            .zip(members.iter())
                             .filter(|(_, p)| self.daemon.local().contains(p))
                             .map(|(r, _)| r)
                             .collect()

@@ -181,7 +181,7 @@ impl Engine {
     /// kernel defined, by name, and their members as PMIx processes); other keys, and
     /// psets the replica does not hold, are left out (none known: `NOT_FOUND`).
     fn pmix_query(&self, queries: &[Query]) -> Vec<(String, QueryValue)> {
-        let psets: Vec<(&PsetName, &Vec<dynres_core::ProcessId>)> =
+        let psets: Vec<(&PsetName, &dynres_core::ProcRuns)> =
             self.daemon.psets().map(|(n, (m, _))| (n, m)).collect();
         let mut out = Vec::new();
         for q in queries {

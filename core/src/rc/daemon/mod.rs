@@ -13,7 +13,7 @@ mod standing;
 
 pub use standing::Standing;
 
-use crate::process::ProcessId;
+use crate::process::{ProcRuns, ProcSet, ProcessId};
 use crate::pset::{Attributes, Domain, PsetName};
 use crate::rc::error::{DaemonRejection, RcError};
 pub use crate::rc::input::DaemonInput;
@@ -63,9 +63,9 @@ pub enum DaemonOutput {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Daemon {
     node: NodeId,
-    psets: Shared<BTreeMap<PsetName, (Vec<ProcessId>, Attributes)>>,
+    psets: Shared<BTreeMap<PsetName, (ProcRuns, Attributes)>>,
     changes: Shared<BTreeMap<PsetName, ChangeInfo>>,
-    job: Shared<BTreeSet<ProcessId>>,
+    job: Shared<ProcSet>,
     local: Shared<BTreeSet<ProcessId>>,
     /// Modexes being gathered here, by pset and replica version (`MODEX-1`).
     gathers: BTreeMap<(PsetName, u64), Gather>,
@@ -93,7 +93,7 @@ impl Daemon {
             node,
             psets: BTreeMap::new().into(),
             changes: BTreeMap::new().into(),
-            job: BTreeSet::new().into(),
+            job: ProcSet::new().into(),
             local: BTreeSet::new().into(),
             gathers: BTreeMap::new(),
             out: VecDeque::new(),
@@ -118,17 +118,17 @@ impl Daemon {
     }
 
     /// The replica's view of a pset: members and attributes.
-    pub fn pset(&self, name: &PsetName) -> Option<&(Vec<ProcessId>, Attributes)> {
+    pub fn pset(&self, name: &PsetName) -> Option<&(ProcRuns, Attributes)> {
         self.psets.get(name)
     }
 
     /// Every pset of the replica: name, members and attributes.
-    pub fn psets(&self) -> impl Iterator<Item = (&PsetName, &(Vec<ProcessId>, Attributes))> {
+    pub fn psets(&self) -> impl Iterator<Item = (&PsetName, &(ProcRuns, Attributes))> {
         self.psets.iter()
     }
 
-    /// The replica's job data: every process of the job.
-    pub fn job(&self) -> &BTreeSet<ProcessId> {
+    /// The replica's job data: every process of the job, held as rank ranges (RC-23).
+    pub fn job(&self) -> &ProcSet {
         &self.job
     }
 
@@ -226,9 +226,9 @@ impl Daemon {
                 result,
             } => self.modex_done(&pset, version, result),
             ToDaemon::JobData { added, removed } => {
-                self.job.extend(added);
-                for p in &removed {
-                    self.job.remove(p);
+                self.job.extend(added.iter());
+                for p in removed.iter() {
+                    self.job.remove(&p);
                 }
             }
             ToDaemon::Change { delta, info } => match info {

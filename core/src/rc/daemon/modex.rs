@@ -38,11 +38,8 @@ impl Daemon {
             return self.answer(&from, req, Err(err));
         }
         let key = (pset, attrs.version);
-        let local: BTreeSet<ProcessId> = members
-            .iter()
-            .filter(|m| self.local.contains(*m))
-            .cloned()
-            .collect();
+        let local: BTreeSet<ProcessId> =
+            members.iter().filter(|m| self.local.contains(m)).collect();
         let gather = self.gathers.entry(key.clone()).or_insert_with(|| Gather {
             members: local,
             arrived: BTreeMap::new(),

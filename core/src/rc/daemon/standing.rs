@@ -6,10 +6,8 @@
 //! process as `DYNRES_NODE_ID`, `DYNRES_SIZE`, `DYNRES_LOCAL_RANK` and
 //! `DYNRES_LOCAL_SIZE`.
 
-use alloc::collections::BTreeSet;
-
 use super::Daemon;
-use crate::process::ProcessId;
+use crate::process::{ProcSet, ProcessId};
 use crate::pset::PsetName;
 use crate::rc::types::NodeId;
 
@@ -41,18 +39,19 @@ impl Daemon {
     /// application) is output, before other input changes the replica. `None` if the
     /// replica does not hold `pid` in its world (not a process launched here).
     pub fn standing(&self, pid: &ProcessId, spawned: Option<&str>) -> Option<Standing> {
-        let world: BTreeSet<&ProcessId> = match spawned {
+        // The world as rank ranges, built from the replica's runs: O(runs), not
+        // O(world), per launched process (RC-23).
+        let world = match spawned {
             Some(app) => {
                 let root = PsetName::app_root(app).ok()?;
-                self.psets.get(&root)?.0.iter().collect()
+                ProcSet::from(&self.psets.get(&root)?.0)
             }
             None => {
-                let mut world: BTreeSet<&ProcessId> =
-                    self.psets.get(&PsetName::world())?.0.iter().collect();
+                let mut world = ProcSet::from(&self.psets.get(&PsetName::world())?.0);
                 // `mpi://WORLD` changes at the decision; a process is launched at the
                 // announcement (RC-3), so its change is applied here as core will.
                 if let Some(c) = self.changes.values().find(|c| c.added.contains(pid)) {
-                    world.extend(&c.added);
+                    world.extend(c.added.iter().cloned());
                     for r in &c.removed {
                         world.remove(r);
                     }
@@ -60,13 +59,10 @@ impl Daemon {
                 world
             }
         };
-        if !world.contains(pid) {
-            return None;
-        }
+        let rank = world.index_of(pid)?;
         let local: alloc::vec::Vec<&ProcessId> =
             self.local.iter().filter(|p| world.contains(p)).collect();
         let local_rank = local.iter().position(|p| *p == pid)?;
-        let rank = world.iter().position(|p| *p == pid)?;
         Some(Standing {
             node: self.node,
             rank: u32::try_from(rank).unwrap_or(u32::MAX),

@@ -101,30 +101,12 @@ impl Master {
     fn send_replica(&mut self, to: NodeId) {
         let names: Vec<PsetName> = self.registry.live_psets().map(|(n, _)| n.clone()).collect();
         for name in names {
-            if let Ok(pset) = self.registry.get(&name) {
-                let attrs = pset.attrs.clone();
-                let members = self
-                    .registry
-                    .members(&crate::pset::Origin::Runtime, &name)
-                    .unwrap_or_default();
-                self.send(
-                    to,
-                    ToDaemon::DefinePset {
-                        name,
-                        members,
-                        attrs,
-                    },
-                );
+            if let Some(define) = self.define_pset(&name) {
+                self.send(to, define);
             }
         }
         let added: Vec<ProcessId> = self.procs.keys().cloned().collect();
-        self.send(
-            to,
-            ToDaemon::JobData {
-                added,
-                removed: Vec::new(),
-            },
-        );
+        self.send(to, ToDaemon::job_data(&added, &[]));
         // The table the other daemons hold (RC-14): undecided changes, and aborted ones
         // until their added processes are gone. A finalized change was withdrawn from
         // them when it was finalized, and nothing withdraws it again when it is done,

@@ -307,10 +307,7 @@ impl Master {
         for name in names {
             m.broadcast_pset(&name);
         }
-        m.broadcast(ToDaemon::JobData {
-            added: all.clone(),
-            removed: Vec::new(),
-        });
+        m.broadcast(ToDaemon::job_data(&all, &[]));
         m.launch(&all);
         let start = crate::trace::enabled().then(|| trace::encode_master_config(&m.cfg));
         crate::trace::record_start(&mut m, start);
@@ -634,20 +631,27 @@ impl Master {
 
     /// Replicates a pset's current members and attributes to every daemon.
     pub(crate) fn broadcast_pset(&mut self, name: &PsetName) {
-        let Ok(pset) = self.registry.get(name) else {
-            self.broadcast(ToDaemon::PrunePset { name: name.clone() });
-            return;
-        };
-        let attrs = pset.attrs.clone();
+        match self.define_pset(name) {
+            Some(define) => self.broadcast(define),
+            None => self.broadcast(ToDaemon::PrunePset { name: name.clone() }),
+        }
+    }
+
+    /// A live pset's replica update, `None` for a pset the registry no longer holds. Its
+    /// members are runs, built once here: each daemon's copy is then O(runs) (RC-23).
+    pub(crate) fn define_pset(&self, name: &PsetName) -> Option<ToDaemon> {
+        let attrs = self.registry.get(name).ok()?.attrs.clone();
         let members = self
             .registry
             .members(&Origin::Runtime, name)
-            .unwrap_or_default();
-        self.broadcast(ToDaemon::DefinePset {
+            .unwrap_or_default()
+            .iter()
+            .collect();
+        Some(ToDaemon::DefinePset {
             name: name.clone(),
             members,
             attrs,
-        });
+        })
     }
 
     /// Tells each node's daemon to launch its share of `procs`.

@@ -223,10 +223,7 @@ impl Master {
         if let Some(s) = &sub_delta {
             self.broadcast_pset(s);
         }
-        let job_data = ToDaemon::JobData {
-            added: added.clone(),
-            removed: info.removed.clone(),
-        };
+        let job_data = ToDaemon::job_data(&added, &info.removed);
         if self.bug(Bug::JobDataToLaunchNodesOnly) {
             self.per_node(&added, |_| job_data.clone());
         } else {

@@ -375,10 +375,7 @@ impl Master {
                 self.broadcast_pset(name);
             }
         }
-        self.broadcast(ToDaemon::JobData {
-            added: removed,
-            removed: added.clone(),
-        });
+        self.broadcast(ToDaemon::job_data(&removed, &added));
         let info = self.changes.get(delta).map(|c| c.info.clone());
         self.broadcast(ToDaemon::Change {
             delta: delta.clone(),

@@ -163,10 +163,7 @@ impl Master {
     /// The children's pset and job data, to every daemon (`SPAWN-18`).
     fn replicate_spawn(&mut self, root: &crate::pset::PsetName, pids: &[ProcessId]) {
         self.broadcast_pset(root);
-        self.broadcast(ToDaemon::JobData {
-            added: pids.to_vec(),
-            removed: Vec::new(),
-        });
+        self.broadcast(ToDaemon::job_data(pids, &[]));
     }
 
     /// `SPAWN-20`: the spawning application kills the children of a spawn that failed.
@@ -284,10 +281,7 @@ impl Master {
         for name in self.registry.forget_app(&app) {
             self.broadcast(ToDaemon::PrunePset { name });
         }
-        self.broadcast(ToDaemon::JobData {
-            added: Vec::new(),
-            removed: group.procs.clone(),
-        });
+        self.broadcast(ToDaemon::job_data(&[], &group.procs));
         for p in &group.procs {
             self.app_of.remove(p);
         }

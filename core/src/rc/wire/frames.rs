@@ -15,7 +15,9 @@ use super::messages::{
 use super::pset::{attributes, put_attributes};
 use super::spawn::{MAX_SPAWN_COMMANDS, app as spawn_app, launch_command, put_launch_command};
 use super::types as t;
-use super::values::{duration, name, opt, pid, put_duration, put_name, put_opt, put_pid};
+use super::values::{
+    duration, name, opt, pid, put_duration, put_name, put_opt, put_pid, put_runs, runs,
+};
 
 /// Encodes a client → daemon frame: `req u64 | request fields`, typed by the request.
 pub fn encode_client(req: ReqId, request: &ClientRequest) -> Vec<u8> {
@@ -143,15 +145,15 @@ pub fn encode_to_daemon(msg: &ToDaemon) -> Vec<u8> {
             attrs,
         } => encode_frame(&mut out, t::DEFINE_PSET, |b| {
             put_name(b, name);
-            put_seq(b, members, put_pid);
+            put_runs(b, members);
             put_attributes(b, attrs);
         }),
         ToDaemon::PrunePset { name } => {
             encode_frame(&mut out, t::PRUNE_PSET, |b| put_name(b, name))
         }
         ToDaemon::JobData { added, removed } => encode_frame(&mut out, t::JOB_DATA, |b| {
-            put_seq(b, added, put_pid);
-            put_seq(b, removed, put_pid);
+            put_runs(b, added);
+            put_runs(b, removed);
         }),
         ToDaemon::Change { delta, info } => encode_frame(&mut out, t::CHANGE, |b| {
             put_name(b, delta);
@@ -204,7 +206,7 @@ pub fn decode_to_daemon(frame: &[u8]) -> Result<ToDaemon, WireError> {
     match h.msg_type {
         t::DEFINE_PSET => parse_all(body, |i| {
             let (i, name) = name(i)?;
-            let (i, members) = procs("members")(i)?;
+            let (i, members) = runs("members")(i)?;
             let (i, attrs) = attributes(i)?;
             Ok((
                 i,
@@ -220,8 +222,8 @@ pub fn decode_to_daemon(frame: &[u8]) -> Result<ToDaemon, WireError> {
             Ok((i, ToDaemon::PrunePset { name }))
         }),
         t::JOB_DATA => parse_all(body, |i| {
-            let (i, added) = procs("added")(i)?;
-            let (i, removed) = procs("removed")(i)?;
+            let (i, added) = runs("added")(i)?;
+            let (i, removed) = runs("removed")(i)?;
             Ok((i, ToDaemon::JobData { added, removed }))
         }),
         t::CHANGE => parse_all(body, |i| {

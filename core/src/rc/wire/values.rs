@@ -3,14 +3,14 @@
 
 use alloc::vec::Vec;
 
-use crate::process::{Namespace, ProcessId};
+use crate::process::{Namespace, ProcRuns, ProcessId, Run, RunsError};
 use crate::pset::{MAX_NAME_LEN, NameError, PsetName};
 use crate::rc::{RcStatus, RcType};
 use crate::time::Duration;
 use crate::wire::prim::{put_str, put_u8, put_u32, put_u64, string, u8, u32, u64};
 use crate::wire::{PResult, WireError};
 
-use super::MAX_NAMESPACE_LEN;
+use super::{MAX_NAMESPACE_LEN, MAX_PROCS};
 
 /// A parser failure for a field holding a value outside its defined set.
 pub(super) fn invalid<T>(what: &'static str, value: u64) -> Result<T, nom::Err<WireError>> {
@@ -26,6 +26,64 @@ pub(super) fn pid(input: &[u8]) -> PResult<'_, ProcessId> {
     let (i, ns) = string("namespace", MAX_NAMESPACE_LEN)(input)?;
     let (i, rank) = u32(i)?;
     Ok((i, ProcessId::new(Namespace::new(ns), rank)))
+}
+
+/// A list of processes as its runs (`RC-23`): `seq<namespace | first u32 | count u32>`.
+pub(super) fn put_runs(out: &mut Vec<u8>, l: &ProcRuns) {
+    put_u32(out, u32::try_from(l.runs().len()).unwrap_or(u32::MAX));
+    for r in l.runs() {
+        put_str(out, r.namespace.as_str());
+        put_u32(out, r.first);
+        put_u32(out, r.count);
+    }
+}
+
+/// Parses what [`put_runs`] writes. At most [`MAX_PROCS`] processes in all (a run is a
+/// count, so the bound is on the sum, not only on the runs); runs that are not the
+/// canonical form of their list are refused, so each list has one encoding.
+pub(super) fn runs<'a>(what: &'static str) -> impl Fn(&'a [u8]) -> PResult<'a, ProcRuns> {
+    move |input| {
+        let (mut rest, n) = u32(input)?;
+        if n as usize > MAX_PROCS {
+            return Err(over(what, u64::from(n)));
+        }
+        let mut list = Vec::with_capacity((n as usize).min(rest.len()));
+        let mut total = 0u64;
+        for _ in 0..n {
+            let (i, ns) = string("namespace", MAX_NAMESPACE_LEN)(rest)?;
+            let (i, first) = u32(i)?;
+            let (i, count) = u32(i)?;
+            total += u64::from(count);
+            if total > MAX_PROCS as u64 {
+                return Err(over(what, total));
+            }
+            let namespace = Namespace::new(ns);
+            list.push(Run {
+                namespace,
+                first,
+                count,
+            });
+            rest = i;
+        }
+        let l = ProcRuns::from_runs(list).map_err(|e| {
+            nom::Err::Failure(WireError::Inconsistent {
+                what: match e {
+                    RunsError::Empty => "a run of no processes",
+                    RunsError::PastLastRank => "a run past the largest rank",
+                    RunsError::NotCanonical => "a run continuing the one before it",
+                },
+            })
+        })?;
+        Ok((rest, l))
+    }
+}
+
+fn over(what: &'static str, value: u64) -> nom::Err<WireError> {
+    nom::Err::Failure(WireError::OverLimit {
+        what,
+        value,
+        max: MAX_PROCS as u64,
+    })
 }
 
 /// A stable number for each [`NameError`] kind: the `value` of the

@@ -4,6 +4,12 @@
 //! reused (thesis §7.4.3; spec `PSET-20`), so a rank names one process for the life of
 //! the job even after that process has left.
 
+mod ranges;
+mod runs;
+
+pub use ranges::ProcSet;
+pub use runs::{ProcRuns, Run, RunsError};
+
 use alloc::string::String;
 use compact_str::CompactString;
 use core::fmt;
