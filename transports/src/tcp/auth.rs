@@ -5,9 +5,11 @@
 //! ```text
 //! connector → acceptor  HELLO      version u8 (=1) | key id [8] | connector nonce [32] |
 //!                                  connector's listening address (UTF-8, rest)
-//! acceptor → connector  CHALLENGE  acceptor nonce [32] | HMAC(key, "dynres tcp acceptor" | T)
+//! acceptor → connector  CHALLENGE  acceptor nonce [32] | HMAC(key, "dynres tcp acceptor" | T) |
+//!                                  dialled too u8 (0 | 1, DATA-13)
 //! connector → acceptor  AUTH       HMAC(key, "dynres tcp connector" | T)
-//! T = "DYNR-TCP-AUTH" | HELLO payload | len u8 | acceptor's listening address | acceptor nonce
+//! T = "DYNR-TCP-AUTH" | HELLO payload | len u8 | acceptor's listening address | acceptor nonce |
+//!     dialled too u8
 //! ```
 //!
 //! Each message is the payload of a frame of its kind (`framing.rs`). The acceptor's
@@ -41,7 +43,7 @@ pub const NONCE_LEN: usize = 32;
 /// Length of an HMAC-SHA256 tag.
 pub const MAC_LEN: usize = 32;
 /// Length of a CHALLENGE payload.
-pub const CHALLENGE_LEN: usize = NONCE_LEN + MAC_LEN;
+pub const CHALLENGE_LEN: usize = NONCE_LEN + MAC_LEN + 1;
 /// Length of an AUTH payload.
 pub const AUTH_LEN: usize = MAC_LEN;
 /// Length of a data-plane key as [`DataKey::from_hex`] takes it (64 hex digits).
@@ -366,16 +368,23 @@ pub fn parse_hello(payload: &[u8]) -> Result<Hello, HandshakeFailure> {
     })
 }
 
-/// Splits a CHALLENGE payload into the acceptor's nonce and tag.
-pub fn parse_challenge(payload: &[u8]) -> Result<([u8; NONCE_LEN], [u8; MAC_LEN]), FramingError> {
-    let parsed: nom::IResult<&[u8], (&[u8], &[u8])> =
-        (take(NONCE_LEN), take(MAC_LEN)).parse(payload);
+/// A parsed CHALLENGE: the acceptor's nonce, its tag, and whether the acceptor had
+/// dialled the connector too (DATA-13).
+pub type Challenge = ([u8; NONCE_LEN], [u8; MAC_LEN], bool);
+
+/// Splits a CHALLENGE payload into the acceptor's nonce, tag and `dialled too` flag
+/// (`0` or `1`; DATA-13).
+pub fn parse_challenge(payload: &[u8]) -> Result<Challenge, FramingError> {
+    // Nonce, tag, flag.
+    type Fields<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+    let parsed: nom::IResult<&[u8], Fields<'_>> =
+        (take(NONCE_LEN), take(MAC_LEN), take(1usize)).parse(payload);
     match parsed {
-        Ok(([], (nonce, tag))) => {
+        Ok(([], (nonce, tag, [flag @ (0 | 1)]))) => {
             let (mut n, mut t) = ([0u8; NONCE_LEN], [0u8; MAC_LEN]);
             n.copy_from_slice(nonce);
             t.copy_from_slice(tag);
-            Ok((n, t))
+            Ok((n, t, *flag == 1))
         }
         _ => Err(FramingError::BadHandshake {
             kind: "CHALLENGE",
@@ -404,16 +413,23 @@ pub enum HandshakeFailure {
     Refused(HandshakeError),
 }
 
-/// The transcript both tags cover.
-pub fn transcript(hello: &[u8], acceptor: SocketAddr, acceptor_nonce: &[u8; NONCE_LEN]) -> Vec<u8> {
+/// The transcript both tags cover; `dialled_too` is the CHALLENGE's flag (DATA-13), so
+/// nobody without the key can set or clear it.
+pub fn transcript(
+    hello: &[u8],
+    acceptor: SocketAddr,
+    acceptor_nonce: &[u8; NONCE_LEN],
+    dialled_too: bool,
+) -> Vec<u8> {
     let acceptor = acceptor.to_string();
-    let mut t = Vec::with_capacity(TRANSCRIPT_MAGIC.len() + hello.len() + 1 + 64 + NONCE_LEN);
+    let mut t = Vec::with_capacity(TRANSCRIPT_MAGIC.len() + hello.len() + 2 + 64 + NONCE_LEN);
     t.extend_from_slice(TRANSCRIPT_MAGIC);
     t.extend_from_slice(hello);
     // A socket address' text is at most 55 characters: the length fits a byte.
     t.push(acceptor.len().min(255) as u8);
     t.extend_from_slice(acceptor.as_bytes());
     t.extend_from_slice(acceptor_nonce);
+    t.push(u8::from(dialled_too));
     t
 }
 
@@ -539,6 +555,16 @@ mod tests {
         }
         assert!(parse_challenge(&[0; CHALLENGE_LEN - 1]).is_err());
         assert!(parse_challenge(&[0; CHALLENGE_LEN + 1]).is_err());
+        let mut c = [7u8; CHALLENGE_LEN];
+        c[CHALLENGE_LEN - 1] = 1;
+        assert_eq!(
+            parse_challenge(&c),
+            Ok(([7; NONCE_LEN], [7; MAC_LEN], true))
+        );
+        c[CHALLENGE_LEN - 1] = 0;
+        assert!(!parse_challenge(&c).unwrap().2);
+        c[CHALLENGE_LEN - 1] = 2;
+        assert!(parse_challenge(&c).is_err(), "DATA-13: the flag is 0 or 1");
         assert!(parse_auth(&[0; AUTH_LEN + 1]).is_err());
     }
 
@@ -546,7 +572,7 @@ mod tests {
     #[test]
     fn tags_bind_key_role_and_transcript() {
         let k = DataKey::new([3; KEY_LEN]);
-        let t = transcript(b"hello", addr("127.0.0.1:1"), &[1; NONCE_LEN]);
+        let t = transcript(b"hello", addr("127.0.0.1:1"), &[1; NONCE_LEN], false);
         let a = acceptor_tag(&k, &t);
         assert!(verify_acceptor(&k, &t, &a));
         assert!(
@@ -554,9 +580,14 @@ mod tests {
             "roles are not interchangeable"
         );
         assert!(!verify_acceptor(&DataKey::new([4; KEY_LEN]), &t, &a));
-        let other = transcript(b"hello", addr("127.0.0.1:2"), &[1; NONCE_LEN]);
+        let other = transcript(b"hello", addr("127.0.0.1:2"), &[1; NONCE_LEN], false);
         assert!(!verify_acceptor(&k, &other, &a), "bound to the acceptor");
-        let fresh = transcript(b"hello", addr("127.0.0.1:1"), &[2; NONCE_LEN]);
+        let flipped = transcript(b"hello", addr("127.0.0.1:1"), &[1; NONCE_LEN], true);
+        assert!(
+            !verify_acceptor(&k, &flipped, &a),
+            "DATA-13: bound to the flag"
+        );
+        let fresh = transcript(b"hello", addr("127.0.0.1:1"), &[2; NONCE_LEN], false);
         assert!(!verify_connector(&k, &fresh, &connector_tag(&k, &t)));
         assert_ne!(nonce().unwrap(), nonce().unwrap());
     }

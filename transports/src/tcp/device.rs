@@ -151,6 +151,15 @@ struct Conn {
     /// connection's (each side keeps sending on its own socket, so order holds per
     /// direction), and the two live and die together.
     alias_of: Option<ConnId>,
+    /// DATA-13: our CHALLENGE on this accepted socket said we had dialled its peer too.
+    flagged: bool,
+    /// DATA-13: a socket we dialled whose peer dialled us at the same time and has the
+    /// higher-ranked socket: our messages go on the peer's socket once it is up, and
+    /// this one closes ([`TcpDevice::join_halves`]). Not `ready` until then.
+    redirect: bool,
+    /// DATA-13: the accepted half of a simultaneous connect that the peer closes
+    /// unused (it sends on ours): its end is no failure.
+    redundant: bool,
     /// Bytes arrived since the spin phase of a wait last looked: a large message is
     /// still streaming in, so blocking now would only cost a wake-up.
     moved: bool,
@@ -169,6 +178,16 @@ impl Conn {
 struct Tomb {
     err: TransportError,
     alias_of: Option<ConnId>,
+}
+
+/// A connection whose last socket closed while a second socket from the same peer may
+/// still be in its handshake (DATA-13): the peer may have sent its last messages on
+/// that one before it closed. Its receives fail only once no such socket can come.
+struct Orphan {
+    root: ConnId,
+    peer: SocketAddr,
+    err: TransportError,
+    since: Instant,
 }
 
 /// The per-peer bounds of the unexpected queue (DATA-6).
@@ -214,6 +233,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// others are counted and logged at debug level.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long `connect` waits for the peer's own connection to us, half-way through its
+/// handshake, instead of dialling a second socket (DATA-13): one round trip is enough.
+const INCOMING_WAIT: Duration = Duration::from_millis(50);
+
 /// Frames up to this size (header included) are sent from one contiguous buffer.
 const SMALL_WRITE: usize = 256;
 
@@ -254,6 +277,8 @@ pub struct TcpDevice {
     conns: IdMap<ConnId, Conn>,
     /// Closed sockets of authenticated connections, until disconnected.
     tombs: IdMap<ConnId, Tomb>,
+    /// Connections waiting for a second socket from their peer (DATA-13).
+    orphans: Vec<Orphan>,
     /// Keys of `conns`, kept in step, so `progress` (called in the spin loop) need not
     /// allocate.
     ids: Vec<ConnId>,
@@ -286,6 +311,10 @@ pub struct TcpDevice {
     /// Test hook: receives the fast path completed.
     #[cfg(test)]
     fast_receives: u64,
+    /// Test hook: `connect` accepts first (off: a truly simultaneous connect, where
+    /// the peer's socket arrives only after ours is dialled).
+    #[cfg(test)]
+    connect_accepts: bool,
 }
 
 const STAGE: usize = 64 * 1024;
@@ -334,6 +363,7 @@ impl TcpDevice {
             local,
             conns: IdMap::default(),
             tombs: IdMap::default(),
+            orphans: Vec::new(),
             ids: Vec::new(),
             by_addr: HashMap::new(),
             accepted: VecDeque::new(),
@@ -351,6 +381,8 @@ impl TcpDevice {
             starved_logged: false,
             #[cfg(test)]
             fast_receives: 0,
+            #[cfg(test)]
+            connect_accepts: true,
         })
     }
 
@@ -414,6 +446,9 @@ impl TcpDevice {
                 deadline: Some(Instant::now() + self.cfg.handshake_timeout),
                 stalled: false,
                 alias_of: None,
+                flagged: false,
+                redirect: false,
+                redundant: false,
                 moved: false,
             },
         );
@@ -547,6 +582,20 @@ impl TcpDevice {
             .map(|(k, _)| *k)
             .collect();
         for id in late {
+            let c = self.conns.get_mut(&id).expect("listed");
+            if c.redirect {
+                // DATA-13: the peer's socket never came up; ours is authenticated and
+                // nothing went out on either, so ours carries our messages after all.
+                tracing::debug!(
+                    conn = id.0,
+                    "tcp: the peer's socket did not join; sending on ours"
+                );
+                c.redirect = false;
+                c.ready = true;
+                c.deadline = None;
+                self.pending -= 1;
+                continue;
+            }
             let e = Self::refusal(id, HandshakeError::Deadline(self.cfg.handshake_timeout));
             self.kill(id, e);
         }
@@ -608,12 +657,71 @@ impl TcpDevice {
             self.refuse(id, err);
             return;
         }
+        if self.conns.get(&id).is_some_and(|c| c.redundant) {
+            // DATA-13: the peer closed the half it never sends on: nothing is lost.
+            self.conns.remove(&id);
+            self.ids.retain(|k| *k != id);
+            tracing::debug!(
+                conn = id.0,
+                "tcp: unused half of a simultaneous connect closed"
+            );
+            return;
+        }
+        let peer = self.conns.get(&id).and_then(|c| c.peer_listen);
         self.kill_socket(id, err.duplicate());
         let Some(root) = self.root_of(id) else {
             return;
         };
         if self.live_socket(root).is_none() {
+            if let Some(peer) = peer {
+                // DATA-13: the peer's own socket to us may be in the listener's queue
+                // or mid-handshake, holding what it sent last.
+                let _ = self.accept_new();
+                let now = Instant::now();
+                if self.half_may_come(peer, now, now) {
+                    self.orphans.push(Orphan {
+                        root,
+                        peer,
+                        err,
+                        since: now,
+                    });
+                    return;
+                }
+            }
             self.matcher.fail_conn(root, &err);
+        }
+    }
+
+    /// Whether a socket in its handshake may still turn out to be `peer`'s (DATA-13):
+    /// one whose HELLO claimed `peer`, or, until `since` plus [`INCOMING_WAIT`], one
+    /// whose HELLO is not read yet.
+    fn half_may_come(&self, peer: SocketAddr, since: Instant, now: Instant) -> bool {
+        self.conns.values().any(|c| {
+            c.incoming
+                && !c.ready
+                && match &c.hs {
+                    Hs::AwaitAuth { claim, .. } => *claim == peer,
+                    Hs::HeldHello(hello) => auth::parse_hello(hello).is_ok_and(|h| h.addr == peer),
+                    Hs::AwaitHello => now < since + INCOMING_WAIT,
+                    _ => false,
+                }
+        })
+    }
+
+    /// Orphans whose second socket can no longer come fail their receives now.
+    fn settle_orphans(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.orphans.len() {
+            let o = &self.orphans[i];
+            if self.half_may_come(o.peer, o.since, now) {
+                i += 1;
+                continue;
+            }
+            let o = self.orphans.swap_remove(i);
+            if self.live_socket(o.root).is_none() {
+                self.matcher.fail_conn(o.root, &o.err);
+            }
         }
     }
 
@@ -815,10 +923,15 @@ impl TcpDevice {
                 // DATA-1: a fresh nonce of ours in the transcript, so no recorded AUTH
                 // answers this CHALLENGE.
                 let nonce = auth::nonce()?;
-                let transcript = auth::transcript(&payload, self.local, &nonce);
+                // DATA-13: say whether we dialled the connector too (a simultaneous
+                // connect), so the two sockets become one.
+                let dialled_too = self.dialled_unhalved(hello.addr).is_some();
+                let transcript = auth::transcript(&payload, self.local, &nonce, dialled_too);
                 let mut body = nonce.to_vec();
                 body.extend_from_slice(&auth::acceptor_tag(&key, &transcript));
+                body.push(u8::from(dialled_too));
                 let c = self.conns.get_mut(&id).expect("still there");
+                c.flagged = dialled_too;
                 c.out.push_back(control_frame(FrameKind::Challenge, body));
                 c.hs = Hs::AwaitAuth {
                     key,
@@ -827,9 +940,10 @@ impl TcpDevice {
                 };
             }
             (Hs::AwaitChallenge { key, hello }, FrameKind::Challenge) => {
-                let (nonce, tag) = auth::parse_challenge(&payload).map_err(malformed)?;
+                let (nonce, tag, dialled_too) =
+                    auth::parse_challenge(&payload).map_err(malformed)?;
                 let dialled = c.peer_listen.expect("a connector knows whom it dialled");
-                let t = auth::transcript(&hello, dialled, &nonce);
+                let t = auth::transcript(&hello, dialled, &nonce, dialled_too);
                 // DATA-1: the acceptor proves the key first; we answer nobody else.
                 if !auth::verify_acceptor(&key, &t, &tag) {
                     return Err(refused(HandshakeError::BadTag));
@@ -840,7 +954,11 @@ impl TcpDevice {
                 let tag = auth::connector_tag(&key, &t);
                 c.out
                     .push_front(control_frame(FrameKind::Auth, tag.to_vec()));
+                // DATA-13: the peer dialled us too; the socket dialled by the lower
+                // listening address carries both directions, so above it ours waits.
+                c.redirect = dialled_too && self.local > dialled;
                 self.established(id);
+                self.join_halves(id);
             }
             (
                 Hs::AwaitAuth {
@@ -857,6 +975,22 @@ impl TcpDevice {
                 self.claim(id, claim).map_err(refused)?;
                 self.established(id);
                 self.accepted.push_back(id);
+                // DATA-13: the second half of a simultaneous connect. Below the peer's
+                // listening address it stays unused (the peer sends on our socket); above
+                // it, it becomes our connection's socket.
+                let c = self.conns.get_mut(&id).expect("still there");
+                if let Some(owner) = c.alias_of {
+                    if c.flagged && self.local < claim {
+                        c.redundant = true;
+                    }
+                    self.join_halves(owner);
+                    if !self.conns.contains_key(&id) {
+                        // Joined: `owner` now writes on this socket what it queued.
+                        let o = self.conns.get_mut(&owner).expect("joined into it");
+                        Self::flush(o, &mut self.send_done, owner, self.write_chunk)?;
+                        return Ok(());
+                    }
+                }
             }
             (_, kind) => return Err(refused(HandshakeError::OutOfOrder(kind.name()))),
         }
@@ -868,11 +1002,70 @@ impl TcpDevice {
     /// The handshake of `id` is over: data may flow (DATA-1).
     fn established(&mut self, id: ConnId) {
         let c = self.conns.get_mut(&id).expect("caller holds it");
-        c.ready = true;
         c.hs = Hs::Done;
+        if c.redirect {
+            // DATA-13: still pending (and under its deadline) until the peer's socket
+            // joins it, or it gives up waiting and carries our messages itself.
+            tracing::debug!(conn = id.0, peer = ?c.peer_listen, "tcp connection authenticated; waits for the peer's socket");
+            return;
+        }
+        c.ready = true;
         c.deadline = None;
         self.pending -= 1;
         tracing::debug!(conn = id.0, peer = ?c.peer_listen, incoming = c.incoming, "tcp connection authenticated");
+    }
+
+    /// Our own dialled connection to `addr` that no accepted socket has joined yet: the
+    /// one a simultaneous connect's second socket joins (DATA-2, DATA-13).
+    fn dialled_unhalved(&self, addr: SocketAddr) -> Option<ConnId> {
+        let owner = *self.by_addr.get(&addr)?;
+        let o = self.conns.get(&owner)?;
+        let halved = self.conns.values().any(|c| c.alias_of == Some(owner));
+        (!o.incoming && !halved).then_some(owner)
+    }
+
+    /// DATA-13: our dialled socket `owner` waits (`redirect`) for the peer's socket of a
+    /// simultaneous connect. Once that one is authenticated and our AUTH is written, the
+    /// peer's socket becomes `owner`'s socket for both directions (its staged bytes and
+    /// half-read frame with it) and ours closes: it carried the handshake only, as the
+    /// peer sends nothing on it. One socket per peer, and every message of both
+    /// directions on it in order.
+    fn join_halves(&mut self, owner: ConnId) {
+        let Some(o) = self.conns.get(&owner) else {
+            return;
+        };
+        // Our AUTH must be out on our socket first: the peer completes its side of it.
+        if !o.redirect || !matches!(o.hs, Hs::Done) || o.out.iter().any(|f| f.handle.is_none()) {
+            return;
+        }
+        let Some(half) = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.alias_of == Some(owner) && c.ready && c.out.is_empty())
+            .map(|(k, _)| *k)
+        else {
+            return;
+        };
+        let h = self.conns.remove(&half).expect("found");
+        self.ids.retain(|k| *k != half);
+        self.accepted.retain(|k| *k != half);
+        let o = self.conns.get_mut(&owner).expect("checked");
+        // Dropping our old stream closes it.
+        drop(std::mem::replace(&mut o.stream, h.stream));
+        o.stage = h.stage;
+        o.stage_pos = h.stage_pos;
+        o.rx = h.rx;
+        o.moved = h.moved;
+        o.stalled = h.stalled;
+        o.redirect = false;
+        o.ready = true;
+        o.deadline = None;
+        self.pending -= 1;
+        tracing::debug!(
+            conn = owner.0,
+            socket_of = half.0,
+            "simultaneous connect: one socket for both directions"
+        );
     }
 
     /// DATA-2: an authenticated connector claims `addr`. It gets the address if nobody
@@ -881,13 +1074,23 @@ impl TcpDevice {
     /// other is half of one connection); it replaces a connection whose peer has
     /// closed (it reconnects). Any other claim of a held address is refused.
     fn claim(&mut self, id: ConnId, addr: SocketAddr) -> Result<(), HandshakeError> {
+        if let Some(k) = self.orphans.iter().position(|o| o.peer == addr) {
+            if !self.by_addr.contains_key(&addr) {
+                // DATA-13: the second socket of a connection whose first closed: what
+                // it brings is that connection's.
+                let root = self.orphans.swap_remove(k).root;
+                let c = self.conns.get_mut(&id).expect("caller holds it");
+                c.alias_of = Some(root);
+                c.peer_listen = Some(addr);
+                return Ok(());
+            }
+        }
         let held = self
             .by_addr
             .get(&addr)
             .and_then(|o| Some((*o, self.conns.get(o)?)));
         if let Some((owner, o)) = held {
-            let halved = self.conns.values().any(|c| c.alias_of == Some(owner));
-            if !o.incoming && !halved {
+            if self.dialled_unhalved(addr).is_some() {
                 tracing::debug!(%addr, conn = id.0, of = owner.0, "simultaneous connect: second socket joins the first");
                 self.conns.get_mut(&id).expect("caller holds it").alias_of = Some(owner);
             } else if peer_closing(o.stream.as_raw_fd()) {
@@ -1214,8 +1417,27 @@ impl Device for TcpDevice {
         if self.listener.is_none() {
             return Err(TransportError::Finalized);
         }
-        // Pick up HELLOs already received, so an accepted connection is reused.
+        // Pick up connections and HELLOs already received, so an accepted connection is
+        // reused: `progress` alone accepts only when a wait saw the listener readable.
+        #[cfg(test)]
+        let accepts = self.connect_accepts;
+        #[cfg(not(test))]
+        let accepts = true;
+        if accepts {
+            self.accept_new()?;
+        }
         self.progress()?;
+        // The peer is connecting to us right now (its HELLO is in, its AUTH one round
+        // trip away): wait for that socket rather than dial a second one (DATA-13). A
+        // stranger's HELLO may claim the address too: the wait is short and bounded.
+        let since = Instant::now();
+        while !self.by_addr.contains_key(&addr)
+            && since.elapsed() < INCOMING_WAIT
+            && (self.conns.values())
+                .any(|c| matches!(c.hs, Hs::AwaitAuth { claim, .. } if claim == addr))
+        {
+            self.progress()?;
+        }
         if let Some(id) = self.by_addr.get(&addr) {
             return Ok(*id);
         }
@@ -1368,7 +1590,8 @@ impl Device for TcpDevice {
             if let Err(e) = self.conn_mut(c) {
                 // What the peer sent before it closed can still be received, and the
                 // other half of a simultaneous connect may still deliver.
-                let open = self.live_socket(c).is_some();
+                let open =
+                    self.live_socket(c).is_some() || self.orphans.iter().any(|o| o.root == c);
                 if !open && self.matcher.probe(&spec).is_none() {
                     return Err(e);
                 }
@@ -1452,6 +1675,19 @@ impl Device for TcpDevice {
                 i += 1;
             }
         }
+        if !self.orphans.is_empty() {
+            self.settle_orphans();
+        }
+        if self.pending > 0 {
+            // DATA-13: a half waiting for our AUTH to go out, or for the peer's socket.
+            let waiting: Vec<ConnId> = (self.conns.iter())
+                .filter(|(_, c)| c.redirect)
+                .map(|(k, _)| *k)
+                .collect();
+            for id in waiting {
+                self.join_halves(id);
+            }
+        }
         Ok(events)
     }
 
@@ -1482,6 +1718,7 @@ impl Device for TcpDevice {
             self.close_socket(k);
         }
         self.close_socket(conn);
+        self.orphans.retain(|o| o.root != conn);
         Ok(())
     }
 
@@ -1563,10 +1800,11 @@ impl TcpDevice {
             // A receive on the second half's own id: the general path's business.
             return Ok(FastRecv::Declined(buf));
         }
+        // The half the peer sends on: not one it leaves unused (DATA-13).
         let half = self
             .conns
             .iter()
-            .find(|(_, c)| c.alias_of == Some(id))
+            .find(|(_, c)| c.alias_of == Some(id) && !c.redundant)
             .map(|(k, _)| *k);
         // `sid`: the socket the peer's messages for `id` arrive on.
         let sid = match half {

@@ -364,7 +364,7 @@ mod tests {
             assert_eq!(parse_header(&bytes, 1 << 20), Err(want), "{what}");
         }
         assert_eq!(parse_header(&good[..31], 1 << 20), Ok(None), "incomplete");
-        for (kind, max) in [(3, 64u32), (4, 32)] {
+        for (kind, max) in [(3, 65u32), (4, 32)] {
             let mut b = with(4, kind);
             b[28..32].copy_from_slice(&(max + 1).to_le_bytes());
             assert_eq!(

@@ -83,8 +83,8 @@ fn spawn_raw(
         raw.write_all(&sent).unwrap();
         let (fh, payload) = read_frame(&mut raw);
         assert_eq!(fh.kind, FrameKind::Challenge);
-        let (theirs, tag) = auth::parse_challenge(&payload).unwrap();
-        let t = auth::transcript(&hello, to, &theirs);
+        let (theirs, tag, dialled_too) = auth::parse_challenge(&payload).unwrap();
+        let t = auth::transcript(&hello, to, &theirs, dialled_too);
         assert!(
             auth::verify_acceptor(&key, &t, &tag),
             "the device proves the key"
@@ -289,30 +289,59 @@ fn two_blocking_first_sends_to_each_other_both_complete() {
     assert_eq!(got_b, b"from a");
 }
 
-/// Two processes that connect to each other at once get two sockets; each side's
-/// receives on its own connection still see what the other sent on the other socket,
-/// in order; closing one side closes both sockets, and the other side still receives
-/// what was sent before, whichever socket's close it sees first.
-#[test]
-fn simultaneous_connect_is_one_logical_connection() {
+/// Two devices dialled at once, before either saw the other's socket (`connect` does
+/// not accept first here).
+fn dialled_at_once() -> (TcpDevice, TcpDevice, ConnId, ConnId, PeerAddrs) {
     let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
     let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
     let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
     a.local_address(&mut pa);
     b.local_address(&mut pb);
+    a.connect_accepts = false;
+    b.connect_accepts = false;
     let ab = a.connect(&pb).unwrap();
     // b has not looked at its listener yet: it connects too instead of reusing.
     b.listener_ready = false;
     b.progress_calls = 1;
     let ba = b.connect(&pa).unwrap();
     assert_eq!(b.conns.len(), 1, "b did not accept before connecting");
-    // Each side's socket to the other authenticates, and joins the other's as its half.
-    settle(&mut a, &mut b);
+    (a, b, ab, ba, pb)
+}
+
+/// Until both have closed what they no longer use.
+fn one_socket_each(a: &mut TcpDevice, b: &mut TcpDevice) {
+    let deadline = Instant::now() + T;
+    while a.conns.len() + b.conns.len() > 2 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "still {} and {} sockets",
+            a.conns.len(),
+            b.conns.len()
+        );
+    }
+}
+
+/// DATA-13: two processes that dial each other at once end with one socket between
+/// them, carrying both directions: the one dialled by the lower listening address.
+/// Messages queued by either side before that (the higher side's wait behind the
+/// join) arrive in order with those sent after; closing one side closes it, and the
+/// other still receives what was sent before.
+#[test]
+fn simultaneous_connect_becomes_one_socket() {
+    let (mut a, mut b, ab, ba, pb) = dialled_at_once();
     let on = |c| RecvSpec {
         conn: Some(c),
         ..any()
     };
-    for i in 0..3u8 {
+    // Queued during the handshakes.
+    let early = [
+        a.isend(ab, hdr(1), vec![0]).unwrap(),
+        b.isend(ba, hdr(1), vec![10]).unwrap(),
+    ];
+    settle(&mut a, &mut b);
+    for i in 1..3u8 {
         a.send(ab, hdr(1), &[i], T).unwrap();
         b.send(ba, hdr(1), &[10 + i], T).unwrap();
     }
@@ -322,24 +351,27 @@ fn simultaneous_connect_is_one_logical_connection() {
         let r = recv_blocking(&mut a, on(ab), vec![0; 1], T).unwrap();
         assert_eq!((r.conn, &r.data[..]), (ab, &[10 + i][..]));
     }
-    assert_eq!((a.conns.len(), b.conns.len()), (2, 2), "two sockets each");
-    assert_eq!(a.connect(&pb).unwrap(), ab, "later sends reuse the first");
-    // a's last message, then it closes both sockets. b sees the close of the socket
-    // it opened first: the message on the other one must still arrive.
+    assert!(a.test_send(early[0]).unwrap() && b.test_send(early[1]).unwrap());
+    one_socket_each(&mut a, &mut b);
+    // The socket left is the one the lower address dialled, on both sides.
+    let (lower, kept) = if a.local < b.local {
+        (&a, ab)
+    } else {
+        (&b, ba)
+    };
+    assert!(
+        !lower.conns[&kept].incoming,
+        "the lower side keeps the socket it dialled"
+    );
+    assert_eq!(a.connect(&pb).unwrap(), ab, "later sends reuse it");
+    assert_eq!(
+        (a.pending, b.pending, a.refused(), b.refused()),
+        (0, 0, 0, 0)
+    );
+    // a's last message, then it closes.
     a.send(ab, hdr(1), b"last", T).unwrap();
     a.disconnect(ab).unwrap();
-    assert!(a.conns.is_empty(), "both sockets closed");
-    let deadline = Instant::now() + T;
-    let e = loop {
-        match b.read_conn(ba) {
-            Err(e) => break e,
-            Ok(n) => assert_eq!(n, 0, "nothing else comes on this socket"),
-        }
-        assert!(Instant::now() < deadline, "close never seen");
-        b.poll(Duration::from_millis(10)).unwrap();
-    };
-    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
-    b.kill(ba, e);
+    assert!(a.conns.is_empty());
     let r = recv_blocking(&mut b, on(ba), vec![0; 4], T).unwrap();
     assert_eq!(r.data, b"last");
     let e = recv_blocking(&mut b, on(ba), vec![0; 1], T).unwrap_err();
@@ -347,24 +379,47 @@ fn simultaneous_connect_is_one_logical_connection() {
     assert!(b.by_addr.is_empty());
 }
 
-/// A connection made of the two sockets of a simultaneous connect takes the receive
-/// fast path (reading the socket the peer sends on) for every size, also right after
-/// a message of that size went through the queues, and in order: both sides of a
-/// communicator's first exchange connect, so this is the communicator's common case
-/// (issue 29).
+/// DATA-13: when the peer's connection arrives first (its HELLO is in when we want to
+/// send), `connect` waits for it instead of dialling a second socket.
 #[test]
-fn both_halves_of_a_simultaneous_connect_take_the_fast_path() {
+fn connect_reuses_the_peers_connection_in_progress() {
     let mut a = TcpDevice::new(TcpConfig::default()).unwrap();
     let mut b = TcpDevice::new(TcpConfig::default()).unwrap();
     let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
     a.local_address(&mut pa);
     b.local_address(&mut pb);
     let ab = a.connect(&pb).unwrap();
+    // b has not polled its listener: a's socket waits in the backlog.
     b.listener_ready = false;
     b.progress_calls = 1;
-    let ba = b.connect(&pa).unwrap();
+    let other = std::thread::spawn(move || {
+        let ba = b.connect(&pa).unwrap();
+        (b, ba)
+    });
+    // a answers b's CHALLENGE meanwhile.
+    let deadline = Instant::now() + T;
+    while a.pending > 0 {
+        a.progress().unwrap();
+        assert!(Instant::now() < deadline);
+    }
+    let (mut b, ba) = other.join().unwrap();
+    assert_eq!(b.conns.len(), 1, "b reused a's socket");
+    assert!(b.conns[&ba].incoming);
+    a.send(ab, hdr(1), b"ping", T).unwrap();
+    assert_eq!(received(&mut b, ba, 4), b"ping");
+    b.send(ba, hdr(1), b"pong", T).unwrap();
+    assert_eq!(received(&mut a, ab, 4), b"pong");
+}
+
+/// A connection that began as a simultaneous connect takes the receive fast path for
+/// every size, also right after a message of that size went through the queues, and
+/// in order: both sides of a communicator's first exchange connect, so this is the
+/// communicator's common case (issue 29).
+#[test]
+fn a_simultaneous_connect_takes_the_fast_path() {
+    let (mut a, mut b, ab, ba, _) = dialled_at_once();
     settle(&mut a, &mut b);
-    assert_eq!(b.conns.len(), 2, "b has both halves");
+    one_socket_each(&mut a, &mut b);
     let on = RecvSpec {
         conn: Some(ba),
         context_id: 9,
@@ -789,4 +844,52 @@ fn every_size_returns_to_the_fast_path() {
         sizes,
         |d: &TcpDevice| d.fast_receives,
     );
+}
+
+/// DATA-13: a peer's last message on its own socket, still mid-handshake on our side
+/// when the socket we dialled to it closes, is received before the close fails our
+/// receives: the second socket's messages belong to the orphaned connection.
+#[test]
+fn a_message_on_the_peers_late_socket_survives_the_first_ones_close() {
+    let on = |ip: [u8; 4]| TcpConfig {
+        bind: SocketAddr::from((ip, 0)),
+        ..TcpConfig::default()
+    };
+    // b below a: b keeps the socket it dials, so the two do not become one.
+    let mut a = TcpDevice::new(on([127, 0, 0, 2])).unwrap();
+    let mut b = TcpDevice::new(on([127, 0, 0, 1])).unwrap();
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    let ab = a.connect(&pb).unwrap();
+    // b reads a's HELLO, waits briefly for its AUTH (a is not running), then dials.
+    let ba = b.connect(&pa).unwrap();
+    assert_eq!(b.conns.len(), 2);
+    let deadline = Instant::now() + T;
+    let pump = |d: &mut TcpDevice, what: &str, done: &dyn Fn(&TcpDevice) -> bool| {
+        while !done(d) {
+            d.progress().unwrap();
+            assert!(Instant::now() < deadline, "never: {what}");
+        }
+    };
+    // a: its own socket authenticated, b's socket answered but not yet authenticated.
+    pump(&mut a, "a's handshakes", &|a| {
+        a.conns[&ab].ready
+            && a.conns
+                .values()
+                .any(|c| matches!(c.hs, Hs::AwaitAuth { .. }))
+    });
+    // b: its socket authenticated; its last message goes on it, then b is gone.
+    pump(&mut b, "b's socket", &|b| b.conns[&ba].ready);
+    b.send(ba, hdr(1), b"last", T).unwrap();
+    drop(b);
+    let on = RecvSpec {
+        conn: Some(ab),
+        ..any()
+    };
+    let r = recv_blocking(&mut a, on, vec![0; 4], T).unwrap();
+    assert_eq!(r.data, b"last");
+    let e = recv_blocking(&mut a, on, vec![0; 1], T).unwrap_err();
+    assert!(matches!(e, TransportError::PeerClosed { .. }), "{e}");
+    assert!(a.orphans.is_empty());
 }

@@ -323,9 +323,10 @@ fn a_connector_sends_nothing_to_a_listener_without_the_key() {
     let (fh, hello) = read_frame(&mut s);
     assert_eq!(fh.kind, FrameKind::Hello);
     let nonce = [1u8; auth::NONCE_LEN];
-    let t = auth::transcript(&hello, to, &nonce);
+    let t = auth::transcript(&hello, to, &nonce, false);
     let mut body = nonce.to_vec();
     body.extend_from_slice(&auth::acceptor_tag(&DataKey::new([66; auth::KEY_LEN]), &t));
+    body.push(0);
     s.write_all(&frame(FrameKind::Challenge, MsgHeader::default(), &body))
         .unwrap();
     let e = send_failure(&mut a, h, None);
@@ -528,4 +529,51 @@ fn accept_out_of_descriptors_backs_off() {
         b.poll(Duration::from_millis(1)).unwrap();
     };
     assert_delivers(&mut a, ab, &mut b, ba, b"after");
+}
+
+/// DATA-13: a stranger's HELLO that claims a member's address and never goes on holds
+/// `connect` to that member back for at most the short wait, never fails it: the
+/// member is dialled, the connection works, the stranger is dropped at its deadline.
+#[test]
+fn a_strangers_hello_delays_connect_only_briefly() {
+    let mut a = TcpDevice::new(keyed(7)).unwrap();
+    let mut b = TcpDevice::new(keyed(7)).unwrap();
+    let (mut pa, mut pb) = (PeerAddrs::default(), PeerAddrs::default());
+    a.local_address(&mut pa);
+    b.local_address(&mut pb);
+    let mut raw = TcpStream::connect(pa.tcp.unwrap()).unwrap();
+    // The job's key id (public: the first bytes of its hash), b's address claimed.
+    let hello = auth::encode_hello(
+        DataKey::new([7; auth::KEY_LEN]).id(),
+        &[3; auth::NONCE_LEN],
+        pb.tcp.unwrap(),
+    );
+    raw.write_all(&frame(FrameKind::Hello, MsgHeader::default(), &hello))
+        .unwrap();
+    let ab = a.connect(&pb).unwrap();
+    // Returned while the stranger is still within its handshake deadline (it is
+    // neither refused nor bound): connect did not wait it out.
+    assert_eq!(
+        (a.refused(), a.pending),
+        (0, 2),
+        "the stranger and our own dial"
+    );
+    assert_ne!(a.by_addr.get(&pb.tcp.unwrap()), None);
+    let h = a.isend(ab, hdr(1), b"real".to_vec()).unwrap();
+    let deadline = Instant::now() + T;
+    while !a.test_send(h).unwrap() {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(Instant::now() < deadline, "the member never got it");
+    }
+    let ba = loop {
+        b.progress().unwrap();
+        if let Some(c) = b.by_addr.get(&pa.tcp.unwrap()) {
+            break *c;
+        }
+        assert!(Instant::now() < deadline, "b never bound a");
+    };
+    assert_eq!(received(&mut b, ba, 4), b"real");
+    assert_eq!(a.refused(), 0, "the stranger is still within its deadline");
+    drop(raw);
 }
