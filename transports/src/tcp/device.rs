@@ -659,8 +659,11 @@ impl TcpDevice {
         }
         if self.conns.get(&id).is_some_and(|c| c.redundant) {
             // DATA-13: the peer closed the half it never sends on: nothing is lost.
-            self.conns.remove(&id);
+            let c = self.conns.remove(&id).expect("checked");
             self.ids.retain(|k| *k != id);
+            if let Rx::Payload { sink, .. } = c.rx {
+                self.matcher.abort(sink, &err);
+            }
             tracing::debug!(
                 conn = id.0,
                 "tcp: unused half of a simultaneous connect closed"
