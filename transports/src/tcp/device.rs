@@ -1440,6 +1440,9 @@ impl Device for TcpDevice {
                 .any(|c| matches!(c.hs, Hs::AwaitAuth { claim, .. } if claim == addr))
         {
             self.progress()?;
+            // The peer needs a core to answer: on a host with more processes than
+            // cores, this one gives way meanwhile.
+            std::thread::yield_now();
         }
         if let Some(id) = self.by_addr.get(&addr) {
             return Ok(*id);
